@@ -1,0 +1,82 @@
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from .params import SamplingParams
+
+if TYPE_CHECKING:
+    from minisgl.attention.base import BaseAttnMetadata
+
+
+@dataclass(eq=False)
+class Req:
+    """One request's state as it moves through the scheduler and the engine.
+
+    Token positions [0, cached_len) have their KV in the cache; the current forward computes
+    positions [cached_len, device_len). `table_idx` is this request's row in the page table and in
+    the engine's token pool.
+    """
+
+    uid: int
+    prompt_ids: list[int]
+    sampling_params: SamplingParams
+    table_idx: int = -1
+    cached_len: int = 0
+    device_len: int = 0
+    output_ids: list[int] = field(default_factory=list)
+    # Index of this request's row in the current batch's sampled-token tensor.
+    batch_row: int = -1
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def total_len(self) -> int:
+        return len(self.prompt_ids) + len(self.output_ids)
+
+    @property
+    def extend_len(self) -> int:
+        return self.device_len - self.cached_len
+
+    @property
+    def all_ids(self) -> list[int]:
+        return self.prompt_ids + self.output_ids
+
+
+Phase = Literal["prefill", "decode"]
+
+
+@dataclass(eq=False)
+class Batch:
+    """Requests run together in one forward pass.
+
+    A prefill batch may mix requests at any position (each computes `extend_len` tokens); a
+    decode batch computes exactly one token per request. The engine fills the tensors below.
+    """
+
+    reqs: list[Req]
+    phase: Phase
+    input_ids: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+    out_loc: torch.Tensor | None = None
+    # Row of each request's last computed token among the batch's tokens: what gets sampled.
+    last_token_idx: torch.Tensor | None = None
+    attn_metadata: BaseAttnMetadata | None = None
+    # float32 logits of each request's last token, kept after the forward pass.
+    logits: torch.Tensor | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.reqs)
+
+    @property
+    def is_decode(self) -> bool:
+        return self.phase == "decode"
+
+    @property
+    def num_tokens(self) -> int:
+        return sum(r.extend_len for r in self.reqs)

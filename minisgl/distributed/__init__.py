@@ -1,0 +1,6 @@
+"""Tensor-parallel identity of this process and the collectives the layers use."""
+
+from .comm import all_gather, all_reduce, destroy, init_process_group
+from .info import DistributedInfo
+
+__all__ = ["DistributedInfo", "all_reduce", "all_gather", "init_process_group", "destroy"]

@@ -1,0 +1,7 @@
+"""The per-rank inference engine: model, KV cache, attention backend, sampler."""
+
+from .config import EngineConfig, resolve_device
+from .engine import Engine, ForwardOutput
+from .sample import BatchSamplingArgs, Sampler
+
+__all__ = ["Engine", "EngineConfig", "ForwardOutput", "BatchSamplingArgs", "Sampler", "resolve_device"]

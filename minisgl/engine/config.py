@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from minisgl.distributed import DistributedInfo
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_path: str
+    tp_info: DistributedInfo = DistributedInfo()
+    dtype: torch.dtype | None = None  # None: the checkpoint's dtype
+    device: str = "auto"  # auto: CUDA when present, else CPU
+    page_size: int = 16
+    max_running_req: int = 256
+    attention_backend: str = "auto"  # a name, or "prefill,decode"
+    cuda_graph_bs: tuple[int, ...] | None = None
+    cuda_graph_max_bs: int | None = None  # 0 turns CUDA graphs off
+    memory_ratio: float = 0.9
+    use_dummy_weight: bool = False
+    max_seq_len_override: int | None = None
+    num_page_override: int | None = None
+    distributed_addr: str = "tcp://127.0.0.1:23333"
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("device 'cuda' was asked for, but no CUDA device is visible")
+    if name not in ("cuda", "cpu"):
+        raise ValueError(f"unknown device {name!r}; use auto, cuda or cpu")
+    return torch.device(name)

@@ -1,0 +1,137 @@
+"""Tensor-parallel linear layers.
+
+Each parameter carries a `weight_loader(param, loaded, shard_id)` that copies this rank's slice
+of a full HF checkpoint tensor into it, so the weight loader never needs to know the layout.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from minisgl.core import get_global_ctx
+from minisgl.distributed import DistributedInfo, all_reduce
+
+
+def _tp() -> DistributedInfo:
+    return get_global_ctx().tp
+
+
+def check_shape(param: torch.Tensor, loaded: torch.Tensor, what: str = "") -> None:
+    if tuple(param.shape) != tuple(loaded.shape):
+        raise ValueError(
+            f"shape mismatch{' for ' + what if what else ''}: checkpoint has {tuple(loaded.shape)}, "
+            f"the model expects {tuple(param.shape)}"
+        )
+
+
+def _load_rows(dst: torch.Tensor, src: torch.Tensor, start: int, rows: int) -> None:
+    """Copy src[start:start+rows] (dim 0) into dst, checking the full tensor is big enough."""
+    if src.shape[0] < start + rows or src.shape[1:] != dst.shape[1:]:
+        raise ValueError(f"shape mismatch: checkpoint has {tuple(src.shape)}, the model expects a "
+                         f"shard of {tuple(dst.shape)} at rows {start}..{start + rows}")
+    dst.copy_(src.narrow(0, start, rows))
+
+
+class ReplicatedLinear(nn.Module):
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class ColumnParallelLinear(nn.Module):
+    """Splits the output features across ranks; each rank returns its slice (no communication).
+
+    `output_sizes` lists the logical sub-matrices stacked in this weight (e.g. gate and up); each
+    is split across ranks on its own, and `shard_id` in the loader says which one is loaded.
+    """
+
+    def __init__(self, in_features: int, output_sizes: list[int], bias: bool = False):
+        super().__init__()
+        tp = _tp()
+        for size in output_sizes:
+            if size % tp.size:
+                raise ValueError(f"output size {size} is not divisible by tensor-parallel size {tp.size}")
+        self.local_sizes = [size // tp.size for size in output_sizes]
+        out = sum(self.local_sizes)
+        self.weight = nn.Parameter(torch.empty(out, in_features), requires_grad=False)
+        self.bias = nn.Parameter(torch.empty(out), requires_grad=False) if bias else None
+        for param in (self.weight, self.bias):
+            if param is not None:
+                param.weight_loader = self.weight_loader
+                if len(output_sizes) > 1:
+                    param.shard_ids = self.shard_ids()
+
+    def shard_ids(self) -> list:
+        return list(range(len(self.local_sizes)))
+
+    def shard_offsets(self, shard_id: int | str | None) -> tuple[int, int, int]:
+        """(offset in the local weight, rows, start row in the full checkpoint tensor)."""
+        idx = 0 if shard_id is None else int(shard_id)
+        size = self.local_sizes[idx]
+        return sum(self.local_sizes[:idx]), size, _tp().rank * size
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        offset, rows, start = self.shard_offsets(shard_id)
+        _load_rows(param.data.narrow(0, offset, rows), loaded, start, rows)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)
+
+
+class QKVParallelLinear(ColumnParallelLinear):
+    """q, k and v projections in one matmul. Attention heads are split across ranks; when there
+    are fewer KV heads than ranks, each KV head is replicated on tp/num_kv_heads ranks."""
+
+    def __init__(self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool):
+        tp = _tp()
+        if num_heads % tp.size:
+            raise ValueError(f"{num_heads} attention heads are not divisible by tensor-parallel size {tp.size}")
+        if num_kv_heads % tp.size and tp.size % num_kv_heads:
+            raise ValueError(f"{num_kv_heads} KV heads cannot be split over tensor-parallel size {tp.size}")
+        self.head_dim = head_dim
+        self.local_heads = num_heads // tp.size
+        self.local_kv_heads = max(1, num_kv_heads // tp.size)
+        self.kv_replicas = max(1, tp.size // num_kv_heads)
+        sizes = [self.local_heads * head_dim, self.local_kv_heads * head_dim, self.local_kv_heads * head_dim]
+        super().__init__(hidden, [s * tp.size for s in sizes], bias)
+
+    def shard_ids(self) -> list:
+        return ["q", "k", "v"]
+
+    def shard_offsets(self, shard_id) -> tuple[int, int, int]:
+        idx = {"q": 0, "k": 1, "v": 2}[shard_id]
+        rows = self.local_sizes[idx]
+        rank = _tp().rank
+        start_head = rank * self.local_heads if idx == 0 else (rank // self.kv_replicas) * self.local_kv_heads
+        return sum(self.local_sizes[:idx]), rows, start_head * self.head_dim
+
+
+class RowParallelLinear(nn.Module):
+    """Splits the input features across ranks and all-reduces the partial outputs."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+        super().__init__()
+        tp = _tp()
+        if in_features % tp.size:
+            raise ValueError(f"input size {in_features} is not divisible by tensor-parallel size {tp.size}")
+        self.local_in = in_features // tp.size
+        self.weight = nn.Parameter(torch.empty(out_features, self.local_in), requires_grad=False)
+        self.weight.weight_loader = self.weight_loader
+        self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
+
+    def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
+        start = _tp().rank * self.local_in
+        if loaded.dim() != 2 or loaded.shape[0] != param.shape[0] or loaded.shape[1] < start + self.local_in:
+            raise ValueError(f"shape mismatch: checkpoint has {tuple(loaded.shape)}, the model expects "
+                             f"({param.shape[0]}, {self.local_in * _tp().size})")
+        param.data.copy_(loaded.narrow(1, start, self.local_in))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = all_reduce(F.linear(x, self.weight))
+        return y if self.bias is None else y + self.bias

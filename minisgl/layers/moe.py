@@ -1,0 +1,71 @@
+"""Mixture-of-experts feed-forward (Qwen3-MoE): softmax top-k routing over SwiGLU experts.
+
+The torch path here loops over the experts that received tokens; it is the CPU path and the
+reference for fused GPU kernels.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from minisgl.core import get_global_ctx
+from minisgl.distributed import all_reduce
+
+from .activation import silu_and_mul
+from .linear import ReplicatedLinear
+
+
+class MoELayer(nn.Module):
+    def __init__(self, hidden: int, intermediate: int, num_experts: int, top_k: int, norm_topk_prob: bool):
+        super().__init__()
+        tp = get_global_ctx().tp
+        if intermediate % tp.size:
+            raise ValueError(f"MoE intermediate size {intermediate} is not divisible by tensor-parallel size {tp.size}")
+        self.num_experts = num_experts
+        self.top_k = top_k
+        self.norm_topk_prob = norm_topk_prob
+        self.local_inter = intermediate // tp.size
+        self.rank = tp.rank
+        self.gate = ReplicatedLinear(hidden, num_experts)
+        # w13 stacks each expert's [gate; up] rows, w2 is each expert's down projection.
+        self.w13 = nn.Parameter(torch.empty(num_experts, 2 * self.local_inter, hidden), requires_grad=False)
+        self.w2 = nn.Parameter(torch.empty(num_experts, hidden, self.local_inter), requires_grad=False)
+        self.w13.weight_loader = self.load_w13
+        self.w2.weight_loader = self.load_w2
+        self.w13.shard_ids = [(e, which) for e in range(num_experts) for which in (0, 1)]
+        self.w2.shard_ids = [(e, 0) for e in range(num_experts)]
+
+    def load_w13(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: tuple[int, int]) -> None:
+        expert, which = shard_id  # which: 0 = gate, 1 = up
+        rows = loaded.narrow(0, self.rank * self.local_inter, self.local_inter)
+        dst = param.data[expert].narrow(0, which * self.local_inter, self.local_inter)
+        if dst.shape != rows.shape:
+            raise ValueError(f"shape mismatch: checkpoint has {tuple(loaded.shape)}, expert shard is {tuple(dst.shape)}")
+        dst.copy_(rows)
+
+    def load_w2(self, param: nn.Parameter, loaded: torch.Tensor, shard_id: tuple[int, int]) -> None:
+        expert, _ = shard_id
+        cols = loaded.narrow(1, self.rank * self.local_inter, self.local_inter)
+        if param.data[expert].shape != cols.shape:
+            raise ValueError(f"shape mismatch: checkpoint has {tuple(loaded.shape)}, expert shard is "
+                             f"{tuple(param.data[expert].shape)}")
+        param.data[expert].copy_(cols)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        probs = F.softmax(self.gate(x), dim=-1, dtype=torch.float32)
+        weights, experts = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(x.dtype), experts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weights, experts = self.route(x)
+        out = torch.zeros_like(x)
+        for e in experts.unique().tolist():
+            token_idx, slot = torch.where(experts == e)
+            h = silu_and_mul(F.linear(x[token_idx], self.w13[e]))
+            h = F.linear(h, self.w2[e]) * weights[token_idx, slot, None]
+            out.index_add_(0, token_idx, h)
+        return all_reduce(out)

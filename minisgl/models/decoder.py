@@ -1,0 +1,110 @@
+"""The pre-norm decoder-only transformer shared by every supported architecture.
+
+Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE differ only in switches read from the HF config:
+q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3), rope scaling (Llama-3) and MoE feed-forward
+layers (Qwen3-MoE).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from minisgl.core import get_global_ctx
+from minisgl.layers import (
+    AttentionLayer, ColumnParallelLinear, MoELayer, ParallelLMHead, QKVParallelLinear, RMSNorm,
+    RotaryEmbedding, RowParallelLinear, VocabParallelEmbedding, silu_and_mul,
+)
+
+from .config import ModelConfig
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding):
+        super().__init__()
+        self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.qkv_bias)
+        self.o_proj = RowParallelLinear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, cfg.o_bias)
+        self.heads, self.kv_heads = self.qkv_proj.local_heads, self.qkv_proj.local_kv_heads
+        self.head_dim = cfg.head_dim
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        self.qk_norm = cfg.qk_norm
+        self.rotary = rotary
+        self.attn = AttentionLayer(layer_id, self.heads, self.kv_heads, cfg.head_dim)
+
+    def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv_proj(x).split(
+            [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
+        )
+        q = q.view(-1, self.heads, self.head_dim)
+        k = k.view(-1, self.kv_heads, self.head_dim)
+        v = v.view(-1, self.kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = self.rotary(positions, q, k)
+        o = self.attn(q, k, v)
+        return self.o_proj(o.reshape(-1, self.heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden: int, intermediate: int):
+        super().__init__()
+        self.gate_up_proj = ColumnParallelLinear(hidden, [intermediate, intermediate])
+        self.down_proj = RowParallelLinear(intermediate, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding):
+        super().__init__()
+        self.self_attn = Attention(cfg, layer_id, rotary)
+        if cfg.is_moe_layer(layer_id):
+            self.mlp = MoELayer(cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts,
+                                cfg.num_experts_per_tok, cfg.norm_topk_prob)
+        else:
+            self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, positions, x, residual):
+        if residual is None:
+            residual, x = x, self.input_layernorm(x)
+        else:
+            x, residual = self.input_layernorm(x, residual)
+        x = self.self_attn(positions, x)
+        x, residual = self.post_attention_layernorm(x, residual)
+        return self.mlp(x), residual
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        rotary = RotaryEmbedding(torch.tensor(cfg.rotary.inv_freq), cfg.rotary.max_positions,
+                                 cfg.rotary.attention_scaling)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, rotary) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        x, residual = self.embed_tokens(input_ids), None
+        for layer in self.layers:
+            x, residual = layer(positions, x, residual)
+        return self.norm(x, residual)[0]
+
+
+class DecoderForCausalLM(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.config = cfg
+        self.model = DecoderModel(cfg)
+        tie = self.model.embed_tokens if cfg.tie_word_embeddings else None
+        self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tie_to=tie)
+
+    def forward(self) -> torch.Tensor:
+        """Runs the context's current batch; returns float32 logits of each request's last token."""
+        batch = get_global_ctx().current_batch()
+        hidden = self.model(batch.input_ids, batch.positions)
+        return self.lm_head(hidden[batch.last_token_idx]).float()

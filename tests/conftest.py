@@ -1,0 +1,27 @@
+"""Shared fixtures: tiny random models of every supported architecture, built once per session."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model
+
+ARCHITECTURES = list(ARCH_CONFIGS)
+
+torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    """tiny_model_dir(arch, **overrides) -> path of a saved random model (cached per arguments)."""
+    cache: dict[tuple, str] = {}
+
+    def build(architecture: str = "Qwen3ForCausalLM", **overrides) -> str:
+        key = (architecture, tuple(sorted(overrides.items())))
+        if key not in cache:
+            path = tmp_path_factory.mktemp(architecture)
+            cache[key] = build_tiny_model(str(path), architecture, **overrides)
+        return cache[key]
+
+    return build
