@@ -40,7 +40,8 @@ class EngineDriver:
                  + torch.arange(e.page_size).repeat(pages))
         self.next_page += pages
         e.page_table[req.table_idx, : pages * e.page_size] = slots.to(torch.int32)
-        e.token_pool[req.table_idx, : len(prompt)] = torch.tensor(prompt, dtype=torch.int32)
+        fits = prompt[: e.token_pool.shape[1]]  # an over-long prompt is the engine's to reject
+        e.token_pool[req.table_idx, : len(fits)] = torch.tensor(fits, dtype=torch.int32)
         return req
 
     def step(self, reqs: list[Req], chunk: int | None = None) -> torch.Tensor:
