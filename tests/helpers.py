@@ -47,15 +47,15 @@ class EngineDriver:
     def step(self, reqs: list[Req], chunk: int | None = None) -> torch.Tensor:
         """One forward pass: unfinished prompts advance by up to `chunk` tokens, others decode."""
         for r in reqs:
-            remaining = r.total_len - r.cached_len
+            remaining = r.seq_len - r.cached_len
             r.device_len = r.cached_len + (min(remaining, chunk) if chunk else remaining)
         phase = "decode" if all(r.extend_len == 1 for r in reqs) else "prefill"
         batch = Batch(reqs=reqs, phase=phase)
         out = self.engine.forward_batch(batch, BatchSamplingArgs.from_reqs(reqs, self.engine.device))
         out.copy_done_event.synchronize()
         for i, r in enumerate(reqs):
-            finished_prompt = r.device_len == r.total_len
             r.cached_len = r.device_len
-            if finished_prompt:
+            if r.samples_this_step:
+                r.seq_len += 1
                 r.output_ids.append(int(out.next_tokens_cpu[i]))
         return batch.logits

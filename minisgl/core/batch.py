@@ -16,8 +16,10 @@ class Req:
     """One request's state as it moves through the scheduler and the engine.
 
     Token positions [0, cached_len) have their KV in the cache; the current forward computes
-    positions [cached_len, device_len). `table_idx` is this request's row in the page table and in
-    the engine's token pool.
+    positions [cached_len, device_len). `seq_len` counts the tokens that exist on the device
+    (prompt plus every sampled token, including one still in flight), so `output_ids`, which the
+    host fills when results arrive, may lag it by a step under overlap scheduling. `table_idx` is
+    this request's row in the page table and in the engine's token pool.
     """
 
     uid: int
@@ -26,17 +28,26 @@ class Req:
     table_idx: int = -1
     cached_len: int = 0
     device_len: int = 0
+    seq_len: int = -1  # -1: the prompt length
     output_ids: list[int] = field(default_factory=list)
-    # Index of this request's row in the current batch's sampled-token tensor.
-    batch_row: int = -1
+    finish_reason: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.seq_len < 0:
+            self.seq_len = len(self.prompt_ids)
 
     @property
     def prompt_len(self) -> int:
         return len(self.prompt_ids)
 
     @property
-    def total_len(self) -> int:
-        return len(self.prompt_ids) + len(self.output_ids)
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def samples_this_step(self) -> bool:
+        """Whether the current forward reaches the sequence's end, so its last logits are sampled."""
+        return self.device_len == self.seq_len
 
     @property
     def extend_len(self) -> int:

@@ -153,7 +153,7 @@ class Engine:
         """Write each finished-prefill or decode request's new token into the token pool on the
         device, so the next step reads it without a round trip through the CPU."""
         done = [(i, r.table_idx, r.device_len) for i, r in enumerate(batch.reqs)
-                if r.device_len == r.total_len and r.device_len < self.token_pool.shape[1]]
+                if r.samples_this_step and r.device_len < self.token_pool.shape[1]]
         if not done:
             return
         idx, rows, cols = (torch.tensor(c, dtype=torch.int64).to(self.device, non_blocking=True) for c in zip(*done))

@@ -38,7 +38,7 @@ class BatchSamplingArgs:
             top_p=column([p.top_p for p in params], torch.float32) if any(p.top_p < 1 for p in params) else None,
             min_p=column([p.min_p for p in params], torch.float32) if any(p.min_p > 0 for p in params) else None,
             greedy_rows=column([p.is_greedy for p in params], torch.bool),
-            seeded=tuple((i, _step_seed(p.seed, r.total_len)) for i, (p, r) in enumerate(zip(params, reqs))
+            seeded=tuple((i, _step_seed(p.seed, r.seq_len)) for i, (p, r) in enumerate(zip(params, reqs))
                          if p.seed is not None and not p.is_greedy),
         )
 

@@ -1,5 +1,18 @@
 """KV storage (the paged pool) and the prefix caches that share its pages between requests."""
 
+from .base import BasePrefixCache
 from .mha_pool import MHAKVCache
+from .naive_cache import NaivePrefixCache
+from .radix_cache import RadixPrefixCache
 
-__all__ = ["MHAKVCache"]
+PREFIX_CACHES = {"radix": RadixPrefixCache, "naive": NaivePrefixCache}
+
+
+def create_prefix_cache(kind: str, page_size: int) -> BasePrefixCache:
+    if kind not in PREFIX_CACHES:
+        raise ValueError(f"unknown cache type {kind!r}; choose from {', '.join(PREFIX_CACHES)}")
+    return PREFIX_CACHES[kind](page_size)
+
+
+__all__ = ["BasePrefixCache", "MHAKVCache", "NaivePrefixCache", "RadixPrefixCache", "PREFIX_CACHES",
+           "create_prefix_cache"]

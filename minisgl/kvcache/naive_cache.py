@@ -1,0 +1,33 @@
+from __future__ import annotations
+
+from .base import BasePrefixCache
+
+
+class NaivePrefixCache(BasePrefixCache):
+    """Shares nothing: every request computes its whole prompt and frees its pages at the end."""
+
+    def __init__(self, page_size: int):
+        self.page_size = page_size
+
+    def match(self, tokens):
+        return None, []
+
+    def insert(self, tokens, pages):
+        return len(pages)  # keeps none of them
+
+    def lock(self, handle):
+        pass
+
+    def unlock(self, handle):
+        pass
+
+    def evict(self, num_pages):
+        return []
+
+    @property
+    def evictable_pages(self):
+        return 0
+
+    @property
+    def cached_pages(self):
+        return 0

@@ -1,0 +1,140 @@
+"""A radix tree of token pages: SGLang's prefix cache.
+
+Each edge holds a run of whole pages (tokens and the KV pages that store them). Matching walks
+page by page and splits an edge where a prompt diverges inside it, so a match always ends on a
+node. Locks count along the path to the root; leaves with no lock are evicted least recently
+used first.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+
+from .base import BasePrefixCache
+
+
+class RadixNode:
+    __slots__ = ("key", "pages", "children", "parent", "lock_ref", "last_access")
+
+    def __init__(self, key: tuple[int, ...] = (), pages: list[int] | None = None, parent: RadixNode | None = None):
+        self.key = key  # tokens on the edge into this node, a whole number of pages
+        self.pages = pages or []
+        self.children: dict[tuple[int, ...], RadixNode] = {}  # keyed by the child's first page of tokens
+        self.parent = parent
+        self.lock_ref = 0
+        self.last_access = 0
+
+
+class RadixPrefixCache(BasePrefixCache):
+    def __init__(self, page_size: int):
+        self.page_size = page_size
+        self.root = RadixNode()
+        self.root.lock_ref = 1  # never evicted
+        self._clock = itertools.count(1)
+        self._evictable = 0
+        self._total = 0
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    def _first_page(self, tokens, start: int = 0) -> tuple[int, ...]:
+        return tuple(tokens[start : start + self.page_size])
+
+    def _common_pages(self, key: tuple[int, ...], tokens, start: int) -> int:
+        p, n = self.page_size, 0
+        while (n + 1) * p <= len(key) and start + (n + 1) * p <= len(tokens) and \
+                key[n * p : (n + 1) * p] == tuple(tokens[start + n * p : start + (n + 1) * p]):
+            n += 1
+        return n
+
+    def _split(self, node: RadixNode, pages: int) -> RadixNode:
+        """Cut node's edge after `pages` pages; return the new upper node."""
+        cut = pages * self.page_size
+        upper = RadixNode(node.key[:cut], node.pages[:pages], node.parent)
+        upper.lock_ref, upper.last_access = node.lock_ref, node.last_access
+        node.parent.children[self._first_page(upper.key)] = upper
+        node.key, node.pages, node.parent = node.key[cut:], node.pages[pages:], upper
+        upper.children[self._first_page(node.key)] = node
+        return upper
+
+    def _walk(self, tokens) -> tuple[RadixNode, list[int], int]:
+        """Deepest node matching a page-aligned prefix of tokens: (node, pages, tokens matched)."""
+        node, pages, pos, now = self.root, [], 0, next(self._clock)
+        while pos + self.page_size <= len(tokens):
+            child = node.children.get(self._first_page(tokens, pos))
+            if child is None:
+                break
+            n = self._common_pages(child.key, tokens, pos)
+            if n * self.page_size < len(child.key):
+                child = self._split(child, n)
+            child.last_access = now
+            pages += child.pages
+            pos += len(child.key)
+            node = child
+        return node, pages, pos
+
+    # -- interface ----------------------------------------------------------------------------
+
+    def match(self, tokens):
+        node, pages, _ = self._walk(tokens)
+        return node, pages
+
+    def insert(self, tokens, pages):
+        assert len(tokens) == len(pages) * self.page_size, "insert takes whole pages"
+        node, _, pos = self._walk(tokens)
+        already = pos // self.page_size
+        if already < len(pages):
+            leaf = RadixNode(tuple(tokens[pos:]), list(pages[already:]), node)
+            leaf.last_access = next(self._clock)
+            node.children[self._first_page(leaf.key)] = leaf
+            self._total += len(leaf.pages)
+            self._evictable += len(leaf.pages)
+        return already
+
+    def lock(self, handle: RadixNode) -> None:
+        node = handle
+        while node is not None:
+            if node.lock_ref == 0:
+                self._evictable -= len(node.pages)
+            node.lock_ref += 1
+            node = node.parent
+
+    def unlock(self, handle: RadixNode) -> None:
+        node = handle
+        while node is not None:
+            node.lock_ref -= 1
+            assert node.lock_ref >= 0, "unlock without lock"
+            if node.lock_ref == 0:
+                self._evictable += len(node.pages)
+            node = node.parent
+
+    def evict(self, num_pages):
+        leaves = [(n.last_access, id(n), n) for n in self._nodes() if not n.children and n.lock_ref == 0]
+        heapq.heapify(leaves)
+        freed: list[int] = []
+        while leaves and len(freed) < num_pages:
+            _, _, leaf = heapq.heappop(leaves)
+            freed += leaf.pages
+            self._evictable -= len(leaf.pages)
+            self._total -= len(leaf.pages)
+            parent = leaf.parent
+            del parent.children[self._first_page(leaf.key)]
+            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+                heapq.heappush(leaves, (parent.last_access, id(parent), parent))
+        return freed
+
+    def _nodes(self):
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            stack.extend(node.children.values())
+            if node is not self.root:
+                yield node
+
+    @property
+    def evictable_pages(self):
+        return self._evictable
+
+    @property
+    def cached_pages(self):
+        return self._total

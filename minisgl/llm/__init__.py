@@ -1,0 +1,5 @@
+"""The offline Python interface."""
+
+from .llm import LLM
+
+__all__ = ["LLM"]

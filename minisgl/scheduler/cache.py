@@ -1,0 +1,102 @@
+"""KV page bookkeeping: free pages, the prefix cache, and per-request reservations.
+
+A request is admitted only when the pages for its whole prompt plus max_tokens are available
+(free, or held by unlocked prefix-cache entries that can be evicted). That promise is kept as a
+reservation, so a running request never finds the pool empty and nothing has to be preempted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from minisgl.core import Req
+from minisgl.kvcache import BasePrefixCache
+
+
+@dataclass
+class ReqPages:
+    pages: list[int] = field(default_factory=list)
+    shared: int = 0  # leading pages that belong to the prefix cache (matched, locked)
+    reserved: int = 0  # pages promised but not yet allocated
+    handle: Any = None
+
+
+class CacheManager:
+    def __init__(self, num_pages: int, page_size: int, prefix_cache: BasePrefixCache,
+                 page_table: torch.Tensor, max_pages_per_req: int):
+        self.page_size = page_size
+        self.num_pages = num_pages
+        self.prefix_cache = prefix_cache
+        self.page_table = page_table
+        self.max_pages_per_req = max_pages_per_req
+        self.free_pages = list(range(num_pages - 1, -1, -1))
+        self.reserved = 0
+        self.owned: dict[int, ReqPages] = {}
+
+    # -- capacity -----------------------------------------------------------------------------
+
+    @property
+    def available(self) -> int:
+        return len(self.free_pages) + self.prefix_cache.evictable_pages - self.reserved
+
+    @property
+    def used_pages(self) -> int:
+        """Pages held by running requests (not counting ones only the prefix cache keeps)."""
+        return self.num_pages - len(self.free_pages) - self.prefix_cache.evictable_pages
+
+    def pages_for(self, tokens: int) -> int:
+        return -(-tokens // self.page_size)
+
+    # -- request life-cycle -------------------------------------------------------------------
+
+    def try_admit(self, req: Req) -> bool:
+        """Match the prompt's cached prefix and reserve the rest; False if memory is short now."""
+        params = req.sampling_params
+        # Leave at least one prompt token to compute: its logits give the first output token.
+        handle, shared = self.prefix_cache.match(req.prompt_ids[: req.prompt_len - 1])
+        self.prefix_cache.lock(handle)
+        need = min(self.pages_for(req.prompt_len + params.max_tokens), self.max_pages_per_req) - len(shared)
+        if need > self.available:
+            self.prefix_cache.unlock(handle)
+            return False
+        self.reserved += need
+        self.owned[req.uid] = ReqPages(pages=list(shared), shared=len(shared), reserved=need, handle=handle)
+        req.cached_len = len(shared) * self.page_size
+        if shared:
+            self._write_table(req.table_idx, 0, shared)
+        return True
+
+    def allocate(self, req: Req) -> None:
+        """Give `req` pages up to its device_len, from its reservation."""
+        state = self.owned[req.uid]
+        need = self.pages_for(req.device_len) - len(state.pages)
+        if need <= 0:
+            return
+        if need > state.reserved:
+            raise RuntimeError(f"request {req.uid} outgrew its KV reservation")
+        if len(self.free_pages) < need:
+            self.free_pages += self.prefix_cache.evict(need - len(self.free_pages))
+        new = [self.free_pages.pop() for _ in range(need)]
+        self._write_table(req.table_idx, len(state.pages), new)
+        state.pages += new
+        state.reserved -= need
+        self.reserved -= need
+
+    def release(self, req: Req) -> None:
+        """Hand the request's computed full pages to the prefix cache and free the rest."""
+        state = self.owned.pop(req.uid)
+        self.reserved -= state.reserved
+        full = min(req.cached_len // self.page_size, len(state.pages))
+        tokens = req.all_ids[: full * self.page_size]
+        already = self.prefix_cache.insert(tokens, state.pages[:full])
+        # Pages the cache had before (besides our own shared ones) and the partial tail are ours to free.
+        self.free_pages += state.pages[state.shared : already] + state.pages[full:]
+        self.prefix_cache.unlock(state.handle)
+
+    def _write_table(self, row: int, first_page: int, pages: list[int]) -> None:
+        p = self.page_size
+        slots = (torch.tensor(pages, dtype=torch.int32).unsqueeze(1) * p + torch.arange(p, dtype=torch.int32)).flatten()
+        self.page_table[row, first_page * p : first_page * p + slots.numel()] = slots.to(self.page_table.device)

@@ -1,0 +1,13 @@
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from minisgl.engine import EngineConfig
+
+
+@dataclass(frozen=True)
+class SchedulerConfig(EngineConfig):
+    max_extend_tokens: int = 8192  # prompt tokens computed per step; longer prompts are chunked
+    cache_type: str = "radix"  # radix | naive
+    # Overlap scheduling: prepare and launch step N+1 before reading step N's tokens.
+    overlap: bool = True

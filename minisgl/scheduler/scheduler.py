@@ -1,0 +1,215 @@
+"""The scheduler: continuous batching over one Engine.
+
+Each step it picks a batch (prefill when prompts are waiting, alternating with decode so running
+requests keep streaming), launches it, and turns the sampled tokens into per-request outputs.
+With overlap scheduling, step N+1 is prepared and launched before step N's tokens are read back,
+so the CPU work hides behind the GPU's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from minisgl.core import Batch, Req, SamplingParams
+from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
+from minisgl.kvcache import create_prefix_cache
+from minisgl.utils.logger import get_logger
+
+from .cache import CacheManager
+from .config import SchedulerConfig
+from .decode import DecodeManager
+from .prefill import PrefillManager
+from .table import RequestTable
+
+logger = get_logger(__name__)
+
+
+@dataclass
+class StepOutput:
+    """What one step produced for one request: a new token, an end, or both."""
+
+    uid: int
+    token_id: int | None
+    finish_reason: str | None = None  # stop | length | abort | error
+    error: str | None = None
+
+
+@dataclass
+class InFlight:
+    """A launched batch whose tokens have not been read yet; `samples[i]` says whether request i
+    sampled a real token (a non-final prompt chunk does not)."""
+
+    batch: Batch
+    out: ForwardOutput
+    samples: list[bool]
+
+
+@dataclass
+class SchedulerStats:
+    prompt_tokens: int = 0  # prompt tokens of admitted requests
+    computed_prompt_tokens: int = 0  # of those, computed by prefill (not served from the prefix cache)
+    prefix_hit_tokens: int = 0
+    generated_tokens: int = 0
+    finished: dict[str, int] = field(default_factory=dict)
+
+
+class Scheduler:
+    def __init__(self, config: SchedulerConfig, engine: Engine | None = None):
+        self.config = config
+        self.engine = engine or Engine(config)
+        e = self.engine
+        self.table = RequestTable(config.max_running_req)
+        self.prefix_cache = create_prefix_cache(config.cache_type, e.page_size)
+        self.cache = CacheManager(e.num_pages, e.page_size, self.prefix_cache, e.page_table,
+                                  max_pages_per_req=e.page_table.shape[1] // e.page_size)
+        self.stats = SchedulerStats()
+        self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_extend_tokens, self.stats)
+        self.decode = DecodeManager(self.cache)
+        self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
+        self.reqs: dict[int, Req] = {}
+        self.overlap = config.overlap and os.environ.get("MINISGL_DISABLE_OVERLAP", "0") != "1"
+        self._in_flight: InFlight | None = None
+        self._last_phase = "decode"
+        self._early: list[StepOutput] = []  # outputs decided outside a step (rejections, aborts)
+
+    # -- requests in and out ------------------------------------------------------------------
+
+    def check(self, prompt_len: int, params: SamplingParams) -> str | None:
+        """Why a request can never run here, or None."""
+        e = self.engine
+        if prompt_len < 1:
+            return "the prompt is empty"
+        if prompt_len + params.max_tokens > e.max_seq_len:
+            return (f"this model's maximum context length is {e.max_seq_len} tokens, but {prompt_len + params.max_tokens}"
+                    f" were requested ({prompt_len} in the prompt, {params.max_tokens} for the completion)")
+        pages = self.cache.pages_for(prompt_len + params.max_tokens)
+        if pages > e.num_pages:
+            return f"the request needs {pages} KV pages but the whole cache has {e.num_pages}"
+        return None
+
+    def add_request(self, uid: int, prompt_ids: list[int], params: SamplingParams) -> None:
+        problem = self.check(len(prompt_ids), params)
+        if problem:
+            self._early.append(StepOutput(uid, None, "error", problem))
+            return
+        req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params)
+        self.reqs[uid] = req
+        self.prefill.waiting.append(req)
+
+    def abort(self, uid: int) -> None:
+        req = self.reqs.get(uid)
+        if req is None or req.finished:
+            return
+        if req in self.prefill.waiting:
+            self.prefill.waiting.remove(req)
+            req.finish_reason = "abort"
+            self._count_finish(req)
+            del self.reqs[uid]
+            self._early.append(StepOutput(uid, None, "abort"))
+        else:
+            self._finish(req, "abort")
+            self._early.append(StepOutput(uid, None, "abort"))
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.prefill.has_work or self.decode.has_work or self._in_flight or self._early)
+
+    @property
+    def num_running(self) -> int:
+        return len(self.decode.running) + len(self.prefill.chunked)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.prefill.waiting)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def step(self) -> list[StepOutput]:
+        batch = self._schedule()
+        launched = self._launch(batch) if batch else None
+        outputs, self._early = self._early, []
+        if self.overlap:
+            if self._in_flight:
+                outputs += self._process(self._in_flight)
+            self._in_flight = launched
+        elif launched:
+            outputs += self._process(launched)
+        return outputs
+
+    def _schedule(self) -> Batch | None:
+        want_prefill = self.prefill.has_work and (self._last_phase == "decode" or not self.decode.has_work)
+        if want_prefill:
+            reqs = self.prefill.schedule()
+            if reqs:
+                self._last_phase = "prefill"
+                return Batch(reqs=reqs, phase="prefill")
+        if self.decode.has_work:
+            self._last_phase = "decode"
+            return Batch(reqs=self.decode.schedule(), phase="decode")
+        return None
+
+    def _launch(self, batch: Batch) -> InFlight:
+        args = BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device)
+        out = self.engine.forward_batch(batch, args)
+        samples = [r.samples_this_step for r in batch.reqs]
+        # Advance positions now, so the next batch can be scheduled before these tokens are read.
+        for r, sampled in zip(batch.reqs, samples):
+            r.cached_len = r.device_len
+            r.seq_len += sampled
+        if batch.phase == "prefill":
+            self.prefill.launched()
+            for r, sampled in zip(batch.reqs, samples):
+                if sampled:
+                    self.decode.add(r)
+        return InFlight(batch, out, samples)
+
+    def _process(self, done: InFlight) -> list[StepOutput]:
+        done.out.copy_done_event.synchronize()
+        tokens = done.out.next_tokens_cpu.tolist()
+        outputs = []
+        for r, token, sampled in zip(done.batch.reqs, tokens, done.samples):
+            if not sampled or r.finished:
+                continue  # a prompt chunk's sample is meaningless; a finished request wants no more
+            r.output_ids.append(token)
+            self.stats.generated_tokens += 1
+            reason = self._finish_reason(r, token)
+            if reason:
+                self._finish(r, reason)
+            outputs.append(StepOutput(r.uid, token, reason))
+        return outputs
+
+    def _finish_reason(self, r: Req, token: int) -> str | None:
+        p = r.sampling_params
+        if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids:
+            return "stop"
+        if len(r.output_ids) >= p.max_tokens or r.prompt_len + len(r.output_ids) >= self.engine.max_seq_len:
+            return "length"
+        return None
+
+    def _finish(self, r: Req, reason: str) -> None:
+        r.finish_reason = reason
+        self._count_finish(r)
+        self.decode.remove(r)
+        if r in self.prefill.chunked:
+            self.prefill.chunked.remove(r)
+        self.cache.release(r)
+        self.table.release(r.table_idx)
+        del self.reqs[r.uid]
+
+    def _count_finish(self, r: Req) -> None:
+        self.stats.finished[r.finish_reason] = self.stats.finished.get(r.finish_reason, 0) + 1
+
+    def shutdown(self) -> None:
+        self.engine.shutdown()
+
+
+def _generation_eos(model_path: str) -> set[int]:
+    """generation_config.json may list more end tokens than config.json (e.g. Qwen's <|im_end|>)."""
+    path = os.path.join(model_path, "generation_config.json")
+    if not os.path.exists(path):
+        return set()
+    with open(path) as f:
+        eos = json.load(f).get("eos_token_id")
+    return set(eos) if isinstance(eos, list) else ({eos} if eos is not None else set())
