@@ -1,0 +1,91 @@
+"""Request life-cycle: stop conditions, aborts, and requests that can never fit."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from minisgl.core import SamplingParams
+from minisgl.scheduler import Scheduler, SchedulerConfig
+
+
+@pytest.fixture()
+def scheduler(tiny_model_dir):
+    s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", dtype=torch.float32,
+                                  max_seq_len_override=128, page_size=4, num_page_override=64, max_running_req=8))
+    yield s
+    s.shutdown()
+
+
+def drain(s: Scheduler) -> dict[int, dict]:
+    results: dict[int, dict] = {}
+    for _ in range(1000):
+        if not s.has_work:
+            break
+        for out in s.step():
+            r = results.setdefault(out.uid, {"tokens": [], "reason": None, "error": None})
+            if out.token_id is not None:
+                r["tokens"].append(out.token_id)
+            if out.finish_reason:
+                r["reason"], r["error"] = out.finish_reason, out.error
+    return results
+
+
+def test_max_tokens_and_stop_token_ids(scheduler):
+    scheduler.add_request(1, [5, 6, 7], SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
+    first = drain(scheduler)[1]
+    assert first["reason"] == "length" and len(first["tokens"]) == 10
+    stop_at = first["tokens"][4]
+    scheduler.add_request(2, [5, 6, 7], SamplingParams(temperature=0, max_tokens=10, ignore_eos=True,
+                                                       stop_token_ids=(stop_at,)))
+    second = drain(scheduler)[2]
+    assert second["reason"] == "stop"
+    assert second["tokens"] == first["tokens"][: first["tokens"].index(stop_at) + 1]
+
+
+def test_eos_stops_unless_ignored(scheduler):
+    scheduler.eos_token_ids = set(range(400))  # every token ends the request
+    scheduler.add_request(1, [5, 6, 7], SamplingParams(temperature=0, max_tokens=10))
+    scheduler.add_request(2, [5, 6, 7], SamplingParams(temperature=0, max_tokens=10, ignore_eos=True))
+    results = drain(scheduler)
+    assert results[1]["reason"] == "stop" and len(results[1]["tokens"]) == 1
+    assert results[2]["reason"] == "length" and len(results[2]["tokens"]) == 10
+
+
+def test_abort_running_and_waiting_frees_everything(scheduler):
+    params = SamplingParams(temperature=0, max_tokens=100, ignore_eos=True)
+    scheduler.add_request(1, list(range(3, 20)), params)
+    scheduler.add_request(2, list(range(3, 20)), params)
+    for _ in range(4):
+        scheduler.step()
+    scheduler.abort(1)
+    scheduler.abort(2)
+    results = drain(scheduler)
+    assert results[1]["reason"] == "abort" and results[2]["reason"] == "abort"
+    assert scheduler.cache.used_pages == 0 and scheduler.cache.reserved == 0
+    assert scheduler.table.num_free == scheduler.table.rows
+
+
+@pytest.mark.parametrize("prompt_len, max_tokens, message", [
+    (100, 50, r"maximum context length is 128 tokens, but 150 were requested \(100 in the prompt, 50 for the completion\)"),
+    (0, 5, "the prompt is empty"),
+])
+def test_impossible_requests_are_rejected_and_others_still_run(scheduler, prompt_len, max_tokens, message):
+    scheduler.add_request(1, [7] * prompt_len, SamplingParams(max_tokens=max_tokens))
+    scheduler.add_request(2, [7, 8, 9], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True))
+    results = drain(scheduler)
+    assert results[1]["reason"] == "error"
+    assert __import__("re").search(message, results[1]["error"])
+    assert results[2]["reason"] == "length" and len(results[2]["tokens"]) == 5
+
+
+def test_request_larger_than_the_whole_pool_is_rejected(tiny_model_dir):
+    s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len_override=64,
+                                  page_size=4, num_page_override=8, max_running_req=2))
+    try:
+        s.add_request(1, [5] * 40, SamplingParams(max_tokens=20))
+        out = s.step()
+        assert out[0].finish_reason == "error"
+        assert out[0].error == "the request needs 15 KV pages but the whole cache has 8"
+    finally:
+        s.shutdown()

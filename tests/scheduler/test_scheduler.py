@@ -1,0 +1,96 @@
+"""The scheduler changes when and how tokens are computed, never which: every configuration
+below produces HF transformers' greedy tokens."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+from tests.helpers import hf_greedy
+
+NEW_TOKENS = 24
+GREEDY = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("Qwen3ForCausalLM")
+
+
+@pytest.fixture(scope="module")
+def workload():
+    rng = random.Random(0)
+    return [[rng.randint(3, 380) for _ in range(rng.randint(1, 90))] for _ in range(64)]
+
+
+@pytest.fixture(scope="module")
+def expected(model_dir, workload):
+    return [hf_greedy(model_dir, p, NEW_TOKENS)[0] for p in workload]
+
+
+def run(model_dir, prompts, one_at_a_time=False, **kwargs):
+    kwargs = {"device": "cpu", "dtype": torch.float32, "max_running_req": 64, "num_page_override": 2048,
+              "page_size": 4, **kwargs}
+    llm = LLM(model_dir, **kwargs)
+    try:
+        if one_at_a_time:
+            return [llm.generate([p], GREEDY, use_tqdm=False)[0]["token_ids"] for p in prompts], llm.scheduler
+        return [o["token_ids"] for o in llm.generate(prompts, GREEDY, use_tqdm=False)], llm.scheduler
+    finally:
+        llm.shutdown()
+
+
+CONFIGS = {
+    "radix cache": {"cache_type": "radix"},
+    "naive cache": {"cache_type": "naive"},
+    "chunked prefill of 16 tokens": {"max_extend_tokens": 16},
+    "page size 1": {"page_size": 1},
+    "page size 16": {"page_size": 16, "num_page_override": 512},
+    "KV pool of 40 pages of 4 tokens": {"num_page_override": 40},
+    "no overlap scheduling": {"overlap": False},
+    "8 running requests at most": {"max_running_req": 8},
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_batch_of_64_matches_hf(model_dir, workload, expected, name):
+    got, scheduler = run(model_dir, workload, **CONFIGS[name])
+    assert got == expected
+    # Everything was handed back: no page is held by a request any more.
+    assert scheduler.cache.used_pages == 0 and scheduler.cache.reserved == 0
+    assert scheduler.table.num_free == scheduler.table.rows
+
+
+def test_one_at_a_time_matches_hf(model_dir, workload, expected):
+    got, _ = run(model_dir, workload[:12], one_at_a_time=True)
+    assert got == expected[:12]
+
+
+def test_small_pool_makes_requests_wait_not_fail(model_dir, workload, expected):
+    got, scheduler = run(model_dir, workload[:16], num_page_override=30, page_size=4)
+    assert got == expected[:16]
+    assert scheduler.stats.finished == {"length": 16}
+
+
+def test_shared_prefix_is_computed_once(model_dir):
+    rng = random.Random(1)
+    system = [rng.randint(3, 380) for _ in range(200)]
+    prompts = [system + [rng.randint(3, 380) for _ in range(rng.randint(3, 10))] for _ in range(12)]
+    want = [hf_greedy(model_dir, p, NEW_TOKENS)[0] for p in prompts[:3]]
+    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_page_override=2048, page_size=4)
+    try:
+        first = llm.generate(prompts[:1], GREEDY, use_tqdm=False)  # warms the cache with the system prompt
+        rest = llm.generate(prompts[1:], GREEDY, use_tqdm=False)
+        stats = llm.scheduler.stats
+    finally:
+        llm.shutdown()
+    assert [first[0]["token_ids"]] + [o["token_ids"] for o in rest[:2]] == want
+    total = sum(len(p) for p in prompts)
+    # Each later request reuses the 200-token system prompt (page-aligned) and computes the rest.
+    assert stats.prompt_tokens == total
+    assert stats.prefix_hit_tokens == 11 * 200
+    assert stats.computed_prompt_tokens == total - 11 * 200
