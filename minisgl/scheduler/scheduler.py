@@ -34,6 +34,7 @@ class StepOutput:
     token_id: int | None
     finish_reason: str | None = None  # stop | length | abort | error
     error: str | None = None
+    prompt_tokens: int = 0
 
 
 @dataclass
@@ -92,7 +93,7 @@ class Scheduler:
     def add_request(self, uid: int, prompt_ids: list[int], params: SamplingParams) -> None:
         problem = self.check(len(prompt_ids), params)
         if problem:
-            self._early.append(StepOutput(uid, None, "error", problem))
+            self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return
         req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params)
         self.reqs[uid] = req
@@ -107,10 +108,9 @@ class Scheduler:
             req.finish_reason = "abort"
             self._count_finish(req)
             del self.reqs[uid]
-            self._early.append(StepOutput(uid, None, "abort"))
         else:
             self._finish(req, "abort")
-            self._early.append(StepOutput(uid, None, "abort"))
+        self._early.append(StepOutput(uid, None, "abort", prompt_tokens=req.prompt_len))
 
     @property
     def has_work(self) -> bool:
@@ -177,7 +177,7 @@ class Scheduler:
             reason = self._finish_reason(r, token)
             if reason:
                 self._finish(r, reason)
-            outputs.append(StepOutput(r.uid, token, reason))
+            outputs.append(StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len))
         return outputs
 
     def _finish_reason(self, r: Req, token: int) -> str | None:

@@ -1,0 +1,1 @@
+"""The serving side: CLI flags, process launcher, OpenAI-compatible HTTP API, shell."""

@@ -1,0 +1,123 @@
+"""Offline throughput: the field's workload through `minisgl.LLM`, optionally against HF transformers.
+
+    python benchmark/offline/bench.py --model ../shared/models/qwen3-0.6b --dummy-weight   # GPU, full workload
+    python benchmark/offline/bench.py --num-requests 32 --max-input-len 256 --max-output-len 64 --compare-hf
+
+Throughput is output tokens over the wall time of the whole batch, after a warm-up; the workload
+runs twice in one process and the second run is reported. With --compare-hf, HF transformers'
+continuous batching (`generate_batch`) runs a subset with a fixed output length, and minisgl runs
+the same subset in the same process: the ratio of the two is printed. Writes JSON and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+
+from minisgl.benchmark.report import bar_plot, device_name, write_json
+from minisgl.benchmark.workload import offline_workload
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+from minisgl.models.demo import demo_model_dir
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="model dir or HF id (default: the built-in demo model)")
+    p.add_argument("--dummy-weight", action="store_true", help="random weights (for config-only dirs)")
+    p.add_argument("--num-requests", type=int, default=256)
+    p.add_argument("--max-input-len", type=int, default=1024)
+    p.add_argument("--max-output-len", type=int, default=1024)
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
+    p.add_argument("--device", default="auto")
+    p.add_argument("--page-size", type=int, default=16)
+    p.add_argument("--max-running-requests", type=int, default=256)
+    p.add_argument("--max-prefill-length", type=int, default=8192)
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    p.add_argument("--attn", default="auto")
+    p.add_argument("--compare-hf", action="store_true", help="also run HF transformers generate_batch")
+    p.add_argument("--hf-requests", type=int, default=16, help="requests in the HF comparison subset")
+    p.add_argument("--hf-output-len", type=int, default=64, help="fixed output length in the HF comparison")
+    p.add_argument("--out", default="results/offline.json", help="JSON path; the PNG goes beside it")
+    return p.parse_args()
+
+
+def timed_generate(llm: LLM, prompts: list[list[int]], params: list[SamplingParams]) -> dict:
+    start = time.perf_counter()
+    outs = llm.generate(prompts, params)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(o["token_ids"]) for o in outs)
+    return {"requests": len(prompts), "output_tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def hf_generate_batch(model_path: str, dummy: bool, dtype: torch.dtype, prompts, output_len: int, temperature: float):
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if dummy:
+        model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(model_path), dtype=dtype).to(device)
+    else:
+        model = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype).to(device)
+    model.eval()
+    gen = GenerationConfig(max_new_tokens=output_len, do_sample=True, temperature=temperature, eos_token_id=-1,
+                           pad_token_id=0)
+    model.generate_batch(prompts[:2], generation_config=gen)  # warm-up
+    start = time.perf_counter()
+    outs = model.generate_batch(prompts, generation_config=gen, progress_bar=True)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(o.generated_tokens) for o in outs.values())
+    return {"requests": len(prompts), "output_tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds}
+
+
+def main() -> None:
+    args = parse_args()
+    model = args.model or demo_model_dir()
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    llm = LLM(model, dtype=dtype, device=args.device, use_dummy_weight=args.dummy_weight, page_size=args.page_size,
+              max_running_req=args.max_running_requests, max_extend_tokens=args.max_prefill_length,
+              cuda_graph_max_bs=args.cuda_graph_max_bs, attention_backend=args.attn)
+    vocab = llm.scheduler.engine.model_config.vocab_size
+    workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
+    prompts = [r.prompt_ids for r in workload]
+    params = [SamplingParams(temperature=args.temperature, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+
+    llm.generate(prompts[:2], params[:2], use_tqdm=False)  # warm-up
+    runs = [timed_generate(llm, prompts, params) for _ in range(2)]
+    result = {
+        "benchmark": "offline", "device": device_name(), "model": model, "dummy_weight": args.dummy_weight,
+        "dtype": str(llm.scheduler.engine.dtype), "workload": {k: getattr(args, k) for k in
+                                                               ("num_requests", "max_input_len", "max_output_len", "temperature")},
+        "runs": runs, "tokens_per_s": runs[1]["tokens_per_s"],
+    }
+    print(f"minisgl: {runs[1]['output_tokens']} tokens in {runs[1]['seconds']:.2f} s = "
+          f"{runs[1]['tokens_per_s']:.1f} tok/s (second run) on {result['device']}")
+    labels, values = ["minisgl (workload)"], [runs[1]["tokens_per_s"]]
+
+    if args.compare_hf:
+        subset = prompts[: args.hf_requests]
+        fixed = [SamplingParams(temperature=args.temperature, max_tokens=args.hf_output_len, ignore_eos=True)] * len(subset)
+        mine = timed_generate(llm, subset, fixed)
+        llm.shutdown()
+        hf = hf_generate_batch(model, args.dummy_weight, llm.scheduler.engine.dtype, subset, args.hf_output_len,
+                               args.temperature)
+        ratio = mine["tokens_per_s"] / hf["tokens_per_s"]
+        result["hf_comparison"] = {"minisgl": mine, "hf_generate_batch": hf, "ratio": ratio}
+        print(f"same {len(subset)} requests x {args.hf_output_len} tokens: minisgl {mine['tokens_per_s']:.1f} tok/s, "
+              f"HF generate_batch {hf['tokens_per_s']:.1f} tok/s, ratio {ratio:.2f}x")
+        labels += ["minisgl (subset)", "HF generate_batch"]
+        values += [mine["tokens_per_s"], hf["tokens_per_s"]]
+    else:
+        llm.shutdown()
+
+    write_json(args.out, result)
+    png = os.path.splitext(args.out)[0] + ".png"
+    bar_plot(png, f"Offline throughput on {result['device']}", labels, values, "output tokens / s")
+    print(f"wrote {args.out} and {png}")
+
+
+if __name__ == "__main__":
+    main()

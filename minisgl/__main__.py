@@ -1,0 +1,17 @@
+"""`python -m minisgl` / `minisgl`: serve a model over an OpenAI-compatible API, or chat in a shell."""
+
+from __future__ import annotations
+
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    from minisgl.server.args import parse_args
+    from minisgl.server.launch import run_shell, serve
+
+    args = parse_args(argv)
+    return run_shell(args) if args.shell else serve(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The messages of the serving pipeline, in the order a request meets them:
+
+API server --TokenizeMsg--> tokenizer --UserMsg--> scheduler --TokenBatchMsg--> detokenizer
+--ReplyBatchMsg--> API server. AbortMsg travels the same way as the request it aborts, so it can
+never overtake it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import field
+from typing import Any
+
+from .base import message
+
+
+@message
+class TokenizeMsg:
+    uid: int
+    params: dict[str, Any]  # SamplingParams fields; max_tokens None means "up to the context length"
+    text: str | None = None
+    input_ids: list[int] | None = None
+    messages: list[dict[str, Any]] | None = None  # chat: rendered with the tokenizer's chat template
+
+
+@message
+class UserMsg:
+    uid: int
+    input_ids: list[int]
+    params: dict[str, Any]
+
+
+@message
+class AbortMsg:
+    uid: int
+
+
+@message
+class ExitMsg:
+    pass
+
+
+@message
+class DetokenizeInfoMsg:
+    """Tokenizer -> detokenizer: how to turn this request's tokens into text."""
+
+    uid: int
+    stop: list[str] = field(default_factory=list)
+    skip_special_tokens: bool = True
+    prompt_tail: list[int] = field(default_factory=list)  # context for the first tokens' spacing
+
+
+@message
+class TokenBatchMsg:
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # minisgl.scheduler.StepOutput fields
+
+
+@message
+class Reply:
+    """Text for one request since its last reply."""
+
+    uid: int
+    text: str
+    completion_tokens: int
+    finish_reason: str | None = None
+    error: str | None = None
+    prompt_tokens: int = 0
+
+
+@message
+class ReplyBatchMsg:
+    replies: list[dict[str, Any]] = field(default_factory=list)  # Reply fields

@@ -1,0 +1,226 @@
+"""Starting, watching and stopping the server's processes.
+
+Children: tokenizer, detokenizer and the scheduler (rank 0, with its engine), plus one engine
+process per further tensor-parallel rank. This process runs the HTTP server. If a child dies the
+server exits non-zero (so a container restarts); on SIGTERM it stops taking requests, lets
+in-flight ones finish within --drain-timeout, and exits with every child gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+
+from minisgl.distributed import DistributedInfo
+from minisgl.scheduler import SchedulerConfig
+from minisgl.utils.logger import get_logger
+
+from .args import ServerArgs
+
+logger = get_logger(__name__)
+ADDRESS_NAMES = ["tokenizer", "scheduler", "detokenizer", "api"]
+
+
+def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0) -> SchedulerConfig:
+    return SchedulerConfig(
+        model_path=model_path,
+        tp_info=DistributedInfo(rank, args.tp),
+        dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
+        device=args.device,
+        page_size=args.page_size,
+        max_running_req=args.max_running_requests,
+        attention_backend=args.attn,
+        cuda_graph_max_bs=args.cuda_graph_max_bs,
+        memory_ratio=args.memory_ratio,
+        use_dummy_weight=args.dummy_weight,
+        max_seq_len_override=args.max_seq_len,
+        num_page_override=args.num_pages,
+        max_extend_tokens=args.max_prefill_length,
+        cache_type=args.cache,
+    )
+
+
+def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
+    """The model directory to load; with no --model, the built-in demo on the CPU."""
+    if args.model:
+        return args, args.model
+    from minisgl.models.demo import demo_model_dir
+
+    logger.warning("no --model given: serving the built-in DEMO model (tiny, random weights, on the CPU); "
+                   "its output is random text. Pass --model to serve a real model.")
+    if args.device == "auto":
+        args = type(args)(**{**args.__dict__, "device": "cpu"})
+    return args, demo_model_dir()
+
+
+@dataclass
+class Workers:
+    procs: list[mp.process.BaseProcess]
+    addrs: dict[str, str]
+    status: mp.Queue
+
+    def wait_ready(self, should_stop=lambda: False) -> None:
+        """Block until every child reported start-up; raise if one failed or died."""
+        pending = {p.name for p in self.procs}
+        while pending:
+            if should_stop():
+                raise RuntimeError("stopped during start-up")
+            try:
+                kind, name, detail = self.status.get(timeout=0.5)
+            except queue.Empty:
+                dead = self.dead()
+                if dead:
+                    raise RuntimeError(f"worker {dead} exited during start-up")
+                continue
+            if kind == "error":
+                raise RuntimeError(f"worker {name} failed to start:\n{detail}")
+            pending.discard(name)
+            logger.info("worker %s is ready", name)
+
+    def dead(self) -> str | None:
+        for p in self.procs:
+            if not p.is_alive():
+                return f"{p.name} (exit code {p.exitcode})"
+        return None
+
+    def stop(self, grace: float = 5.0) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join()
+        shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
+
+
+def start_workers(args: ServerArgs, model_path: str) -> Workers:
+    from minisgl.scheduler.io import run_scheduler
+    from minisgl.tokenizer.worker import run_detokenizer, run_tokenizer
+    from minisgl.utils.zmq import ipc_addresses
+
+    ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
+    addrs = ipc_addresses(ADDRESS_NAMES)
+    status = ctx.Queue()
+    procs = [
+        ctx.Process(target=run_scheduler, name="scheduler", args=(scheduler_config(args, model_path), addrs, status)),
+        ctx.Process(target=run_tokenizer, name="tokenizer", args=(model_path, addrs, status)),
+        ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),
+    ]
+    for p in procs:
+        p.daemon = True
+        p.start()
+    return Workers(procs, addrs, status)
+
+
+def serve(args: ServerArgs) -> int:
+    """Run the HTTP server until SIGTERM/SIGINT or a child's death; return the exit code."""
+    import uvicorn
+
+    from .api_server import ServerState, create_app
+    from .frontend import FrontendClient
+
+    args, model_path = resolve_model(args)
+    workers = start_workers(args, model_path)
+    state = ServerState()
+    client = FrontendClient(workers.addrs)
+    app = create_app(args, client, state)
+
+    class Server(uvicorn.Server):
+        def install_signal_handlers(self) -> None:  # ours below drain first
+            pass
+
+    server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
+                                   timeout_graceful_shutdown=5, access_log=False))
+    exit_code = 0
+    stopping = asyncio.Event()
+
+    async def supervise() -> None:
+        nonlocal exit_code
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, workers.wait_ready, stopping.is_set)
+        except RuntimeError as e:
+            if not stopping.is_set():
+                logger.error("%s", e)
+                exit_code = 1
+            server.should_exit = True
+            return
+        state.ready = True
+        logger.info("minisgl ready: serving %s as '%s' at http://%s:%d", model_path, args.model_name,
+                    args.host, args.port)
+        while not server.should_exit:
+            dead = workers.dead()
+            if dead:
+                logger.error("worker %s died; shutting down", dead)
+                state.healthy = False
+                exit_code = 1
+                server.should_exit = True
+                return
+            await asyncio.sleep(0.25)
+
+    async def drain() -> None:
+        state.draining = True
+        deadline = time.monotonic() + args.drain_timeout
+        logger.info("draining: %d request(s) in flight, up to %.0f s", client.in_flight, args.drain_timeout)
+        while client.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        server.should_exit = True
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+
+        def on_signal(sig: int) -> None:
+            if stopping.is_set():
+                server.force_exit = server.should_exit = True  # a second signal: stop now
+                return
+            logger.info("received %s", signal.Signals(sig).name)
+            stopping.set()
+            loop.create_task(drain())
+
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, on_signal, sig)
+        watcher = loop.create_task(supervise())
+        try:
+            await server.serve()
+        finally:
+            stopping.set()
+            watcher.cancel()
+
+    try:
+        asyncio.run(main())
+    except SystemExit as e:  # uvicorn exits this way when it cannot bind
+        exit_code = e.code if isinstance(e.code, int) and e.code else 1
+    finally:
+        workers.stop()
+    if not server.started and exit_code == 0 and not stopping.is_set():
+        exit_code = 1
+    return exit_code
+
+
+def run_shell(args: ServerArgs) -> int:
+    from .frontend import FrontendClient
+    from .shell import chat_shell
+
+    args, model_path = resolve_model(args)
+    workers = start_workers(args, model_path)
+    try:
+        print("loading the model ...", file=sys.stderr)
+        workers.wait_ready()
+        return asyncio.run(chat_shell(FrontendClient(workers.addrs), workers))
+    except RuntimeError as e:
+        logger.error("%s", e)
+        return 1
+    finally:
+        workers.stop()

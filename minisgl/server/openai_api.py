@@ -1,0 +1,196 @@
+"""/v1/completions and /v1/chat/completions: turning OpenAI requests into pipeline requests and
+replies into OpenAI responses (JSON or server-sent events)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, StreamingResponse
+
+from minisgl.message import Reply
+
+from .frontend import FrontendClient
+from .protocol import ChatCompletionRequest, CompletionRequest, error_response
+
+
+@dataclass
+class Choice:
+    index: int
+    prompt_index: int
+    text: str = ""
+    completion_tokens: int = 0
+    prompt_tokens: int = 0
+    finish_reason: str | None = None
+
+
+@dataclass
+class Generation:
+    """Every choice of one API request (prompts x n), generated concurrently."""
+
+    client: FrontendClient
+    jobs: list[tuple[int, dict, dict]]  # (prompt index, params, generate() kwargs)
+    choices: list[Choice] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.choices = [Choice(i, p) for i, (p, _, _) in enumerate(self.jobs)]
+        self.streams = [self.client.generate(params, **kw) for _, params, kw in self.jobs]
+
+    async def first_replies(self) -> list[Reply] | JSONResponse:
+        """Wait for each choice's first reply; an error there becomes the HTTP error response."""
+        firsts = await asyncio.gather(*(anext(s) for s in self.streams))
+        bad = next((r for r in firsts if r.finish_reason == "error"), None)
+        if bad is not None:
+            await self.close()
+            return error_response(400, bad.error or "request failed", code="invalid_request")
+        return firsts
+
+    async def replies(self, firsts: list[Reply]) -> AsyncIterator[tuple[Choice, Reply]]:
+        """All replies of all choices, in arrival order."""
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def pump(i: int) -> None:
+            try:
+                await queue.put((i, firsts[i]))
+                if firsts[i].finish_reason is None:
+                    async for r in self.streams[i]:
+                        await queue.put((i, r))
+            finally:
+                await queue.put((i, None))
+
+        tasks = [asyncio.create_task(pump(i)) for i in range(len(self.streams))]
+        try:
+            open_streams = len(tasks)
+            while open_streams:
+                i, reply = await queue.get()
+                if reply is None:
+                    open_streams -= 1
+                    continue
+                choice = self.choices[i]
+                choice.text += reply.text
+                choice.completion_tokens = reply.completion_tokens
+                choice.prompt_tokens = reply.prompt_tokens or choice.prompt_tokens
+                choice.finish_reason = reply.finish_reason
+                yield choice, reply
+        finally:
+            for t in tasks:
+                t.cancel()  # a disconnect lands here: each stream's own cleanup aborts its request
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        for s in self.streams:
+            await s.aclose()
+
+    def usage(self) -> dict:
+        prompts = {c.prompt_index: c.prompt_tokens for c in self.choices}
+        prompt, completion = sum(prompts.values()), sum(c.completion_tokens for c in self.choices)
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _finish(reason: str | None) -> str | None:
+    return reason if reason in (None, "stop", "length") else "stop" if reason == "abort" else reason
+
+
+def _sse(obj: dict | str) -> str:
+    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
+
+
+async def _watch_disconnect(request: Request, gen: Generation, work: asyncio.Task) -> None:
+    while not work.done():
+        if await request.is_disconnected():
+            work.cancel()
+            return
+        await asyncio.sleep(0.5)
+
+
+async def _collect(gen: Generation, firsts: list[Reply], request: Request) -> list[Choice] | None:
+    async def drain():
+        async for _ in gen.replies(firsts):
+            pass
+
+    work = asyncio.create_task(drain())
+    watcher = asyncio.create_task(_watch_disconnect(request, gen, work))
+    try:
+        await work
+    except asyncio.CancelledError:
+        return None
+    finally:
+        watcher.cancel()
+    return gen.choices
+
+
+async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRequest, jobs: list, model: str,
+                           client: FrontendClient, request: Request):
+    gen = Generation(client, jobs)
+    firsts = await gen.first_replies()
+    if isinstance(firsts, JSONResponse):
+        return firsts
+    rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
+    created = int(time.time())
+    base = {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion", "created": created,
+            "model": model}
+
+    if not body.stream:
+        choices = await _collect(gen, firsts, request)
+        if choices is None:
+            return error_response(400, "client disconnected")
+        errors = [c for c in choices if c.finish_reason == "error"]
+        if errors:
+            return error_response(500, "generation failed", code="generation_error")
+        if kind == "chat":
+            out = [{"index": c.index, "message": {"role": "assistant", "content": c.text}, "logprobs": None,
+                    "finish_reason": _finish(c.finish_reason)} for c in choices]
+        else:
+            out = [{"index": c.index, "text": c.text, "logprobs": None, "finish_reason": _finish(c.finish_reason)}
+                   for c in choices]
+        return JSONResponse({**base, "choices": out, "usage": gen.usage()})
+
+    include_usage = bool(body.stream_options and body.stream_options.include_usage)
+    chunk_base = {**base, "object": "chat.completion.chunk" if kind == "chat" else "text_completion"}
+
+    def chunk(choices: list[dict]) -> dict:
+        return {**chunk_base, "choices": choices, **({"usage": None} if include_usage else {})}
+
+    async def events() -> AsyncIterator[str]:
+        if kind == "chat":
+            for c in gen.choices:
+                yield _sse(chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""},
+                                   "logprobs": None, "finish_reason": None}]))
+        async for choice, reply in gen.replies(firsts):
+            if reply.finish_reason == "error":
+                yield _sse({"error": {"message": reply.error or "generation failed", "type": "server_error",
+                                      "param": None, "code": "generation_error"}})
+                continue
+            if not reply.text and reply.finish_reason is None:
+                continue
+            finish = _finish(reply.finish_reason)
+            if kind == "chat":
+                if reply.text:
+                    yield _sse(chunk([{"index": choice.index, "delta": {"content": reply.text}, "logprobs": None,
+                                       "finish_reason": None}]))
+                if finish:
+                    yield _sse(chunk([{"index": choice.index, "delta": {}, "logprobs": None, "finish_reason": finish}]))
+            else:
+                yield _sse(chunk([{"index": choice.index, "text": reply.text, "logprobs": None, "finish_reason": finish}]))
+        if include_usage:
+            yield _sse({**chunk_base, "choices": [], "usage": gen.usage()})
+        yield _sse("[DONE]")
+
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+
+
+def chat_jobs(body: ChatCompletionRequest) -> list:
+    params = body.sampling_params(body.max_completion_tokens or body.max_tokens)
+    messages = [m.as_template_input() for m in body.messages]
+    return [(0, params, {"messages": messages})] * body.n
+
+
+def completion_jobs(body: CompletionRequest) -> list:
+    params = body.sampling_params(body.max_tokens)
+    return [(i, params, kw) for i, kw in enumerate(body.prompts()) for _ in range(body.n)]

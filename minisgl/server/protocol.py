@@ -1,0 +1,113 @@
+"""OpenAI request bodies (pydantic) and the OpenAI error body.
+
+The models describe exactly what the server accepts, so FastAPI's OpenAPI schema documents the
+real API and malformed bodies are rejected before they reach the pipeline.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+
+StopField = str | list[str] | None
+
+
+class SamplingFields(BaseModel):
+    # Unknown OpenAI fields (logit_bias, user, ...) are accepted and ignored, as vLLM does.
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, gt=0, le=1)
+    top_k: int | None = Field(None, ge=-1, description="extension: keep the k most likely tokens")
+    min_p: float | None = Field(None, ge=0, le=1, description="extension")
+    seed: int | None = Field(None, ge=0)
+    stop: StopField = Field(None, description="up to 4 strings; generation ends before any of them")
+    stop_token_ids: list[int] | None = Field(None, description="extension")
+    ignore_eos: bool = Field(False, description="extension: keep generating past end-of-sequence")
+    n: int = Field(1, ge=1)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+
+    def sampling_params(self, max_tokens: int | None) -> dict:
+        stop = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
+        return {
+            "temperature": 1.0 if self.temperature is None else self.temperature,
+            "top_p": 1.0 if self.top_p is None else self.top_p,
+            "top_k": -1 if self.top_k is None else self.top_k,
+            "min_p": self.min_p or 0.0,
+            "seed": self.seed,
+            "stop": stop,
+            "stop_token_ids": self.stop_token_ids or [],
+            "ignore_eos": self.ignore_eos,
+            "max_tokens": max_tokens,
+        }
+
+
+class StreamOptions(BaseModel):
+    include_usage: bool = False
+
+
+class TextPart(BaseModel):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+
+    def as_template_input(self) -> dict:
+        content = self.content
+        if isinstance(content, list):
+            content = "".join(p.text for p in content)
+        return {"role": self.role, "content": content or ""}
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1, description="deprecated alias of max_completion_tokens")
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+class CompletionRequest(SamplingFields):
+    prompt: str | list[int] | list[str] | list[list[int]] = Field(description="text or token ids, one or a batch")
+    max_tokens: int | None = Field(16, ge=1)
+
+    def prompts(self) -> list[dict]:
+        """Each prompt as generate() keyword arguments."""
+        p = self.prompt
+        if isinstance(p, str):
+            return [{"text": p}]
+        if p and all(isinstance(x, int) for x in p):
+            return [{"input_ids": list(p)}]
+        return [{"text": x} if isinstance(x, str) else {"input_ids": list(x)} for x in p]
+
+
+SamplingFields.model_rebuild()
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorResponse(BaseModel):
+    error: ErrorDetail
+
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
+               413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable"}
+
+
+def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
+                   headers: dict | None = None) -> JSONResponse:
+    body = {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "param": param,
+                      "code": code}}
+    return JSONResponse(body, status_code=status, headers=headers)

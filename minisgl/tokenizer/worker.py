@@ -1,0 +1,113 @@
+"""The tokenizer and detokenizer worker processes."""
+
+from __future__ import annotations
+
+from multiprocessing.queues import Queue
+
+from transformers import AutoTokenizer
+
+from minisgl.message import (
+    AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
+)
+from minisgl.utils.logger import get_logger
+from minisgl.utils.process import ParentWatch, run_worker
+from minisgl.utils.zmq import PullSocket, PushSocket
+
+from .detokenize import IncrementalDetokenizer
+
+logger = get_logger(__name__)
+PROMPT_TAIL = 4  # prompt tokens given to the detokenizer so the first output token is spaced right
+
+
+def encode_request(tokenizer, msg: TokenizeMsg) -> list[int]:
+    if msg.input_ids is not None:
+        return list(msg.input_ids)
+    if msg.messages is not None:
+        if not tokenizer.chat_template:
+            raise ValueError("this model's tokenizer has no chat template; use /v1/completions")
+        out = tokenizer.apply_chat_template(msg.messages, add_generation_prompt=True, tokenize=True)
+        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+    return tokenizer.encode(msg.text or "")
+
+
+def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> None:
+    def body(ready):
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        inbox = PullSocket(addrs["tokenizer"])
+        to_scheduler, to_detok, to_api = (PushSocket(addrs[n]) for n in ("scheduler", "detokenizer", "api"))
+        watch = ParentWatch()
+        ready()
+        while watch.alive():
+            for msg in inbox.recv_all(timeout_ms=200):
+                if isinstance(msg, ExitMsg):
+                    return
+                if isinstance(msg, AbortMsg):
+                    to_scheduler.send(msg)
+                    continue
+                try:
+                    ids = encode_request(tokenizer, msg)
+                except Exception as e:  # a bad chat message must not take the worker down
+                    to_api.send(ReplyBatchMsg([vars(Reply(msg.uid, "", 0, "error", f"cannot tokenize: {e}"))]))
+                    continue
+                stop = msg.params.get("stop") or []
+                to_detok.send(DetokenizeInfoMsg(msg.uid, list(stop), msg.params.get("skip_special_tokens", True),
+                                                ids[-PROMPT_TAIL:]))
+                to_scheduler.send(UserMsg(msg.uid, ids, msg.params))
+
+    run_worker("tokenizer", status, body)
+
+
+def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> None:
+    def body(ready):
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        backend = tokenizer.backend_tokenizer
+        inbox = PullSocket(addrs["detokenizer"])
+        to_api, to_scheduler = PushSocket(addrs["api"]), PushSocket(addrs["scheduler"])
+        states: dict[int, IncrementalDetokenizer] = {}
+        counts: dict[int, int] = {}
+        early: dict[int, list[dict]] = {}  # outputs that overtook their request's DetokenizeInfoMsg
+        watch = ParentWatch()
+        ready()
+
+        def handle(out: dict, replies: list[dict]) -> None:
+            uid, reason = out["uid"], out["finish_reason"]
+            state = states.get(uid)
+            if state is None:
+                early.setdefault(uid, []).append(out)
+                return
+            if state.stopped:  # a stop string already ended it for the client
+                if reason:
+                    del states[uid], counts[uid]
+                return
+            text = ""
+            if out["token_id"] is not None:
+                counts[uid] += 1
+                text = state.add(out["token_id"])
+            if state.stopped:
+                if reason is None:
+                    to_scheduler.send(AbortMsg(uid))  # the scheduler is still generating: stop it
+                reason = "stop"
+            if reason:
+                text += state.finish()
+            replies.append(vars(Reply(uid, text, counts[uid], reason, out.get("error"), out.get("prompt_tokens", 0))))
+            if reason and not (state.stopped and out["finish_reason"] is None):
+                del states[uid], counts[uid]
+
+        while watch.alive():
+            msgs = inbox.recv_all(timeout_ms=200)
+            replies: list[dict] = []
+            for msg in msgs:
+                if isinstance(msg, ExitMsg):
+                    return
+                if isinstance(msg, DetokenizeInfoMsg):
+                    states[msg.uid] = IncrementalDetokenizer(backend, msg.stop, msg.skip_special_tokens, msg.prompt_tail)
+                    counts[msg.uid] = 0
+                    for out in early.pop(msg.uid, []):
+                        handle(out, replies)
+                elif isinstance(msg, TokenBatchMsg):
+                    for out in msg.outputs:
+                        handle(out, replies)
+            if replies:
+                to_api.send(ReplyBatchMsg(replies))
+
+    run_worker("detokenizer", status, body)
