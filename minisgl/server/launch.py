@@ -121,6 +121,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     for p in procs:
         p.daemon = True
         p.start()
+        logger.info("started worker %s (pid %d)", p.name, p.pid)
     return Workers(procs, addrs, status)
 
 

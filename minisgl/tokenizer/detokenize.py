@@ -16,6 +16,9 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer: Tokenizer, stop: list[str], skip_special_tokens: bool, prompt_tail: list[int]):
         self.tokenizer = tokenizer
         self.stream = DecodeStream(ids=prompt_tail or None, skip_special_tokens=skip_special_tokens)
+        self.skip_special_tokens = skip_special_tokens
+        self.prompt_tail = prompt_tail
+        self.ids: list[int] = []
         self.stop = [s for s in stop if s]
         self.text = ""  # everything decoded so far
         self.sent = 0  # characters of `text` already handed out
@@ -23,13 +26,19 @@ class IncrementalDetokenizer:
 
     def add(self, token_id: int) -> str:
         """Feed one token; return the new text that is safe to show."""
+        self.ids.append(token_id)
         piece = self.stream.step(self.tokenizer, token_id)
         if piece:
             self.text += piece
         return self._release(final=False)
 
     def finish(self) -> str:
-        """The request ended: whatever was held back is final."""
+        """The request ended: whatever was held back is final, including bytes that never
+        completed a character (shown as U+FFFD, exactly as a one-shot decode shows them)."""
+        decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)  # noqa: E731
+        whole = decode(self.prompt_tail + self.ids)[len(decode(self.prompt_tail)):]
+        if whole.startswith(self.text):
+            self.text = whole
         return self._release(final=True)
 
     def _release(self, final: bool) -> str:

@@ -30,6 +30,13 @@ def encode_request(tokenizer, msg: TokenizeMsg) -> list[int]:
     return tokenizer.encode(msg.text or "")
 
 
+def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
+    """The prompt's last tokens as decoding context, unless they end inside a UTF-8 character
+    (then the decoder could not tell the prompt's text from the output's)."""
+    tail = ids[-PROMPT_TAIL:]
+    return [] if "\ufffd" in tokenizer.decode(tail) else tail
+
+
 def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> None:
     def body(ready):
         tokenizer = AutoTokenizer.from_pretrained(model_path)
@@ -51,7 +58,7 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> None
                     continue
                 stop = msg.params.get("stop") or []
                 to_detok.send(DetokenizeInfoMsg(msg.uid, list(stop), msg.params.get("skip_special_tokens", True),
-                                                ids[-PROMPT_TAIL:]))
+                                                prompt_tail(tokenizer, ids)))
                 to_scheduler.send(UserMsg(msg.uid, ids, msg.params))
 
     run_worker("tokenizer", status, body)
