@@ -1,0 +1,83 @@
+{{/* The chart's name, truncated to a DNS label. */}}
+{{- define "minisgl-operator.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The release's full name: used for every object this chart creates. */}}
+{{- define "minisgl-operator.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "minisgl-operator.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "minisgl-operator.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "minisgl-operator.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "minisgl-operator.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: minisgl
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "minisgl-operator.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "minisgl-operator.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The operator's permissions: exactly what it uses (operator/minisgl_operator/kube.py, PERMISSIONS;
+tests/operator checks that the two agree). kopf runs --standalone (no peering) with cluster
+scanning off, so it needs no CRD, namespace or KopfPeering permissions.
+*/}}
+{{- define "minisgl-operator.rules" -}}
+# kopf watches InferenceServices and keeps its progress in their annotations; the Deployment
+# event handler reads the owner by name.
+- apiGroups: ["minisgl.io"]
+  resources: ["inferenceservices"]
+  verbs: ["get", "list", "watch", "patch"]
+# The operator writes the status.
+- apiGroups: ["minisgl.io"]
+  resources: ["inferenceservices/status"]
+  verbs: ["patch"]
+# ownerReferences with blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
+- apiGroups: ["minisgl.io"]
+  resources: ["inferenceservices/finalizers"]
+  verbs: ["update"]
+# Children, written by server-side apply (patch; create when new). Deployments are also watched.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch"]
+- apiGroups: [""]
+  resources: ["services", "persistentvolumeclaims"]
+  verbs: ["get", "create", "patch"]
+# HPA and PDB are deleted again when the spec stops asking for them.
+- apiGroups: ["autoscaling"]
+  resources: ["horizontalpodautoscalers"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["policy"]
+  resources: ["poddisruptionbudgets"]
+  verbs: ["get", "create", "patch", "delete"]
+# Events: the operator's and kopf's own.
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
+
+{{- define "minisgl-operator.imageTag" -}}
+{{- .tag | default .appVersion }}
+{{- end }}

@@ -1,0 +1,17 @@
+"""The operator's own settings, from its environment (the Helm chart sets them)."""
+
+from __future__ import annotations
+
+import os
+
+from . import constants as c
+
+
+def default_server_image() -> str:
+    """The image of InferenceServices that set no spec.image."""
+    return os.environ.get(c.SERVER_IMAGE_ENV) or c.DEFAULT_SERVER_IMAGE
+
+
+def resync_seconds() -> float:
+    """How often every InferenceService is reconciled even when nothing announced a change."""
+    return float(os.environ.get(c.RESYNC_SECONDS_ENV) or c.DEFAULT_RESYNC_SECONDS)

@@ -1,0 +1,206 @@
+"""The operator's only door to the Kubernetes API: a five-method adapter over the official client.
+
+The reconciler and the handlers call :class:`KubeApi`; :class:`KubernetesApi` implements it with
+the ``kubernetes`` package, and the tests pass a recording fake with the same methods. Objects go
+in and come out as plain dicts in the API's own (camelCase) JSON form.
+
+``PERMISSIONS`` lists every API permission the operator uses, kopf's own included; the Helm
+chart's RBAC grants exactly these (a test compares them).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Protocol
+
+from . import constants as c
+
+Obj = dict[str, Any]
+
+
+class ApiError(Exception):
+    """A failed API call. ``status`` is the HTTP status (0: the API server was not reached)."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        self.status = status
+        self.reason = reason
+        self.message = message
+        super().__init__(f"{status} {reason}: {message}")
+
+    @property
+    def retryable(self) -> bool:
+        """Worth retrying as is: conflicts, throttling, server errors, no connection.
+        Anything else (400 Bad Request, 403 Forbidden, 422 Invalid, ...) needs a person."""
+        return self.status in (0, 409, 429) or self.status >= 500
+
+
+class KubeApi(Protocol):
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """The object, or None when it does not exist."""
+
+    def apply(self, obj: Obj) -> Obj:
+        """Server-side apply ``obj`` (creating it if needed) as the operator's field manager."""
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        """Delete the object; no error when it is already gone."""
+
+    def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
+        """Merge-patch the status subresource of an InferenceService."""
+
+    def create_event(self, event: Obj) -> None:
+        """Create a core/v1 Event."""
+
+
+# (apiGroup, resource) -> verbs. Each line says who needs it.
+PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
+    # kopf watches InferenceServices and patches its progress annotations on them; the
+    # Deployment watch handler reads the owner by name.
+    (c.GROUP, c.PLURAL): ("get", "list", "watch", "patch"),
+    # The reconciler writes status.
+    (c.GROUP, f"{c.PLURAL}/status"): ("patch",),
+    # ownerReferences with blockOwnerDeletion need this where the
+    # OwnerReferencesPermissionEnforcement admission plugin is on.
+    (c.GROUP, f"{c.PLURAL}/finalizers"): ("update",),
+    # Children: server-side apply is authorized as patch, and as create when the object is new.
+    # Deployments are also watched (status changes, deletions -> reconcile the owner).
+    ("apps", "deployments"): ("get", "list", "watch", "create", "patch"),
+    ("", "services"): ("get", "create", "patch"),
+    ("", "persistentvolumeclaims"): ("get", "create", "patch"),
+    # HPA and PDB are deleted again when the spec stops asking for them.
+    ("autoscaling", "horizontalpodautoscalers"): ("get", "create", "patch", "delete"),
+    ("policy", "poddisruptionbudgets"): ("get", "create", "patch", "delete"),
+    # Events, the operator's and kopf's own.
+    ("", "events"): ("create",),
+}
+# No peering (the chart runs kopf with --standalone and one replica) and no cluster scanning
+# (settings.scanning.disabled): kopf then needs no CRD, namespace or KopfPeering permissions.
+
+APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
+
+# kind -> (API class name in kubernetes.client, method suffix)
+_TYPED = {
+    "Deployment": ("AppsV1Api", "namespaced_deployment"),
+    "Service": ("CoreV1Api", "namespaced_service"),
+    "PersistentVolumeClaim": ("CoreV1Api", "namespaced_persistent_volume_claim"),
+    "HorizontalPodAutoscaler": ("AutoscalingV2Api", "namespaced_horizontal_pod_autoscaler"),
+    "PodDisruptionBudget": ("PolicyV1Api", "namespaced_pod_disruption_budget"),
+}
+
+
+class KubernetesApi:
+    """:class:`KubeApi` on the official ``kubernetes`` client."""
+
+    def __init__(self, api_client: Any):
+        from kubernetes import client
+
+        self._client = client
+        self._api_client = api_client
+        self._apis: dict[str, Any] = {}
+
+    @classmethod
+    def from_environment(cls) -> "KubernetesApi":
+        """In a pod: the ServiceAccount; elsewhere: the kubeconfig."""
+        from kubernetes import client, config
+
+        try:
+            config.load_incluster_config()
+        except config.ConfigException:
+            config.load_kube_config()
+        return cls(client.ApiClient())
+
+    def _api(self, class_name: str) -> Any:
+        if class_name not in self._apis:
+            self._apis[class_name] = getattr(self._client, class_name)(self._api_client)
+        return self._apis[class_name]
+
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            return fn(*args, **kwargs)
+        except ApiException as exc:
+            message = exc.reason or ""
+            try:
+                message = json.loads(exc.body).get("message", message)
+            except (TypeError, ValueError, AttributeError):
+                pass
+            raise ApiError(exc.status or 0, exc.reason or "", message) from exc
+        except HTTPError as exc:
+            raise ApiError(0, "ConnectionError", str(exc)) from exc
+        except ValueError as exc:  # the client's own model validation (pydantic) refused the request
+            raise ApiError(400, "ClientValidation", str(exc)) from exc
+
+    @staticmethod
+    def _json(response: Any) -> Obj:
+        return json.loads(response.data)
+
+    def _typed(self, kind: str) -> tuple[Any, str]:
+        try:
+            class_name, suffix = _TYPED[kind]
+        except KeyError:
+            raise ValueError(f"the operator does not manage {kind} objects") from None
+        return self._api(class_name), suffix
+
+    def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            if kind == c.KIND:
+                return self._json(
+                    self._call(
+                        self._api("CustomObjectsApi").get_namespaced_custom_object,
+                        c.GROUP, c.VERSION, namespace, c.PLURAL, name,
+                        _preload_content=False,
+                    )
+                )  # fmt: skip
+            api, suffix = self._typed(kind)
+            return self._json(self._call(getattr(api, f"read_{suffix}"), name, namespace, _preload_content=False))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def apply(self, obj: Obj) -> Obj:
+        api, suffix = self._typed(obj["kind"])
+        meta = obj["metadata"]
+        response = self._call(
+            getattr(api, f"patch_{suffix}"),
+            meta["name"],
+            meta["namespace"],
+            body=obj,
+            field_manager=c.FIELD_MANAGER,
+            force=True,
+            _content_type=APPLY_CONTENT_TYPE,
+            _preload_content=False,
+        )
+        return self._json(response)
+
+    def delete(self, kind: str, namespace: str, name: str) -> None:
+        api, suffix = self._typed(kind)
+        try:
+            self._call(getattr(api, f"delete_{suffix}"), name, namespace, propagation_policy="Background")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+
+    def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
+        response = self._call(
+            self._api("CustomObjectsApi").patch_namespaced_custom_object_status,
+            c.GROUP,
+            c.VERSION,
+            namespace,
+            c.PLURAL,
+            name,
+            {"status": status},
+            _content_type=MERGE_PATCH_CONTENT_TYPE,
+            _preload_content=False,
+        )
+        return self._json(response)
+
+    def create_event(self, event: Obj) -> None:
+        self._call(
+            self._api("CoreV1Api").create_namespaced_event,
+            event["metadata"]["namespace"],
+            event,
+            _preload_content=False,
+        )

@@ -1,0 +1,279 @@
+"""The reconcile loop: make the cluster match one InferenceService, writing only what differs.
+
+For each child that ``render.children`` asks for:
+- missing                                  -> apply (create);
+- present, same config hash, and every field the operator sets still has its value
+                                           -> nothing (the API server's defaults are ignored);
+- otherwise (spec changed, or someone edited or deleted a field: drift)
+                                           -> apply (server-side apply, forced).
+Children the spec no longer asks for (HPA, PDB) are deleted. Then the status is computed from the
+Deployment and patched only when it changed, and an Event is posted only when something happened.
+
+A spec the cluster cannot run never raises: it becomes a Degraded condition and a Warning Event,
+and the running children are left alone. API errors worth retrying raise ``RetryableError``
+(kopf retries the handler with a backoff); other API errors become Degraded too.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from typing import Any, Callable, Mapping
+
+from . import constants as c
+from . import render, server, status
+from . import spec as spec_mod
+from .kube import ApiError, KubeApi
+
+Obj = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+class RetryableError(Exception):
+    """A transient API failure; the handler should run again later."""
+
+
+@dataclass
+class Outcome:
+    applied: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    status_written: bool = False
+    events: list[str] = field(default_factory=list)
+    problem: status.Problem | None = None
+
+
+def utc_now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+# --- comparing what is there with what should be ---------------------------------------------
+
+_SUFFIXES = {
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
+    "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+}  # fmt: skip
+
+
+def parse_quantity(value: Any) -> Decimal | None:
+    """A resource.Quantity as a number ('4000m' -> 4, '1Gi' -> 1073741824), None if it is not one."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return Decimal(str(value))
+    if not isinstance(value, str) or not value:
+        return None
+    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
+        if value.endswith(suffix):
+            number, factor = value[: -len(suffix)], Decimal(_SUFFIXES[suffix])
+            break
+    else:
+        number, factor = value, Decimal(1)
+    try:
+        return Decimal(number) * factor
+    except InvalidOperation:
+        return None
+
+
+_QUANTITY_PARENTS = ("requests", "limits")
+_QUANTITY_KEYS = ("sizeLimit", "storage", "averageValue")
+
+
+def _same_scalar(current: Any, desired: Any, key: str, parent: str) -> bool:
+    if current == desired:
+        return True
+    if parent in _QUANTITY_PARENTS or key in _QUANTITY_KEYS:
+        a, b = parse_quantity(current), parse_quantity(desired)
+        return a is not None and a == b
+    return False
+
+
+def contains(current: Any, desired: Any, key: str = "", parent: str = "") -> bool:
+    """Whether ``current`` has every field of ``desired`` with the same value. Extra fields in
+    ``current`` (the API server's defaults, status, managedFields) do not matter; quantities
+    compare by value, since the API server canonicalizes them ('4000m' is stored as '4')."""
+    if isinstance(desired, dict):
+        if not isinstance(current, dict):
+            return False
+        return all(k in current and contains(current[k], v, k, key) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(current, list) or len(current) != len(desired):
+            return False
+        return all(contains(a, b, key, parent) for a, b in zip(current, desired))
+    return _same_scalar(current, desired, key, parent)
+
+
+def up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    hash_key = c.ANNOTATION_CONFIG_HASH
+    current_hash = (current.get("metadata", {}).get("annotations") or {}).get(hash_key)
+    return current_hash == desired["metadata"]["annotations"][hash_key] and contains(current, desired)
+
+
+def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
+    return any(ref.get("uid") == uid and ref.get("controller") for ref in obj.get("metadata", {}).get("ownerReferences") or [])
+
+
+def _ref(obj: Mapping[str, Any]) -> str:
+    return f"{obj['kind']}/{obj['metadata']['name']}"
+
+
+# --- events ------------------------------------------------------------------------------------
+
+
+def event(body: Mapping[str, Any], type_: str, reason: str, message: str, now: str) -> Obj:
+    meta = body["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+        "involvedObject": {
+            "apiVersion": body.get("apiVersion", c.API_VERSION),
+            "kind": body.get("kind", c.KIND),
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+            "uid": meta.get("uid", ""),
+            "resourceVersion": meta.get("resourceVersion", ""),
+        },
+        "type": type_,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": c.OPERATOR_NAME},
+        "reportingComponent": c.OPERATOR_NAME,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
+# --- the loop ----------------------------------------------------------------------------------
+
+
+class Reconciler:
+    def __init__(self, api: KubeApi, default_image: str = c.DEFAULT_SERVER_IMAGE, clock: Callable[[], str] = utc_now):
+        self.api = api
+        self.default_image = default_image
+        self.clock = clock
+
+    def reconcile(self, body: Mapping[str, Any]) -> Outcome:
+        meta = body["metadata"]
+        outcome = Outcome()
+        if meta.get("deletionTimestamp"):
+            return outcome  # the garbage collector removes the children (ownerReferences)
+
+        try:
+            isvc = spec_mod.parse(body, self.default_image)
+        except spec_mod.SpecError as exc:
+            outcome.problem = status.Problem("InvalidSpec", f"the spec cannot run: {exc}")
+            self._finish(body, outcome, deployment=self._owned_deployment(body))
+            return outcome
+
+        deployment: Obj | None = None
+        wanted = render.children(isvc)
+        for desired in wanted:
+            kind, name = desired["kind"], desired["metadata"]["name"]
+            current = self._get(kind, isvc.namespace, name)
+            if current is not None and not owned_by(current, isvc.uid):
+                outcome.problem = status.Problem(
+                    "NameConflict", f"{kind} {name} already exists and is not owned by this InferenceService"
+                )
+                break
+            if current is not None and up_to_date(current, desired):
+                result = current
+            else:
+                try:
+                    result = self.api.apply(desired)
+                except ApiError as exc:
+                    if exc.retryable:
+                        raise RetryableError(str(exc)) from exc
+                    outcome.problem = status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}")
+                    break
+                outcome.applied.append(_ref(desired))
+            if kind == "Deployment":
+                deployment = result
+
+        if outcome.problem is None:
+            wanted_kinds = {d["kind"] for d in wanted}
+            for kind in render.REMOVABLE_KINDS:
+                if kind in wanted_kinds:
+                    continue
+                current = self._get(kind, isvc.namespace, isvc.name)
+                if current is not None and owned_by(current, isvc.uid):
+                    self._delete(kind, isvc.namespace, isvc.name)
+                    outcome.deleted.append(f"{kind}/{isvc.name}")
+        else:
+            deployment = deployment or self._owned_deployment(body)
+
+        self._finish(body, outcome, deployment=deployment, isvc=isvc)
+        return outcome
+
+    # -- helpers --
+
+    def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        try:
+            return self.api.get(kind, namespace, name)
+        except ApiError as exc:
+            raise RetryableError(str(exc)) from exc
+
+    def _delete(self, kind: str, namespace: str, name: str) -> None:
+        try:
+            self.api.delete(kind, namespace, name)
+        except ApiError as exc:
+            raise RetryableError(str(exc)) from exc
+
+    def _owned_deployment(self, body: Mapping[str, Any]) -> Obj | None:
+        meta = body["metadata"]
+        try:
+            found = self.api.get("Deployment", meta["namespace"], meta["name"])
+        except ApiError:
+            return None
+        return found if found is not None and owned_by(found, meta.get("uid", "")) else None
+
+    def _finish(
+        self,
+        body: Mapping[str, Any],
+        outcome: Outcome,
+        *,
+        deployment: Obj | None,
+        isvc: spec_mod.InferenceService | None = None,
+    ) -> None:
+        meta = body["metadata"]
+        raw_spec = body.get("spec") or {}
+        desired = isvc.replicas if isvc else raw_spec.get("replicas", c.DEFAULT_REPLICAS)
+        port = isvc.port if isvc else raw_spec.get("port", server.DEFAULT_PORT)
+        now = self.clock()
+        previous = body.get("status") or {}
+        new = status.compute(
+            url=render.service_url(meta["name"], meta["namespace"], port),
+            selector=render.selector_string(meta["name"]),
+            generation=meta.get("generation", 0),
+            desired_replicas=desired if isinstance(desired, int) and not isinstance(desired, bool) else 0,
+            deployment=deployment,
+            problem=outcome.problem,
+            previous=previous,
+            now=now,
+        )
+
+        if outcome.applied:
+            self._event(body, "Normal", "Applied", "applied " + ", ".join(outcome.applied), now, outcome)
+        if outcome.deleted:
+            self._event(body, "Normal", "Deleted", "deleted " + ", ".join(outcome.deleted), now, outcome)
+        was, now_degraded = status.degraded(previous), status.degraded(new)
+        if now_degraded and (not was or (was.get("reason"), was.get("message")) != (now_degraded["reason"], now_degraded["message"])):
+            self._event(body, "Warning", now_degraded["reason"], now_degraded["message"], now, outcome)
+
+        if status.changed(previous, new):
+            try:
+                self.api.patch_status(meta["namespace"], meta["name"], new)
+            except ApiError as exc:
+                raise RetryableError(str(exc)) from exc
+            outcome.status_written = True
+
+    def _event(self, body: Mapping[str, Any], type_: str, reason: str, message: str, now: str, outcome: Outcome) -> None:
+        try:
+            self.api.create_event(event(body, type_, reason, message, now))
+        except ApiError as exc:  # an Event is best effort: never fail a reconcile for one
+            log.warning("could not post event %s: %s", reason, exc)
+            return
+        outcome.events.append(f"{type_}/{reason}")

@@ -1,0 +1,98 @@
+"""Validate objects against the CRD's structural schema with a real JSON Schema validator.
+
+A CRD schema is OpenAPI v3.0 with Kubernetes extensions; JSON Schema needs a few of them spelled
+out: ``x-kubernetes-int-or-string`` is the ``anyOf`` next to it, ``x-kubernetes-preserve-unknown-
+fields`` allows unknown keys, and every other ``x-kubernetes-*`` key (CEL rules, list types) is not
+JSON Schema at all. The CEL rules are mirrored in Python in ``spec.py``.
+
+With ``strict`` (the default), objects reject unknown fields, as ``kubectl apply`` does with its
+default ``--validate=strict``; the API server would otherwise prune them silently.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import jsonschema
+
+from . import crd
+
+_STRUCTURAL_KEYS = ("properties", "additionalProperties", "items", "anyOf", "oneOf", "allOf", "not")
+
+
+def to_json_schema(node: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key.startswith("x-kubernetes-"):
+            continue
+        if key == "nullable":
+            continue
+        if key == "properties":
+            out[key] = {name: to_json_schema(sub, strict=strict) for name, sub in value.items()}
+        elif key in ("additionalProperties", "items", "not") and isinstance(value, dict):
+            out[key] = to_json_schema(value, strict=strict)
+        elif key in ("anyOf", "oneOf", "allOf"):
+            out[key] = [to_json_schema(sub, strict=strict) for sub in value]
+        else:
+            out[key] = value
+    if node.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if (
+        strict
+        and node.get("type") == "object"
+        and "properties" in node
+        and "additionalProperties" not in node
+        and not node.get("x-kubernetes-preserve-unknown-fields")
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def validator(*, strict: bool = True) -> jsonschema.protocols.Validator:
+    schema = to_json_schema(crd.openapi_schema(), strict=strict)
+    cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft4Validator)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def _path(error: jsonschema.ValidationError) -> str:
+    parts = [str(p) if not isinstance(p, int) else f"[{p}]" for p in error.absolute_path]
+    return ".".join(parts).replace(".[", "[") or "<root>"
+
+
+def _message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "oneOf":
+        choices = [" + ".join(branch.get("required", [])) for branch in error.validator_value]
+        return f"{_path(error)}: set exactly one of {', '.join(choices)}"
+    if error.validator == "additionalProperties":
+        return f"{_path(error)}: {error.message} (unknown field)"
+    return f"{_path(error)}: {error.message}"
+
+
+def errors(obj: dict[str, Any], *, strict: bool = True) -> list[str]:
+    """Every schema violation of an InferenceService object, as 'path: problem' lines."""
+    found: Iterable[jsonschema.ValidationError] = validator(strict=strict).iter_errors(obj)
+    return sorted(_message(e) for e in found)
+
+
+def cel_rules() -> list[str]:
+    """Every CEL rule (x-kubernetes-validations) in the schema; each has a twin in spec.py."""
+    rules: list[str] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for rule in node.get("x-kubernetes-validations", []):
+                rules.append(rule["rule"])
+            for key in _STRUCTURAL_KEYS:
+                sub = node.get(key)
+                if isinstance(sub, dict) and key == "properties":
+                    for child in sub.values():
+                        walk(child)
+                elif isinstance(sub, dict):
+                    walk(sub)
+                elif isinstance(sub, list):
+                    for child in sub:
+                        walk(child)
+
+    walk(crd.openapi_schema())
+    return rules

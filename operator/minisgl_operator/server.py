@@ -1,0 +1,95 @@
+"""What the operator needs to know about the minisgl server, read from ``minisgl.server.args``.
+
+``minisgl.server.args`` is the one place where the server's flags, defaults and probe paths live
+(it imports only the standard library, so the operator image installs the minisgl package with
+``pip install --no-deps``). Nothing here repeats a flag name, a default or a path as a literal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from typing import Sequence
+
+from minisgl.server import args as server_args
+
+LIVENESS_PATH: str = server_args.LIVENESS_PATH
+READINESS_PATH: str = server_args.READINESS_PATH
+METRICS_PATH: str = server_args.METRICS_PATH
+DEFAULT_PORT: int = server_args.DEFAULT_PORT
+API_KEY_ENV: str = server_args.API_KEY_ENV
+DEFAULT_DRAIN_TIMEOUT: float = server_args.defaults()["drain_timeout"]
+
+_FIELDS = {f.name for f in dataclasses.fields(server_args.ServerArgs)}
+
+
+def flag(field_name: str) -> str:
+    """The command-line flag of a ServerArgs field, e.g. ``flag("drain_timeout") == "--drain-timeout"``."""
+    if field_name not in _FIELDS:
+        raise KeyError(f"minisgl.server.args.ServerArgs has no field {field_name!r}")
+    return "--" + field_name.replace("_", "-")
+
+
+FLAG_MODEL = flag("model")
+FLAG_TP = flag("tp")
+FLAG_HOST = flag("host")
+FLAG_PORT = flag("port")
+FLAG_DRAIN_TIMEOUT = flag("drain_timeout")
+FLAG_SHELL = flag("shell")
+
+# Flags the operator sets from the spec; spec.args may not set them again.
+OWNED_FLAGS = (FLAG_MODEL, FLAG_TP, FLAG_HOST, FLAG_PORT)
+# Flags that make no sense in a pod (no HTTP server to probe).
+FORBIDDEN_FLAGS = (FLAG_SHELL,)
+# Inside a pod the server must listen on every interface.
+POD_HOST = "0.0.0.0"
+# The pod runs the server module itself, so the image's ENTRYPOINT does not matter (the
+# Dockerfile's is this command plus --host 0.0.0.0).
+SERVER_COMMAND = ("python", "-m", "minisgl")
+
+
+class ServerArgsError(ValueError):
+    """The server would refuse this command line."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    """The server's own parser, made to raise instead of printing usage and exiting."""
+    parser = server_args.build_parser()
+
+    def error(message: str):
+        raise ServerArgsError(message)
+
+    parser.error = error  # type: ignore[method-assign]
+    return parser
+
+
+def _flag_of(arg: str) -> str | None:
+    if not arg.startswith("--"):
+        return None
+    return arg.split("=", 1)[0]
+
+
+def check_extra_args(extra: Sequence[str]) -> None:
+    """Reject spec.args that set a flag the operator owns or that the pod cannot use."""
+    for arg in extra:
+        name = _flag_of(arg)
+        if name in OWNED_FLAGS:
+            raise ServerArgsError(f"{name} comes from the InferenceService spec; do not repeat it in spec.args")
+        if name in FORBIDDEN_FLAGS:
+            raise ServerArgsError(f"{name} cannot run in a pod: the server must serve HTTP")
+
+
+def parse_command_line(argv: Sequence[str]) -> server_args.ServerArgs:
+    """Parse a full server command line exactly as the server will, or raise ServerArgsError."""
+    namespace = _parser().parse_args(list(argv))
+    values = vars(namespace)
+    parsed = server_args.ServerArgs(**values)
+    problem = server_args.validate(parsed)
+    if problem:
+        raise ServerArgsError(problem)
+    return parsed
+
+
+def command_line(model: str, tp: int, port: int, extra: Sequence[str]) -> list[str]:
+    """The server's arguments in a pod: the spec's model, TP size and port, then spec.args."""
+    return [FLAG_MODEL, model, FLAG_TP, str(tp), FLAG_HOST, POD_HOST, FLAG_PORT, str(port), *extra]

@@ -1,0 +1,145 @@
+"""Pure functions: the Deployment (and any error) -> the InferenceService's status.
+
+A condition keeps its lastTransitionTime while its status stays the same, so computing the status
+twice from the same Deployment gives the same dict, and the reconciler writes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from . import constants as c
+
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Why an InferenceService is Degraded, as the condition and the Event say it."""
+
+    reason: str
+    message: str
+
+
+def _deployment_facts(deployment: Mapping[str, Any] | None) -> dict[str, Any]:
+    status = (deployment or {}).get("status") or {}
+    generation = (deployment or {}).get("metadata", {}).get("generation", 0)
+    conditions = {cond.get("type"): cond for cond in status.get("conditions") or []}
+    return {
+        "exists": deployment is not None,
+        "observed": "observedGeneration" in status,
+        "current": status.get("observedGeneration", -1) >= generation,
+        "replicas": int(status.get("replicas") or 0),
+        "ready": int(status.get("readyReplicas") or 0),
+        "updated": int(status.get("updatedReplicas") or 0),
+        "conditions": conditions,
+    }
+
+
+def _deployment_problem(facts: Mapping[str, Any]) -> Problem | None:
+    progressing = facts["conditions"].get("Progressing", {})
+    if progressing.get("reason") == "ProgressDeadlineExceeded":
+        return Problem("ProgressDeadlineExceeded", progressing.get("message", "the rollout made no progress"))
+    failure = facts["conditions"].get("ReplicaFailure", {})
+    if failure.get("status") == "True":
+        return Problem("ReplicaFailure", failure.get("message", "pods could not be created"))
+    return None
+
+
+def _condition(type_: str, ok: bool, reason: str, message: str) -> Obj:
+    return {"type": type_, "status": "True" if ok else "False", "reason": reason, "message": message}
+
+
+def compute(
+    *,
+    url: str,
+    selector: str,
+    generation: int,
+    desired_replicas: int,
+    deployment: Mapping[str, Any] | None,
+    problem: Problem | None,
+    previous: Mapping[str, Any] | None,
+    now: str,
+) -> Obj:
+    facts = _deployment_facts(deployment)
+    problem = problem or _deployment_problem(facts)
+    ready, desired = facts["ready"], desired_replicas
+    rolled_out = (
+        facts["current"]
+        and facts["updated"] >= desired
+        and facts["replicas"] == desired
+        and ready >= desired
+    )
+
+    if ready >= 1:
+        ready_cond = _condition(
+            c.CONDITION_READY,
+            True,
+            "AllReplicasReady" if ready >= desired else "MinimumReplicasReady",
+            f"{ready}/{desired} replicas ready",
+        )
+    elif desired == 0:
+        ready_cond = _condition(c.CONDITION_READY, False, "ScaledToZero", "spec.replicas is 0")
+    elif not facts["exists"]:
+        ready_cond = _condition(c.CONDITION_READY, False, "DeploymentMissing", "the Deployment does not exist yet")
+    else:
+        ready_cond = _condition(c.CONDITION_READY, False, "NoReplicasReady", f"0/{desired} replicas ready")
+
+    if problem is not None:
+        progressing_cond = _condition(c.CONDITION_PROGRESSING, False, problem.reason, "the rollout is stopped: see Degraded")
+        degraded_cond = _condition(c.CONDITION_DEGRADED, True, problem.reason, problem.message)
+    else:
+        degraded_cond = _condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
+        if rolled_out:
+            progressing_cond = _condition(c.CONDITION_PROGRESSING, False, "RolloutComplete", f"{desired} replicas up to date")
+        else:
+            progressing_cond = _condition(
+                c.CONDITION_PROGRESSING,
+                True,
+                "RollingOut",
+                f"{facts['updated']}/{desired} replicas updated, {ready} ready",
+            )
+
+    if problem is not None:
+        phase = c.PHASE_DEGRADED
+    elif desired == 0 and facts["replicas"] == 0 and facts["exists"]:
+        phase = c.PHASE_SCALED_TO_ZERO
+    elif not facts["observed"]:
+        phase = c.PHASE_PENDING
+    elif rolled_out:
+        phase = c.PHASE_READY
+    else:
+        phase = c.PHASE_PROGRESSING
+
+    old = {cond.get("type"): cond for cond in (previous or {}).get("conditions") or []}
+    conditions = []
+    for cond in (ready_cond, progressing_cond, degraded_cond):
+        before = old.get(cond["type"])
+        same = before is not None and before.get("status") == cond["status"]
+        cond["lastTransitionTime"] = before.get("lastTransitionTime", now) if same else now
+        cond["observedGeneration"] = generation
+        conditions.append(cond)
+
+    return {
+        "phase": phase,
+        "replicas": facts["replicas"],
+        "readyReplicas": ready,
+        "selector": selector,
+        "url": url,
+        "observedGeneration": generation,
+        "conditions": conditions,
+    }
+
+
+def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
+    previous = previous or {}
+    return any(previous.get(key) != value for key, value in new.items())
+
+
+def degraded(status_: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """The Degraded condition of a status when it is True."""
+    for cond in (status_ or {}).get("conditions") or []:
+        if cond.get("type") == c.CONDITION_DEGRADED and cond.get("status") == "True":
+            return cond
+    return None

@@ -1,0 +1,27 @@
+"""Shared setup for the operator tests: import paths, a recording fake of the Kubernetes API.
+
+No Kubernetes API server can run on the machines these tests run on, so the handlers are
+exercised against ``FakeKube`` (operator_fake_kube.py), which records every call.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+for path in (REPO / "operator", HERE):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+if str(REPO) not in sys.path:  # for minisgl.server.args when pytest runs from elsewhere
+    sys.path.append(str(REPO))
+
+from operator_fake_kube import FakeKube  # noqa: E402
+
+
+@pytest.fixture
+def fake() -> FakeKube:
+    return FakeKube()

@@ -1,0 +1,420 @@
+"""The kopf handlers, called as kopf calls them, against a recording fake of the Kubernetes API.
+
+No API server can run on the machines these tests run on (no Kubernetes, no container runtime),
+so nothing here claims cluster behaviour: it pins down what the operator asks the API to do.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+
+import kopf
+import pytest
+
+from minisgl_operator import constants as c
+from minisgl_operator import handlers, server
+from minisgl_operator.kube import ApiError
+
+LOG = logging.getLogger("test-operator")
+T0 = "2026-01-01T00:00:00Z"
+IMAGE = "registry.example/minisgl:1.2.3"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> str:
+        return self.now
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(autouse=True)
+def wire(fake, clock):
+    handlers.configure(fake, default_image=IMAGE, clock=clock)
+    yield
+    handlers._reconciler = None
+
+
+SPEC = {
+    "model": "Qwen/Qwen3-8B",
+    "tp": 2,
+    "replicas": 2,
+    "resources": {"requests": {"cpu": "4000m", "memory": "64Gi"}, "limits": {"memory": "64Gi"}},
+    "modelCache": {"size": "200Gi"},
+    "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
+}
+
+
+def create(fake, name="chat", spec=None):
+    body = fake.create_inferenceservice(name, spec or SPEC)
+    handlers.on_create(body=body, logger=LOG)
+    return fake.inferenceservice(name)
+
+
+def deployment_event(fake, name="chat", type_="MODIFIED", obj=None):
+    obj = obj if obj is not None else fake.objects[("Deployment", "llm", name)]
+    handlers.on_deployment_event(event={"type": type_, "object": obj}, logger=LOG)
+
+
+def condition(body, type_):
+    return next(cond for cond in body["status"]["conditions"] if cond["type"] == type_)
+
+
+# --- create ------------------------------------------------------------------------------------
+
+
+def test_create_applies_every_child_once_in_order_and_writes_status(fake):
+    body = create(fake)
+
+    applied = [(kind, name) for verb, kind, _, name in fake.writes() if verb == "apply"]
+    assert applied == [
+        ("PersistentVolumeClaim", "chat-model-cache"),
+        ("Deployment", "chat"),
+        ("Service", "chat"),
+        ("PodDisruptionBudget", "chat"),
+        ("HorizontalPodAutoscaler", "chat"),
+    ]
+    uid = body["metadata"]["uid"]
+    for (kind, name), obj in fake.children().items():
+        (ref,) = obj["metadata"]["ownerReferences"]
+        assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (c.KIND, "chat", uid, True), kind
+
+    dep = fake.objects[("Deployment", "llm", "chat")]
+    assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+
+    status = body["status"]
+    assert status["phase"] == c.PHASE_PENDING  # the Deployment controller has not seen it yet
+    assert status["observedGeneration"] == 1
+    assert status["url"] == f"http://chat.llm.svc:{server.DEFAULT_PORT}"
+    assert status["selector"] == "app.kubernetes.io/instance=chat,app.kubernetes.io/name=minisgl"
+    assert condition(body, c.CONDITION_READY)["status"] == "False"
+    assert condition(body, c.CONDITION_PROGRESSING)["status"] == "True"
+    assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"
+    assert all(cond["lastTransitionTime"] == T0 for cond in status["conditions"])
+
+    (event,) = fake.events
+    assert (event["type"], event["reason"]) == ("Normal", "Applied")
+    assert event["involvedObject"]["uid"] == uid
+
+
+def test_reconciling_again_with_nothing_changed_writes_nothing(fake, clock):
+    # The fake API server added defaults and canonicalized quantities ("4000m" -> "4", gpu 2 -> "2"):
+    # none of that may read as drift.
+    body = create(fake)
+    dep = fake.objects[("Deployment", "llm", "chat")]
+    container = dep["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["requests"]["cpu"] == "4"
+    assert container["resources"]["limits"][c.GPU_RESOURCE] == "2"
+    assert container["terminationMessagePath"] == "/dev/termination-log"
+
+    fake.reset_calls()
+    clock.now = "2026-01-01T00:05:00Z"
+    handlers.on_resume(body=body, logger=LOG)
+    handlers.resync(body=fake.inferenceservice("chat"), logger=LOG)
+    handlers.on_update(body=fake.inferenceservice("chat"), logger=LOG)
+    deployment_event(fake)
+
+    assert fake.writes() == []
+    assert {verb for verb, *_ in fake.calls} == {"get"}
+
+
+# --- status follows the Deployment -------------------------------------------------------------
+
+
+def test_status_follows_the_deployment_until_ready(fake, clock):
+    create(fake)
+    fake.set_deployment_status("chat", replicas=2, updatedReplicas=2, readyReplicas=1)
+    clock.now = "2026-01-01T00:10:00Z"
+    fake.reset_calls()
+    deployment_event(fake)
+
+    assert fake.writes() == [("patch_status", c.KIND, "llm", "chat")]
+    body = fake.inferenceservice("chat")
+    assert body["status"]["phase"] == c.PHASE_PROGRESSING
+    assert body["status"]["readyReplicas"] == 1
+    ready = condition(body, c.CONDITION_READY)
+    assert (ready["status"], ready["reason"], ready["message"]) == ("True", "MinimumReplicasReady", "1/2 replicas ready")
+    assert ready["lastTransitionTime"] == "2026-01-01T00:10:00Z"
+    # Degraded did not change, so its transition time did not either.
+    assert condition(body, c.CONDITION_DEGRADED)["lastTransitionTime"] == T0
+
+    fake.set_deployment_status("chat", replicas=2, updatedReplicas=2, readyReplicas=2, availableReplicas=2)
+    clock.now = "2026-01-01T00:20:00Z"
+    deployment_event(fake)
+    body = fake.inferenceservice("chat")
+    assert body["status"]["phase"] == c.PHASE_READY
+    assert body["status"]["replicas"] == 2
+    assert condition(body, c.CONDITION_READY)["reason"] == "AllReplicasReady"
+    assert condition(body, c.CONDITION_READY)["lastTransitionTime"] == "2026-01-01T00:10:00Z"
+    progressing = condition(body, c.CONDITION_PROGRESSING)
+    assert (progressing["status"], progressing["reason"]) == ("False", "RolloutComplete")
+
+    fake.reset_calls()
+    deployment_event(fake)
+    assert fake.writes() == []
+
+
+def test_a_stuck_rollout_is_degraded_with_the_deployments_message(fake):
+    create(fake)
+    fake.set_deployment_status(
+        "chat",
+        replicas=2,
+        updatedReplicas=2,
+        readyReplicas=0,
+        conditions=[
+            {
+                "type": "Progressing",
+                "status": "False",
+                "reason": "ProgressDeadlineExceeded",
+                "message": 'ReplicaSet "chat-5d9c" has timed out progressing.',
+            }
+        ],
+    )
+    fake.reset_calls()
+    deployment_event(fake)
+    body = fake.inferenceservice("chat")
+    assert body["status"]["phase"] == c.PHASE_DEGRADED
+    degraded = condition(body, c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "ProgressDeadlineExceeded")
+    assert "timed out" in degraded["message"]
+    assert [(e["type"], e["reason"]) for e in fake.events[-1:]] == [("Warning", "ProgressDeadlineExceeded")]
+
+
+def test_scaled_to_zero(fake):
+    create(fake, spec={"model": "m", "replicas": 0})
+    fake.set_deployment_status("chat", replicas=0)
+    deployment_event(fake)
+    body = fake.inferenceservice("chat")
+    assert body["status"]["phase"] == c.PHASE_SCALED_TO_ZERO
+    assert condition(body, c.CONDITION_READY)["reason"] == "ScaledToZero"
+    assert ("PodDisruptionBudget", "chat") not in fake.children()
+
+
+# --- drift ---------------------------------------------------------------------------------------
+
+
+def test_an_edited_deployment_is_put_back(fake):
+    create(fake)
+    desired = copy.deepcopy(fake.objects[("Deployment", "llm", "chat")]["spec"]["template"])
+
+    def tamper(dep):
+        container = dep["spec"]["template"]["spec"]["containers"][0]
+        container["image"] = "someone/else:latest"
+        container["resources"]["limits"][c.GPU_RESOURCE] = "1"
+        dep["spec"]["replicas"] = 7
+
+    fake.edit("Deployment", "chat", tamper)
+    fake.reset_calls()
+    deployment_event(fake)
+
+    assert [w for w in fake.writes() if w[0] == "apply"] == [("apply", "Deployment", "llm", "chat")]
+    repaired = fake.objects[("Deployment", "llm", "chat")]
+    assert repaired["spec"]["replicas"] == 2
+    assert repaired["spec"]["template"] == desired
+
+
+def test_a_deleted_deployment_comes_back(fake):
+    create(fake)
+    gone = fake.objects[("Deployment", "llm", "chat")]
+    fake.remove("Deployment", "chat")
+    fake.reset_calls()
+    deployment_event(fake, type_="DELETED", obj=gone)
+
+    assert ("apply", "Deployment", "llm", "chat") in fake.writes()
+    assert ("Deployment", "chat") in fake.children()
+
+
+def test_the_resync_timer_recreates_a_deleted_service(fake):
+    create(fake)
+    fake.remove("Service", "chat")
+    fake.reset_calls()
+    handlers.resync(body=fake.inferenceservice("chat"), logger=LOG)
+    assert [w for w in fake.writes() if w[0] == "apply"] == [("apply", "Service", "llm", "chat")]
+
+
+# --- spec changes --------------------------------------------------------------------------------
+
+
+def test_a_spec_update_rolls_the_deployment_and_removes_what_is_no_longer_wanted(fake):
+    create(fake)
+    fake.set_deployment_status("chat", replicas=2, updatedReplicas=2, readyReplicas=2)
+
+    def change(spec):
+        spec["tp"] = 4
+        spec["replicas"] = 1
+        del spec["autoscaling"]
+
+    body = fake.update_spec("chat", change)
+    fake.reset_calls()
+    handlers.on_update(body=body, logger=LOG)
+
+    writes = fake.writes()
+    assert ("apply", "Deployment", "llm", "chat") in writes
+    assert ("delete", "HorizontalPodAutoscaler", "llm", "chat") in writes
+    assert ("delete", "PodDisruptionBudget", "llm", "chat") in writes
+    assert not any(w[1] in ("Service", "PersistentVolumeClaim") for w in writes)
+    container = fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"][c.GPU_RESOURCE] == "4"
+    assert container["args"][container["args"].index(server.FLAG_TP) + 1] == "4"
+    body = fake.inferenceservice("chat")
+    assert body["status"]["observedGeneration"] == 2
+    assert body["status"]["phase"] == c.PHASE_PROGRESSING  # the controller has not seen generation 2
+
+
+def test_kubectl_scale_reaches_the_deployment(fake):
+    create(fake)
+    body = fake.update_spec("chat", lambda spec: spec.update(replicas=3))
+    handlers.on_update(body=body, logger=LOG)
+    assert fake.objects[("Deployment", "llm", "chat")]["spec"]["replicas"] == 3
+
+
+# --- bad specs and API errors: Degraded + Event, never a crash loop -----------------------------
+
+
+def test_a_bad_spec_is_degraded_with_an_event_and_no_child_is_written(fake):
+    bad = {"model": "Qwen/Qwen3-8B", "tp": 2, "args": ["--max-running-requests", "many", "--no-such-flag"]}
+    body = fake.create_inferenceservice("chat", bad)
+
+    handlers.on_create(body=body, logger=LOG)  # does not raise: kopf would retry forever
+
+    assert fake.children() == {}
+    body = fake.inferenceservice("chat")
+    assert body["status"]["phase"] == c.PHASE_DEGRADED
+    degraded = condition(body, c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+    assert "spec.args" in degraded["message"]
+    (event,) = fake.events
+    assert (event["type"], event["reason"]) == ("Warning", "InvalidSpec")
+    assert event["message"] == degraded["message"]
+
+    # The same bad spec again: no second Event, no status write.
+    fake.reset_calls()
+    handlers.resync(body=body, logger=LOG)
+    assert fake.writes() == []
+
+
+def test_a_spec_turned_bad_leaves_the_running_deployment_alone(fake):
+    create(fake)
+    fake.set_deployment_status("chat", replicas=2, updatedReplicas=2, readyReplicas=2)
+    deployment_event(fake)
+    before = copy.deepcopy(fake.objects[("Deployment", "llm", "chat")])
+
+    body = fake.update_spec("chat", lambda spec: spec.update(tp=3))  # as if the CRD were older
+    fake.reset_calls()
+    handlers.on_update(body=body, logger=LOG)
+
+    assert [w for w in fake.writes() if w[0] in ("apply", "delete")] == []
+    assert fake.objects[("Deployment", "llm", "chat")] == before
+    body = fake.inferenceservice("chat")
+    assert condition(body, c.CONDITION_DEGRADED)["reason"] == "InvalidSpec"
+    assert "spec.tp" in condition(body, c.CONDITION_DEGRADED)["message"]
+    assert condition(body, c.CONDITION_READY)["status"] == "True"  # the old pods still serve
+
+    # Fixing the spec clears Degraded.
+    body = fake.update_spec("chat", lambda spec: spec.update(tp=2))
+    handlers.on_update(body=body, logger=LOG)
+    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["status"] == "False"
+
+
+def test_an_object_the_api_server_rejects_is_degraded_not_retried(fake):
+    fake.fail_next["apply"] = ApiError(422, "Invalid", 'Deployment.apps "chat" is invalid: spec.template...')
+    body = fake.create_inferenceservice("chat", {"model": "m"})
+    handlers.on_create(body=body, logger=LOG)
+    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "ApplyRejected")
+    assert "is invalid" in degraded["message"]
+    assert fake.events[-1]["type"] == "Warning"
+
+
+@pytest.mark.parametrize("status_code", [409, 429, 500, 503, 0])
+def test_transient_api_errors_make_kopf_retry_later(fake, status_code):
+    fake.fail_next["apply"] = ApiError(status_code, "Transient", "try again")
+    body = fake.create_inferenceservice("chat", {"model": "m"})
+    with pytest.raises(kopf.TemporaryError):
+        handlers.on_create(body=body, logger=LOG)
+    # ... and the retry succeeds.
+    handlers.on_create(body=fake.inferenceservice("chat"), logger=LOG)
+    assert ("Deployment", "chat") in fake.children()
+
+
+def test_a_child_name_taken_by_someone_else_is_not_overwritten(fake):
+    foreign = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "chat", "namespace": "llm"},
+        "spec": {"ports": [{"port": 80}]},
+    }
+    fake.add_foreign(foreign)
+    body = fake.create_inferenceservice("chat", {"model": "m"})
+    handlers.on_create(body=body, logger=LOG)
+
+    assert ("apply", "Service", "llm", "chat") not in fake.writes()
+    assert fake.objects[("Service", "llm", "chat")]["spec"] == foreign["spec"]
+    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["reason"] == "NameConflict"
+
+
+# --- deletion and foreign objects ----------------------------------------------------------------
+
+
+def test_deletion_writes_nothing_the_garbage_collector_does_the_rest(fake):
+    create(fake)
+    body = fake.inferenceservice("chat")
+    body["metadata"]["deletionTimestamp"] = "2026-01-01T01:00:00Z"
+    fake.reset_calls()
+    handlers.on_update(body=body, logger=LOG)
+    handlers.on_delete(name="chat", namespace="llm", logger=LOG)
+    assert fake.writes() == []
+
+
+def test_deployment_events_of_other_owners_are_ignored(fake):
+    create(fake)
+    other = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "llm", "ownerReferences": [{"kind": "ReplicaSet", "name": "x", "uid": "u", "controller": True, "apiVersion": "apps/v1"}]},
+    }
+    fake.reset_calls()
+    deployment_event(fake, obj=other)
+    assert fake.calls == []
+
+
+# --- registration with kopf ----------------------------------------------------------------------
+
+
+def _ours(handler, group, plural):
+    return handler.selector is not None and (handler.selector.group, handler.selector.any_name) == (group, plural)
+
+
+def test_the_handlers_are_registered_with_kopf_for_the_inferenceservice_resource():
+    registry = kopf.get_default_registry()
+    changing = {str(h.id): h for h in registry._changing.get_all_handlers() if _ours(h, c.GROUP, c.PLURAL)}
+    assert set(changing) == {"reconcile-create", "reconcile-update", "reconcile-resume", "deleted"}
+    assert str(changing["reconcile-create"].reason) == "create"
+    assert str(changing["reconcile-update"].reason) == "update"
+    assert changing["reconcile-resume"].initial is True
+    assert str(changing["deleted"].reason) == "delete"
+    # Optional: kopf puts no finalizer on InferenceServices, deletion is never blocked on the operator.
+    assert changing["deleted"].requires_finalizer is False
+    for handler in changing.values():
+        assert handler.selector.version == c.VERSION
+
+    timers = [h for h in registry._spawning.get_all_handlers() if _ours(h, c.GROUP, c.PLURAL)]
+    assert [str(h.id) for h in timers] == ["resync"]
+
+    (watcher,) = [h for h in registry._watching.get_all_handlers() if _ours(h, "apps", "deployments")]
+    assert watcher.labels == {c.LABEL_MANAGED_BY: c.OPERATOR_NAME}
+
+
+def test_startup_configures_kopf_for_least_privilege(fake):
+    settings = kopf.OperatorSettings()
+    handlers.startup(settings=settings, logger=LOG)
+    assert settings.peering.standalone is True
+    assert settings.scanning.disabled is True
+    assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
+    assert handlers._get_reconciler().api is fake  # a configured API is kept

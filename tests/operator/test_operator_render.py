@@ -1,0 +1,399 @@
+"""What the operator renders for an InferenceService: the pods' GPUs, args, probes, volumes and
+owners, and every object validated against the official schema of a current Kubernetes."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from minisgl.server import args as server_args
+from minisgl_operator import cli, render, server
+from minisgl_operator import constants as c
+from minisgl_operator.spec import PLACEHOLDER_UID, SpecError, parse
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = sorted((REPO / "operator" / "examples").glob("*.yaml"))
+K8S_VERSION = kubernetes_validate.latest_version()
+
+
+def isvc(spec: dict, name: str = "chat", namespace: str = "llm", uid: str = "uid-123") -> dict:
+    return {
+        "apiVersion": c.API_VERSION,
+        "kind": c.KIND,
+        "metadata": {"name": name, "namespace": namespace, "uid": uid},
+        "spec": spec,
+    }
+
+
+def objects(spec: dict, **kw) -> dict[str, dict]:
+    rendered = render.render(isvc(spec, **kw))
+    by_kind = {o["kind"]: o for o in rendered}
+    assert len(by_kind) == len(rendered), "one object per kind"
+    return by_kind
+
+
+def pod(spec: dict) -> dict:
+    return objects(spec)["Deployment"]["spec"]["template"]["spec"]
+
+
+def container(spec: dict) -> dict:
+    (only,) = pod(spec)["containers"]
+    return only
+
+
+# A matrix of specs that covers every branch of the renderer.
+MATRIX = {
+    "tp1-minimal": {"model": "Qwen/Qwen3-0.6B"},
+    "tp2-claim": {"model": "Qwen/Qwen3-8B", "tp": 2, "modelCache": {"claimName": "models"}},
+    "tp4-created-cache-autoscaling": {
+        "model": "meta-llama/Llama-3.3-70B-Instruct",
+        "tp": 4,
+        "replicas": 2,
+        "modelCache": {"size": "300Gi", "storageClassName": "fast", "accessModes": ["ReadWriteMany"]},
+        "autoscaling": {"minReplicas": 2, "maxReplicas": 8, "targetWaitingRequests": 6},
+    },
+    "tp8-everything": {
+        "model": "/models/deepseek",
+        "tp": 8,
+        "replicas": 3,
+        "image": "registry.example/minisgl:9.9.9",
+        "port": 8080,
+        "args": ["--max-running-requests", "64", "--drain-timeout", "120", "--served-model-name", "ds"],
+        "resources": {"requests": {"cpu": 32, "memory": "900Gi"}, "limits": {"cpu": "64", "memory": "1000Gi"}},
+        "env": [
+            {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}}},
+            {"name": "HF_HOME", "value": "/models/hf"},
+        ],
+        "envFrom": [{"secretRef": {"name": "api-key"}}, {"configMapRef": {"name": "extra", "optional": True}, "prefix": "X_"}],
+        "modelCache": {"claimName": "shared-models"},
+        "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
+        "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        "affinity": {
+            "podAntiAffinity": {
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {
+                        "weight": 100,
+                        "podAffinityTerm": {
+                            "topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/instance": "chat"}},
+                        },
+                    }
+                ]
+            }
+        },
+        "autoscaling": {"maxReplicas": 4},
+    },
+    "scaled-to-zero": {"model": "m", "replicas": 0},
+}
+
+
+# --- GPUs, args and the server's own parser ----------------------------------------------------
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_each_pod_gets_tp_gpus_and_the_server_runs_with_that_tp(tp):
+    ctr = container({"model": "Qwen/Qwen3-8B", "tp": tp})
+    assert ctr["resources"]["limits"][c.GPU_RESOURCE] == tp
+    assert c.GPU_RESOURCE not in ctr["resources"].get("requests", {})  # defaults to the limit
+    parsed = server.parse_command_line(ctr["args"])
+    assert parsed.tp == tp
+    assert parsed.model == "Qwen/Qwen3-8B"
+
+
+def test_the_command_line_is_model_tp_host_port_then_spec_args_and_the_server_accepts_it():
+    ctr = container({"model": "org/m", "tp": 2, "port": 8000, "args": ["--max-running-requests", "32", "--dtype=bfloat16"]})
+    assert ctr["command"] == list(server.SERVER_COMMAND)
+    assert ctr["args"] == [
+        "--model", "org/m", "--tp", "2", "--host", "0.0.0.0", "--port", "8000",
+        "--max-running-requests", "32", "--dtype=bfloat16",
+    ]  # fmt: skip
+    # Parsed by minisgl's own argument parser, exactly as the server will.
+    parsed = server_args.build_parser().parse_args(ctr["args"])
+    assert (parsed.model, parsed.tp, parsed.host, parsed.port) == ("org/m", 2, "0.0.0.0", 8000)
+    assert (parsed.max_running_requests, parsed.dtype) == (32, "bfloat16")
+    assert ctr["ports"] == [{"name": c.PORT_NAME, "containerPort": 8000, "protocol": "TCP"}]
+
+
+@pytest.mark.parametrize(
+    "args, complaint",
+    [
+        (["--no-such-flag"], "unrecognized arguments"),
+        (["--dtype", "float8"], "--dtype"),
+        (["--max-running-requests", "lots"], "invalid int value"),
+        (["--memory-ratio", "1.5"], "--memory-ratio"),
+        (["--tp", "2"], "--tp comes from the InferenceService spec"),
+        (["--port=80"], "--port comes from the InferenceService spec"),
+        (["--model", "x"], "--model comes from"),
+        (["--host", "127.0.0.1"], "--host comes from"),
+        (["--shell"], "must serve HTTP"),
+    ],
+)
+def test_spec_args_the_server_would_refuse_are_a_spec_error(args, complaint):
+    with pytest.raises(SpecError) as info:
+        render.render(isvc({"model": "m", "args": args}))
+    assert any(p.startswith("spec.args") and complaint in p for p in info.value.problems), info.value.problems
+
+
+def test_gpus_cannot_be_requested_through_resources():
+    with pytest.raises(SpecError, match="spec.tp sets the GPUs"):
+        render.render(isvc({"model": "m", "resources": {"limits": {c.GPU_RESOURCE: 2}}}))
+
+
+# --- probes, shutdown, shared memory, cache ----------------------------------------------------
+
+
+def test_probes_use_the_servers_probe_paths_with_a_long_startup_budget():
+    ctr = container({"model": "m"})
+    startup, ready, live = ctr["startupProbe"], ctr["readinessProbe"], ctr["livenessProbe"]
+    assert startup["httpGet"] == {"path": server_args.LIVENESS_PATH, "port": c.PORT_NAME}
+    assert ready["httpGet"] == {"path": server_args.READINESS_PATH, "port": c.PORT_NAME}
+    assert live["httpGet"] == {"path": server_args.LIVENESS_PATH, "port": c.PORT_NAME}
+    # Downloading and loading a large model: at least 30 minutes before the kubelet gives up.
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60
+    # ... and the Deployment does not call the rollout failed before that.
+    dep = objects({"model": "m"})["Deployment"]
+    assert dep["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
+
+
+def test_the_grace_period_outlasts_the_servers_drain():
+    default = pod({"model": "m"})["terminationGracePeriodSeconds"]
+    assert default > server_args.defaults()["drain_timeout"]
+    longer = pod({"model": "m", "args": ["--drain-timeout", "120"]})["terminationGracePeriodSeconds"]
+    assert longer > 120
+
+
+def test_dev_shm_is_memory_backed_for_nccl():
+    spec = pod({"model": "m", "tp": 8})
+    shm = next(v for v in spec["volumes"] if v["name"] == c.SHM_VOLUME)
+    assert shm["emptyDir"]["medium"] == "Memory"
+    assert {"name": c.SHM_VOLUME, "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
+
+
+def _env(ctr: dict) -> dict[str, dict]:
+    names = [e["name"] for e in ctr["env"]]
+    assert len(names) == len(set(names)), "duplicate env names break server-side apply"
+    return {e["name"]: e for e in ctr["env"]}
+
+
+def test_without_a_model_cache_hf_home_is_on_an_emptydir_and_no_pvc_is_made():
+    rendered = objects({"model": "m"})
+    spec = rendered["Deployment"]["spec"]["template"]["spec"]
+    cache = next(v for v in spec["volumes"] if v["name"] == c.CACHE_VOLUME)
+    assert cache == {"name": c.CACHE_VOLUME, "emptyDir": {}}
+    assert "PersistentVolumeClaim" not in rendered
+    assert _env(spec["containers"][0])["HF_HOME"]["value"].startswith(c.CACHE_MOUNT + "/")
+
+
+def test_an_existing_claim_is_mounted_and_not_created():
+    rendered = objects({"model": "m", "modelCache": {"claimName": "team-models"}})
+    spec = rendered["Deployment"]["spec"]["template"]["spec"]
+    assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "team-models"}} in spec["volumes"]
+    assert {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT} in spec["containers"][0]["volumeMounts"]
+    assert "PersistentVolumeClaim" not in rendered
+
+
+def test_a_sized_cache_becomes_a_pvc_that_the_pods_mount():
+    rendered = objects({"model": "m", "modelCache": {"size": "250Gi", "storageClassName": "ssd"}})
+    pvc = rendered["PersistentVolumeClaim"]
+    assert pvc["metadata"]["name"] == "chat-model-cache"
+    assert pvc["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "250Gi"}},
+        "storageClassName": "ssd",
+    }
+    volumes = rendered["Deployment"]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
+
+
+def test_spec_env_overrides_the_operators_defaults_and_env_from_passes_through():
+    ctr = container(MATRIX["tp8-everything"])
+    env = _env(ctr)
+    assert env["HF_HOME"] == {"name": "HF_HOME", "value": "/models/hf"}
+    assert env["HF_TOKEN"]["valueFrom"]["secretKeyRef"] == {"name": "hf", "key": "token"}
+    assert ctr["envFrom"] == MATRIX["tp8-everything"]["envFrom"]
+
+
+def test_scheduling_fields_pass_through():
+    spec = pod(MATRIX["tp8-everything"])
+    assert spec["nodeSelector"] == MATRIX["tp8-everything"]["nodeSelector"]
+    assert spec["tolerations"] == MATRIX["tp8-everything"]["tolerations"]
+    assert spec["affinity"] == MATRIX["tp8-everything"]["affinity"]
+
+
+# --- replicas, autoscaling, disruption ----------------------------------------------------------
+
+
+def test_one_replica_no_autoscaling_means_no_hpa_and_no_pdb():
+    rendered = objects({"model": "m"})
+    assert set(rendered) == {"Deployment", "Service"}
+    assert rendered["Deployment"]["spec"]["replicas"] == 1
+
+
+def test_several_replicas_get_a_pdb_that_allows_one_pod_down():
+    rendered = objects({"model": "m", "replicas": 3})
+    assert rendered["Deployment"]["spec"]["replicas"] == 3
+    pdb = rendered["PodDisruptionBudget"]["spec"]
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["selector"]["matchLabels"] == rendered["Deployment"]["spec"]["selector"]["matchLabels"]
+
+
+def test_autoscaling_is_an_hpa_on_waiting_requests_that_scales_the_inferenceservice():
+    rendered = objects(MATRIX["tp4-created-cache-autoscaling"])
+    hpa = rendered["HorizontalPodAutoscaler"]
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    # Through the InferenceService's scale subresource, so spec.replicas stays the one truth.
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "chat"}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 8)
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric == {
+        "type": "Pods",
+        "pods": {
+            "metric": {"name": "minisgl_num_requests_waiting"},
+            "target": {"type": "AverageValue", "averageValue": "6"},
+        },
+    }
+    assert "PodDisruptionBudget" in rendered
+
+
+def test_autoscaling_defaults():
+    hpa = objects({"model": "m", "autoscaling": {"maxReplicas": 3}})["HorizontalPodAutoscaler"]["spec"]
+    assert hpa["minReplicas"] == 1
+    assert hpa["metrics"][0]["pods"]["target"]["averageValue"] == str(c.DEFAULT_TARGET_WAITING_REQUESTS)
+
+
+# --- service, labels, owners, metrics ----------------------------------------------------------
+
+
+def test_the_service_exposes_the_named_port_of_the_pods():
+    rendered = objects({"model": "m", "port": 8000})
+    svc = rendered["Service"]["spec"]
+    assert svc["ports"] == [{"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"}]
+    assert svc["selector"] == rendered["Deployment"]["spec"]["selector"]["matchLabels"]
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_child_is_owned_labelled_and_hashed(case):
+    for obj in render.render(isvc(MATRIX[case])):
+        meta = obj["metadata"]
+        assert meta["namespace"] == "llm"
+        assert meta["ownerReferences"] == [
+            {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "chat", "uid": "uid-123", "controller": True, "blockOwnerDeletion": True}
+        ]
+        assert meta["labels"] == {
+            "app.kubernetes.io/name": "minisgl",
+            "app.kubernetes.io/instance": "chat",
+            "app.kubernetes.io/component": "inference-server",
+            "app.kubernetes.io/part-of": "minisgl",
+            "app.kubernetes.io/managed-by": "minisgl-operator",
+        }
+        assert len(meta["annotations"][c.ANNOTATION_CONFIG_HASH]) == 16
+
+
+def test_pods_are_scraped_on_the_servers_metrics_path_and_labelled():
+    template = objects({"model": "m", "port": 9000})["Deployment"]["spec"]["template"]
+    assert template["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": "9000",
+        "prometheus.io/path": server_args.METRICS_PATH,
+    }
+    assert template["metadata"]["labels"]["app.kubernetes.io/managed-by"] == c.OPERATOR_NAME
+
+
+def test_the_pod_selector_never_depends_on_the_spec():
+    a = objects({"model": "a", "tp": 1})["Deployment"]["spec"]["selector"]
+    b = objects({"model": "b", "tp": 8, "replicas": 4, "port": 7000})["Deployment"]["spec"]["selector"]
+    assert a == b  # a Deployment's selector is immutable
+
+
+def test_the_config_hash_changes_with_the_spec_and_only_then():
+    def dep_hash(spec):
+        return objects(spec)["Deployment"]["metadata"]["annotations"][c.ANNOTATION_CONFIG_HASH]
+
+    assert dep_hash({"model": "m"}) == dep_hash({"model": "m"})
+    assert dep_hash({"model": "m"}) != dep_hash({"model": "m", "replicas": 2})
+
+
+def test_the_server_runs_unprivileged_with_a_read_only_root():
+    spec = pod({"model": "m"})
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["automountServiceAccountToken"] is False
+    ctr = spec["containers"][0]
+    assert ctr["securityContext"]["readOnlyRootFilesystem"] is True
+    assert ctr["securityContext"]["allowPrivilegeEscalation"] is False
+    # Everything the server writes lands on a volume.
+    mounts = {m["mountPath"] for m in ctr["volumeMounts"]}
+    for value in c.CACHE_ENV.values():
+        assert any(value == m or value.startswith(m + "/") for m in mounts), value
+
+
+# --- official schemas ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_rendered_object_is_valid_for_a_current_kubernetes(case):
+    for obj in render.render(isvc(MATRIX[case])):
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_the_examples_render_to_valid_objects(example):
+    (doc,) = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    rendered = render.render(doc)
+    assert {o["kind"] for o in rendered} >= {"Deployment", "Service"}
+    for obj in rendered:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+# --- the render command -------------------------------------------------------------------------
+
+
+def _cli(*argv: str) -> subprocess.CompletedProcess:
+    env_path = f"{REPO / 'operator'}:{REPO}"
+    return subprocess.run(
+        [sys.executable, "-m", "minisgl_operator", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={"PYTHONPATH": env_path, "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_render_prints_exactly_what_the_operator_applies(example):
+    result = _cli("render", str(example))
+    assert result.returncode == 0, result.stderr
+    printed = list(yaml.safe_load_all(result.stdout))
+    (doc,) = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    assert printed == render.children(parse(doc))
+    # A file has no uid yet: the ownerReference carries a placeholder the API server replaces.
+    assert {o["metadata"]["ownerReferences"][0]["uid"] for o in printed} == {PLACEHOLDER_UID}
+
+
+def test_render_explains_a_bad_file_and_fails(tmp_path):
+    bad = copy.deepcopy(yaml.safe_load(EXAMPLES[0].read_text()))
+    bad["spec"]["tp"] = 3
+    del bad["spec"]["model"]
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(bad))
+    result = _cli("render", str(path))
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert "spec.tp: 3 is not one of [1, 2, 4, 8]" in result.stderr
+    assert "'model' is a required property" in result.stderr
+
+
+def test_render_uses_the_namespace_flag_only_when_the_file_has_none(tmp_path):
+    doc = isvc({"model": "m"})
+    del doc["metadata"]["namespace"]
+    path = tmp_path / "one.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = list(yaml.safe_load_all(_cli("render", "-n", "team-a", str(path)).stdout))
+    assert {o["metadata"]["namespace"] for o in out} == {"team-a"}
+    assert cli.main(["render", str(path), "--image", "x/y:1"]) == 0
