@@ -1,0 +1,107 @@
+"""The server as a process: auth, clean shutdown on SIGTERM, exiting when a worker dies, and the
+interactive shell driven through a pseudo-terminal."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+
+import httpx
+import openai
+import pexpect
+import psutil
+import pytest
+
+from tests.server.serving import ServerProcess
+
+FAST = ["--num-pages", "256", "--max-seq-len", "256"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("Qwen3ForCausalLM")
+
+
+def test_api_key_guards_v1_but_not_probes(model_dir):
+    srv = ServerProcess("--model", model_dir, *FAST, env={"MINISGL_API_KEY": "s3cret"}).wait_ready()
+    try:
+        body = {"model": model_dir, "prompt": "hi", "max_tokens": 2}
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+            resp = httpx.post(srv.url + "/v1/completions", json=body, headers=headers)
+            assert resp.status_code == 401 and resp.json()["error"]["code"] == "invalid_api_key"
+        assert httpx.get(srv.url + "/v1/models").status_code == 401
+        ok = openai.OpenAI(base_url=srv.url + "/v1", api_key="s3cret").completions.create(**body)
+        assert ok.usage.completion_tokens == 2
+        assert httpx.get(srv.url + "/health").status_code == 200
+        assert httpx.get(srv.url + "/ready").status_code == 200
+    finally:
+        assert srv.stop() == 0
+
+
+def test_without_api_key_v1_is_open(model_dir):
+    srv = ServerProcess("--model", model_dir, *FAST).wait_ready()
+    try:
+        assert httpx.get(srv.url + "/v1/models").status_code == 200
+    finally:
+        srv.stop()
+
+
+def test_sigterm_exits_zero_with_no_child_left(model_dir):
+    srv = ServerProcess("--model", model_dir, *FAST).wait_ready()
+    children = psutil.Process(srv.proc.pid).children(recursive=True)
+    assert len(children) >= 3  # tokenizer, detokenizer, scheduler (+ multiprocessing's helper)
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(30) == 0
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"children left behind: {alive}"
+
+
+def test_killing_the_scheduler_makes_the_server_exit_nonzero(model_dir):
+    srv = ServerProcess("--model", model_dir, *FAST).wait_ready()
+    scheduler = srv.worker_pid("scheduler")
+    children = psutil.Process(srv.proc.pid).children(recursive=True)
+    os.kill(scheduler, signal.SIGKILL)
+    start = time.monotonic()
+    code = srv.proc.wait(15)
+    assert code != 0
+    assert time.monotonic() - start < 5
+    assert "worker scheduler" in srv.output() and "died" in srv.output()
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
+
+
+def test_bad_flags_fail_with_a_message():
+    import subprocess
+
+    for argv, message in ((["--tp", "0"], "--tp must be >= 1"), (["--cache", "lru"], "invalid choice"),
+                          (["--port", "99999"], "--port must be in 1..65535")):
+        out = subprocess.run([sys.executable, "-m", "minisgl", *argv], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 2 and message in out.stderr
+
+
+PROMPT = "\x1b[0m>"  # prompt_toolkit draws the "> " prompt after resetting attributes
+ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
+
+
+def test_shell_streams_answers_and_resets(model_dir):
+    child = pexpect.spawn(sys.executable, ["-m", "minisgl", "--shell", "--model", model_dir, "--device", "cpu",
+                                           *FAST], encoding="utf-8", timeout=120, dimensions=(40, 200))
+    try:
+        child.expect_exact("/reset clears the conversation")
+        child.expect_exact(PROMPT)
+        child.sendline("Hello there")
+        child.expect_exact("Hello there")
+        child.expect_exact(PROMPT, timeout=60)  # the answer streamed, then a new prompt
+        answer = ANSI.sub("", child.before).strip()
+        assert answer, "no answer was printed"
+        child.sendline("/reset")
+        child.expect_exact("(conversation cleared)")
+        child.expect_exact(PROMPT)
+        child.sendeof()
+        child.expect(pexpect.EOF, timeout=30)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
