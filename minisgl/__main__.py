@@ -10,7 +10,11 @@ def main(argv: list[str] | None = None) -> int:
     from minisgl.server.launch import run_shell, serve
 
     args = parse_args(argv)
-    return run_shell(args) if args.shell else serve(args)
+    try:
+        return run_shell(args) if args.shell else serve(args)
+    except (ValueError, OSError) as e:  # a model that cannot be served as asked
+        print(f"minisgl: error: {e}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

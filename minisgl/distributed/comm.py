@@ -34,6 +34,36 @@ def all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     return torch.cat(parts, dim=dim)
 
 
+_CPU_GROUP = None
+
+
+def cpu_group():
+    """A gloo group for broadcasting Python objects (scheduler messages), also when the tensor
+    collectives run on NCCL."""
+    global _CPU_GROUP
+    if _CPU_GROUP is None:
+        _CPU_GROUP = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+    return _CPU_GROUP
+
+
+def broadcast_objects(objs: list, src: int = 0) -> list:
+    """Every rank gets rank `src`'s list (same length on all ranks)."""
+    if _active():
+        dist.broadcast_object_list(objs, src=src, group=cpu_group())
+    return objs
+
+
+def all_reduce_min(value: int) -> int:
+    """The smallest `value` over all ranks (so every rank sizes its KV pool the same)."""
+    if not _active():
+        return value
+    t = torch.tensor([value], dtype=torch.int64)
+    dist.all_reduce(t, op=dist.ReduceOp.MIN, group=cpu_group())
+    return int(t.item())
+
+
 def destroy() -> None:
+    global _CPU_GROUP
+    _CPU_GROUP = None
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

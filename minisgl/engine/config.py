@@ -33,3 +33,20 @@ def resolve_device(name: str) -> torch.device:
     if name not in ("cuda", "cpu"):
         raise ValueError(f"unknown device {name!r}; use auto, cuda or cpu")
     return torch.device(name)
+
+
+def validate_tp(model_config, tp_size: int, device: torch.device) -> None:
+    """Fail at start, with the reason, when the model cannot be split over `tp_size` ranks."""
+    cfg = model_config
+    if tp_size < 1:
+        raise ValueError("tensor-parallel size must be >= 1")
+    if cfg.num_heads % tp_size:
+        raise ValueError(f"--tp {tp_size} must divide the model's {cfg.num_heads} attention heads")
+    if cfg.num_kv_heads % tp_size and tp_size % cfg.num_kv_heads:
+        raise ValueError(f"--tp {tp_size} and the model's {cfg.num_kv_heads} KV heads must divide one another "
+                         "(KV heads are replicated when --tp exceeds them)")
+    for name, size in (("intermediate size", cfg.intermediate_size), ("MoE intermediate size", cfg.moe_intermediate_size)):
+        if size % tp_size:
+            raise ValueError(f"--tp {tp_size} must divide the model's {name} {size}")
+    if device.type == "cuda" and tp_size > torch.cuda.device_count():
+        raise ValueError(f"--tp {tp_size} needs {tp_size} GPUs but {torch.cuda.device_count()} are visible")
