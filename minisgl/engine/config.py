@@ -16,6 +16,7 @@ class EngineConfig:
     page_size: int = 16
     max_running_req: int = 256
     attention_backend: str = "auto"  # a name, or "prefill,decode"
+    moe_backend: str = "auto"  # auto (grouped on CUDA, loop on the CPU), loop or grouped
     cuda_graph_bs: tuple[int, ...] | None = None
     cuda_graph_max_bs: int | None = None  # 0 turns CUDA graphs off
     memory_ratio: float = 0.9
@@ -33,6 +34,14 @@ def resolve_device(name: str) -> torch.device:
     if name not in ("cuda", "cpu"):
         raise ValueError(f"unknown device {name!r}; use auto, cuda or cpu")
     return torch.device(name)
+
+
+def resolve_moe_backend(name: str, device: torch.device) -> str:
+    if name == "auto":
+        return "grouped" if device.type == "cuda" and hasattr(torch.nn.functional, "grouped_mm") else "loop"
+    if name not in ("loop", "grouped"):
+        raise ValueError(f"unknown MoE backend {name!r}; use auto, loop or grouped")
+    return name
 
 
 def validate_tp(model_config, tp_size: int, device: torch.device) -> None:
