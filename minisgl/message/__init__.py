@@ -2,8 +2,9 @@
 
 from .base import decode, encode, message
 from .messages import (
-    AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
+    AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, SchedulerStatsMsg, TokenBatchMsg, TokenizeMsg,
+    UserMsg,
 )
 
 __all__ = ["decode", "encode", "message", "AbortMsg", "DetokenizeInfoMsg", "ExitMsg", "Reply", "ReplyBatchMsg",
-           "TokenBatchMsg", "TokenizeMsg", "UserMsg"]
+           "SchedulerStatsMsg", "TokenBatchMsg", "TokenizeMsg", "UserMsg"]

@@ -69,3 +69,20 @@ class Reply:
 @message
 class ReplyBatchMsg:
     replies: list[dict[str, Any]] = field(default_factory=list)  # Reply fields
+
+
+@message
+class SchedulerStatsMsg:
+    """Scheduler -> API server (a socket of its own), a few times a second while anything changes:
+    what /metrics shows from the scheduler. Counters and queue times are increments since the
+    previous message, so the receiver applies each exactly once; the rest are current values."""
+
+    pid: int  # the scheduler process; a new one (a restart) sets the gauges afresh
+    num_running: int
+    num_waiting: int
+    used_pages: int
+    num_pages: int
+    prefix_queried_tokens: int = 0
+    prefix_hit_tokens: int = 0
+    queue_times: list[float] = field(default_factory=list)  # seconds, of requests admitted since
+    info: dict[str, str] | None = None  # the first message: dtype, attention backend, ... as resolved

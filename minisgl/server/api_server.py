@@ -1,4 +1,4 @@
-"""The FastAPI app: OpenAI routes under /v1, probes, auth and OpenAI-style errors."""
+"""The FastAPI app: OpenAI routes under /v1, probes, /metrics, auth and OpenAI-style errors."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ from dataclasses import dataclass
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .args import LIVENESS_PATH, READINESS_PATH, ServerArgs
+from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
 from .frontend import FrontendClient
+from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
 from .protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse, error_response
 
@@ -34,11 +35,19 @@ class APIError(Exception):
         self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
 
 
-def create_app(args: ServerArgs, client: FrontendClient, state: ServerState) -> FastAPI:
+def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
+               metrics: ServerMetrics | None = None) -> FastAPI:
     app = FastAPI(title="minisgl", version="0.1.0", description="OpenAI-compatible LLM inference server",
                   responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
                              404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
     state.created = state.created or int(time.time())
+    metrics = metrics or ServerMetrics(args.model_name, args.model or args.model_name, args.tp)
+
+    def can_serve() -> bool:  # /ready, and minisgl_server_ready for the alert rules
+        return state.ready and state.healthy and not state.draining
+
+    metrics.track_readiness(can_serve)
+    observed = ObservedClient(client, metrics)  # the OpenAI routes' requests are timed and counted
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, e: APIError):
@@ -84,7 +93,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState) -> 
 
     @app.get(READINESS_PATH, tags=["probes"])
     async def ready():
-        ok = state.ready and state.healthy and not state.draining
+        ok = can_serve()
         reason = "ready" if ok else "draining" if state.draining else "loading" if not state.ready else "unhealthy"
         return PlainTextResponse(reason, status_code=200 if ok else 503)
 
@@ -105,6 +114,11 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState) -> 
             return PlainTextResponse(f"generation failed: {e!r}", status_code=503)
         return PlainTextResponse("ok")
 
+    @app.get(METRICS_PATH, tags=["monitoring"])
+    async def prometheus_metrics():
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
+
     @app.get("/v1/models", dependencies=v1, tags=["openai"])
     async def models():
         return {"object": "list", "data": [{"id": args.model_name, "object": "model", "created": state.created,
@@ -113,14 +127,15 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState) -> 
     @app.post("/v1/chat/completions", dependencies=v1, tags=["openai"])
     async def chat(body: ChatCompletionRequest, request: Request):
         check_serving(body.model)
-        return await serve_generation("chat", body, chat_jobs(body), args.model_name, client, request)
+        return await serve_generation("chat", body, chat_jobs(body), args.model_name, observed, request)
 
     @app.post("/v1/completions", dependencies=v1, tags=["openai"])
     async def completions(body: CompletionRequest, request: Request):
         check_serving(body.model)
         if not body.prompts():
             raise APIError(400, "prompt must not be empty", param="prompt")
-        return await serve_generation("completion", body, completion_jobs(body), args.model_name, client, request)
+        return await serve_generation("completion", body, completion_jobs(body), args.model_name, observed,
+                                      request)
 
     return app
 

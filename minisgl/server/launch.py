@@ -9,6 +9,7 @@ in-flight ones finish within --drain-timeout, and exits with every child gone.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import multiprocessing as mp
 import os
 import queue
@@ -27,7 +28,8 @@ from minisgl.utils.logger import get_logger
 from .args import ServerArgs
 
 logger = get_logger(__name__)
-ADDRESS_NAMES = ["tokenizer", "scheduler", "detokenizer", "api"]
+# "stats": scheduler -> API process, the numbers /metrics exports (minisgl.server.metrics).
+ADDRESS_NAMES = ["tokenizer", "scheduler", "detokenizer", "api", "stats"]
 
 
 def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0) -> SchedulerConfig:
@@ -131,16 +133,25 @@ def serve(args: ServerArgs) -> int:
 
     from .api_server import ServerState, create_app
     from .frontend import FrontendClient
+    from .metrics import ServerMetrics
 
     args, model_path = resolve_model(args)
     workers = start_workers(args, model_path)
     state = ServerState()
     client = FrontendClient(workers.addrs)
-    app = create_app(args, client, state)
+    metrics = ServerMetrics(args.model_name, args.model or model_path, args.tp)
+    app = create_app(args, client, state, metrics)
 
     class Server(uvicorn.Server):
-        def install_signal_handlers(self) -> None:  # ours below drain first
+        # SIGTERM/SIGINT are ours (main() below: drain first). uvicorn >= 0.29 installs its own
+        # handlers in capture_signals(), which would stop the server at once; older ones in
+        # install_signal_handlers(). Neither may run.
+        def install_signal_handlers(self) -> None:
             pass
+
+        @contextlib.contextmanager
+        def capture_signals(self):
+            yield
 
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                    timeout_graceful_shutdown=5, access_log=False))
@@ -193,11 +204,13 @@ def serve(args: ServerArgs) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, on_signal, sig)
         watcher = loop.create_task(supervise())
+        stats = loop.create_task(metrics.follow_scheduler(workers.addrs["stats"]))
         try:
             await server.serve()
         finally:
             stopping.set()
             watcher.cancel()
+            stats.cancel()
 
     try:
         asyncio.run(main())

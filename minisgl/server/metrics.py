@@ -1,0 +1,216 @@
+"""Every Prometheus metric the server exports on /metrics: names, help, buckets and labels live here.
+
+Names mirror vLLM's (``vllm:X`` -> ``minisgl_X``) so existing dashboards translate by a rename;
+the one deliberate difference is ``minisgl_kv_cache_usage_ratio`` (vLLM: ``kv_cache_usage_perc``,
+also a 0-1 fraction), named after Prometheus' unit convention. Labels take bounded values only:
+``model_name`` (the served name) on every metric and ``finished_reason`` on finished requests.
+
+Where the numbers come from, and why no multiprocess mode:
+
+* Request timing and token counts are measured here, in the API process, on the stream of
+  replies each request gets (``ServerMetrics.observe``): TTFT, inter-token latency and generated
+  tokens are what the client actually receives.
+* Queue time, running/waiting requests, KV pages and prefix-cache hits are known only to the
+  scheduler process. It ships them as a small ``SchedulerStatsMsg`` over a ZMQ socket of their own
+  a few times a second (``minisgl.scheduler.io.StatsReporter``), and this process exports them.
+  Counters and queue times travel as increments since the previous message, so each is applied
+  exactly once (PUSH/PULL between live processes drops nothing, and what the scheduler could not
+  send without blocking goes with its next message); only tensor-parallel rank 0 reports. No
+  double counting, then. Every series lives in this one process's registry, so the counters only
+  grow while the server runs; a replaced scheduler process (new pid) just continues them and its
+  first message sets the gauges afresh. When the server itself restarts, everything starts from
+  zero together with ``process_start_time_seconds``: the reset ``rate()`` expects.
+  prometheus_client's multiprocess mode would do the same with mmap files, a directory to create
+  and clean at start, a per-gauge aggregation mode and stale files of dead pids; one message type
+  is simpler.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST, GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, Counter, Gauge,
+    Histogram, Info, disable_created_metrics, generate_latest,
+)
+
+from minisgl.message import Reply, SchedulerStatsMsg
+from minisgl.utils.logger import get_logger
+from minisgl.utils.zmq import AsyncPullSocket
+
+logger = get_logger(__name__)
+
+PREFIX = "minisgl_"
+FINISHED_REASONS = ("stop", "length", "abort", "error")
+
+# Buckets in seconds, from a millisecond to minutes: a short chat on a fast GPU and a long prompt
+# waiting behind a full batch must both land in a bucket that tells them apart.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+                20.0, 40.0, 80.0, 160.0, 320.0, 640.0)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4,
+               0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
+REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+                   120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+
+
+def minisgl_version() -> str:
+    try:
+        return importlib.metadata.version("minisgl")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class ServerMetrics:
+    """The metrics of one server, in a registry of its own (several apps in one test process must
+    not collide in prometheus_client's global one)."""
+
+    def __init__(self, model_name: str, model: str, tp: int = 1) -> None:
+        # In the text format every counter and histogram would get a separate `_created` gauge:
+        # twice the series, used by no dashboard. vLLM turns them off the same way.
+        disable_created_metrics()
+        self.model_name, self.model, self.tp = model_name, model, tp
+        r = self.registry = CollectorRegistry(auto_describe=True)
+        for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # process_*, python_*
+            r.register(collector)
+        label = ["model_name"]
+
+        def histogram(name: str, doc: str, buckets: tuple[float, ...]):
+            return Histogram(PREFIX + name, doc, label, buckets=buckets, registry=r).labels(model_name)
+
+        def counter(name: str, doc: str):
+            return Counter(PREFIX + name, doc, label, registry=r).labels(model_name)
+
+        def gauge(name: str, doc: str):
+            return Gauge(PREFIX + name, doc, label, registry=r).labels(model_name)
+
+        # Per request (API process).
+        self.ttft = histogram("time_to_first_token_seconds",
+                              "Time from a request's arrival to its first generated token.", TTFT_BUCKETS)
+        self.itl = histogram("inter_token_latency_seconds",
+                             "Time between consecutive generated tokens of a request (time per output token).",
+                             ITL_BUCKETS)
+        self.e2e = histogram("e2e_request_latency_seconds",
+                             "Time from a request's arrival to its end (finished, failed or aborted).", REQUEST_BUCKETS)
+        self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of requests that reached their first token.")
+        self.generation_tokens = counter("generation_tokens", "Generated tokens delivered to clients.")
+        finished = Counter(PREFIX + "request_success", "Requests finished, by finished_reason "
+                           "(stop, length, abort: client gone, error: rejected or failed).",
+                           ["model_name", "finished_reason"], registry=r)
+        # Every reason exists from the start at 0, so rate() sees the first one happen.
+        self.finished = {reason: finished.labels(model_name, reason) for reason in FINISHED_REASONS}
+        # From the scheduler process (SchedulerStatsMsg).
+        self.queue_time = histogram("request_queue_time_seconds",
+                                    "Time a request waited in the scheduler's queue before it was admitted.",
+                                    REQUEST_BUCKETS)
+        self.prefix_queries = counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
+        self.prefix_hits = counter("prefix_cache_hits", "Prompt tokens found in the prefix cache (not computed).")
+        self.running = gauge("num_requests_running", "Requests admitted by the scheduler: prefilling or decoding.")
+        # The operator's HorizontalPodAutoscaler targets this exact name.
+        self.waiting = gauge("num_requests_waiting", "Requests queued in the scheduler, not yet admitted.")
+        self.kv_usage = gauge("kv_cache_usage_ratio", "Fraction of KV cache pages held by requests (0-1).")
+        self.kv_used = gauge("kv_cache_used_pages", "KV cache pages held by requests.")
+        self.kv_pages = gauge("kv_cache_pages", "KV cache pages in the pool.")
+        self.ready = gauge("server_ready", "1 while /ready answers 200 (model loaded, not draining), else 0.")
+        self.info = Info(PREFIX + "model", "The served model and how it runs; the value is always 1.", registry=r)
+        self._scheduler_pid: int | None = None
+
+    # -- exposition ---------------------------------------------------------------------------
+
+    def exposition(self) -> tuple[bytes, str]:
+        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+    def track_readiness(self, is_ready: Callable[[], bool]) -> None:
+        self.ready.set_function(lambda: float(is_ready()))
+
+    # -- requests (API process) ---------------------------------------------------------------
+
+    async def observe(self, replies: AsyncIterator[Reply]) -> AsyncIterator[Reply]:
+        """`replies`, unchanged, while timing and counting them. The clock starts at the first
+        `anext`, when the request is sent. Leaving early closes `replies` (which aborts the
+        request) and counts the request as aborted."""
+        start = time.perf_counter()
+        last = start
+        tokens = 0
+        finished = False
+        async with aclosing(replies):  # type: ignore[type-var]
+            try:
+                async for reply in replies:
+                    now = time.perf_counter()
+                    new = reply.completion_tokens - tokens
+                    if new > 0:
+                        if tokens == 0:
+                            self.ttft.observe(now - start)
+                            self.prompt_tokens.inc(reply.prompt_tokens)
+                            gaps, gap = new - 1, 0.0  # tokens that came with the first one: no wait of their own
+                        else:
+                            gaps, gap = new, (now - last) / new  # k tokens in one reply: k gaps of 1/k each
+                        for _ in range(gaps):
+                            self.itl.observe(gap)
+                        self.generation_tokens.inc(new)
+                        tokens, last = reply.completion_tokens, now
+                    if reply.finish_reason is not None and not finished:
+                        finished = True
+                        self._finish(reply.finish_reason, now - start)
+                    yield reply
+            finally:
+                if not finished:
+                    self._finish("abort", time.perf_counter() - start)
+
+    def _finish(self, reason: str, elapsed: float) -> None:
+        self.finished.get(reason, self.finished["error"]).inc()
+        self.e2e.observe(elapsed)
+
+    # -- scheduler stats (from the scheduler process) -----------------------------------------
+
+    def apply(self, msg: SchedulerStatsMsg) -> None:
+        if msg.pid != self._scheduler_pid:
+            if self._scheduler_pid is not None:
+                logger.warning("scheduler process changed (pid %s -> %s): continuing its metrics",
+                               self._scheduler_pid, msg.pid)
+            self._scheduler_pid = msg.pid
+        if msg.info:
+            self.info.info({"model_name": self.model_name, "model": self.model, "tp": str(self.tp),
+                            "version": minisgl_version(), **{k: str(v) for k, v in msg.info.items()}})
+        self.prefix_queries.inc(msg.prefix_queried_tokens)
+        self.prefix_hits.inc(msg.prefix_hit_tokens)
+        for seconds in msg.queue_times:
+            self.queue_time.observe(seconds)
+        self.running.set(msg.num_running)
+        self.waiting.set(msg.num_waiting)
+        self.kv_used.set(msg.used_pages)
+        self.kv_pages.set(msg.num_pages)
+        self.kv_usage.set(msg.used_pages / msg.num_pages if msg.num_pages else 0.0)
+
+    async def follow_scheduler(self, addr: str) -> None:
+        """Apply every SchedulerStatsMsg that arrives on `addr`; runs until cancelled."""
+        inbox = AsyncPullSocket(addr)
+        try:
+            while True:
+                msg = await inbox.recv()
+                if isinstance(msg, SchedulerStatsMsg):
+                    self.apply(msg)
+        finally:
+            inbox.sock.close()
+
+
+class ObservedClient:
+    """A FrontendClient whose generations are observed by `metrics`; everything else passes through.
+    The OpenAI routes use it. /health_generate keeps the bare client: a probe's token is not client
+    traffic (the scheduler's numbers still include it, as they include all its work)."""
+
+    def __init__(self, client: Any, metrics: ServerMetrics) -> None:
+        self._client, self._metrics = client, metrics
+
+    def generate(self, params: dict[str, Any], **kwargs: Any) -> AsyncIterator[Reply]:
+        return self._metrics.observe(self._client.generate(params, **kwargs))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+__all__ = ["ServerMetrics", "ObservedClient", "FINISHED_REASONS", "PREFIX", "TTFT_BUCKETS", "ITL_BUCKETS",
+           "REQUEST_BUCKETS"]

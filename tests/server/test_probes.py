@@ -1,0 +1,124 @@
+"""The probes Kubernetes acts on, on a real server process: /ready takes the pod out of traffic
+while the model loads and while it drains after SIGTERM; /health restarts it when a worker is gone
+(and stays 200 while loading or draining, or a slow start would be killed); /health_generate
+pushes one token through every process. None of them, nor /metrics, needs the API key."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+
+import httpx
+import openai
+import pytest
+
+from tests.server.serving import ServerProcess
+
+MODEL = "tiny-qwen3"
+ARGS = ["--served-model-name", MODEL, "--num-pages", "1024", "--max-seq-len", "1024", "--page-size", "4"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("Qwen3ForCausalLM")
+
+
+def first_answer(srv: ServerProcess, path: str, timeout: float = 60) -> httpx.Response:
+    """The first HTTP answer on `path`, polling from the moment the process starts."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert srv.proc.poll() is None, srv.output()
+        try:
+            return httpx.get(srv.url + path, timeout=5)
+        except httpx.TransportError:
+            time.sleep(0.02)
+    raise TimeoutError(f"no answer on {path} in {timeout}s")
+
+
+def metric(srv: ServerProcess, name: str) -> str:
+    """The value of an unlabelled-but-for-the-model series in a scrape, as written."""
+    line = next(l for l in httpx.get(srv.url + "/metrics").text.splitlines() if l.startswith(name + "{"))
+    return line.rsplit(" ", 1)[1]
+
+
+def wait_for(condition, what: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_probe_states_from_start_through_drain(model_dir):
+    srv = ServerProcess("--model", model_dir, *ARGS, "--max-running-requests", "1", "--drain-timeout", "120",
+                        env={"MINISGL_API_KEY": "k"})
+    try:
+        # Loading: not ready, yet alive (a liveness failure here would restart a slow start forever).
+        loading = first_answer(srv, "/ready")
+        assert (loading.status_code, loading.text) == (503, "loading")
+        assert httpx.get(srv.url + "/health").status_code == 200
+        assert metric(srv, "minisgl_server_ready") == "0.0"
+        srv.wait_ready()
+
+        # Serving: every probe and /metrics answer without the key that /v1 requires.
+        assert httpx.get(srv.url + "/v1/models").status_code == 401
+        assert (httpx.get(srv.url + "/ready").status_code, httpx.get(srv.url + "/ready").text) == (200, "ready")
+        assert httpx.get(srv.url + "/health").status_code == 200
+        generated = httpx.get(srv.url + "/health_generate", timeout=30)
+        assert (generated.status_code, generated.text) == (200, "ok")
+        assert httpx.get(srv.url + "/metrics").status_code == 200 and metric(srv, "minisgl_server_ready") == "1.0"
+
+        # Draining: SIGTERM with long requests in flight, one at a time (--max-running-requests 1),
+        # so the drain lasts several generations even on a fast machine.
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="k", timeout=120)
+        results: list = []
+
+        def long_request() -> None:
+            results.append(client.completions.create(model=MODEL, prompt="tell me everything", max_tokens=900,
+                                                     extra_body={"ignore_eos": True}))
+
+        threads = [threading.Thread(target=long_request) for _ in range(3)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: metric(srv, "minisgl_num_requests_running") == "1.0", "a request running")
+        srv.proc.send_signal(signal.SIGTERM)
+        wait_for(lambda: httpx.get(srv.url + "/ready").text == "draining", "/ready to say draining")
+        draining = httpx.get(srv.url + "/ready")
+        assert (draining.status_code, draining.text) == (503, "draining")
+        assert httpx.get(srv.url + "/health").status_code == 200  # alive while it finishes its work
+        assert metric(srv, "minisgl_server_ready") == "0.0"
+        refused = httpx.post(srv.url + "/v1/completions", headers={"Authorization": "Bearer k"},
+                             json={"model": MODEL, "prompt": "one more", "max_tokens": 2})
+        assert refused.status_code == 503
+        assert any(t.is_alive() for t in threads), "the requests ended before the drain was observed"
+
+        for t in threads:
+            t.join(120)
+        # Every request in flight at SIGTERM was finished, none cut, and then the server exited cleanly.
+        assert [r.choices[0].finish_reason for r in results] == ["length"] * 3
+        assert [r.usage.completion_tokens for r in results] == [900] * 3
+        assert srv.proc.wait(30) == 0
+    finally:
+        srv.stop()
+
+
+def test_health_fails_once_the_scheduler_is_killed(model_dir):
+    srv = ServerProcess("--model", model_dir, *ARGS).wait_ready()
+    try:
+        assert httpx.get(srv.url + "/health").status_code == 200
+        os.kill(srv.worker_pid("scheduler"), signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        answers = []
+        while time.monotonic() < deadline:
+            try:
+                answers.append(httpx.get(srv.url + "/health", timeout=1).status_code)
+            except httpx.TransportError:
+                answers.append("gone")  # the server exited: as good as a failed probe
+            if answers[-1] != 200:
+                break
+            time.sleep(0.05)
+        assert answers[-1] in (503, "gone"), answers
+        assert srv.proc.wait(15) != 0
+    finally:
+        srv.stop()
