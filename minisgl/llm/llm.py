@@ -1,23 +1,47 @@
-"""Offline batch generation: `LLM(path).generate(prompts, params)`."""
+"""Offline batch generation: `LLM(path).generate(prompts, params)`.
+
+It drives the same SchedulerServer as the server's scheduler process, fed from an in-process
+inbox instead of ZMQ; with tp > 1 the other ranks run as follower processes, as in the server.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
+import multiprocessing as mp
+import socket
 from collections.abc import Sequence
 
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
-from minisgl.scheduler import Scheduler, SchedulerConfig
+from minisgl.distributed import DistributedInfo
+from minisgl.message import ExitMsg, UserMsg
+from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
+from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
 
 
 class LLM:
-    """Runs a Scheduler in this process. Keyword arguments are SchedulerConfig / EngineConfig
-    fields (e.g. `max_seq_len_override`, `max_extend_tokens`, `page_size`, `cuda_graph_max_bs`)."""
+    """Keyword arguments are SchedulerConfig / EngineConfig fields (e.g. `max_seq_len_override`,
+    `max_extend_tokens`, `page_size`, `cuda_graph_max_bs`); `tp` sets the tensor-parallel size."""
 
-    def __init__(self, model_path: str, **kwargs):
-        self.scheduler = Scheduler(SchedulerConfig(model_path=model_path, **kwargs))
+    def __init__(self, model_path: str, tp: int = 1, **kwargs):
+        config = SchedulerConfig(model_path=model_path, **kwargs)
+        self.followers: list[mp.process.BaseProcess] = []
+        if tp > 1:
+            config = dataclasses.replace(config, tp_info=DistributedInfo(0, tp), distributed_addr=_free_tcp_addr())
+            ctx = mp.get_context("spawn")
+            status = ctx.Queue()
+            for rank in range(1, tp):
+                rank_config = dataclasses.replace(config, tp_info=DistributedInfo(rank, tp))
+                p = ctx.Process(target=run_scheduler, args=(rank_config, {}, status), daemon=True)
+                p.start()
+                self.followers.append(p)
+        self.scheduler = Scheduler(config)
+        self.inbox = LocalInbox()
+        self._outputs: list[StepOutput] = []
+        self.server = SchedulerServer(self.scheduler, self.inbox, self._outputs.extend)
         self.tokenizer = _load_tokenizer(model_path)
         self._uids = itertools.count()
 
@@ -37,17 +61,19 @@ class LLM:
             if problem:
                 raise ValueError(f"prompt {len(uids)}: {problem}")
             uids.append(next(self._uids))
-            self.scheduler.add_request(uids[-1], ids, params)
+            self.inbox.put(UserMsg(uids[-1], ids, dataclasses.asdict(params)))
         results = {uid: [] for uid in uids}
         finished: dict[int, str] = {}
         with tqdm(total=len(uids), desc="Generating", unit="req", disable=not use_tqdm) as bar:
             while len(finished) < len(uids):
-                for out in self.scheduler.step():
+                self.server.run_once()
+                outputs, self._outputs[:] = list(self._outputs), []
+                for out in outputs:
                     if out.token_id is not None:
                         results[out.uid].append(out.token_id)
                     if out.finish_reason:
                         if out.error:
-                            raise RuntimeError(out.error)
+                            raise ValueError(out.error)
                         finished[out.uid] = out.finish_reason
                         bar.update(1)
         return [{"text": self._decode(results[u]), "token_ids": results[u], "finish_reason": finished[u]}
@@ -64,7 +90,20 @@ class LLM:
         return self.tokenizer.decode(ids, skip_special_tokens=True) if self.tokenizer else ""
 
     def shutdown(self) -> None:
+        if self.followers:
+            self.inbox.put(ExitMsg())
+            self.server.run_once()  # broadcasts the exit to the other ranks
+            for p in self.followers:
+                p.join(30)
+                if p.is_alive():
+                    p.kill()
         self.scheduler.shutdown()
+
+
+def _free_tcp_addr() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 def _load_tokenizer(model_path: str):

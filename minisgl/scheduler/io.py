@@ -5,11 +5,14 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections.abc import Callable
 from multiprocessing.queues import Queue
 
+import torch
 import zmq
 
 from minisgl.core import SamplingParams
+from minisgl.distributed import broadcast_objects
 from minisgl.message import AbortMsg, ExitMsg, SchedulerStatsMsg, TokenBatchMsg, UserMsg, encode
 from minisgl.utils.logger import get_logger
 from minisgl.utils.process import ParentWatch, run_worker
@@ -20,6 +23,7 @@ from .scheduler import Scheduler, StepOutput
 
 logger = get_logger(__name__)
 _PARAM_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
+
 
 def to_sampling_params(params: dict, prompt_len: int, max_seq_len: int) -> SamplingParams:
     """The API's parameters as SamplingParams; max_tokens None means the rest of the context."""
@@ -107,17 +111,55 @@ class StatsReporter:
         self.gauges, self.reported, self.queue_times, self.pending_info = gauges, counters, [], None
 
 
+class LocalInbox:
+    """An in-process stand-in for the scheduler's ZMQ inbox (the offline LLM uses it)."""
+
+    def __init__(self) -> None:
+        self.pending: list = []
+
+    def put(self, msg) -> None:
+        self.pending.append(msg)
+
+    def recv_all(self, timeout_ms: int) -> list:
+        msgs, self.pending = self.pending, []
+        return msgs
+
+
 class SchedulerServer:
-    def __init__(self, scheduler: Scheduler, addrs: dict[str, str]):
+    """Every tensor-parallel rank runs one, each with its own Scheduler. Rank 0 alone has an inbox
+    and an output; it broadcasts what it received each iteration, so all ranks apply the same
+    messages in the same order, make the same scheduling decisions and run the same batches."""
+
+    def __init__(self, scheduler: Scheduler, inbox=None, send: Callable[[list[StepOutput]], None] | None = None,
+                 stats: StatsReporter | None = None):
         self.scheduler = scheduler
-        self.inbox = PullSocket(addrs["scheduler"])
-        self.to_detok = PushSocket(addrs["detokenizer"])
+        self.primary = scheduler.engine.tp.is_primary
+        self.tp_size = scheduler.engine.tp.size
+        self.inbox = inbox if self.primary else None
+        self._send = send if self.primary else None
         self.vocab_size = scheduler.engine.model_config.vocab_size
-        # Only the primary rank reports, so tensor-parallel ranks are never counted twice.
-        primary = scheduler.engine.tp.is_primary
-        self.stats = StatsReporter(scheduler, addrs["stats"]) if primary and "stats" in addrs else None
+        self.watch = ParentWatch()
+        self.stats = stats
         if self.stats:
             self.stats.send()  # before the launcher hears "ready": the info metric is there by then
+
+    @classmethod
+    def over_zmq(cls, scheduler: Scheduler, addrs: dict[str, str]) -> SchedulerServer:
+        if not scheduler.engine.tp.is_primary:
+            return cls(scheduler)
+        to_detok = PushSocket(addrs["detokenizer"])
+        # Only the primary rank reports, so tensor-parallel ranks are never counted twice.
+        stats = StatsReporter(scheduler, addrs["stats"]) if "stats" in addrs else None
+        return cls(scheduler, PullSocket(addrs["scheduler"]),
+                   lambda outs: to_detok.send(TokenBatchMsg([dataclasses.asdict(o) for o in outs])), stats)
+
+    def receive(self, timeout_ms: int) -> list:
+        msgs = None
+        if self.primary:
+            msgs = self.inbox.recv_all(timeout_ms) if self.watch.alive() else [ExitMsg()]
+        if self.tp_size > 1:
+            msgs = broadcast_objects([msgs])[0]
+        return msgs
 
     def handle(self, msg) -> bool:
         """Apply one message; False when told to exit."""
@@ -143,32 +185,42 @@ class SchedulerServer:
         return True
 
     def send(self, outputs: list[StepOutput]) -> None:
-        if outputs:
-            self.to_detok.send(TokenBatchMsg([dataclasses.asdict(o) for o in outputs]))
+        if outputs and self._send:
+            self._send(outputs)
+
+    def run_once(self) -> bool:
+        """Apply what arrived, run one step if there is work; False once told to exit."""
+        for msg in self.receive(timeout_ms=0 if self.scheduler.has_work else 100):
+            if not self.handle(msg):
+                return False
+        if self.scheduler.has_work:
+            step_start = time.monotonic()
+            self.send(self.scheduler.step())
+            if self.stats:
+                self.stats.stepped(step_start)
+        if self.stats:
+            self.stats.send()
+        return True
 
     def serve(self) -> None:
-        watch = ParentWatch()
-        while watch.alive():
-            busy = self.scheduler.has_work
-            for msg in self.inbox.recv_all(timeout_ms=0 if busy else 100):
-                if not self.handle(msg):
-                    return
-            if self.scheduler.has_work:
-                step_start = time.monotonic()
-                self.send(self.scheduler.step())
-                if self.stats:
-                    self.stats.stepped(step_start)
-            if self.stats:
-                self.stats.send()
+        while self.run_once():
+            pass
+
 
 def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], status: Queue) -> None:
+    rank = config.tp_info.rank
+    name = "scheduler" if rank == 0 else f"scheduler-rank{rank}"
+
     def body(ready):
+        if config.tp_info.size > 1 and not torch.cuda.is_available():
+            # CPU ranks share the machine's cores.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tp_info.size))
         scheduler = Scheduler(config)
-        server = SchedulerServer(scheduler, addrs)
+        server = SchedulerServer.over_zmq(scheduler, addrs)
         ready()
         try:
             server.serve()
         finally:
             scheduler.shutdown()
 
-    run_worker("scheduler", status, body)
+    run_worker(name, status, body)

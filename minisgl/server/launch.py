@@ -15,6 +15,7 @@ import os
 import queue
 import shutil
 import signal
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -32,10 +33,12 @@ logger = get_logger(__name__)
 ADDRESS_NAMES = ["tokenizer", "scheduler", "detokenizer", "api", "stats"]
 
 
-def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0) -> SchedulerConfig:
+def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
+                     distributed_addr: str = "tcp://127.0.0.1:23333") -> SchedulerConfig:
     return SchedulerConfig(
         model_path=model_path,
         tp_info=DistributedInfo(rank, args.tp),
+        distributed_addr=distributed_addr,
         dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
         device=args.device,
         page_size=args.page_size,
@@ -52,8 +55,10 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0) -> Schedu
 
 
 def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
-    """The model directory to load; with no --model, the built-in demo on the CPU."""
+    """The model directory to load (with no --model, the built-in demo on the CPU), checked for
+    what can be known before any process starts: a ValueError names the problem."""
     if args.model:
+        check_model(args, args.model)
         return args, args.model
     from minisgl.models.demo import demo_model_dir
 
@@ -61,7 +66,24 @@ def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
                    "its output is random text. Pass --model to serve a real model.")
     if args.device == "auto":
         args = type(args)(**{**args.__dict__, "device": "cpu"})
+    check_model(args, demo_model_dir())
     return args, demo_model_dir()
+
+
+def check_model(args: ServerArgs, model_path: str) -> None:
+    """Problems visible before any process starts (architecture, --tp split): raise ValueError."""
+    from minisgl.engine.config import resolve_device, validate_tp
+    from minisgl.models import load_model_config
+
+    if model_path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model_path)):
+        raise ValueError(f"model directory {model_path} does not exist")
+    validate_tp(load_model_config(model_path), args.tp, resolve_device(args.device))
+
+
+def _free_tcp_addr() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 @dataclass
@@ -115,8 +137,12 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
     addrs = ipc_addresses(ADDRESS_NAMES)
     status = ctx.Queue()
+    dist_addr = _free_tcp_addr()  # rendezvous of the tensor-parallel ranks
     procs = [
-        ctx.Process(target=run_scheduler, name="scheduler", args=(scheduler_config(args, model_path), addrs, status)),
+        ctx.Process(target=run_scheduler, name="scheduler" if rank == 0 else f"scheduler-rank{rank}",
+                    args=(scheduler_config(args, model_path, rank, dist_addr), addrs, status))
+        for rank in range(args.tp)
+    ] + [
         ctx.Process(target=run_tokenizer, name="tokenizer", args=(model_path, addrs, status)),
         ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),
     ]

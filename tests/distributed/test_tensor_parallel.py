@@ -57,3 +57,14 @@ def test_impossible_splits_are_refused_with_the_reason(tiny_model_dir):
         validate_tp(cfg, 3, cpu)
     with pytest.raises(ValueError, match="must divide the model's 4 attention heads"):
         validate_tp(cfg, 8, cpu)
+
+
+def test_offline_llm_with_tp2_matches_tp1(tiny_model_dir):
+    model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
+    llm = LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+    try:
+        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+    finally:
+        llm.shutdown()
+    assert [o["text"] for o in outs] == single_rank_texts(model_dir)
+    assert not any(p.is_alive() for p in llm.followers)
