@@ -9,5 +9,6 @@ from minisgl.engine import EngineConfig
 class SchedulerConfig(EngineConfig):
     max_extend_tokens: int = 8192  # prompt tokens computed per step; longer prompts are chunked
     cache_type: str = "radix"  # radix | naive
+    max_prompt_tokens: int | None = None  # None: the context length
     # Overlap scheduling: prepare and launch step N+1 before reading step N's tokens.
     overlap: bool = True

@@ -82,6 +82,9 @@ class Scheduler:
         e = self.engine
         if prompt_len < 1:
             return "the prompt is empty"
+        limit = self.config.max_prompt_tokens
+        if limit and prompt_len > limit:
+            return f"the prompt has {prompt_len} tokens, more than this server's limit of {limit}"
         if prompt_len + params.max_tokens > e.max_seq_len:
             return (f"this model's maximum context length is {e.max_seq_len} tokens, but {prompt_len + params.max_tokens}"
                     f" were requested ({prompt_len} in the prompt, {params.max_tokens} for the completion)")

@@ -16,7 +16,13 @@ from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
 from .frontend import FrontendClient
 from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
-from .protocol import ChatCompletionRequest, CompletionRequest, ErrorResponse, error_response
+from .protocol import (
+    ChatCompletionRequest, ChatCompletionResponse, CompletionRequest, CompletionResponse, ErrorResponse, ModelList,
+    error_response, generation_responses,
+)
+
+
+PLAIN_503 = {503: {"content": {"text/plain": {}}}}
 
 
 @dataclass
@@ -63,7 +69,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException):
-        return error_response(e.status_code, str(e.detail))
+        return error_response(e.status_code, str(e.detail), headers=getattr(e, "headers", None))
 
     def check_key(request: Request) -> None:
         if not args.api_key:
@@ -84,20 +90,34 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
             raise APIError(404, f"the model '{model}' does not exist; this server serves '{args.model_name}'",
                            param="model", code="model_not_found")
 
+    def check_limits(body: ChatCompletionRequest | CompletionRequest, choices: int) -> None:
+        max_tokens = getattr(body, "max_completion_tokens", None) or body.max_tokens
+        if args.max_new_tokens and max_tokens and max_tokens > args.max_new_tokens:
+            raise APIError(400, f"max_tokens {max_tokens} is above this server's limit of {args.max_new_tokens}",
+                           param="max_tokens")
+        if body.n > args.max_n:
+            raise APIError(400, f"n {body.n} is above this server's limit of {args.max_n}", param="n")
+        if choices // body.n > args.max_n:
+            raise APIError(400, f"{choices // body.n} prompts in one request; this server takes at most {args.max_n}",
+                           param="prompt")
+        if client.in_flight + choices > args.max_pending_requests:
+            raise APIError(429, f"the server is at its limit of {args.max_pending_requests} requests; retry later",
+                           code="too_many_requests", headers={"Retry-After": "1"})
+
     v1 = [Depends(check_key)]
 
-    @app.get(LIVENESS_PATH, tags=["probes"])
+    @app.get(LIVENESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health():
         ok = state.healthy
         return PlainTextResponse("ok" if ok else "unhealthy", status_code=200 if ok else 503)
 
-    @app.get(READINESS_PATH, tags=["probes"])
+    @app.get(READINESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def ready():
         ok = can_serve()
         reason = "ready" if ok else "draining" if state.draining else "loading" if not state.ready else "unhealthy"
         return PlainTextResponse(reason, status_code=200 if ok else 503)
 
-    @app.get("/health_generate", tags=["probes"])
+    @app.get("/health_generate", tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health_generate():
         if not (state.ready and state.healthy):
             return PlainTextResponse("not ready", status_code=503)
@@ -114,30 +134,88 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
             return PlainTextResponse(f"generation failed: {e!r}", status_code=503)
         return PlainTextResponse("ok")
 
-    @app.get(METRICS_PATH, tags=["monitoring"])
+    @app.get(METRICS_PATH, tags=["monitoring"], response_class=PlainTextResponse)
     async def prometheus_metrics():
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 
-    @app.get("/v1/models", dependencies=v1, tags=["openai"])
+    @app.get("/v1/models", dependencies=v1, tags=["openai"], response_model=ModelList)
     async def models():
         return {"object": "list", "data": [{"id": args.model_name, "object": "model", "created": state.created,
                                             "owned_by": "minisgl", "root": args.model or args.model_name}]}
 
-    @app.post("/v1/chat/completions", dependencies=v1, tags=["openai"])
+    @app.post("/v1/chat/completions", dependencies=v1, tags=["openai"], response_model=None,
+              responses=generation_responses(ChatCompletionResponse))
     async def chat(body: ChatCompletionRequest, request: Request):
         check_serving(body.model)
+        check_limits(body, body.n)
         return await serve_generation("chat", body, chat_jobs(body), args.model_name, observed, request)
 
-    @app.post("/v1/completions", dependencies=v1, tags=["openai"])
+    @app.post("/v1/completions", dependencies=v1, tags=["openai"], response_model=None,
+              responses=generation_responses(CompletionResponse))
     async def completions(body: CompletionRequest, request: Request):
         check_serving(body.model)
         if not body.prompts():
             raise APIError(400, "prompt must not be empty", param="prompt")
+        check_limits(body, len(body.prompts()) * body.n)
         return await serve_generation("completion", body, completion_jobs(body), args.model_name, observed,
                                       request)
 
+    app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes)
+    _document_model_name(app, args.model_name)
     return app
+
+
+def _document_model_name(app: FastAPI, name: str) -> None:
+    """The OpenAPI schema names the one model served, so clients and fuzzers know the valid value."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi():
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            for body in ("ChatCompletionRequest", "CompletionRequest"):
+                schema["components"]["schemas"][body]["properties"]["model"]["enum"] = [name]
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
+class BodySizeLimit:
+    """Refuse request bodies over `max_bytes` with 413, whether or not they declare a length: the
+    body is read (up to the limit) before the app sees it, then handed on unchanged."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or []).get(b"content-length", b"")
+        too_large = declared.isdigit() and int(declared) > self.max_bytes
+        chunks, size, more = [], 0, not too_large
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return await self.app(scope, _replay([message], receive), send)  # client went away
+            chunks.append(message.get("body", b""))
+            size += len(chunks[-1])
+            more = message.get("more_body", False)
+            too_large = size > self.max_bytes
+            more = more and not too_large
+        if too_large:
+            response = error_response(413, f"request body larger than {self.max_bytes} bytes",
+                                      code="request_too_large")
+            return await response(scope, receive, send)
+        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        await self.app(scope, _replay([body], receive), send)
+
+
+def _replay(messages: list[dict], receive):
+    async def replay():
+        return messages.pop(0) if messages else await receive()
+
+    return replay
 
 
 __all__ = ["create_app", "ServerState", "APIError", "JSONResponse"]

@@ -52,6 +52,12 @@ class ServerArgs:
     api_key: str | None = _flag(f"Require 'Authorization: Bearer KEY' on /v1/* (also from ${API_KEY_ENV}).")
     shell: bool = _flag("Open an interactive chat in the terminal instead of serving HTTP.", False)
     drain_timeout: float = _flag("Seconds to let in-flight requests finish after SIGTERM.", 30.0)
+    max_request_bytes: int = _flag("Largest request body accepted, in bytes (413 beyond).", 8 << 20)
+    max_prompt_tokens: int | None = _flag("Most prompt tokens per request (default: the context length).")
+    max_new_tokens: int | None = _flag("Largest max_tokens a request may ask for (default: the context length).")
+    max_n: int = _flag("Largest n (choices per request) and number of prompts per completion request.", 16)
+    max_pending_requests: int = _flag(
+        "Requests in the server at once, running or queued; beyond it new ones get 429 with Retry-After.", 1024)
     log_level: str = _flag("Logging level.", "info")
 
     @property
@@ -103,6 +109,10 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-prefill-length must be >= 1"
     if not 0 < args.memory_ratio <= 1:
         return "--memory-ratio must be in (0, 1]"
+    for name in ("max_request_bytes", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return f"--{name.replace('_', '-')} must be >= 1"
     if args.dtype not in ("auto", "bfloat16", "float16", "float32"):
         return "--dtype must be one of auto, bfloat16, float16, float32"
     if args.device not in ("auto", "cuda", "cpu"):

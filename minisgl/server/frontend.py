@@ -47,7 +47,12 @@ class FrontendClient:
         self.queues[uid] = queue
         finished = False
         try:
-            await self.to_tokenizer.send(TokenizeMsg(uid, params, text, input_ids, messages))
+            try:
+                await self.to_tokenizer.send(TokenizeMsg(uid, params, text, input_ids, messages))
+            except (UnicodeEncodeError, ValueError, TypeError, OverflowError) as e:  # e.g. a lone surrogate
+                finished = True
+                yield Reply(uid, "", 0, "error", f"the request cannot be encoded: {e}")
+                return
             while not finished:
                 reply = await queue.get()
                 finished = reply.finish_reason is not None

@@ -51,6 +51,7 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
         num_page_override=args.num_pages,
         max_extend_tokens=args.max_prefill_length,
         cache_type=args.cache,
+        max_prompt_tokens=args.max_prompt_tokens,
     )
 
 

@@ -6,17 +6,21 @@ real API and malformed bodies are rejected before they reach the pipeline.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 StopField = str | list[str] | None
+TokenId = Annotated[StrictInt, Field(ge=0)]  # strict: JSON true/false are not token ids
+Text = Annotated[str, Field(min_length=1)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
 class SamplingFields(BaseModel):
-    # Unknown OpenAI fields (logit_bias, user, ...) are accepted and ignored, as vLLM does.
-    model_config = ConfigDict(extra="ignore")
+    # Unknown OpenAI fields (logit_bias, user, ...) are accepted and ignored, as vLLM does. Strict:
+    # a JSON value of the wrong type is an error, never silently converted (0 is not false).
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     model: str
     temperature: float | None = Field(None, ge=0, le=2)
@@ -24,8 +28,8 @@ class SamplingFields(BaseModel):
     top_k: int | None = Field(None, ge=-1, description="extension: keep the k most likely tokens")
     min_p: float | None = Field(None, ge=0, le=1, description="extension")
     seed: int | None = Field(None, ge=0)
-    stop: StopField = Field(None, description="up to 4 strings; generation ends before any of them")
-    stop_token_ids: list[int] | None = Field(None, description="extension")
+    stop: StopField = Field(None, max_length=4, description="up to 4 strings; generation ends before any of them")
+    stop_token_ids: list[TokenId] | None = Field(None, description="extension")
     ignore_eos: bool = Field(False, description="extension: keep generating past end-of-sequence")
     n: int = Field(1, ge=1)
     stream: bool = False
@@ -47,16 +51,20 @@ class SamplingFields(BaseModel):
 
 
 class StreamOptions(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     include_usage: bool = False
 
 
 class TextPart(BaseModel):
+    model_config = ConfigDict(strict=True)
+
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", strict=True)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
@@ -75,7 +83,8 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[int] | list[str] | list[list[int]] = Field(description="text or token ids, one or a batch")
+    prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)] = \
+        Field(description="text or token ids, one or a batch")
     max_tokens: int | None = Field(16, ge=1)
 
     def prompts(self) -> list[dict]:
@@ -111,3 +120,74 @@ def error_response(status: int, message: str, param: str | None = None, code: st
     body = {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "param": param,
                       "code": code}}
     return JSONResponse(body, status_code=status, headers=headers)
+
+
+# -- response bodies (documented in the OpenAPI schema; the routes build them as plain dicts) -------
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    root: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class CompletionChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class CompletionResponse(BaseModel):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[CompletionChoice]
+    usage: Usage
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: None = None
+    finish_reason: Literal["stop", "length"] | None
+
+
+class ChatCompletionResponse(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+# One server-sent event of a stream: `data` holds a JSON chunk object, or "[DONE]" at the end.
+SSE_EVENT = {"type": "object", "required": ["data"],
+             "properties": {"data": {"type": "string", "description": "a JSON chunk, or [DONE]"},
+                            "event": {"type": "string"}}}
+
+
+def generation_responses(model: type[BaseModel]) -> dict:
+    """OpenAPI responses of a generation route: JSON, or server-sent events when stream=true."""
+    return {200: {"model": model, "content": {"text/event-stream": {"schema": SSE_EVENT}}},
+            413: {"model": ErrorResponse}, 429: {"model": ErrorResponse}}

@@ -34,6 +34,8 @@ def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
     """The prompt's last tokens as decoding context, unless they end inside a UTF-8 character
     (then the decoder could not tell the prompt's text from the output's)."""
     tail = ids[-PROMPT_TAIL:]
+    if any(not 0 <= t < len(tokenizer) for t in tail):
+        return []  # the scheduler rejects such ids with a clear message
     return [] if "\ufffd" in tokenizer.decode(tail) else tail
 
 
@@ -53,12 +55,12 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> None
                     continue
                 try:
                     ids = encode_request(tokenizer, msg)
-                except Exception as e:  # a bad chat message must not take the worker down
+                    info = DetokenizeInfoMsg(msg.uid, list(msg.params.get("stop") or []),
+                                             msg.params.get("skip_special_tokens", True), prompt_tail(tokenizer, ids))
+                except Exception as e:  # a bad request must never take the worker down
                     to_api.send(ReplyBatchMsg([vars(Reply(msg.uid, "", 0, "error", f"cannot tokenize: {e}"))]))
                     continue
-                stop = msg.params.get("stop") or []
-                to_detok.send(DetokenizeInfoMsg(msg.uid, list(stop), msg.params.get("skip_special_tokens", True),
-                                                prompt_tail(tokenizer, ids)))
+                to_detok.send(info)
                 to_scheduler.send(UserMsg(msg.uid, ids, msg.params))
 
     run_worker("tokenizer", status, body)
@@ -113,7 +115,12 @@ def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> No
                         handle(out, replies)
                 elif isinstance(msg, TokenBatchMsg):
                     for out in msg.outputs:
-                        handle(out, replies)
+                        try:
+                            handle(out, replies)
+                        except Exception as e:  # one request's failure must not end the others'
+                            logger.exception("detokenizing request %d failed", out["uid"])
+                            states.pop(out["uid"], None)
+                            replies.append(vars(Reply(out["uid"], "", 0, "error", f"detokenization failed: {e}")))
             if replies:
                 to_api.send(ReplyBatchMsg(replies))
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import traceback
 from collections.abc import Callable
 from multiprocessing.queues import Queue
@@ -18,7 +19,9 @@ def run_worker(name: str, status: Queue, body: Callable[[Callable[[], None]], An
     try:
         body(lambda: status.put(("ready", name, "")))
     except Exception:
-        status.put(("error", name, traceback.format_exc()))
+        trace = traceback.format_exc()
+        print(f"minisgl worker {name} failed:\n{trace}", file=sys.stderr, flush=True)
+        status.put(("error", name, trace))
         raise SystemExit(1) from None
 
 

@@ -61,3 +61,21 @@ class ServerProcess:
                 self.proc.kill()
                 self.proc.wait()
         return self.proc.returncode
+
+
+def metric(server: ServerProcess, name: str) -> float:
+    """The value of one sample in the server's /metrics (summed over its label sets)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(server.url + "/metrics", timeout=10).text
+    values = [s.value for fam in text_string_to_metric_families(text) for s in fam.samples if s.name == name]
+    assert values, f"{name} not in /metrics"
+    return sum(values)
+
+
+def wait_for(condition, timeout: float = 30, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out waiting for {what}")
+        time.sleep(0.2)
