@@ -176,27 +176,31 @@ def test_limits_are_flags_with_clear_errors(model_dir):
 
 
 def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_zero(model_dir):
-    srv = ServerProcess("--model", model_dir, *COMMON, "--num-pages", "512", "--max-seq-len", "512",
-                        "--drain-timeout", "60").wait_ready()
+    srv = ServerProcess("--model", model_dir, *COMMON, "--num-pages", "2048", "--max-seq-len", "1024",
+                        "--drain-timeout", "120").wait_ready()
 
     async def long_request(client):
         return await client.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": [9, 9, 9],
-                                 "max_tokens": 300, "ignore_eos": True})
+                                 "max_tokens": 1000, "ignore_eos": True})
 
     async def main():
-        async with httpx.AsyncClient(timeout=120) as client:
-            in_flight = [asyncio.create_task(long_request(client)) for _ in range(4)]
-            await asyncio.sleep(1.0)
+        async with httpx.AsyncClient(timeout=180) as client:
+            in_flight = [asyncio.create_task(long_request(client)) for _ in range(8)]
+            for _ in range(300):  # until the scheduler reports all 8 running
+                await asyncio.sleep(0.1)
+                if metric(srv, "minisgl_num_requests_running") == 8:
+                    break
             srv.proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(0.2)
             late = await client.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "hi"})
+            assert not all(t.done() for t in in_flight), "the load ended before the test could check draining"
             return await asyncio.gather(*in_flight), late
 
     children = psutil.Process(srv.proc.pid).children(recursive=True)
     finished, late = asyncio.run(main())
     assert late.status_code == 503 and late.headers["retry-after"]
     for resp in finished:
-        assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 300
+        assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 1000
     assert srv.proc.wait(60) == 0
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
