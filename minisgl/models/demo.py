@@ -54,6 +54,18 @@ def build_tokenizer(vocab_size: int = 384) -> PreTrainedTokenizerFast:
     return fast
 
 
+def synthetic_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    """A word-level tokenizer covering every id of a vocabulary (token i is "t<i>"), so a server can
+    stream text for a config-only model with dummy weights (benchmarks); the last id is EOS."""
+    vocab = {f"t{i}": i for i in range(vocab_size)}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##", cleanup=False)  # joins words with spaces
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=f"t{vocab_size - 1}")
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
 def tiny_config(architecture: str, vocab_size: int, eos_token_id: int, **overrides):
     if architecture not in ARCH_CONFIGS:
         raise ValueError(f"no tiny config for {architecture}; known: {', '.join(ARCH_CONFIGS)}")
