@@ -26,10 +26,12 @@ import sys
 from urllib.parse import urlparse
 
 from minisgl.benchmark.online import (
-    BenchRequest, LaunchedServer, fmt, format_table, free_port, latency_plot, load_trace, parse_rates, poisson_arrivals,
+    BenchRequest, fmt, format_table, latency_plot, load_trace, parse_rates, poisson_arrivals,
     random_ids, rate_label, run_requests, summarize,
 )
 from minisgl.benchmark.report import device_name, write_json
+from minisgl.utils.net import free_port
+from minisgl.utils.server_process import ServerProcess
 from minisgl.benchmark.workload import offline_workload
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -73,7 +75,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     return args, server_args
 
 
-def launch(args: argparse.Namespace, server_flags: list[str]) -> LaunchedServer:
+def launch(args: argparse.Namespace, server_flags: list[str]) -> ServerProcess:
     from minisgl.server.args import parse_args as parse_server_args
 
     flags = list(server_flags)
@@ -87,7 +89,7 @@ def launch(args: argparse.Namespace, server_flags: list[str]) -> LaunchedServer:
     args.api_key = args.api_key or server.api_key
     log_path = os.path.splitext(args.out)[0] + "-server.log"
     print(f"launching: {sys.executable} -m minisgl {' '.join(flags)}  (log: {log_path})")
-    srv = LaunchedServer(flags, f"http://{host}:{server.port}", log_path)
+    srv = ServerProcess(flags, f"http://{host}:{server.port}", log_path)
     try:
         srv.wait_ready(args.ready_timeout)
     except BaseException:

@@ -11,12 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
-import signal
-import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 
@@ -309,54 +304,3 @@ def latency_plot(path: str, title: str, rows: list[dict]) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
-
-
-# ---------------------------------------------------------------------------------------- launcher
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class LaunchedServer:
-    """`python -m minisgl ARGS` as a child process in its own session, logging to a file."""
-
-    def __init__(self, args: list[str], url: str, log_path: str):
-        self.url = url
-        self.log_path = log_path
-        os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
-        self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "minisgl", *args], stdout=self.log,
-                                     stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def log_tail(self, chars: int = 4000) -> str:
-        with open(self.log_path) as f:
-            return f.read()[-chars:]
-
-    def wait_ready(self, timeout: float) -> None:
-        import httpx
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
-            try:
-                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.25)
-        raise TimeoutError(f"server not ready after {timeout:.0f} s; log tail:\n{self.log_tail()}")
-
-    def stop(self, timeout: float = 60.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)  # the server and its workers: our own session
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode

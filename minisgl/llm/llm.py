@@ -9,7 +9,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import multiprocessing as mp
-import socket
 from collections.abc import Sequence
 
 from tqdm import tqdm
@@ -19,6 +18,7 @@ from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
+from minisgl.utils.net import free_tcp_addr
 from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
 
 
@@ -30,7 +30,7 @@ class LLM:
         config = SchedulerConfig(model_path=model_path, **kwargs)
         self.followers: list[mp.process.BaseProcess] = []
         if tp > 1:
-            config = dataclasses.replace(config, tp_info=DistributedInfo(0, tp), distributed_addr=_free_tcp_addr())
+            config = dataclasses.replace(config, tp_info=DistributedInfo(0, tp), distributed_addr=free_tcp_addr())
             ctx = mp.get_context("spawn")
             status = ctx.Queue()
             for rank in range(1, tp):
@@ -98,12 +98,6 @@ class LLM:
                 if p.is_alive():
                     p.kill()
         self.scheduler.shutdown()
-
-
-def _free_tcp_addr() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
 
 
 def _load_tokenizer(model_path: str):

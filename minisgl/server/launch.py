@@ -15,7 +15,6 @@ import os
 import queue
 import shutil
 import signal
-import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ import torch
 from minisgl.distributed import DistributedInfo
 from minisgl.scheduler import SchedulerConfig
 from minisgl.utils.logger import get_logger
+from minisgl.utils.net import free_tcp_addr
 
 from .args import ServerArgs
 
@@ -81,12 +81,6 @@ def check_model(args: ServerArgs, model_path: str) -> None:
     validate_tp(load_model_config(model_path), args.tp, resolve_device(args.device))
 
 
-def _free_tcp_addr() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"tcp://127.0.0.1:{s.getsockname()[1]}"
-
-
 @dataclass
 class Workers:
     procs: list[mp.process.BaseProcess]
@@ -138,7 +132,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
     addrs = ipc_addresses(ADDRESS_NAMES)
     status = ctx.Queue()
-    dist_addr = _free_tcp_addr()  # rendezvous of the tensor-parallel ranks
+    dist_addr = free_tcp_addr()  # rendezvous of the tensor-parallel ranks
     procs = [
         ctx.Process(target=run_scheduler, name="scheduler" if rank == 0 else f"scheduler-rank{rank}",
                     args=(scheduler_config(args, model_path, rank, dist_addr), addrs, status))

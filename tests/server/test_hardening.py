@@ -9,7 +9,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 
 import httpx
