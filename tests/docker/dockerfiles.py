@@ -131,7 +131,7 @@ def hadolint_path() -> str:
 
 
 def checkov_venv() -> Path:
-    """Mirrors CHECKOV_VENV in tests/tools/docker.sh."""
+    """Mirrors CHECKOV_VENV in tests/tools/checkov.sh."""
     if os.environ.get("MINISGL_CHECKOV_VENV"):
         return Path(os.environ["MINISGL_CHECKOV_VENV"])
     data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

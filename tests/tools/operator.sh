@@ -6,13 +6,11 @@
 #   - helm-sdkpy and helm-python-sdk: Helm's own Go library, compiled into their wheels, for
 #     `helm lint` and `helm template` without a helm binary (helm-sdkpy declares Python >= 3.12 but
 #     runs on 3.11, hence --ignore-requires-python);
-#   - checkov, in a virtual environment of its own (it pins dozens of packages), at the same path
-#     and version as tests/tools/docker.sh, so whichever runs first installs it for both.
+#   (checkov, which these tests also run, comes from tests/tools/checkov.sh)
 # Versions are pinned so that a new release cannot turn CI red on its own.
 # Idempotent: when the pinned versions are already there it only checks them and returns.
 set -euo pipefail
 
-CHECKOV_VERSION=3.3.30
 # kubernetes 36, not 37: 37 requires python-dateutil>=3 and pydantic>=2.14.2, which would replace
 # versions other packages in the same environment pin.
 PY_PINS=(
@@ -27,9 +25,6 @@ HELM_SDKPY_PIN="helm-sdkpy==0.1.32"
 
 # The interpreter the test command runs (`python -m pytest`); python3 where there is no `python`.
 PY=$(command -v python || command -v python3)
-# Keep in step with CHECKOV_VENV in tests/tools/docker.sh and checkov_binary() in
-# tests/operator/test_operator_checkov.py.
-CHECKOV_VENV="${MINISGL_CHECKOV_VENV:-${XDG_DATA_HOME:-$HOME/.local/share}/minisgl/checkov-venv}"
 
 have_py_pkg() {  # "name==version": is exactly this version installed for $PY?
     local name=${1%%==*} version=${1##*==}
@@ -55,15 +50,6 @@ else
     "$PY" -m pip install -q --ignore-requires-python "$HELM_SDKPY_PIN"
 fi
 
-if [ -x "$CHECKOV_VENV/bin/checkov" ] \
-    && [ "$("$CHECKOV_VENV/bin/python" -c "import importlib.metadata as m; print(m.version('checkov'))" 2>/dev/null)" = "$CHECKOV_VERSION" ]; then
-    echo "checkov $CHECKOV_VERSION already installed in $CHECKOV_VENV"
-else
-    mkdir -p "$(dirname "$CHECKOV_VENV")"
-    "$PY" -m venv "$CHECKOV_VENV"
-    "$CHECKOV_VENV/bin/python" -m pip install -q --upgrade pip
-    "$CHECKOV_VENV/bin/python" -m pip install -q "checkov==$CHECKOV_VERSION"
-fi
 
 # Fail here, not later in the tests, if a tool does not work.
 "$PY" - <<'PY'
@@ -89,4 +75,3 @@ with tempfile.TemporaryDirectory() as tmp:
     with helm_python.Chart.load(str(chart)) as loaded:
         assert "probe/templates/cm.yaml" in loaded.render(name="probe", namespace="default")
 PY
-"$CHECKOV_VENV/bin/checkov" --version
