@@ -196,11 +196,14 @@ def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_zero(model_
             return await asyncio.gather(*in_flight), late
 
     children = psutil.Process(srv.proc.pid).children(recursive=True)
-    finished, late = asyncio.run(main())
-    assert late.status_code == 503 and late.headers["retry-after"]
-    for resp in finished:
-        assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 1000
-    assert srv.proc.wait(60) == 0
+    try:
+        finished, late = asyncio.run(main())
+        assert late.status_code == 503 and late.headers["retry-after"]
+        for resp in finished:
+            assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 1000
+        assert srv.proc.wait(60) == 0
+    finally:
+        srv.stop()
     _, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
 
@@ -217,8 +220,11 @@ def test_sigkill_of_the_scheduler_fails_health_within_5s_and_leaves_no_orphans(m
         except httpx.HTTPError:
             return True  # nobody listening any more
 
-    wait_for(health_failed, timeout=5, what="/health to fail")
-    assert time.monotonic() - start < 5
-    assert srv.proc.wait(30) != 0
-    _, alive = psutil.wait_procs(children, timeout=10)
-    assert not alive, f"orphans: {alive}"
+    try:
+        wait_for(health_failed, timeout=5, what="/health to fail")
+        assert time.monotonic() - start < 5
+        assert srv.proc.wait(30) != 0
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, f"orphans: {alive}"
+    finally:
+        srv.stop()

@@ -53,10 +53,13 @@ def test_sigterm_exits_zero_with_no_child_left(model_dir):
     srv = ServerProcess("--model", model_dir, *FAST).wait_ready()
     children = psutil.Process(srv.proc.pid).children(recursive=True)
     assert len(children) >= 3  # tokenizer, detokenizer, scheduler (+ multiprocessing's helper)
-    srv.proc.send_signal(signal.SIGTERM)
-    assert srv.proc.wait(30) == 0
-    gone, alive = psutil.wait_procs(children, timeout=10)
-    assert not alive, f"children left behind: {alive}"
+    try:
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(30) == 0
+        gone, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive, f"children left behind: {alive}"
+    finally:
+        srv.stop()
 
 
 def test_killing_the_scheduler_makes_the_server_exit_nonzero(model_dir):
@@ -65,12 +68,15 @@ def test_killing_the_scheduler_makes_the_server_exit_nonzero(model_dir):
     children = psutil.Process(srv.proc.pid).children(recursive=True)
     os.kill(scheduler, signal.SIGKILL)
     start = time.monotonic()
-    code = srv.proc.wait(15)
-    assert code != 0
-    assert time.monotonic() - start < 5
-    assert "worker scheduler" in srv.output() and "died" in srv.output()
-    _, alive = psutil.wait_procs(children, timeout=10)
-    assert not alive
+    try:
+        code = srv.proc.wait(15)
+        assert code != 0
+        assert time.monotonic() - start < 5
+        assert "worker scheduler" in srv.output() and "died" in srv.output()
+        _, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive
+    finally:
+        srv.stop()
 
 
 def test_bad_flags_fail_with_a_message():
