@@ -39,6 +39,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-prefill-length", type=int, default=8192)
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--attn", default="auto")
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per GPU)")
     p.add_argument("--compare-hf", action="store_true", help="also run HF transformers generate_batch")
     p.add_argument("--hf-requests", type=int, default=16, help="requests in the HF comparison subset")
     p.add_argument("--hf-output-len", type=int, default=64, help="fixed output length in the HF comparison")
@@ -77,22 +78,30 @@ def main() -> None:
     args = parse_args()
     model = args.model or demo_model_dir()
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
-    llm = LLM(model, dtype=dtype, device=args.device, use_dummy_weight=args.dummy_weight, page_size=args.page_size,
+    start = time.perf_counter()
+    llm = LLM(model, tp=args.tp, dtype=dtype, device=args.device, use_dummy_weight=args.dummy_weight, page_size=args.page_size,
               max_running_req=args.max_running_requests, max_extend_tokens=args.max_prefill_length,
               cuda_graph_max_bs=args.cuda_graph_max_bs, attention_backend=args.attn)
+    startup = {"llm_init_s": time.perf_counter() - start, **llm.scheduler.engine.timings}
     vocab = llm.scheduler.engine.model_config.vocab_size
     workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
     prompts = [r.prompt_ids for r in workload]
     params = [SamplingParams(temperature=args.temperature, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
 
+    start = time.perf_counter()
     llm.generate(prompts[:2], params[:2], use_tqdm=False)  # warm-up
+    startup["warmup_generate_s"] = time.perf_counter() - start
     runs = [timed_generate(llm, prompts, params) for _ in range(2)]
     result = {
         "benchmark": "offline", "device": device_name(), "model": model, "dummy_weight": args.dummy_weight,
-        "dtype": str(llm.scheduler.engine.dtype), "workload": {k: getattr(args, k) for k in
+        "dtype": str(llm.scheduler.engine.dtype), "tp": args.tp, "workload": {k: getattr(args, k) for k in
                                                                ("num_requests", "max_input_len", "max_output_len", "temperature")},
-        "runs": runs, "tokens_per_s": runs[1]["tokens_per_s"],
+        "runs": runs, "tokens_per_s": runs[1]["tokens_per_s"], "startup": startup,
+        "memory": getattr(llm.scheduler.engine, "memory", None),
+        "overlap": llm.scheduler.overlap, "attention": type(llm.scheduler.engine.attn_backend).__name__,
+        "cuda_graphs": getattr(llm.scheduler.engine.graph_runner, "batch_sizes", None),
     }
+    print("start-up: " + ", ".join(f"{k} {v:.2f}" for k, v in startup.items()))
     print(f"minisgl: {runs[1]['output_tokens']} tokens in {runs[1]['seconds']:.2f} s = "
           f"{runs[1]['tokens_per_s']:.1f} tok/s (second run) on {result['device']}")
     labels, values = ["minisgl (workload)"], [runs[1]["tokens_per_s"]]

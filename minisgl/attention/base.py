@@ -20,8 +20,28 @@ class BaseAttnMetadata:
     seq_lens: list[int]
 
 
+@dataclass(frozen=True)
+class AttnShape:
+    """What a backend must know about the model before the first batch (this rank's heads)."""
+
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+
 class BaseAttnBackend(ABC):
-    """Attention over the paged KV cache. One instance serves every layer of a forward pass."""
+    """Attention over the paged KV cache. One instance serves every layer of a forward pass.
+
+    Backends that can run decode inside a CUDA graph set `supports_cuda_graph` and implement the
+    three graph hooks: the graph runner calls `init_capture_graph` once, `prepare_for_capture`
+    before capturing each batch size, and `prepare_for_replay` before each replay. Padding
+    requests point at the page table's last (dummy) row with length 1.
+    """
+
+    supports_cuda_graph: bool = False
+    # Whether forward() takes k = v = None when the caller already stored them at batch.out_loc.
+    accepts_stored_kv: bool = False
 
     @abstractmethod
     def prepare_metadata(self, batch: Batch) -> None:
@@ -30,4 +50,18 @@ class BaseAttnBackend(ABC):
     @abstractmethod
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
                 batch: Batch) -> torch.Tensor:
-        """Store this layer's new k/v at batch.out_loc and return attention output [tokens, heads, dim]."""
+        """Store this layer's new k/v at batch.out_loc (unless they are None: already stored) and
+        return attention output [tokens, heads, dim]."""
+
+    # -- CUDA graph hooks (decode only) --------------------------------------------------------
+
+    def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
+
+    def prepare_for_capture(self, batch: Batch, bs: int) -> None:
+        """Set `batch.attn_metadata` for capturing a decode graph of `bs` dummy requests."""
+        raise NotImplementedError
+
+    def prepare_for_replay(self, batch: Batch, bs: int) -> None:
+        """Refill the static metadata of graph `bs` for `batch` (padded to `bs` with dummies)."""
+        raise NotImplementedError

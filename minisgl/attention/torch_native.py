@@ -4,12 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from minisgl.core import Batch, Context
 
 from .base import BaseAttnBackend, BaseAttnMetadata
+from .paging import batch_arrays
+
+# Decode graphs gather every request's whole page-table row: only for short tables (tests).
+GRAPH_MAX_TABLE_WIDTH = 4096
 
 
 @dataclass
@@ -18,9 +23,18 @@ class TorchAttnMetadata(BaseAttnMetadata):
     kv_slots: list[torch.Tensor]
 
 
+@dataclass
+class TorchGraphMetadata(BaseAttnMetadata):
+    """Decode inside a CUDA graph: static page-table rows and lengths, padded to the graph size."""
+
+    rows: torch.Tensor  # int64 [bs]
+    lens: torch.Tensor  # int64 [bs]
+
+
 class TorchNativeBackend(BaseAttnBackend):
-    def __init__(self, ctx: Context):
+    def __init__(self, ctx: Context, shape=None):
         self.ctx = ctx
+        self.supports_cuda_graph = ctx.device.type == "cuda" and ctx.page_table.shape[1] <= GRAPH_MAX_TABLE_WIDTH
 
     def prepare_metadata(self, batch: Batch) -> None:
         table = self.ctx.page_table
@@ -34,7 +48,9 @@ class TorchNativeBackend(BaseAttnBackend):
         kv = self.ctx.kv_cache
         kv.store_kv(k, v, batch.out_loc, layer.layer_id)
         k_cache, v_cache = kv.k_cache(layer.layer_id), kv.v_cache(layer.layer_id)
-        meta: TorchAttnMetadata = batch.attn_metadata
+        meta = batch.attn_metadata
+        if isinstance(meta, TorchGraphMetadata):
+            return self._graph_decode(q, k_cache, v_cache, layer, meta)
         out = torch.empty_like(q)
         start = 0
         for ext, seq, slots in zip(meta.extend_lens, meta.seq_lens, meta.kv_slots):
@@ -51,3 +67,41 @@ class TorchNativeBackend(BaseAttnBackend):
             out[start : start + ext] = o.transpose(0, 1)
             start += ext
         return out
+
+    # -- CUDA graphs: dense decode over whole page-table rows -------------------------------------
+
+    def _graph_decode(self, q, k_cache, v_cache, layer, meta: TorchGraphMetadata):
+        slots = self.ctx.page_table[meta.rows].long()  # [bs, width]
+        width = slots.shape[1]
+        visible = torch.arange(width, device=q.device).unsqueeze(0) < meta.lens.unsqueeze(1)
+        kr = k_cache[slots].transpose(1, 2)  # [bs, kv_heads, width, dim]
+        vr = v_cache[slots].transpose(1, 2)
+        o = F.scaled_dot_product_attention(q.unsqueeze(2), kr, vr, attn_mask=visible[:, None, None, :],
+                                           scale=layer.scale, enable_gqa=layer.num_heads != layer.num_kv_heads)
+        return o.squeeze(2)
+
+    def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
+        if not self.supports_cuda_graph:
+            raise NotImplementedError("torch attention captures graphs only on CUDA with short page tables")
+        device = self.ctx.device
+        self.dummy_row = self.ctx.page_table.shape[0] - 1
+        self.g_rows = torch.full((max_bs,), self.dummy_row, dtype=torch.int64, device=device)
+        self.g_lens = torch.ones(max_bs, dtype=torch.int64, device=device)
+
+    def prepare_for_capture(self, batch: Batch, bs: int) -> None:
+        self.g_rows[:bs].fill_(self.dummy_row)
+        self.g_lens[:bs].fill_(1)
+        batch.attn_metadata = TorchGraphMetadata([1] * bs, [1] * bs, self.g_rows[:bs], self.g_lens[:bs])
+
+    def prepare_for_replay(self, batch: Batch, bs: int) -> None:
+        from .paging import to_device
+
+        rows, _, device_lens = batch_arrays(batch)
+        pad = bs - len(rows)
+        host = np.concatenate([rows, np.full(pad, self.dummy_row, dtype=np.int64),
+                               device_lens, np.ones(pad, dtype=np.int64)])
+        both = to_device(host, self.ctx.device)
+        self.g_rows[:bs].copy_(both[:bs])
+        self.g_lens[:bs].copy_(both[bs:])
+        batch.attn_metadata = TorchGraphMetadata([1] * len(rows), device_lens.tolist(), self.g_rows[:bs],
+                                                 self.g_lens[:bs])

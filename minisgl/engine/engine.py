@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import NamedTuple
 
+import numpy as np
 import torch
 
-from minisgl.attention import create_attention_backend
+from minisgl.attention import AttnShape, create_attention_backend
+from minisgl.attention.paging import batch_arrays, ragged_arange, to_device
 from minisgl.core import Batch, Context, set_global_ctx
-from minisgl.distributed import destroy, init_process_group
+from minisgl.distributed import all_reduce_min, destroy, init_process_group
 from minisgl.kvcache import MHAKVCache
 from minisgl.models import create_model, init_dummy_weights, load_model_config, load_weights
 from minisgl.utils.logger import get_logger
 
-from .config import EngineConfig, resolve_device
+from .config import EngineConfig, resolve_device, resolve_moe_backend
+from .graph import GraphRunner, graph_batch_sizes
 from .sample import BatchSamplingArgs, Sampler
 
 logger = get_logger(__name__)
@@ -47,15 +51,20 @@ def _default_dtype(dtype: torch.dtype):
 
 class Engine:
     def __init__(self, config: EngineConfig):
+        t_start = time.perf_counter()
         self.config = config
         self.device = resolve_device(config.device)
         self.tp = config.tp_info
-        if self.device.type == "cuda":
+        cuda = self.device.type == "cuda"
+        if cuda:
             torch.cuda.set_device(self.tp.rank % torch.cuda.device_count())
             self.device = torch.device("cuda", torch.cuda.current_device())
-        self.ctx = Context(device=self.device, tp=self.tp)
+        self.ctx = Context(device=self.device, tp=self.tp,
+                           moe_backend=resolve_moe_backend(config.moe_backend, self.device))
         set_global_ctx(self.ctx)
         init_process_group(self.tp, config.distributed_addr, self.device)
+        # Same seed on every rank: unseeded sampling then draws the same tokens everywhere.
+        torch.manual_seed(0)
 
         self.model_config = load_model_config(config.model_path)
         self.dtype = config.dtype or self.model_config.torch_dtype
@@ -66,27 +75,49 @@ class Engine:
             init_dummy_weights(self.model)
         else:
             load_weights(self.model, _local_path(config.model_path), self.device, self.dtype)
+        self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        self.timings = {"load_s": time.perf_counter() - t_start}
 
         cfg = self.model_config
         self.max_seq_len = min(cfg.max_position_embeddings, config.max_seq_len_override or cfg.max_position_embeddings)
         self.page_size = config.page_size
-        self.num_kv_heads = self.model.model.layers[0].self_attn.kv_heads
-        self.num_pages = self._num_pages()
-        self.kv_cache = MHAKVCache(cfg.num_layers, self.num_pages, self.page_size, self.num_kv_heads,
-                                   cfg.head_dim, self.dtype, self.device)
+        attn = self.model.model.layers[0].self_attn
+        self.num_kv_heads = attn.kv_heads
+        # Every rank runs the same schedule, so every rank must have the same number of pages.
+        self.num_pages = all_reduce_min(self._num_pages())
+        # On CUDA one more page than the scheduler hands out: the dummy page that padding requests
+        # of CUDA-graph batches write to.
+        self.kv_cache = MHAKVCache(cfg.num_layers, self.num_pages + (1 if cuda else 0), self.page_size,
+                                   self.num_kv_heads, cfg.head_dim, self.dtype, self.device)
         # One row per running request plus a dummy row (padding for CUDA graphs); the page table
         # maps (row, position) to a KV slot, the token pool holds each row's token ids.
         table_width = -(-self.max_seq_len // self.page_size) * self.page_size
         table_shape = (config.max_running_req + 1, table_width)
         self.page_table = torch.zeros(table_shape, dtype=torch.int32, device=self.device)
         self.token_pool = torch.zeros(table_shape, dtype=torch.int32, device=self.device)
+        if cuda:
+            dummy = self.num_pages * self.page_size + torch.arange(self.page_size, dtype=torch.int32)
+            self.page_table[config.max_running_req, : self.page_size] = dummy.to(self.device)
         self.ctx.page_table, self.ctx.kv_cache = self.page_table, self.kv_cache
-        self.attn_backend = create_attention_backend(config.attention_backend, self.ctx)
+        shape = AttnShape(attn.heads, attn.kv_heads, cfg.head_dim, self.dtype)
+        self.attn_backend = create_attention_backend(config.attention_backend, self.ctx, shape)
         self.ctx.attn_backend = self.attn_backend
         self.sampler = Sampler()
-        logger.info("engine ready: %s on %s (%s), %d KV pages of %d tokens, max_seq_len %d",
+        logger.info("engine: %s on %s (%s), %s attention, %d KV pages of %d tokens, max_seq_len %d",
                     cfg.architecture, self.device, str(self.dtype).removeprefix("torch."),
-                    self.num_pages, self.page_size, self.max_seq_len)
+                    _backend_name(self.attn_backend), self.num_pages, self.page_size, self.max_seq_len)
+
+        self.graph_runner: GraphRunner | None = None
+        sizes = graph_batch_sizes(config.cuda_graph_max_bs, config.max_running_req, config.cuda_graph_bs) if cuda else []
+        if sizes and not self.attn_backend.supports_cuda_graph:
+            logger.info("CUDA graphs off: the %s attention backend cannot be captured", _backend_name(self.attn_backend))
+            sizes = []
+        if sizes:
+            self.graph_runner = GraphRunner(self, sizes)
+            self.timings["graph_capture_s"] = self.graph_runner.capture_seconds
+        self.timings["init_s"] = time.perf_counter() - t_start
+        if cuda:
+            self._report_memory()
 
     # -- sizing -------------------------------------------------------------------------------
 
@@ -97,8 +128,11 @@ class Engine:
         per_page = MHAKVCache.bytes_per_page(cfg.num_layers, self.page_size, self.num_kv_heads, cfg.head_dim, self.dtype)
         pages_per_req = -(-self.max_seq_len // self.page_size)
         if self.device.type == "cuda":
+            # memory_ratio of the device is for weights (already loaded), KV cache, CUDA graphs and
+            # activations; the last two are estimated and kept out of the KV budget.
             free, total = torch.cuda.mem_get_info(self.device)
-            budget = free - total * (1 - config.memory_ratio)
+            self.runtime_reserve = self._runtime_reserve()
+            budget = free - total * (1 - config.memory_ratio) - self.runtime_reserve
             pages = int(budget // per_page)
         else:
             # On the CPU take what running every request at full length needs, within the budget.
@@ -111,33 +145,76 @@ class Engine:
             )
         return pages
 
+    def _runtime_reserve(self) -> int:
+        """Bytes for what runs beside the KV cache: activations of the largest prefill chunk, the
+        decode graphs' pool and static logits, sampling temporaries, attention workspaces."""
+        cfg, config = self.model_config, self.config
+        tokens = getattr(config, "max_extend_tokens", 8192)
+        attn = self.model.model.layers[0].self_attn
+        width = (4 * cfg.hidden_size + 3 * max(cfg.intermediate_size, cfg.moe_intermediate_size * cfg.num_experts_per_tok)
+                 + (attn.heads + 2 * attn.kv_heads) * cfg.head_dim)
+        activations = 2 * tokens * width * self.dtype.itemsize
+        rows = max(config.max_running_req, 1)
+        logits = 4 * rows * cfg.vocab_size * 4  # static graph logits + sampling temporaries (float32)
+        return activations + logits + (512 << 20)
+
+    def _report_memory(self) -> None:
+        free, total = torch.cuda.mem_get_info(self.device)
+        kv = 2 * self.kv_cache.k_buffer.numel() * self.kv_cache.k_buffer.element_size()
+        graphs = self.graph_runner.memory_bytes if self.graph_runner else 0
+        self.memory = {"total": total, "weights": self.weight_bytes, "kv_cache": kv, "graphs": graphs, "free": free,
+                       "kv_tokens": self.num_pages * self.page_size}
+        gib = 2**30
+        logger.info("memory: %.1f GiB device, weights %.2f GiB, KV cache %.2f GiB (%d pages, %d tokens), "
+                    "CUDA graphs %.2f GiB, free %.2f GiB (memory_ratio %.2f); start-up %.1f s",
+                    total / gib, self.weight_bytes / gib, kv / gib, self.num_pages, self.num_pages * self.page_size,
+                    graphs / gib, free / gib, self.config.memory_ratio, self.timings["init_s"])
+
     # -- forward ------------------------------------------------------------------------------
 
+    def _check(self, batch: Batch, device_lens: np.ndarray, extend_lens: np.ndarray) -> None:
+        if (device_lens > self.max_seq_len).any() or (extend_lens < 1).any():
+            for r in batch.reqs:
+                if r.device_len > self.max_seq_len:
+                    raise ValueError(f"request {r.uid} needs {r.device_len} tokens, beyond max_seq_len {self.max_seq_len}")
+                if r.extend_len < 1:
+                    raise ValueError(f"request {r.uid} has nothing to compute (cached {r.cached_len}, device {r.device_len})")
+
     def prepare(self, batch: Batch) -> None:
-        """Fill the batch's input tensors from the token pool and page table."""
-        for r in batch.reqs:
-            if r.device_len > self.max_seq_len:
-                raise ValueError(f"request {r.uid} needs {r.device_len} tokens, beyond max_seq_len {self.max_seq_len}")
-            if r.extend_len < 1:
-                raise ValueError(f"request {r.uid} has nothing to compute (cached {r.cached_len}, device {r.device_len})")
-        positions = torch.cat([torch.arange(r.cached_len, r.device_len, dtype=torch.int64) for r in batch.reqs])
-        rows = torch.cat([torch.full((r.extend_len,), r.table_idx, dtype=torch.int64) for r in batch.reqs])
-        ends = torch.tensor([r.extend_len for r in batch.reqs], dtype=torch.int64).cumsum(0) - 1
-        positions, rows, ends = (t.to(self.device, non_blocking=True) for t in (positions, rows, ends))
-        batch.positions = positions
-        batch.input_ids = self.token_pool[rows, positions]
-        batch.out_loc = self.page_table[rows, positions].long()
-        batch.last_token_idx = ends
+        """Fill the batch's input tensors from the token pool and page table (one host-to-device
+        copy of positions and table indices; the gathers run on the device)."""
+        rows, cached, device_lens = batch_arrays(batch)
+        extend = device_lens - cached
+        self._check(batch, device_lens, extend)
+        if (extend == 1).all():
+            positions = cached
+            flat = rows * self.page_table.shape[1] + positions
+        else:
+            positions = np.repeat(cached, extend) + ragged_arange(extend)
+            flat = np.repeat(rows * self.page_table.shape[1], extend) + positions
+        ends = np.cumsum(extend) - 1
+        n_tok = len(positions)
+        dev = to_device(np.concatenate([positions, flat, ends]), self.device)
+        batch.positions = dev[:n_tok]
+        flat_d = dev[n_tok : 2 * n_tok]
+        batch.input_ids = self.token_pool.view(-1)[flat_d]
+        batch.out_loc = self.page_table.view(-1)[flat_d].long()
+        batch.last_token_idx = dev[2 * n_tok :]
         self.attn_backend.prepare_metadata(batch)
 
     @torch.inference_mode()
     def forward_batch(self, batch: Batch, args: BatchSamplingArgs) -> ForwardOutput:
-        self.prepare(batch)
-        self.ctx.batch = batch
-        try:
-            logits = self.model.forward()
-        finally:
-            self.ctx.batch = None
+        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+            rows, cached, device_lens = batch_arrays(batch)
+            self._check(batch, device_lens, device_lens - cached)
+            logits = self.graph_runner.replay(batch)
+        else:
+            self.prepare(batch)
+            self.ctx.batch = batch
+            try:
+                logits = self.model.forward()
+            finally:
+                self.ctx.batch = None
         next_tokens = self.sampler.sample(logits, args).to(torch.int32)
         self._store_next_tokens(batch, next_tokens)
         batch.logits = logits
@@ -152,18 +229,39 @@ class Engine:
     def _store_next_tokens(self, batch: Batch, next_tokens: torch.Tensor) -> None:
         """Write each finished-prefill or decode request's new token into the token pool on the
         device, so the next step reads it without a round trip through the CPU."""
-        done = [(i, r.table_idx, r.device_len) for i, r in enumerate(batch.reqs)
-                if r.samples_this_step and r.device_len < self.token_pool.shape[1]]
-        if not done:
+        reqs = batch.reqs
+        n = len(reqs)
+        rows, _, device_lens = batch_arrays(batch)
+        seq_lens = np.fromiter((r.seq_len for r in reqs), dtype=np.int64, count=n)
+        width = self.token_pool.shape[1]
+        idx = np.flatnonzero((device_lens == seq_lens) & (device_lens < width))
+        if len(idx) == 0:
             return
-        idx, rows, cols = (torch.tensor(c, dtype=torch.int64).to(self.device, non_blocking=True) for c in zip(*done))
-        self.token_pool[rows, cols] = next_tokens[idx]
+        if len(idx) == n:
+            flat = to_device(rows * width + device_lens, self.device)
+            self.token_pool.view(-1)[flat] = next_tokens
+            return
+        dev = to_device(np.concatenate([idx, rows[idx] * width + device_lens[idx]]), self.device)
+        self.token_pool.view(-1)[dev[len(idx):]] = next_tokens[dev[: len(idx)]]
 
     def shutdown(self) -> None:
+        if self.graph_runner is not None:
+            self.graph_runner.shutdown()
+            self.graph_runner = None
         destroy()
         set_global_ctx(None)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _backend_name(backend) -> str:
+    from minisgl.attention import HybridBackend
+
+    if isinstance(backend, HybridBackend):
+        return f"{_backend_name(backend.prefill)} prefill + {_backend_name(backend.decode)} decode"
+    kernel = getattr(backend, "prefill_kernel", None)
+    name = type(backend).__name__.removesuffix("Backend")
+    return f"{name} ({kernel} prefill)" if kernel else name
 
 
 def _available_ram() -> int:

@@ -2,15 +2,24 @@
 
 Everything is batched tensor work; only requests with a fixed seed draw their noise from their
 own generator (seeded by seed and position, so a draw does not depend on the rest of the batch).
+On CUDA, plain temperature sampling (no seed, no top-k/top-p/min-p) is one Triton kernel over
+the logits (Gumbel max); top-k / top-p without seeds use FlashInfer's rejection-sampling kernels
+(no sort of the vocabulary) when the package is importable. MINISGL_DISABLE_FUSED_KERNELS=1 and
+MINISGL_DISABLE_FLASHINFER_SAMPLING=1 turn those off.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
+from minisgl.attention.paging import to_device
 from minisgl.core import Req
+from minisgl.layers.fused import triton_ops
 
 
 @dataclass
@@ -29,15 +38,17 @@ class BatchSamplingArgs:
             return cls(temperatures=None)
 
         def column(values, dtype):
-            return torch.tensor(values, dtype=dtype).to(device, non_blocking=True)
+            # From pinned memory on CUDA: the copy is asynchronous and never waits for the GPU.
+            return to_device(np.array(values, dtype=dtype), device)
 
         vocab_wide = [p.top_k if p.top_k > 0 else 1 << 30 for p in params]
+        any_greedy = any(p.is_greedy for p in params)
         return cls(
-            temperatures=column([p.temperature if not p.is_greedy else 1.0 for p in params], torch.float32),
-            top_k=column(vocab_wide, torch.int64) if any(p.top_k > 0 for p in params) else None,
-            top_p=column([p.top_p for p in params], torch.float32) if any(p.top_p < 1 for p in params) else None,
-            min_p=column([p.min_p for p in params], torch.float32) if any(p.min_p > 0 for p in params) else None,
-            greedy_rows=column([p.is_greedy for p in params], torch.bool),
+            temperatures=column([p.temperature if not p.is_greedy else 1.0 for p in params], np.float32),
+            top_k=column(vocab_wide, np.int64) if any(p.top_k > 0 for p in params) else None,
+            top_p=column([p.top_p for p in params], np.float32) if any(p.top_p < 1 for p in params) else None,
+            min_p=column([p.min_p for p in params], np.float32) if any(p.min_p > 0 for p in params) else None,
+            greedy_rows=column([p.is_greedy for p in params], np.bool_) if any_greedy else None,
             seeded=tuple((i, _step_seed(p.seed, r.seq_len)) for i, (p, r) in enumerate(zip(params, reqs))
                          if p.seed is not None and not p.is_greedy),
         )
@@ -66,16 +77,53 @@ def filtered_probs(logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tenso
     return probs
 
 
+@functools.cache
+def _flashinfer_sampling():
+    if os.environ.get("MINISGL_DISABLE_FLASHINFER_SAMPLING", "0") == "1":
+        return None
+    try:
+        import flashinfer.sampling
+    except ImportError:
+        return None
+    return flashinfer.sampling
+
+
 class Sampler:
     def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
-        greedy = logits.argmax(dim=-1)
+        """logits [rows, vocab]: float32, or the model dtype (CUDA graphs) on CUDA."""
         if args.temperatures is None:
-            return greedy
-        probs = filtered_probs(logits, args)
-        # Exponential race: argmax(p / E) with E ~ Exp(1) draws index i with probability p_i.
-        noise = torch.empty_like(probs).exponential_()
-        for row, seed in args.seeded:
-            gen = torch.Generator(device=probs.device).manual_seed(seed)
-            noise[row] = torch.empty(probs.shape[-1], device=probs.device).exponential_(generator=gen)
-        sampled = (probs / noise).argmax(dim=-1)
-        return torch.where(args.greedy_rows, greedy, sampled)
+            return logits.argmax(dim=-1)
+        plain = not args.seeded and args.top_k is None and args.top_p is None and args.min_p is None
+        kernels = triton_ops() if logits.is_cuda and plain else None
+        if kernels is not None:
+            # One pass over the logits: temperature, Gumbel noise and argmax in a Triton kernel.
+            temps = args.temperatures
+            if args.greedy_rows is not None:
+                temps = temps.masked_fill(args.greedy_rows, 0.0)
+            seed = int(torch.randint(0, 2**31 - 1, ()))  # the CPU generator: no device sync
+            return kernels.sample_gumbel_max(logits, temps, seed)
+        logits = logits.float()
+        fi = _flashinfer_sampling() if logits.is_cuda and not args.seeded and args.min_p is None else None
+        if fi is not None:
+            sampled = self._sample_flashinfer(fi, logits, args)
+        else:
+            probs = filtered_probs(logits, args)
+            # Exponential race: argmax(p / E) with E ~ Exp(1) draws index i with probability p_i.
+            noise = torch.empty_like(probs).exponential_()
+            for row, seed in args.seeded:
+                gen = torch.Generator(device=probs.device).manual_seed(seed)
+                noise[row] = torch.empty(probs.shape[-1], device=probs.device).exponential_(generator=gen)
+            sampled = probs.div_(noise).argmax(dim=-1)
+        if args.greedy_rows is None:
+            return sampled
+        return torch.where(args.greedy_rows, logits.argmax(dim=-1), sampled.to(torch.int64))
+
+    @staticmethod
+    def _sample_flashinfer(fi, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
+        scaled = logits / args.temperatures.unsqueeze(1)
+        if args.top_k is None and args.top_p is None:
+            return fi.sampling_from_logits(scaled)
+        vocab = logits.shape[-1]
+        top_k = args.top_k.clamp(max=vocab).to(torch.int32) if args.top_k is not None else vocab
+        top_p = args.top_p if args.top_p is not None else 1.0
+        return fi.top_k_top_p_sampling_from_logits(scaled, top_k, top_p)

@@ -5,9 +5,17 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 
+from .fused import triton_for
+
 
 class AttentionLayer(nn.Module):
-    """Stores this layer's new K/V in the paged cache and attends over it via the backend."""
+    """Stores this layer's new K/V in the paged cache and attends over it via the backend.
+
+    Given `positions` and `rotary` (and Qwen3's per-head `q_norm` / `k_norm`), it also applies
+    those to q and k first: on CUDA in half precision with a backend that accepts K/V already in
+    the cache, one Triton kernel normalizes, rotates and stores them; otherwise the layers' own
+    code runs, then the backend stores.
+    """
 
     def __init__(self, layer_id: int, num_heads: int, num_kv_heads: int, head_dim: int):
         super().__init__()
@@ -17,6 +25,25 @@ class AttentionLayer(nn.Module):
         self.head_dim = head_dim
         self.scale = head_dim**-0.5
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None,
+                rotary=None, q_norm=None, k_norm=None) -> torch.Tensor:
         ctx = get_global_ctx()
-        return ctx.attn_backend.forward(q, k, v, self, ctx.current_batch())
+        batch = ctx.current_batch()
+        backend = ctx.attn_backend
+        if rotary is not None:
+            kernels = triton_for(q) if backend.accepts_stored_kv else None
+            if kernels is not None and rotary.cos_sin.shape[1] == self.head_dim and _pow2(self.head_dim):
+                kv = ctx.kv_cache
+                q = kernels.qk_norm_rope_store(
+                    q, k, v, positions, rotary.cos_sin, batch.out_loc, kv.k_cache(self.layer_id),
+                    kv.v_cache(self.layer_id), q_norm.weight if q_norm is not None else None,
+                    k_norm.weight if k_norm is not None else None, q_norm.eps if q_norm is not None else 1e-6)
+                return backend.forward(q, None, None, self, batch)
+            if q_norm is not None:
+                q, k = q_norm(q), k_norm(k)
+            q, k = rotary(positions, q, k)
+        return backend.forward(q, k, v, self, batch)
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0

@@ -40,10 +40,10 @@ class Attention(nn.Module):
         q = q.view(-1, self.heads, self.head_dim)
         k = k.view(-1, self.kv_heads, self.head_dim)
         v = v.view(-1, self.kv_heads, self.head_dim)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q, k = self.rotary(positions, q, k)
-        o = self.attn(q, k, v)
+        # The attention layer applies the q/k norms (Qwen3) and rotary before attending, fused
+        # with the KV store where a kernel can.
+        o = self.attn(q, k, v, positions, self.rotary, self.q_norm if self.qk_norm else None,
+                      self.k_norm if self.qk_norm else None)
         return self.o_proj(o.reshape(-1, self.heads * self.head_dim))
 
 
@@ -82,7 +82,8 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        rotary = RotaryEmbedding(torch.tensor(cfg.rotary.inv_freq), cfg.rotary.max_positions,
+        # float32 frequencies whatever the model dtype (bf16 would round them, unlike HF).
+        rotary = RotaryEmbedding(torch.tensor(cfg.rotary.inv_freq, dtype=torch.float32), cfg.rotary.max_positions,
                                  cfg.rotary.attention_scaling)
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, rotary) for i in range(cfg.num_layers))

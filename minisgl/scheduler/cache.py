@@ -99,4 +99,6 @@ class CacheManager:
     def _write_table(self, row: int, first_page: int, pages: list[int]) -> None:
         p = self.page_size
         slots = (torch.tensor(pages, dtype=torch.int32).unsqueeze(1) * p + torch.arange(p, dtype=torch.int32)).flatten()
-        self.page_table[row, first_page * p : first_page * p + slots.numel()] = slots.to(self.page_table.device)
+        if self.page_table.is_cuda:  # pinned and asynchronous: a plain copy would wait for the GPU
+            slots = slots.pin_memory().to(self.page_table.device, non_blocking=True)
+        self.page_table[row, first_page * p : first_page * p + slots.numel()] = slots

@@ -50,8 +50,10 @@ class PrefillManager:
             self.waiting.popleft()
             self.stats.prompt_tokens += req.prompt_len
             self.stats.prefix_hit_tokens += req.cached_len
-            self.token_pool[req.table_idx, : req.prompt_len] = torch.tensor(req.prompt_ids, dtype=torch.int32).to(
-                self.token_pool.device, non_blocking=True)
+            ids = torch.tensor(req.prompt_ids, dtype=torch.int32)
+            if self.token_pool.is_cuda:  # asynchronous only from pinned memory
+                ids = ids.pin_memory()
+            self.token_pool[req.table_idx, : req.prompt_len] = ids.to(self.token_pool.device, non_blocking=True)
             self.chunked.append(req)
             budget -= self._advance(req, budget)
             picked.append(req)

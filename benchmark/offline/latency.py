@@ -1,0 +1,129 @@
+"""Decode latency at small batch: time per output token against the weight-read floor.
+
+    python benchmark/offline/latency.py --model ../shared/models/llama-3.1-8b --dummy-weight
+
+Runs `--batch` requests of `--prompt-len` random tokens for `--decode-steps` greedy tokens each
+(ignore_eos) through the scheduler, after a warm-up, and times every step. Time per output
+token (TPOT) is the mean gap between consecutive tokens after the first; time to first token is
+reported beside it. The floor is the bytes every decode step must read (weights, plus the KV
+cache at the mean length) over the device-to-device copy bandwidth measured in the same run.
+With --compare-eager the same run repeats with CUDA graphs off. Writes JSON (and a PNG).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import random
+import time
+
+import torch
+
+from minisgl.benchmark.report import bar_plot, device_name, write_json
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="../shared/models/llama-3.1-8b")
+    p.add_argument("--dummy-weight", action="store_true")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--decode-steps", type=int, default=256)
+    p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"])
+    p.add_argument("--attn", default="auto")
+    p.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    p.add_argument("--compare-eager", action="store_true", help="repeat with CUDA graphs off")
+    p.add_argument("--out", default="results/latency.json")
+    return p.parse_args()
+
+
+def copy_bandwidth(nbytes: int = 2 << 30) -> float:
+    """Device-to-device copy rate (bytes read + written per second), median of 10."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(12):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    del src, dst
+    torch.cuda.empty_cache()
+    return 2 * nbytes / sorted(times[2:])[len(times[2:]) // 2]
+
+
+def measure(args, graphs: bool) -> dict:
+    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    max_len = args.prompt_len + args.decode_steps + 16
+    start = time.perf_counter()
+    llm = LLM(args.model, dtype=dtype, use_dummy_weight=args.dummy_weight, max_running_req=max(args.batch, 8),
+              max_seq_len_override=max_len, attention_backend=args.attn,
+              cuda_graph_max_bs=args.cuda_graph_max_bs if graphs else 0)
+    init_s = time.perf_counter() - start
+    s = llm.scheduler
+    e = s.engine
+    rng = random.Random(0)
+    vocab = e.model_config.vocab_size
+    prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(args.batch)]
+    params = SamplingParams(temperature=0, max_tokens=args.decode_steps, ignore_eos=True)
+    llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
+    try:
+        first = 10**9
+        for i, p in enumerate(prompts):
+            s.add_request(first + i, p, params)
+        stamps: list[float] = []  # one per step that produced tokens
+        begin = time.perf_counter()
+        while s.has_work:
+            outs = s.step()
+            if any(o.token_id is not None for o in outs):
+                stamps.append(time.perf_counter())
+        gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+        tpot = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+        cfg = e.model_config
+        kv_token = 2 * cfg.num_layers * e.num_kv_heads * cfg.head_dim * e.dtype.itemsize
+        mean_len = args.prompt_len + args.decode_steps / 2
+        return {"cuda_graphs": e.graph_runner is not None, "attention": type(e.attn_backend).__name__,
+                "init_s": init_s, "ttft_s": stamps[0] - begin, "tpot_s": tpot,
+                "tpot_median_s": sorted(gaps)[len(gaps) // 2], "steps": len(stamps),
+                "weight_bytes": e.weight_bytes, "kv_bytes_per_step": int(args.batch * mean_len * kv_token)}
+    finally:
+        llm.shutdown()
+        del llm, s, e
+        gc.collect()  # the engine's reference cycles hold the KV cache until collected
+        torch.cuda.empty_cache()
+
+
+def main() -> None:
+    args = parse_args()
+    bw = copy_bandwidth()
+    runs = [measure(args, graphs=True)]
+    if args.compare_eager:
+        runs.append(measure(args, graphs=False))
+    # Memory moves about the copy rate (bytes read + written) whatever the mix: reading is the floor.
+    floor = (runs[0]["weight_bytes"] + runs[0]["kv_bytes_per_step"]) / bw
+    for r in runs:
+        r["floor_s"] = floor
+        r["tpot_over_floor"] = r["tpot_s"] / floor
+    result = {"benchmark": "latency", "device": device_name(), "model": args.model, "dummy_weight": args.dummy_weight,
+              "batch": args.batch, "prompt_len": args.prompt_len, "decode_steps": args.decode_steps,
+              "copy_bandwidth_bytes_per_s": bw, "runs": runs}
+    for r in runs:
+        print(f"{'graphs' if r['cuda_graphs'] else 'eager '}: TPOT {r['tpot_s'] * 1e3:.2f} ms (median "
+              f"{r['tpot_median_s'] * 1e3:.2f}), TTFT {r['ttft_s'] * 1e3:.1f} ms, floor {floor * 1e3:.2f} ms "
+              f"({r['weight_bytes'] / 1e9:.1f} GB weights at {bw / 1e12:.2f} TB/s), "
+              f"{r['tpot_over_floor']:.2f}x floor; start-up {r['init_s']:.1f} s")
+    write_json(args.out, result)
+    png = os.path.splitext(args.out)[0] + ".png"
+    labels = ["floor"] + [("graphs" if r["cuda_graphs"] else "eager") for r in runs]
+    bar_plot(png, f"Batch-{args.batch} decode, {os.path.basename(args.model.rstrip('/'))}", labels,
+             [floor * 1e3] + [r["tpot_s"] * 1e3 for r in runs], "ms per output token")
+    print(f"wrote {args.out} and {png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Where a step's time goes: kernel times by category for decode and prefill steps.
+
+    python benchmark/offline/profile_steps.py --model ../shared/models/qwen3-0.6b --dummy-weight
+
+Admits `--requests` prompts of `--prompt-len` tokens, runs until every request decodes, then
+records `--steps` decode steps with torch.profiler (CUDA kernels, graph replays included) and,
+separately, one prefill step of `--prefill-tokens` tokens. Prints, per step, the GPU time of
+each kernel category, the GPU-busy share of the wall time, and the top kernels; writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from collections import defaultdict
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from minisgl.benchmark.report import device_name, write_json
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+
+CATEGORIES = [  # first match wins; lower-case substrings of kernel names
+    ("attention decode", ("batchdecode",)),
+    ("attention prefill", ("prefillwithkvcache", "batchprefill", "fmha", "mainloop")),
+    ("merge states", ("mergestate", "merge_state", "variablelengthmerge")),
+    ("q/k norm + rope + KV store", ("qk_norm_rope",)),
+    ("sampling", ("gumbel", "sampling", "softmax", "argmax", "exponential", "distribution", "topk", "top_k", "top_p")),
+    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "splitk")),
+    ("rmsnorm", ("rmsnorm",)),
+    ("rope", ("rope", "rotary")),
+    ("silu_and_mul", ("act_and_mul", "silu")),
+    ("kv store / gather", ("index", "gather", "scatter")),
+    ("memcpy / memset", ("memcpy", "memset")),
+]
+
+
+def category(name: str) -> str:
+    low = name.lower()
+    for cat, keys in CATEGORIES:
+        if any(k in low for k in keys):
+            return cat
+    return "other elementwise"
+
+
+def kernel_table(prof, steps: int) -> tuple[dict, list]:
+    by_cat: dict[str, float] = defaultdict(float)
+    by_name: dict[str, float] = defaultdict(float)
+    count = 0
+    for evt in prof.events():
+        if evt.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        count += 1
+        us = evt.device_time_total if hasattr(evt, "device_time_total") else evt.cuda_time_total
+        by_cat[category(evt.name)] += us / steps
+        by_name[evt.name] += us / steps
+    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:12]
+    top.append((f"({count / steps:.0f} kernels per step)", 0.0))
+    return dict(sorted(by_cat.items(), key=lambda kv: -kv[1])), top
+
+
+def show(title: str, wall_us: float, cats: dict, top: list) -> None:
+    gpu = sum(cats.values())
+    print(f"\n== {title}: wall {wall_us / 1e3:.2f} ms/step, GPU kernels {gpu / 1e3:.2f} ms/step "
+          f"({100 * gpu / wall_us:.0f}% busy)")
+    for cat, us in cats.items():
+        print(f"  {cat:<20} {us / 1e3:8.3f} ms  {100 * us / gpu:5.1f}%")
+    print("  top kernels:")
+    for name, us in top:
+        print(f"    {us / 1e3:8.3f} ms  {name[:110]}")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default="../shared/models/qwen3-0.6b")
+    p.add_argument("--dummy-weight", action="store_true")
+    p.add_argument("--requests", type=int, default=256)
+    p.add_argument("--prompt-len", type=int, default=800)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--prefill-tokens", type=int, default=8192)
+    p.add_argument("--attn", default="auto")
+    p.add_argument("--cprofile", action="store_true", help="also print the host-side (Python) profile of decode steps")
+    p.add_argument("--out", default="results/profile.json")
+    args = p.parse_args()
+
+    llm = LLM(args.model, dtype=torch.bfloat16, use_dummy_weight=args.dummy_weight, max_running_req=args.requests,
+              attention_backend=args.attn)
+    s = llm.scheduler
+    vocab = s.engine.model_config.vocab_size
+    rng = random.Random(0)
+    llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
+    params = SamplingParams(temperature=0.6, max_tokens=200, ignore_eos=True)
+    for uid in range(args.requests):
+        s.add_request(uid, [rng.randrange(vocab) for _ in range(args.prompt_len)], params)
+    t0 = time.perf_counter()
+    while s.prefill.has_work:
+        s.step()
+    print(f"prefilled {args.requests} x {args.prompt_len} tokens in {time.perf_counter() - t0:.2f} s", flush=True)
+    for _ in range(5):
+        s.step()
+    torch.cuda.synchronize()
+    waited = [0.0]  # host time spent waiting for the GPU (events): the rest of the wall is host work
+    sync = torch.cuda.Event.synchronize
+
+    def timed_sync(event):
+        t = time.perf_counter()
+        sync(event)
+        waited[0] += time.perf_counter() - t
+
+    torch.cuda.Event.synchronize = timed_sync
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        s.step()
+    torch.cuda.synchronize()
+    decode_wall = (time.perf_counter() - start) * 1e6 / args.steps  # without the profiler
+    torch.cuda.Event.synchronize = sync
+    print(f"decode: host busy {decode_wall / 1e3 - waited[0] * 1e3 / args.steps:.2f} ms/step, waiting for the GPU "
+          f"{waited[0] * 1e3 / args.steps:.2f} ms/step")
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.steps):
+            s.step()
+        torch.cuda.synchronize()
+    decode = kernel_table(prof, args.steps)
+    show(f"decode, batch {args.requests}, context ~{args.prompt_len + 10}", decode_wall, *decode)
+    if args.cprofile:
+        import cProfile
+        import pstats
+
+        cp = cProfile.Profile()
+        cp.enable()
+        for _ in range(args.steps):
+            s.step()
+        torch.cuda.synchronize()
+        cp.disable()
+        print(f"\n== host profile of {args.steps} decode steps (tottime, ms per step)")
+        stats = pstats.Stats(cp)
+        rows = sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:25]
+        for (file, line, fn), (cc, nc, tt, ct, _) in rows:
+            print(f"  {tt * 1e3 / args.steps:7.3f} tot {ct * 1e3 / args.steps:7.3f} cum  {nc // args.steps:6d}x  "
+                  f"{fn} ({file.split('/')[-1]}:{line})")
+    for uid in list(s.reqs):
+        s.abort(uid)
+    while s.has_work:
+        s.step()
+
+    # One prefill step of fresh prompts (no decode batch alternating with it).
+    n = max(1, args.prefill_tokens // args.prompt_len)
+    for uid in range(n):
+        s.add_request(10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
+                      SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True))
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        start = time.perf_counter()
+        s.step()  # launches the prefill batch
+        torch.cuda.synchronize()
+        prefill_wall = (time.perf_counter() - start) * 1e6
+    prefill = kernel_table(prof, 1)
+    show(f"prefill, {n} prompts x {args.prompt_len} tokens", prefill_wall, *prefill)
+    while s.has_work:
+        s.step()
+    llm.shutdown()
+    write_json(args.out, {"benchmark": "profile", "device": device_name(), "model": args.model,
+                          "decode": {"batch": args.requests, "wall_us_per_step": decode_wall, "categories_us": decode[0],
+                                     "top": decode[1]},
+                          "prefill": {"tokens": n * args.prompt_len, "wall_us": prefill_wall, "categories_us": prefill[0], "top": prefill[1]}})
+
+
+if __name__ == "__main__":
+    main()

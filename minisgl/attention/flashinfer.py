@@ -1,0 +1,175 @@
+"""FlashInfer attention over the paged KV cache: paged prefill (FA2 or, on Hopper, FA3 kernels)
+and batch decode (CUDA-core kernel, or the tensor-core one for wide grouped-query attention),
+with fixed-buffer decode wrappers for CUDA graphs.
+
+flashinfer is imported when the backend is created, never at package import, so minisgl runs
+where it is not installed. Lengths and index pointers are computed on the host from the
+scheduler's bookkeeping; only the page ids are gathered from the page table on the device.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from minisgl.core import Batch, Context
+
+from .base import AttnShape, BaseAttnBackend, BaseAttnMetadata
+from .paging import batch_arrays, gather_pages, indptr, paged_layout, pinned
+
+WORKSPACE_BYTES = 256 << 20
+INT_WORKSPACE_BYTES = 8 << 20
+SUPPORTED_HEAD_DIMS = (64, 128, 256)
+
+
+def flashinfer_available() -> bool:
+    return importlib.util.find_spec("flashinfer") is not None
+
+
+def supports(shape: AttnShape, device: torch.device) -> str | None:
+    """Why FlashInfer cannot serve this model here, or None."""
+    if device.type != "cuda":
+        return "FlashInfer needs a CUDA device"
+    if shape.dtype not in (torch.float16, torch.bfloat16):
+        return f"FlashInfer attention needs float16 or bfloat16, the model runs in {shape.dtype}"
+    if shape.head_dim not in SUPPORTED_HEAD_DIMS:
+        return f"head_dim {shape.head_dim} is not one of {SUPPORTED_HEAD_DIMS}"
+    if not flashinfer_available():
+        return "the flashinfer package is not installed"
+    return None
+
+
+@dataclass
+class FlashInferMetadata(BaseAttnMetadata):
+    wrapper: Any  # the planned flashinfer wrapper that runs this batch
+
+
+class FlashInferBackend(BaseAttnBackend):
+    """`prefill_kernel`: "fa2" or "fa3" (Hopper). `use_tensor_cores`: decode with the prefill
+    kernel (pays for GQA groups of 4 and more); None picks by group size, env
+    MINISGL_DECODE_TENSOR_CORES=0/1 overrides."""
+
+    supports_cuda_graph = True
+    accepts_stored_kv = True
+
+    def __init__(self, ctx: Context, shape: AttnShape, prefill_kernel: str = "fa2",
+                 use_tensor_cores: bool | None = None):
+        import flashinfer
+
+        problem = supports(shape, ctx.device)
+        if problem:
+            raise RuntimeError(f"FlashInfer attention backend: {problem}")
+        self.fi = flashinfer
+        self.ctx = ctx
+        self.shape = shape
+        kv = ctx.kv_cache
+        self.page_size = kv.page_size
+        self.table_width = ctx.page_table.shape[1]
+        self.dummy_row = ctx.page_table.shape[0] - 1
+        self.sm_scale = shape.head_dim**-0.5
+        env = os.environ.get("MINISGL_DECODE_TENSOR_CORES")
+        if env is not None:
+            use_tensor_cores = env == "1"
+        if use_tensor_cores is None:
+            use_tensor_cores = shape.num_qo_heads // shape.num_kv_heads >= 4
+        self.use_tensor_cores = use_tensor_cores
+        self.prefill_kernel = prefill_kernel
+        device = ctx.device
+        # One float workspace, one int workspace and one pinned staging buffer serve every
+        # wrapper: they run one at a time on one stream.
+        self.workspace = torch.zeros(WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.int_workspace = torch.zeros(INT_WORKSPACE_BYTES, dtype=torch.uint8, device=device)
+        self.pinned_int_workspace = torch.zeros(INT_WORKSPACE_BYTES, dtype=torch.uint8, pin_memory=True)
+        self._plan_copied: torch.cuda.Event | None = None
+        self.prefill_wrapper = self._share(flashinfer.BatchPrefillWithPagedKVCacheWrapper(
+            self.workspace, "NHD", backend=prefill_kernel))
+        self.decode_wrapper = self._share(self._decode_wrapper())
+        # Per-layer paged views [pages, page_size, kv_heads, head_dim] of the KV buffers.
+        shape4 = (-1, self.page_size, shape.num_kv_heads, shape.head_dim)
+        self.kv_views = [(kv.k_cache(i).view(shape4), kv.v_cache(i).view(shape4))
+                         for i in range(kv.k_buffer.shape[0])]
+        self.graph_wrappers: dict[int, Any] = {}
+
+    def _decode_wrapper(self, **graph_buffers):
+        return self.fi.BatchDecodeWithPagedKVCacheWrapper(
+            self.workspace, "NHD", use_cuda_graph=bool(graph_buffers), use_tensor_cores=self.use_tensor_cores,
+            backend="fa2" if self.use_tensor_cores else "auto", **graph_buffers)
+
+    def _share(self, wrapper):
+        wrapper._int_workspace_buffer = self.int_workspace
+        wrapper._pin_memory_int_workspace_buffer = self.pinned_int_workspace
+        return wrapper
+
+    def _plan(self, wrapper, *args, **kwargs) -> None:
+        # plan() fills the shared pinned buffer on the host, then copies it to the device
+        # asynchronously: the previous plan's copy must have run before the host overwrites it.
+        if self._plan_copied is not None:
+            self._plan_copied.synchronize()
+        wrapper.plan(*args, **kwargs)
+        self._plan_copied = torch.cuda.Event()
+        self._plan_copied.record()
+
+    # -- eager batches ---------------------------------------------------------------------------
+
+    def prepare_metadata(self, batch: Batch) -> None:
+        rows, cached, device_lens = batch_arrays(batch)
+        layout = paged_layout(rows, device_lens, self.page_size, self.table_width)
+        pages = gather_pages(self.ctx.page_table, layout, self.page_size)
+        s, dtype = self.shape, self.shape.dtype
+        if batch.is_decode:
+            wrapper = self.decode_wrapper
+            self._plan(wrapper, pinned(layout.kv_indptr), pages, pinned(layout.last_page_len), s.num_qo_heads,
+                       s.num_kv_heads, s.head_dim, self.page_size, q_data_type=dtype, kv_data_type=dtype,
+                       sm_scale=self.sm_scale)
+        else:
+            wrapper = self.prefill_wrapper
+            self._plan(wrapper, pinned(indptr(device_lens - cached)), pinned(layout.kv_indptr), pages,
+                       pinned(layout.last_page_len), s.num_qo_heads, s.num_kv_heads, s.head_dim, self.page_size,
+                       causal=True, sm_scale=self.sm_scale, q_data_type=dtype, kv_data_type=dtype,
+                       seq_lens=pinned(device_lens.astype(np.int32)))
+        batch.attn_metadata = FlashInferMetadata(extend_lens=(device_lens - cached).tolist(),
+                                                 seq_lens=device_lens.tolist(), wrapper=wrapper)
+
+    def forward(self, q, k, v, layer, batch):
+        if k is not None:
+            self.ctx.kv_cache.store_kv(k, v, batch.out_loc, layer.layer_id)
+        return batch.attn_metadata.wrapper.run(q, self.kv_views[layer.layer_id])
+
+    # -- CUDA graphs (decode) --------------------------------------------------------------------
+
+    def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
+        device = self.ctx.device
+        max_pages = max_bs * (self.table_width // self.page_size + 1)
+        self.g_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
+        self.g_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=device)
+        self.g_indices = torch.zeros(max_pages, dtype=torch.int32, device=device)
+        for bs in batch_sizes:
+            self.graph_wrappers[bs] = self._share(self._decode_wrapper(
+                paged_kv_indptr_buffer=self.g_indptr[: bs + 1], paged_kv_indices_buffer=self.g_indices,
+                paged_kv_last_page_len_buffer=self.g_last_page_len[:bs]))
+
+    def _plan_graph(self, batch: Batch, bs: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
+        layout = paged_layout(rows, seq_lens, self.page_size, self.table_width)
+        pages = gather_pages(self.ctx.page_table, layout, self.page_size)
+        wrapper = self.graph_wrappers[bs]
+        s = self.shape
+        self._plan(wrapper, pinned(layout.kv_indptr), pages, pinned(layout.last_page_len), s.num_qo_heads,
+                   s.num_kv_heads, s.head_dim, self.page_size, q_data_type=s.dtype, kv_data_type=s.dtype,
+                   sm_scale=self.sm_scale)
+        batch.attn_metadata = FlashInferMetadata(extend_lens=[1] * len(batch.reqs),
+                                                 seq_lens=seq_lens[: len(batch.reqs)].tolist(), wrapper=wrapper)
+
+    def prepare_for_capture(self, batch: Batch, bs: int) -> None:
+        self._plan_graph(batch, bs, np.full(bs, self.dummy_row, dtype=np.int64), np.ones(bs, dtype=np.int64))
+
+    def prepare_for_replay(self, batch: Batch, bs: int) -> None:
+        rows, _, device_lens = batch_arrays(batch)
+        pad = bs - len(rows)
+        rows = np.concatenate([rows, np.full(pad, self.dummy_row, dtype=np.int64)])
+        seq_lens = np.concatenate([device_lens, np.ones(pad, dtype=np.int64)])
+        self._plan_graph(batch, bs, rows, seq_lens)

@@ -1,0 +1,172 @@
+"""CUDA graphs for decode batches.
+
+A decode step runs the same kernels for every batch of a given size, so the runner captures one
+graph per size in `batch_sizes` (largest first, all in one memory pool) and replays it: a batch
+is padded to the next captured size with dummy requests that use the page table's last row
+(a reserved page, length 1), and batches above the largest size run eagerly. Inputs, attention
+metadata and logits live in static buffers that each replay refills / overwrites.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from minisgl.attention.paging import batch_arrays, to_device
+from minisgl.core import Batch
+from minisgl.utils.logger import get_logger
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+logger = get_logger(__name__)
+
+DEFAULT_MAX_BS = 256
+
+
+def ffi_stream():
+    """Point TVM-FFI libraries (FlashInfer) at torch's current stream, in case their tensors'
+    DLPack exchange does not carry it: kernels must land on the capturing stream."""
+    try:
+        import tvm_ffi
+    except ImportError:
+        return contextlib.nullcontext()
+    return tvm_ffi.use_torch_stream()
+
+
+def graph_batch_sizes(max_bs: int | None, max_running_req: int,
+                      explicit: tuple[int, ...] | list[int] | None = None) -> list[int]:
+    """Decode batch sizes to capture: `explicit` if given, else 1, 2, 4 and every multiple of 8,
+    up to min(max_bs, max_running_req) (max_bs None: 256; 0: no graphs). The cap itself is
+    always captured, so every batch up to it has a graph."""
+    cap = min(DEFAULT_MAX_BS if max_bs is None else max_bs, max_running_req)
+    if cap <= 0:
+        return []
+    if explicit:
+        sizes = {b for b in explicit if 1 <= b <= cap}
+    else:
+        sizes = {b for b in (1, 2, 4) if b <= cap} | set(range(8, cap + 1, 8))
+    sizes.add(cap)
+    return sorted(sizes)
+
+
+def padded_batch_size(bs: int, sizes: list[int]) -> int | None:
+    """The smallest captured size >= bs, or None when bs is above them all (run eagerly)."""
+    i = bisect.bisect_left(sizes, bs)
+    return sizes[i] if i < len(sizes) else None
+
+
+class GraphRunner:
+    def __init__(self, engine: Engine, batch_sizes: list[int]):
+        self.engine = engine
+        self.batch_sizes = sorted(batch_sizes)
+        self.max_bs = self.batch_sizes[-1]
+        e = engine
+        device = e.device
+        self.dummy_row = e.page_table.shape[0] - 1
+        self.table_width = e.page_table.shape[1]
+        dummy_slot = int(e.page_table[self.dummy_row, 0])
+        self.input_ids = torch.zeros(self.max_bs, dtype=torch.int32, device=device)
+        self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
+        self.out_loc = torch.full((self.max_bs,), dummy_slot, dtype=torch.int64, device=device)
+        self.last_token_idx = torch.arange(self.max_bs, dtype=torch.int64, device=device)
+        # Logits stay in the model dtype inside the graph (the sampler reads them once); a model
+        # without the usual .model / .lm_head split falls back to forward()'s float32 logits.
+        self.split_model = hasattr(e.model, "model") and hasattr(e.model, "lm_head")
+        self.logits = torch.zeros(self.max_bs, e.model_config.vocab_size, device=device,
+                                  dtype=e.dtype if self.split_model else torch.float32)
+        self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
+        self.capture_seconds = 0.0
+        self.memory_bytes = 0
+        self._capture()
+
+    def _static_batch(self, bs: int) -> Batch:
+        batch = Batch(reqs=[], phase="decode")
+        batch.input_ids = self.input_ids[:bs]
+        batch.positions = self.positions[:bs]
+        batch.out_loc = self.out_loc[:bs]
+        batch.last_token_idx = self.last_token_idx[:bs]
+        return batch
+
+    @torch.inference_mode()
+    def _capture(self) -> None:
+        e = self.engine
+        backend = e.attn_backend
+        backend.init_capture_graph(self.max_bs, self.batch_sizes)
+        start = time.perf_counter()
+        torch.cuda.synchronize(e.device)
+        free_before = torch.cuda.mem_get_info(e.device)[0]
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(e.device)
+        sizes = sorted(self.batch_sizes, reverse=True)  # largest first: later graphs reuse its pool
+        for bs in tqdm(sizes, desc="Capturing CUDA graphs", unit="graph", disable=len(sizes) < 2):
+            batch = self._static_batch(bs)
+            backend.prepare_for_capture(batch, bs)
+            e.ctx.batch = batch
+            try:
+                stream.wait_stream(torch.cuda.current_stream(e.device))
+                with torch.cuda.stream(stream), ffi_stream():
+                    for _ in range(2):  # warm up: library handles, lazy kernels, JIT builds
+                        self._forward(batch, bs)
+                torch.cuda.current_stream(e.device).wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool, stream=stream), ffi_stream():
+                    self._forward(batch, bs)
+            finally:
+                e.ctx.batch = None
+            self.graphs[bs] = graph
+        torch.cuda.synchronize(e.device)
+        self.capture_seconds = time.perf_counter() - start
+        self.memory_bytes = max(0, free_before - torch.cuda.mem_get_info(e.device)[0])
+        logger.info("captured %d CUDA graphs for decode batch sizes %s in %.1f s, using %.2f GiB",
+                    len(sizes), _ranges(self.batch_sizes), self.capture_seconds, self.memory_bytes / 2**30)
+
+    def _forward(self, batch: Batch, bs: int) -> None:
+        model = self.engine.model
+        if self.split_model:  # decode: one token per request, so every row is a last token
+            self.logits[:bs].copy_(model.lm_head(model.model(batch.input_ids, batch.positions)))
+        else:
+            self.logits[:bs].copy_(model.forward())
+
+    def can_run(self, batch: Batch) -> bool:
+        return batch.is_decode and batch.size <= self.max_bs
+
+    def replay(self, batch: Batch) -> torch.Tensor:
+        """Run decode `batch` through the graph of the next captured size; returns its logits (a
+        view of the static buffer in the model dtype, valid until the next replay)."""
+        e = self.engine
+        bs = batch.size
+        padded = padded_batch_size(bs, self.batch_sizes)
+        rows, _, device_lens = batch_arrays(batch)
+        pad = padded - bs
+        positions = np.concatenate([device_lens - 1, np.zeros(pad, dtype=np.int64)])
+        flat = np.concatenate([rows * self.table_width + device_lens - 1,
+                               np.full(pad, self.dummy_row * self.table_width, dtype=np.int64)])
+        host = np.concatenate([positions, flat])
+        dev = to_device(host, e.device)
+        pos, flat_d = dev[:padded], dev[padded:]
+        self.positions[:padded].copy_(pos)
+        torch.index_select(e.token_pool.view(-1), 0, flat_d, out=self.input_ids[:padded])
+        self.out_loc[:padded].copy_(e.page_table.view(-1)[flat_d])
+        batch.positions = self.positions[:bs]
+        batch.input_ids = self.input_ids[:bs]
+        batch.out_loc = self.out_loc[:bs]
+        batch.last_token_idx = self.last_token_idx[:bs]
+        e.attn_backend.prepare_for_replay(batch, padded)
+        self.graphs[padded].replay()
+        return self.logits[:bs]
+
+    def shutdown(self) -> None:
+        self.graphs.clear()
+
+
+def _ranges(sizes: list[int]) -> str:
+    if len(sizes) <= 6:
+        return str(sizes)
+    return f"[{', '.join(map(str, sizes[:4]))}, ..., {sizes[-1]}]"

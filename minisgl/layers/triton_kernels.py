@@ -1,0 +1,139 @@
+"""Triton kernels for the CUDA hot path. Imported only when a CUDA tensor needs them, so the
+package runs where triton is missing (the callers fall back to torch / FlashInfer).
+
+- `qk_norm_rope_store`: per-head RMSNorm of q and k (Qwen3; optional), rotary embedding, and the
+  store of k and v into this layer's KV cache, in one pass over each token's q/k/v (instead of
+  five kernels: two norms, rope, two index copies).
+- `sample_gumbel_max`: temperature sampling straight from (bf16 or fp32) logits in one pass:
+  argmax(logits / T + Gumbel noise), greedy argmax where T == 0.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _qk_norm_rope_store_kernel(
+    q_ptr, k_ptr, v_ptr, q_out_ptr, qw_ptr, kw_ptr, cos_sin_ptr, pos_ptr, loc_ptr, kc_ptr, vc_ptr,
+    q_st, q_sh, k_st, k_sh, v_st, v_sh, eps,
+    HQ: tl.constexpr, HK: tl.constexpr, HQ_P: tl.constexpr, HK_P: tl.constexpr, D: tl.constexpr,
+    NORM: tl.constexpr,
+):
+    HALF: tl.constexpr = D // 2
+    t = tl.program_id(0).to(tl.int64)
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    loc = tl.load(loc_ptr + t).to(tl.int64)
+    offs = tl.arange(0, HALF)
+    cos = tl.load(cos_sin_ptr + pos * D + offs)[None, :]
+    sin = tl.load(cos_sin_ptr + pos * D + HALF + offs)[None, :]
+
+    # q heads -> q_out [T, HQ, D] (contiguous)
+    hq = tl.arange(0, HQ_P)[:, None]
+    mq = hq < HQ
+    src = q_ptr + t * q_st + hq * q_sh + offs[None, :]
+    x1 = tl.load(src, mask=mq, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=mq, other=0.0).to(tl.float32)
+    if NORM:
+        r = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / D + eps)[:, None]
+        x1 = x1 * r * tl.load(qw_ptr + offs).to(tl.float32)[None, :]
+        x2 = x2 * r * tl.load(qw_ptr + HALF + offs).to(tl.float32)[None, :]
+    dst = q_out_ptr + t * (HQ * D) + hq * D + offs[None, :]
+    tl.store(dst, (x1 * cos - x2 * sin).to(q_out_ptr.dtype.element_ty), mask=mq)
+    tl.store(dst + HALF, (x2 * cos + x1 * sin).to(q_out_ptr.dtype.element_ty), mask=mq)
+
+    # k heads -> the cache slot `loc`
+    hk = tl.arange(0, HK_P)[:, None]
+    mk = hk < HK
+    src = k_ptr + t * k_st + hk * k_sh + offs[None, :]
+    y1 = tl.load(src, mask=mk, other=0.0).to(tl.float32)
+    y2 = tl.load(src + HALF, mask=mk, other=0.0).to(tl.float32)
+    if NORM:
+        r = tl.rsqrt((tl.sum(y1 * y1, 1) + tl.sum(y2 * y2, 1)) / D + eps)[:, None]
+        y1 = y1 * r * tl.load(kw_ptr + offs).to(tl.float32)[None, :]
+        y2 = y2 * r * tl.load(kw_ptr + HALF + offs).to(tl.float32)[None, :]
+    dst = kc_ptr + loc * (HK * D) + hk * D + offs[None, :]
+    tl.store(dst, (y1 * cos - y2 * sin).to(kc_ptr.dtype.element_ty), mask=mk)
+    tl.store(dst + HALF, (y2 * cos + y1 * sin).to(kc_ptr.dtype.element_ty), mask=mk)
+
+    # v -> the cache slot `loc`
+    full = tl.arange(0, D)[None, :]
+    vals = tl.load(v_ptr + t * v_st + hk * v_sh + full, mask=mk)
+    tl.store(vc_ptr + loc * (HK * D) + hk * D + full, vals, mask=mk)
+
+
+def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
+                       cos_sin: torch.Tensor, out_loc: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                       q_weight: torch.Tensor | None = None, k_weight: torch.Tensor | None = None,
+                       eps: float = 1e-6) -> torch.Tensor:
+    """q [T, HQ, D], k/v [T, HK, D] (last dim contiguous, any token/head strides); cos_sin float32
+    [positions, D] (cos half, sin half); k_cache/v_cache [slots, HK, D] contiguous. Writes the
+    normed, rotated k and v at `out_loc`; returns the normed, rotated q as a new [T, HQ, D] tensor."""
+    tokens, hq, d = q.shape
+    hk = k.shape[1]
+    q_out = torch.empty((tokens, hq, d), dtype=q.dtype, device=q.device)
+    if tokens == 0:
+        return q_out
+    norm = q_weight is not None
+    _qk_norm_rope_store_kernel[(tokens,)](
+        q, k, v, q_out, q_weight if norm else q, k_weight if norm else k, cos_sin, positions, out_loc, k_cache,
+        v_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), eps,
+        HQ=hq, HK=hk, HQ_P=triton.next_power_of_2(hq), HK_P=triton.next_power_of_2(hk), D=d, NORM=norm,
+        num_warps=4,
+    )
+    return q_out
+
+
+@triton.jit(do_not_specialize=["seed"])  # a new seed every call: no recompiles on its value
+def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed, vocab: tl.constexpr,
+                       CHUNK: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr):
+    """Program (row, split) finds the best score in vocab[split * CHUNK : (split + 1) * CHUNK]."""
+    B4: tl.constexpr = BLOCK // 4
+    row = tl.program_id(0)
+    split = tl.program_id(1)
+    temp = tl.load(temps_ptr + row).to(tl.float32)
+    greedy = temp <= 0.0
+    inv_t = 1.0 / tl.where(greedy, 1.0, temp)
+    row_ptr = logits_ptr + row.to(tl.int64) * stride_row
+    r = tl.arange(0, B4)[:, None]
+    c = tl.arange(0, 4)[None, :]
+    best_val = tl.full((), float("-inf"), tl.float32)
+    best_idx = tl.full((), 0, tl.int32)
+    for start in range(0, CHUNK, BLOCK):
+        base = split * CHUNK + start
+        offs = base + r * 4 + c  # [BLOCK / 4, 4]: one Philox draw gives the 4 uniforms of a row
+        mask = offs < vocab
+        x = tl.load(row_ptr + offs, mask=mask, other=float("-inf")).to(tl.float32)
+        u0, u1, u2, u3 = tl.rand4x(seed, row * (vocab // 4 + 1) + base // 4 + tl.arange(0, B4))
+        u = tl.where(c == 0, u0[:, None], tl.where(c == 1, u1[:, None], tl.where(c == 2, u2[:, None], u3[:, None])))
+        # Exponential race / Gumbel max: argmax(x / T - log(E)), E = -log(U) ~ Exp(1).
+        score = tl.where(greedy, x, x * inv_t - tl.log(-tl.log(u)))
+        score = tl.reshape(tl.where(mask, score, float("-inf")), (BLOCK,))
+        m = tl.max(score, 0)
+        i = tl.argmax(score, 0).to(tl.int32) + base
+        take = m > best_val
+        best_idx = tl.where(take, i, best_idx)
+        best_val = tl.where(take, m, best_val)
+    tl.store(val_ptr + row * SPLITS + split, best_val)
+    tl.store(idx_ptr + row * SPLITS + split, best_idx)
+
+
+GUMBEL_SPLITS, GUMBEL_BLOCK = 16, 1024
+
+
+def sample_gumbel_max(logits: torch.Tensor, temperatures: torch.Tensor, seed: int) -> torch.Tensor:
+    """One token per row of `logits` [rows, vocab] (last dim contiguous): a draw from
+    softmax(logits / T) where T > 0, the argmax where T <= 0. Same seed, same draws. Each row is
+    split over GUMBEL_SPLITS programs; their winners are reduced with torch."""
+    rows, vocab = logits.shape
+    splits, block = GUMBEL_SPLITS, GUMBEL_BLOCK
+    chunk = -(-(-(-vocab // splits)) // block) * block
+    vals = torch.empty(rows, splits, dtype=torch.float32, device=logits.device)
+    idxs = torch.empty(rows, splits, dtype=torch.int32, device=logits.device)
+    if rows == 0:
+        return idxs[:, 0]
+    _gumbel_max_kernel[(rows, splits)](logits, logits.stride(0), temperatures, vals, idxs, seed, vocab=vocab,
+                                       CHUNK=chunk, SPLITS=splits, BLOCK=block, num_warps=4)
+    return idxs.gather(1, vals.argmax(dim=1, keepdim=True)).squeeze(1)
