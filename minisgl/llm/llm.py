@@ -18,7 +18,7 @@ from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
-from minisgl.utils.net import free_tcp_addr
+from minisgl.utils.net import rendezvous_addr
 from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
 
 
@@ -30,7 +30,7 @@ class LLM:
         config = SchedulerConfig(model_path=model_path, **kwargs)
         self.followers: list[mp.process.BaseProcess] = []
         if tp > 1:
-            config = dataclasses.replace(config, tp_info=DistributedInfo(0, tp), distributed_addr=free_tcp_addr())
+            config = dataclasses.replace(config, tp_info=DistributedInfo(0, tp), distributed_addr=rendezvous_addr())
             ctx = mp.get_context("spawn")
             status = ctx.Queue()
             for rank in range(1, tp):

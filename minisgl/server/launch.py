@@ -24,7 +24,7 @@ import torch
 from minisgl.distributed import DistributedInfo
 from minisgl.scheduler import SchedulerConfig
 from minisgl.utils.logger import get_logger
-from minisgl.utils.net import free_tcp_addr
+from minisgl.utils.net import rendezvous_addr
 
 from .args import ServerArgs
 
@@ -132,7 +132,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
     addrs = ipc_addresses(ADDRESS_NAMES)
     status = ctx.Queue()
-    dist_addr = free_tcp_addr()  # rendezvous of the tensor-parallel ranks
+    dist_addr = rendezvous_addr()  # rendezvous of the tensor-parallel ranks
     procs = [
         ctx.Process(target=run_scheduler, name="scheduler" if rank == 0 else f"scheduler-rank{rank}",
                     args=(scheduler_config(args, model_path, rank, dist_addr), addrs, status))

@@ -10,6 +10,10 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def free_tcp_addr() -> str:
-    """A tcp:// rendezvous address on loopback, e.g. for torch.distributed."""
-    return f"tcp://127.0.0.1:{free_port()}"
+def rendezvous_addr() -> str:
+    """A fresh file:// rendezvous for torch.distributed's ranks on this machine. A file, not a free
+    TCP port: between picking a port and binding it, NCCL's own connections can take it."""
+    import os
+    import tempfile
+
+    return "file://" + os.path.join(tempfile.mkdtemp(prefix="minisgl-rdzv-"), "init")
