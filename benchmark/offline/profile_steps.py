@@ -160,6 +160,25 @@ def main() -> None:
     show(f"prefill, {n} prompts x {args.prompt_len} tokens", prefill_wall, *prefill)
     while s.has_work:
         s.step()
+    if args.cprofile:
+        import cProfile
+        import pstats
+
+        for uid in range(n):
+            s.add_request(2 * 10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
+                          SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True))
+        torch.cuda.synchronize()
+        cp = cProfile.Profile()
+        cp.enable()
+        s.step()
+        torch.cuda.synchronize()
+        cp.disable()
+        print("\n== host profile of the prefill step (tottime, ms)")
+        stats = pstats.Stats(cp)
+        for (file, line, fn), (cc, nc, tt, ct, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:22]:
+            print(f"  {tt * 1e3:7.3f} tot {ct * 1e3:7.3f} cum {nc:6d}x  {fn} ({file.split('/')[-1]}:{line})")
+    while s.has_work:
+        s.step()
     llm.shutdown()
     write_json(args.out, {"benchmark": "profile", "device": device_name(), "model": args.model,
                           "decode": {"batch": args.requests, "wall_us_per_step": decode_wall, "categories_us": decode[0],

@@ -138,7 +138,10 @@ class FlashInferBackend(BaseAttnBackend):
     def forward(self, q, k, v, layer, batch):
         if k is not None:
             self.ctx.kv_cache.store_kv(k, v, batch.out_loc, layer.layer_id)
-        return batch.attn_metadata.wrapper.run(q, self.kv_views[layer.layer_id])
+        wrapper = batch.attn_metadata.wrapper
+        if wrapper is self.prefill_wrapper:  # it would zero-fill a fresh output otherwise
+            return wrapper.run(q, self.kv_views[layer.layer_id], out=torch.empty_like(q, memory_format=torch.contiguous_format))
+        return wrapper.run(q, self.kv_views[layer.layer_id])
 
     # -- CUDA graphs (decode) --------------------------------------------------------------------
 

@@ -129,10 +129,16 @@ class GraphRunner:
 
     def _forward(self, batch: Batch, bs: int) -> None:
         model = self.engine.model
-        if self.split_model:  # decode: one token per request, so every row is a last token
-            self.logits[:bs].copy_(model.lm_head(model.model(batch.input_ids, batch.positions)))
-        else:
+        if not self.split_model:
             self.logits[:bs].copy_(model.forward())
+            return
+        # Decode: one token per request, so every row is a last token.
+        hidden = model.model(batch.input_ids, batch.positions)
+        head = model.lm_head.weight
+        if self.engine.tp.size == 1 and head.shape[0] == self.logits.shape[1]:
+            torch.mm(hidden, head.t(), out=self.logits[:bs])  # straight into the static buffer
+        else:
+            self.logits[:bs].copy_(model.lm_head(hidden))
 
     def can_run(self, batch: Batch) -> bool:
         return batch.is_decode and batch.size <= self.max_bs

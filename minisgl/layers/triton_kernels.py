@@ -77,13 +77,35 @@ def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positi
     if tokens == 0:
         return q_out
     norm = q_weight is not None
-    _qk_norm_rope_store_kernel[(tokens,)](
-        q, k, v, q_out, q_weight if norm else q, k_weight if norm else k, cos_sin, positions, out_loc, k_cache,
-        v_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), eps,
-        HQ=hq, HK=hk, HQ_P=triton.next_power_of_2(hq), HK_P=triton.next_power_of_2(hk), D=d, NORM=norm,
-        num_warps=4,
-    )
+    args = (q, k, v, q_out, q_weight if norm else q, k_weight if norm else k, cos_sin, positions, out_loc, k_cache,
+            v_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), eps)
+    consts = dict(HQ=hq, HK=hk, HQ_P=triton.next_power_of_2(hq), HK_P=triton.next_power_of_2(hk), D=d, NORM=norm)
+    _launch(_qk_norm_rope_store_kernel, (tokens, 1, 1), args, consts, num_warps=4)
     return q_out
+
+
+_COMPILED: dict = {}
+
+
+def _launch(kernel, grid, args, consts, **options) -> None:
+    """kernel[grid](*args, **consts), minus Triton's per-call argument binding and specialization
+    (tens of microseconds of host time, which adds up in eager prefill): the compiled kernel is
+    kept per specialization key (dtypes, 16-byte alignment of pointers, integer values' ==1 and
+    %16 classes, the constexprs) and launched directly."""
+    key = (kernel, tuple(_spec(a) for a in args), tuple(consts.items()))
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        _COMPILED[key] = kernel[grid[:1] if grid[1:] == (1, 1) else grid](*args, **consts, **options)
+        return
+    compiled[grid](*args, *consts.values())
+
+
+def _spec(a):
+    if isinstance(a, torch.Tensor):
+        return a.dtype, a.data_ptr() % 16 == 0
+    if isinstance(a, bool) or not isinstance(a, int):
+        return type(a)
+    return int, a == 1, a % 16 == 0
 
 
 @triton.jit(do_not_specialize=["seed"])  # a new seed every call: no recompiles on its value
@@ -110,9 +132,10 @@ def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed
         u = tl.where(c == 0, u0[:, None], tl.where(c == 1, u1[:, None], tl.where(c == 2, u2[:, None], u3[:, None])))
         # Exponential race / Gumbel max: argmax(x / T - log(E)), E = -log(U) ~ Exp(1).
         score = tl.where(greedy, x, x * inv_t - tl.log(-tl.log(u)))
-        score = tl.reshape(tl.where(mask, score, float("-inf")), (BLOCK,))
-        m = tl.max(score, 0)
-        i = tl.argmax(score, 0).to(tl.int32) + base
+        score = tl.where(mask, score, float("-inf"))
+        m = tl.max(tl.max(score, 1), 0)
+        # The first offset reaching the maximum (no reshape: it may reorder elements).
+        i = tl.min(tl.min(tl.where(score == m, offs, 2147483647), 1), 0).to(tl.int32)
         take = m > best_val
         best_idx = tl.where(take, i, best_idx)
         best_val = tl.where(take, m, best_val)
@@ -134,6 +157,7 @@ def sample_gumbel_max(logits: torch.Tensor, temperatures: torch.Tensor, seed: in
     idxs = torch.empty(rows, splits, dtype=torch.int32, device=logits.device)
     if rows == 0:
         return idxs[:, 0]
-    _gumbel_max_kernel[(rows, splits)](logits, logits.stride(0), temperatures, vals, idxs, seed, vocab=vocab,
-                                       CHUNK=chunk, SPLITS=splits, BLOCK=block, num_warps=4)
+    # `seed` is not specialized on (do_not_specialize): the key ignores its value.
+    _launch(_gumbel_max_kernel, (rows, splits, 1), (logits, logits.stride(0), temperatures, vals, idxs, seed),
+            dict(vocab=vocab, CHUNK=chunk, SPLITS=splits, BLOCK=block), num_warps=4)
     return idxs.gather(1, vals.argmax(dim=1, keepdim=True)).squeeze(1)

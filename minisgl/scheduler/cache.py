@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from minisgl.core import Req
@@ -98,7 +99,9 @@ class CacheManager:
 
     def _write_table(self, row: int, first_page: int, pages: list[int]) -> None:
         p = self.page_size
-        slots = (torch.tensor(pages, dtype=torch.int32).unsqueeze(1) * p + torch.arange(p, dtype=torch.int32)).flatten()
+        slots = torch.from_numpy((np.asarray(pages, dtype=np.int32)[:, None] * p + np.arange(p, dtype=np.int32)).ravel())
+        dst = self.page_table[row, first_page * p : first_page * p + slots.numel()]
         if self.page_table.is_cuda:  # pinned and asynchronous: a plain copy would wait for the GPU
-            slots = slots.pin_memory().to(self.page_table.device, non_blocking=True)
-        self.page_table[row, first_page * p : first_page * p + slots.numel()] = slots
+            dst.copy_(slots.pin_memory(), non_blocking=True)
+        else:
+            dst.copy_(slots)

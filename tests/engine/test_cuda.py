@@ -202,3 +202,27 @@ def test_kv_pool_sized_from_free_memory_and_reported(tiny_model_dir):
         assert e.kv_cache.k_buffer.shape[1] == (e.num_pages + 1) * e.page_size  # + the dummy page
     finally:
         e.shutdown()
+
+
+def test_gumbel_sampler_over_a_large_vocabulary():
+    """The one-pass Triton sampler on Qwen3's vocabulary (many blocks and splits per row): tokens
+    in range, greedy rows (T = 0) exact, and draws that follow softmax(logits / T)."""
+    from minisgl.layers.triton_kernels import sample_gumbel_max
+
+    torch.manual_seed(0)
+    vocab = 151936
+    for dtype in (torch.bfloat16, torch.float32):
+        logits = (torch.randn(64, vocab, device="cuda") * 3).to(dtype)
+        temps = torch.full((64,), 0.6, device="cuda")
+        temps[::4] = 0
+        for seed in range(20):
+            tokens = sample_gumbel_max(logits, temps, seed * 7919 + 13).long()
+            assert ((tokens >= 0) & (tokens < vocab)).all()
+            assert torch.equal(tokens[::4], logits[::4].float().argmax(-1))
+    row = torch.randn(5000, device="cuda") * 4  # peaked: the top tokens get measurable mass
+    draws = 40_000
+    tokens = sample_gumbel_max(row.expand(draws, -1).contiguous(), torch.full((draws,), 0.8, device="cuda"), 7)
+    empirical = torch.bincount(tokens.long(), minlength=5000).float() / draws
+    expected = torch.softmax(row / 0.8, -1)
+    stderr = (expected * (1 - expected) / draws).sqrt()
+    assert ((empirical - expected).abs() <= 5 * stderr + 1e-3).all()
