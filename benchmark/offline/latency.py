@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import os
 import random
 import time
@@ -82,7 +83,7 @@ def measure(args, graphs: bool) -> dict:
             outs = s.step()
             if any(o.token_id is not None for o in outs):
                 stamps.append(time.perf_counter())
-        gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+        gaps = [b - a for a, b in itertools.pairwise(stamps)]
         tpot = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
         cfg = e.model_config
         kv_token = 2 * cfg.num_layers * e.num_kv_heads * cfg.head_dim * e.dtype.itemsize

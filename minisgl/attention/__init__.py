@@ -103,5 +103,12 @@ def create_attention_backend(name: str, ctx: Context, shape: AttnShape | None = 
     return HybridBackend(_create_one(parts[0], ctx, shape), _create_one(parts[1], ctx, shape))
 
 
-__all__ = ["AttnShape", "BaseAttnBackend", "BaseAttnMetadata", "ATTN_BACKENDS", "HybridBackend",
-           "create_attention_backend", "default_backend"]
+__all__ = [
+    "ATTN_BACKENDS",
+    "AttnShape",
+    "BaseAttnBackend",
+    "BaseAttnMetadata",
+    "HybridBackend",
+    "create_attention_backend",
+    "default_backend",
+]

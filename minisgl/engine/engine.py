@@ -205,7 +205,7 @@ class Engine:
     @torch.inference_mode()
     def forward_batch(self, batch: Batch, args: BatchSamplingArgs) -> ForwardOutput:
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            rows, cached, device_lens = batch_arrays(batch)
+            _, cached, device_lens = batch_arrays(batch)
             self._check(batch, device_lens, device_lens - cached)
             logits = self.graph_runner.replay(batch)
         else:

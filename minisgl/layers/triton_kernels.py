@@ -79,7 +79,8 @@ def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positi
     norm = q_weight is not None
     args = (q, k, v, q_out, q_weight if norm else q, k_weight if norm else k, cos_sin, positions, out_loc, k_cache,
             v_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), eps)
-    consts = dict(HQ=hq, HK=hk, HQ_P=triton.next_power_of_2(hq), HK_P=triton.next_power_of_2(hk), D=d, NORM=norm)
+    consts = {"HQ": hq, "HK": hk, "HQ_P": triton.next_power_of_2(hq), "HK_P": triton.next_power_of_2(hk), "D": d,
+              "NORM": norm}
     _launch(_qk_norm_rope_store_kernel, (tokens, 1, 1), args, consts, num_warps=4)
     return q_out
 
@@ -152,12 +153,13 @@ def sample_gumbel_max(logits: torch.Tensor, temperatures: torch.Tensor, seed: in
     split over GUMBEL_SPLITS programs; their winners are reduced with torch."""
     rows, vocab = logits.shape
     splits, block = GUMBEL_SPLITS, GUMBEL_BLOCK
-    chunk = -(-(-(-vocab // splits)) // block) * block
+    per_split = -(-vocab // splits)  # ceil
+    chunk = -(-per_split // block) * block
     vals = torch.empty(rows, splits, dtype=torch.float32, device=logits.device)
     idxs = torch.empty(rows, splits, dtype=torch.int32, device=logits.device)
     if rows == 0:
         return idxs[:, 0]
     # `seed` is not specialized on (do_not_specialize): the key ignores its value.
     _launch(_gumbel_max_kernel, (rows, splits, 1), (logits, logits.stride(0), temperatures, vals, idxs, seed),
-            dict(vocab=vocab, CHUNK=chunk, SPLITS=splits, BLOCK=block), num_warps=4)
+            {"vocab": vocab, "CHUNK": chunk, "SPLITS": splits, "BLOCK": block}, num_warps=4)
     return idxs.gather(1, vals.argmax(dim=1, keepdim=True)).squeeze(1)

@@ -99,6 +99,11 @@ def test_bfloat16_flashinfer_starts_like_hf_on_gpu(tiny_model_dir, architecture,
     assert all(fused[i][0] == hf_bf16[i][0] for i in clear), (fused, hf_bf16)
 
 
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), -1)
+
+
 @needs_flashinfer
 def test_fused_qk_norm_rope_store_matches_the_layers():
     """The Triton kernel against RMSNorm + RotaryEmbedding + the cache store, in bf16, on q/k/v
@@ -132,8 +137,7 @@ def test_fused_qk_norm_rope_store_matches_the_layers():
             rk = rk * torch.rsqrt(rk.pow(2).mean(-1, keepdim=True) + 1e-6) * k_norm.weight.float()
         cos, sin = rotary.cos_sin[positions].unsqueeze(1).chunk(2, dim=-1)
         cos, sin = torch.cat((cos, cos), -1), torch.cat((sin, sin), -1)
-        rot = lambda x: torch.cat((-x[..., dim // 2:], x[..., : dim // 2]), -1)  # noqa: E731
-        rq, rk = rq * cos + rot(rq) * sin, rk * cos + rot(rk) * sin
+        rq, rk = rq * cos + _rotate_half(rq) * sin, rk * cos + _rotate_half(rk) * sin
         torch.testing.assert_close(q_out.float(), rq, rtol=1e-2, atol=2e-2)
         torch.testing.assert_close(k_cache[loc].float(), rk, rtol=1e-2, atol=2e-2)
         assert torch.equal(v_cache[loc], v)
