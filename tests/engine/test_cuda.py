@@ -10,6 +10,8 @@ import random
 import pytest
 import torch
 
+from tests.engine.test_sample import FILTER_CASES
+
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 
@@ -167,12 +169,7 @@ def test_graphs_and_overlap_do_not_change_tokens(tiny_model_dir, monkeypatch):
 
 
 @needs_flashinfer
-@pytest.mark.parametrize("params", [
-    SamplingParams(temperature=0.7),
-    SamplingParams(temperature=1.3, top_k=4),
-    SamplingParams(temperature=1.0, top_p=0.6),
-    SamplingParams(temperature=0.9, top_k=6, top_p=0.8),
-])
+@pytest.mark.parametrize("params", FILTER_CASES)
 def test_gpu_sampling_kernels_draw_the_filtered_distribution(params):
     from minisgl.core import Req
     from minisgl.engine import BatchSamplingArgs, Sampler

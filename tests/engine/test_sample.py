@@ -60,12 +60,16 @@ def _reference(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:
     return probs / probs.sum()
 
 
-@pytest.mark.parametrize("params", [
+# Temperature alone, top-k, top-p, and both: the cases every sampler path must draw correctly.
+FILTER_CASES = [
     SamplingParams(temperature=0.7),
     SamplingParams(temperature=1.3, top_k=4),
     SamplingParams(temperature=1.0, top_p=0.6),
     SamplingParams(temperature=0.9, top_k=6, top_p=0.8),
-])
+]
+
+
+@pytest.mark.parametrize("params", FILTER_CASES)
 def test_empirical_distribution_matches_filtered_softmax(params):
     logits = _logits(1)[0]
     draws = 40_000
