@@ -10,10 +10,9 @@ import random
 import pytest
 import torch
 
-from tests.engine.test_sample import FILTER_CASES
-
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
+from tests.engine.test_sample import FILTER_CASES
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 needs_flashinfer = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs flashinfer")
