@@ -57,7 +57,7 @@ class LLM:
         uids = []
         for prompt, params in zip(prompts, sampling_params):
             ids = self._encode(prompt)
-            problem = self.scheduler.check(len(ids), params)
+            problem = self.scheduler.check(ids, params)
             if problem:
                 raise ValueError(f"prompt {len(uids)}: {problem}")
             uids.append(next(self._uids))

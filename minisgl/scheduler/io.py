@@ -137,7 +137,6 @@ class SchedulerServer:
         self.tp_size = scheduler.engine.tp.size
         self.inbox = inbox if self.primary else None
         self._send = send if self.primary else None
-        self.vocab_size = scheduler.engine.model_config.vocab_size
         self.watch = ParentWatch()
         self.stats = stats
         if self.stats:
@@ -173,9 +172,6 @@ class SchedulerServer:
         elif isinstance(msg, UserMsg):
             try:
                 params = to_sampling_params(msg.params, len(msg.input_ids), s.engine.max_seq_len)
-                bad = next((t for t in msg.input_ids if not 0 <= t < self.vocab_size), None)
-                if bad is not None:
-                    raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
             except (ValueError, TypeError) as e:
                 self.send([StepOutput(msg.uid, None, "error", str(e), len(msg.input_ids))])
                 return True

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.kvcache import create_prefix_cache
-from minisgl.utils.logger import get_logger
 
 from .cache import CacheManager
 from .config import SchedulerConfig
@@ -23,7 +22,6 @@ from .decode import DecodeManager
 from .prefill import PrefillManager
 from .table import RequestTable
 
-logger = get_logger(__name__)
 
 
 @dataclass
@@ -77,9 +75,14 @@ class Scheduler:
 
     # -- requests in and out ------------------------------------------------------------------
 
-    def check(self, prompt_len: int, params: SamplingParams) -> str | None:
+    def check(self, prompt_ids: list[int], params: SamplingParams) -> str | None:
         """Why a request can never run here, or None."""
         e = self.engine
+        prompt_len = len(prompt_ids)
+        vocab = e.model_config.vocab_size
+        bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            return f"token id {bad} is outside the vocabulary (0..{vocab - 1})"
         if prompt_len < 1:
             return "the prompt is empty"
         limit = self.config.max_prompt_tokens
@@ -94,7 +97,7 @@ class Scheduler:
         return None
 
     def add_request(self, uid: int, prompt_ids: list[int], params: SamplingParams) -> None:
-        problem = self.check(len(prompt_ids), params)
+        problem = self.check(prompt_ids, params)
         if problem:
             self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return

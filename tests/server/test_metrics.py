@@ -206,7 +206,7 @@ def test_prometheus_reports_exactly_what_the_clients_received(traffic, prometheu
     prometheus.wait(lambda: prometheus.scalar("sum(minisgl_generation_tokens_total)") == tokens
                     and prometheus.scalar("sum(minisgl_time_to_first_token_seconds_count)") == n,
                     f"{tokens} generation tokens and {n} first tokens in Prometheus")
-    assert prometheus.scalar(f'sum(minisgl_request_success_total{{finished_reason="length"}})') == n
+    assert prometheus.scalar('sum(minisgl_request_success_total{finished_reason="length"})') == n
     assert prometheus.scalar("sum(minisgl_e2e_request_latency_seconds_count)") == n
     # One gap between consecutive tokens of each request.
     assert prometheus.scalar("sum(minisgl_inter_token_latency_seconds_count)") == tokens - n
