@@ -146,29 +146,36 @@ def test_tiny_kv_pool_makes_requests_queue_and_outputs_match_an_unpressured_run(
 
 
 def test_limits_are_flags_with_clear_errors(model_dir):
-    srv = ServerProcess("--model", model_dir, *COMMON, "--num-pages", "512", "--max-seq-len", "256",
-                        "--max-request-bytes", "2000", "--max-n", "2", "--max-new-tokens", "50",
+    srv = ServerProcess("--model", model_dir, *COMMON, "--num-pages", "512", "--max-seq-len", "512",
+                        "--max-request-bytes", "2000", "--max-n", "2", "--max-new-tokens", "400",
                         "--max-prompt-tokens", "20", "--max-pending-requests", "2").wait_ready()
     try:
         post = lambda body, **kw: httpx.post(srv.url + "/v1/completions", json=body, timeout=60, **kw)  # noqa: E731
         ok = {"model": MODEL, "prompt": [5, 6, 7], "max_tokens": 3}
         assert post({**ok, "prompt": "x" * 5000}).status_code == 413
         assert post({**ok, "n": 3}).json()["error"]["param"] == "n"
-        assert post({**ok, "max_tokens": 51}).json()["error"]["param"] == "max_tokens"
+        assert post({**ok, "max_tokens": 401}).json()["error"]["param"] == "max_tokens"
         too_long = post({**ok, "prompt": list(range(3, 30))})
         assert too_long.status_code == 400 and "limit of 20" in too_long.json()["error"]["message"]
         assert post(ok).status_code == 200
 
-        async def burst():
+        async def two_long_then_one_more():
             async with httpx.AsyncClient(timeout=120) as client:
-                return await asyncio.gather(*(client.post(srv.url + "/v1/completions",
-                                                          json={**ok, "max_tokens": 50, "ignore_eos": True})
-                                              for _ in range(6)))
+                long_body = {**ok, "max_tokens": 400, "ignore_eos": True}
+                running = [asyncio.create_task(client.post(srv.url + "/v1/completions", json=long_body))
+                           for _ in range(2)]
+                for _ in range(300):  # until both are decoding, so the third one finds the limit reached
+                    await asyncio.sleep(0.05)
+                    if metric(srv, "minisgl_num_requests_running") == 2:
+                        break
+                extra = await client.post(srv.url + "/v1/completions", json=ok)
+                return extra, await asyncio.gather(*running)
 
-        statuses = asyncio.run(burst())
-        refused = [r for r in statuses if r.status_code == 429]
-        assert refused and all(r.headers["retry-after"] for r in refused)
-        assert all(r.status_code in (200, 429) for r in statuses)
+        extra, finished = asyncio.run(two_long_then_one_more())
+        assert extra.status_code == 429 and extra.headers["retry-after"]
+        assert extra.json()["error"]["code"] == "too_many_requests"
+        assert [r.status_code for r in finished] == [200, 200]
+        assert post(ok).status_code == 200  # the slots are free again
     finally:
         assert srv.stop() == 0
     assert "x" * 100 not in srv.output()  # prompts are not logged
