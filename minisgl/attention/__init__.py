@@ -3,7 +3,8 @@
 `--attn NAME` uses one backend for every batch; `--attn PREFILL,DECODE` uses one for prefill
 (extend) batches and another for decode batches. `auto` picks per device: torch on the CPU,
 FlashInfer on CUDA (FA3 prefill kernels on Hopper), torch where FlashInfer cannot run (float32,
-odd head sizes, package missing). GPU backends import their libraries only when created.
+odd head sizes, package missing). `sgl-fa3` (sgl-kernel's FlashAttention-3, Hopper) is opt-in.
+GPU backends import their libraries only when created.
 """
 
 from __future__ import annotations
@@ -34,8 +35,15 @@ def _flashinfer(prefill_kernel: str) -> Callable[[Context, AttnShape], BaseAttnB
 # only); decode always runs FlashInfer's decode kernels.
 FLASHINFER_PREFILL_KERNELS = {"flashinfer": "fa2", "fi": "fa2", "fa2": "fa2", "fa3": "fa3"}
 
+def _sgl_fa3(ctx: Context, shape: AttnShape) -> BaseAttnBackend:
+    from .sgl_fa3 import create
+
+    return create(ctx, shape)
+
+
 ATTN_BACKENDS: dict[str, Callable[[Context, AttnShape], BaseAttnBackend]] = {
     "torch": TorchNativeBackend,
+    "sgl-fa3": _sgl_fa3,
     **{name: _flashinfer(kernel) for name, kernel in FLASHINFER_PREFILL_KERNELS.items()},
 }
 

@@ -43,7 +43,8 @@ class ServerArgs:
     )
     max_seq_len: int | None = _flag("Cap on prompt + output tokens (default: the model's).")
     cache: str = _flag("Prefix cache: radix (share prompt prefixes) or naive.", "radix", choices=["radix", "naive"])
-    attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode'.", "auto")
+    attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
+                      "auto")
     cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
     memory_ratio: float = _flag("Fraction of device memory for weights, graphs and KV cache.", 0.9)
     num_pages: int | None = _flag("Fix the number of KV pages instead of sizing from memory.")

@@ -1,0 +1,123 @@
+"""Random paged attention problems on the GPU and their float32 torch reference: what every GPU
+attention backend's test checks against."""
+
+from __future__ import annotations
+
+import torch
+
+from minisgl.attention.base import AttnShape
+from minisgl.attention.torch_native import TorchNativeBackend
+from minisgl.core import Batch, Context, Req, SamplingParams
+from minisgl.distributed import DistributedInfo
+from minisgl.kvcache import MHAKVCache
+from minisgl.layers import AttentionLayer
+
+PAGE, WIDTH, PAGES, HEAD_DIM = 16, 1024, 600, 128
+
+
+def setup_paged(heads: int, kv_heads: int, dtype=torch.bfloat16, rows: int = 9):
+    """A context with random KV in every slot and each row mapped onto random pages."""
+    dev = torch.device("cuda")
+    ctx = Context(device=dev, tp=DistributedInfo())
+    ctx.page_table = torch.zeros(rows, WIDTH, dtype=torch.int32, device=dev)
+    ctx.kv_cache = MHAKVCache(1, PAGES, PAGE, kv_heads, HEAD_DIM, dtype, dev)
+    ctx.kv_cache.k_buffer.normal_()
+    ctx.kv_cache.v_buffer.normal_()
+    perm = torch.randperm(PAGES - 1)  # the last page is the dummy row's
+    per_row = WIDTH // PAGE
+    for row in range(rows - 1):
+        pages = perm[row * per_row : (row + 1) * per_row]  # disjoint rows
+        ctx.page_table[row] = (pages.repeat_interleave(PAGE) * PAGE + torch.arange(PAGE).repeat(per_row)).to(
+            torch.int32).to(dev)
+    ctx.page_table[rows - 1, :PAGE] = torch.arange((PAGES - 1) * PAGE, PAGES * PAGE, dtype=torch.int32, device=dev)
+    return ctx, AttnShape(heads, kv_heads, HEAD_DIM, dtype)
+
+
+def reference(ctx: Context, reqs, q, k, v, layer, out_loc):
+    """The torch backend in float32 on a float32 copy of the cache."""
+    ref_ctx = Context(device=ctx.device, tp=ctx.tp, page_table=ctx.page_table)
+    kv = ctx.kv_cache
+    ref_ctx.kv_cache = MHAKVCache(1, kv.num_pages, kv.page_size, kv.k_buffer.shape[2], HEAD_DIM, torch.float32,
+                                  ctx.device)
+    ref_ctx.kv_cache.k_buffer.copy_(kv.k_buffer)
+    ref_ctx.kv_cache.v_buffer.copy_(kv.v_buffer)
+    backend = TorchNativeBackend(ref_ctx)
+    batch = Batch(reqs=reqs, phase="prefill", out_loc=out_loc)
+    backend.prepare_metadata(batch)
+    return backend.forward(q.float(), k.float(), v.float(), layer, batch)
+
+
+def make_reqs(cached: list[int], device: list[int]):
+    return [Req(uid=i, prompt_ids=[0] * d, sampling_params=SamplingParams(), table_idx=i, cached_len=c, device_len=d)
+            for i, (c, d) in enumerate(zip(cached, device))]
+
+
+def make_inputs(ctx, reqs, shape):
+    tokens = sum(r.extend_len for r in reqs)
+    q = torch.randn(tokens, shape.num_qo_heads, HEAD_DIM, device="cuda", dtype=shape.dtype)
+    k = torch.randn(tokens, shape.num_kv_heads, HEAD_DIM, device="cuda", dtype=shape.dtype)
+    v = torch.randn(tokens, shape.num_kv_heads, HEAD_DIM, device="cuda", dtype=shape.dtype)
+    out_loc = torch.cat([ctx.page_table[r.table_idx, r.cached_len : r.device_len] for r in reqs]).long()
+    return q, k, v, out_loc
+
+
+def rel_err(out, ref):
+    assert not out.isnan().any()
+    return ((out.float() - ref).norm() / ref.norm()).item()
+
+
+def prefill_error(make_backend, heads: int, kv_heads: int) -> float:
+    """Relative error of a prefill batch (fresh prompts, prompts behind a cached prefix, page
+    aligned or not, single tokens, a long one) against the float32 reference."""
+    torch.manual_seed(1)
+    ctx, shape = setup_paged(heads, kv_heads)
+    reqs = make_reqs(cached=[0, 32, 37, 0, 100, 500, 7], device=[13, 80, 38, 1, 300, 1000, 200])
+    q, k, v, out_loc = make_inputs(ctx, reqs, shape)
+    layer = AttentionLayer(0, heads, kv_heads, HEAD_DIM)
+    backend = make_backend(ctx, shape)
+    batch = Batch(reqs=reqs, phase="prefill", out_loc=out_loc)
+    backend.prepare_metadata(batch)
+    out = backend.forward(q, k, v, layer, batch)
+    return rel_err(out, reference(ctx, reqs, q, k, v, layer, out_loc))  # after the store: same cache
+
+
+def decode_errors(make_backend, heads: int, kv_heads: int) -> dict[str, float]:
+    """Relative errors of one decode batch run eagerly, through the graph buffers padded to 8
+    with dummy requests, and inside a captured CUDA graph, against the float32 reference."""
+    from minisgl.engine.graph import ffi_stream
+
+    torch.manual_seed(2)
+    ctx, shape = setup_paged(heads, kv_heads)
+    lens = [1, 16, 17, 200, 1024, 555]
+    n = len(lens)
+    reqs = make_reqs(cached=[x - 1 for x in lens], device=lens)
+    q, k, v, out_loc = make_inputs(ctx, reqs, shape)
+    layer = AttentionLayer(0, heads, kv_heads, HEAD_DIM)
+    backend = make_backend(ctx, shape)
+    batch = Batch(reqs=reqs, phase="decode", out_loc=out_loc)
+    backend.prepare_metadata(batch)
+    eager = backend.forward(q, k, v, layer, batch)
+    ref = reference(ctx, reqs, q, k, v, layer, out_loc)
+
+    backend.init_capture_graph(8, [1, 8])
+    dummy = ctx.page_table[-1, 0].long().view(1)
+    pq, pk, pv = (torch.cat([t, torch.zeros(2, *t.shape[1:], device="cuda", dtype=t.dtype)]) for t in (q, k, v))
+    batch.out_loc = torch.cat([out_loc, dummy, dummy])
+    backend.prepare_for_replay(batch, 8)
+    padded = backend.forward(pq, pk, pv, layer, batch)
+
+    static_q = pq.clone()
+    graph = torch.cuda.CUDAGraph()
+    capture = Batch(reqs=[], phase="decode", out_loc=batch.out_loc)
+    backend.prepare_for_capture(capture, 8)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), ffi_stream():
+        backend.forward(static_q, pk, pv, layer, capture)
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph, stream=stream), ffi_stream():
+        static_out = backend.forward(static_q, pk, pv, layer, capture)
+    backend.prepare_for_replay(batch, 8)  # the real lengths, then replay
+    graph.replay()
+    torch.cuda.synchronize()
+    return {"eager": rel_err(eager, ref), "padded": rel_err(padded[:n], ref), "graph": rel_err(static_out[:n], ref)}
