@@ -9,7 +9,8 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 SIZE=(--num-requests "${NREQ:-128}" --max-input-len 1024 --max-output-len "${NOUT:-256}")
 
 step "TP=2 over NCCL equals TP=1 (tiny models, float32)"
-timeout 200 python -m pytest -q -p no:cacheprovider tests/distributed/test_tensor_parallel_cuda.py 2>&1 | tail -3
+timeout 300 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/distributed/test_tensor_parallel_cuda.py \
+    > "$RES/tp_cuda_test.log" 2>&1; tail -25 "$RES/tp_cuda_test.log"
 
 step "NCCL all-reduce per decode step, Qwen3-8B shapes"
 timeout 60 python benchmark/offline/allreduce.py --config .bench-models/qwen3-8b --tp 2 --out "$RES/allreduce.json"
