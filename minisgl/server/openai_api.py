@@ -96,8 +96,14 @@ def _finish(reason: str | None) -> str | None:
     return reason if reason in (None, "stop", "length") else "stop" if reason == "abort" else reason
 
 
+# Characters JSON leaves raw that line-splitting SSE clients (httpx's aiter_lines, Python's
+# str.splitlines) take for line ends: escaped, they cannot cut an event in two.
+_LINE_BREAKING = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
 def _sse(obj: dict | str) -> str:
-    return f"data: {obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False)}\n\n"
+    data = obj if isinstance(obj, str) else json.dumps(obj, ensure_ascii=False).translate(_LINE_BREAKING)
+    return f"data: {data}\n\n"
 
 
 async def _watch_disconnect(request: Request, gen: Generation, work: asyncio.Task) -> None:

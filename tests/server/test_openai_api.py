@@ -5,6 +5,7 @@ model's tokenizer."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import openai
@@ -178,3 +179,15 @@ def test_bad_input_gets_openai_error_and_server_keeps_serving(server, client, na
         resp = httpx.post(server.url + path, json={**body, "stream": True}, timeout=30)
         assert resp.status_code == 400 and "error" in resp.json()
     assert client.completions.create(model=MODEL, prompt="ok", max_tokens=2).choices[0].text is not None
+
+
+def test_stream_events_survive_line_splitting_clients():
+    """Generated text may hold characters that JSON leaves raw but str.splitlines (and so httpx's
+    aiter_lines) treats as line ends; each event must still arrive as one parseable line."""
+    from httpx._decoders import LineDecoder
+
+    from minisgl.server.openai_api import _sse
+
+    chunk = {"choices": [{"text": "a\x85b\u2028c\u2029d\r\ne\x1cf\u00e9\u4e2d"}]}
+    lines = LineDecoder().decode(_sse(chunk)) + LineDecoder().flush()
+    assert [json.loads(x.removeprefix("data: ")) for x in lines if x] == [chunk]
