@@ -2,17 +2,27 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import torch
 import torch.distributed as dist
 
 from .info import DistributedInfo
 
 
+# Follower ranks wait in a gloo broadcast for rank 0's next messages; an offline LLM may sit idle
+# between generate() calls for longer than torch's default 30 minutes. If rank 0 dies, the
+# broadcast fails at once (connection closed), so a long timeout never leaves a follower hanging.
+FOLLOWER_WAIT = timedelta(days=365)
+
+
 def init_process_group(tp: DistributedInfo, addr: str, device: torch.device) -> None:
     if tp.size == 1 or dist.is_initialized():
         return
-    backend = "nccl" if device.type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=addr, rank=tp.rank, world_size=tp.size)
+    if device.type == "cuda":
+        dist.init_process_group("nccl", init_method=addr, rank=tp.rank, world_size=tp.size)
+    else:
+        dist.init_process_group("gloo", init_method=addr, rank=tp.rank, world_size=tp.size, timeout=FOLLOWER_WAIT)
 
 
 def _active() -> bool:
@@ -42,7 +52,8 @@ def cpu_group():
     collectives run on NCCL."""
     global _CPU_GROUP
     if _CPU_GROUP is None:
-        _CPU_GROUP = dist.new_group(backend="gloo") if dist.get_backend() != "gloo" else dist.group.WORLD
+        _CPU_GROUP = (dist.new_group(backend="gloo", timeout=FOLLOWER_WAIT) if dist.get_backend() != "gloo"
+                      else dist.group.WORLD)
     return _CPU_GROUP
 
 

@@ -41,7 +41,7 @@ class BatchSamplingArgs:
             # From pinned memory on CUDA: the copy is asynchronous and never waits for the GPU.
             return to_device(np.array(values, dtype=dtype), device)
 
-        vocab_wide = [p.top_k if p.top_k > 0 else 1 << 30 for p in params]
+        vocab_wide = [min(p.top_k, 1 << 30) if p.top_k > 0 else 1 << 30 for p in params]  # int64-safe
         any_greedy = any(p.is_greedy for p in params)
         return cls(
             temperatures=column([p.temperature if not p.is_greedy else 1.0 for p in params], np.float32),

@@ -25,10 +25,12 @@ logger = get_logger(__name__)
 _PARAM_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
 
 
-def to_sampling_params(params: dict, prompt_len: int, max_seq_len: int) -> SamplingParams:
-    """The API's parameters as SamplingParams; max_tokens None means the rest of the context."""
+def to_sampling_params(params: dict, prompt_len: int, max_seq_len: int,
+                       max_new_tokens: int | None = None) -> SamplingParams:
+    """The API's parameters as SamplingParams; max_tokens None means the rest of the context (at
+    most `max_new_tokens`, the server's limit)."""
     kwargs = {k: v for k, v in params.items() if k in _PARAM_FIELDS and v is not None}
-    kwargs.setdefault("max_tokens", max(1, max_seq_len - prompt_len))
+    kwargs.setdefault("max_tokens", max(1, min(max_seq_len - prompt_len, max_new_tokens or max_seq_len)))
     for key in ("stop_token_ids", "stop"):
         if key in kwargs:
             kwargs[key] = tuple(kwargs[key])
@@ -171,7 +173,8 @@ class SchedulerServer:
             s.abort(msg.uid)
         elif isinstance(msg, UserMsg):
             try:
-                params = to_sampling_params(msg.params, len(msg.input_ids), s.engine.max_seq_len)
+                params = to_sampling_params(msg.params, len(msg.input_ids), s.engine.max_seq_len,
+                                            s.config.max_new_tokens)
             except (ValueError, TypeError) as e:
                 self.send([StepOutput(msg.uid, None, "error", str(e), len(msg.input_ids))])
                 return True

@@ -17,12 +17,19 @@ class FrontendClient:
         self.to_tokenizer = AsyncPushSocket(addrs["tokenizer"])
         self.inbox = AsyncPullSocket(addrs["api"])
         self.queues: dict[int, asyncio.Queue[Reply]] = {}
+        self.unstarted = 0  # streams created but not yet iterated (their queue is not registered yet)
         self._uids = itertools.count(1)
         self._reader: asyncio.Task | None = None
 
     @property
     def in_flight(self) -> int:
-        return len(self.queues)
+        """Requests between their creation and their end: what the pending-request limit counts."""
+        return len(self.queues) + self.unstarted
+
+    def created(self, n: int) -> None:
+        """Count `n` streams created but not started yet (negative: that many started, or will
+        never start). Until a stream starts, its queue is not registered."""
+        self.unstarted += n
 
     def start(self) -> None:
         if self._reader is None:

@@ -52,6 +52,7 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
         max_extend_tokens=args.max_prefill_length,
         cache_type=args.cache,
         max_prompt_tokens=args.max_prompt_tokens,
+        max_new_tokens=args.max_new_tokens,
     )
 
 

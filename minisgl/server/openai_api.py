@@ -8,6 +8,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import aclosing
 from dataclasses import dataclass, field
 
 from fastapi import Request
@@ -39,7 +40,22 @@ class Generation:
 
     def __post_init__(self) -> None:
         self.choices = [Choice(i, p) for i, (p, _, _) in enumerate(self.jobs)]
-        self.streams = [self.client.generate(params, **kw) for _, params, kw in self.jobs]
+        # Counted as in flight from now on, so the pending-request limit sees them before they start.
+        self.unstarted = len(self.jobs)
+        self.client.created(self.unstarted)
+        self.streams = [self._counted(self.client.generate(params, **kw)) for _, params, kw in self.jobs]
+
+    async def _counted(self, stream: AsyncIterator[Reply]) -> AsyncIterator[Reply]:
+        self.unstarted -= 1
+        self.client.created(-1)  # the stream registers its queue in this same step, at its first anext
+        async with aclosing(stream):  # its own cleanup (abort) runs when this one closes, not at GC
+            async for reply in stream:
+                yield reply
+
+    def forget_unstarted(self) -> None:
+        """Streams that never ran (the request failed or was cancelled first) stop counting."""
+        self.client.created(-self.unstarted)
+        self.unstarted = 0
 
     async def first_replies(self) -> list[Reply] | JSONResponse:
         """Wait for each choice's first reply; an error there becomes the HTTP error response."""
@@ -133,7 +149,10 @@ async def _collect(gen: Generation, firsts: list[Reply], request: Request) -> li
 async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRequest, jobs: list, model: str,
                            client: FrontendClient, request: Request):
     gen = Generation(client, jobs)
-    firsts = await gen.first_replies()
+    try:
+        firsts = await gen.first_replies()
+    finally:
+        gen.forget_unstarted()
     if isinstance(firsts, JSONResponse):
         return firsts
     rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
@@ -191,12 +210,18 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
+def _nth_choice(params: dict, j: int) -> dict:
+    """Choice j of n: with a seed, each choice gets its own (seed + j), so the n choices differ
+    from each other and the whole response still reproduces."""
+    return params if j == 0 or params["seed"] is None else {**params, "seed": params["seed"] + j}
+
+
 def chat_jobs(body: ChatCompletionRequest) -> list:
     params = body.sampling_params(body.max_completion_tokens or body.max_tokens)
     messages = [m.as_template_input() for m in body.messages]
-    return [(0, params, {"messages": messages})] * body.n
+    return [(0, _nth_choice(params, j), {"messages": messages}) for j in range(body.n)]
 
 
 def completion_jobs(body: CompletionRequest) -> list:
     params = body.sampling_params(body.max_tokens)
-    return [(i, params, kw) for i, kw in enumerate(body.prompts()) for _ in range(body.n)]
+    return [(i, _nth_choice(params, j), kw) for i, kw in enumerate(body.prompts()) for j in range(body.n)]

@@ -6,13 +6,15 @@ real API and malformed bodies are rejected before they reach the pipeline.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Literal
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-StopField = str | list[str] | None
-TokenId = Annotated[StrictInt, Field(ge=0)]  # strict: JSON true/false are not token ids
+StopField = str | Annotated[list[str], Field(max_length=4)] | None
+INT32_MAX = 2**31 - 1
+TokenId = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]  # strict: JSON true/false are not token ids
 Text = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
@@ -25,15 +27,20 @@ class SamplingFields(BaseModel):
     model: str
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1, description="extension: keep the k most likely tokens")
+    top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="extension: keep the k most likely tokens")
     min_p: float | None = Field(None, ge=0, le=1, description="extension")
-    seed: int | None = Field(None, ge=0)
-    stop: StopField = Field(None, max_length=4, description="up to 4 strings; generation ends before any of them")
+    seed: int | None = Field(None, ge=0, le=2**63 - 1)
+    stop: StopField = Field(None, description="a string or up to 4; generation ends before any of them")
     stop_token_ids: list[TokenId] | None = Field(None, description="extension")
     ignore_eos: bool = Field(False, description="extension: keep generating past end-of-sequence")
-    n: int = Field(1, ge=1)
+    n: int = Field(1, ge=1, le=INT32_MAX)
     stream: bool = False
     stream_options: StreamOptions | None = None
+
+    def unsupported_field(self) -> str | None:
+        """The first OpenAI feature the request asks for that this server does not implement, or
+        None. Those fields are declared so that asking is refused, never silently ignored."""
+        return None
 
     def sampling_params(self, max_tokens: int | None) -> dict:
         stop = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
@@ -78,14 +85,28 @@ class ChatMessage(BaseModel):
 
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1, description="deprecated alias of max_completion_tokens")
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX, description="deprecated alias of max_completion_tokens")
+    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    logprobs: bool | None = Field(None, description="not supported: true is refused")
+    top_logprobs: int | None = Field(None, description="not supported: above 0 is refused")
+
+    def unsupported_field(self) -> str | None:
+        return "logprobs" if self.logprobs else "top_logprobs" if self.top_logprobs else None
 
 
 class CompletionRequest(SamplingFields):
     prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)] = \
         Field(description="text or token ids, one or a batch")
-    max_tokens: int | None = Field(16, ge=1)
+    max_tokens: int | None = Field(16, ge=1, le=INT32_MAX)
+    logprobs: int | None = Field(None, description="not supported: refused")
+    echo: bool = Field(False, description="not supported: true is refused")
+    best_of: int | None = Field(None, description="not supported: values above 1 are refused")
+    suffix: str | None = Field(None, description="not supported: refused")
+
+    def unsupported_field(self) -> str | None:
+        asked = {"logprobs": self.logprobs is not None, "echo": self.echo, "suffix": bool(self.suffix),
+                 "best_of": (self.best_of or 1) > 1}
+        return next((name for name, yes in asked.items() if yes), None)
 
     def prompts(self) -> list[dict]:
         """Each prompt as generate() keyword arguments."""
@@ -111,15 +132,23 @@ class ErrorResponse(BaseModel):
     error: ErrorDetail
 
 
-ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-               413: "invalid_request_error", 429: "rate_limit_error", 503: "service_unavailable"}
+ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error",
+               503: "service_unavailable"}
+
+
+class AsciiJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: an error message that quotes client input (a model name with a
+    lone surrogate, say) can always be encoded."""
+
+    def render(self, content) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
 
 
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
-    body = {"error": {"message": message, "type": ERROR_TYPES.get(status, "server_error"), "param": param,
-                      "code": code}}
-    return JSONResponse(body, status_code=status, headers=headers)
+    kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
+    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
+    return AsciiJSONResponse(body, status_code=status, headers=headers)
 
 
 # -- response bodies (documented in the OpenAPI schema; the routes build them as plain dicts) -------

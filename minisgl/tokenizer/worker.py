@@ -75,11 +75,16 @@ def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> No
         states: dict[int, IncrementalDetokenizer] = {}
         counts: dict[int, int] = {}
         early: dict[int, list[dict]] = {}  # outputs that overtook their request's DetokenizeInfoMsg
+        failed: set[int] = set()  # requests whose detokenization broke: their later outputs are dropped
         watch = ParentWatch()
         ready()
 
         def handle(out: dict, replies: list[dict]) -> None:
             uid, reason = out["uid"], out["finish_reason"]
+            if uid in failed:
+                if reason:
+                    failed.discard(uid)
+                return
             state = states.get(uid)
             if state is None:
                 early.setdefault(uid, []).append(out)
@@ -102,6 +107,21 @@ def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> No
             if reason and not (state.stopped and out["finish_reason"] is None):
                 del states[uid], counts[uid]
 
+        def handle_safely(out: dict, replies: list[dict]) -> None:
+            """One request's failure must not end the others': it ends with an error, and the
+            scheduler is told to stop generating for it."""
+            try:
+                handle(out, replies)
+            except Exception as e:
+                uid = out["uid"]
+                logger.exception("detokenizing request %d failed", uid)
+                states.pop(uid, None)
+                counts.pop(uid, None)
+                if out["finish_reason"] is None:
+                    failed.add(uid)
+                    to_scheduler.send(AbortMsg(uid))
+                replies.append(vars(Reply(uid, "", 0, "error", f"detokenization failed: {e}")))
+
         while watch.alive():
             msgs = inbox.recv_all(timeout_ms=200)
             replies: list[dict] = []
@@ -112,15 +132,10 @@ def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> No
                     states[msg.uid] = IncrementalDetokenizer(backend, msg.stop, msg.skip_special_tokens, msg.prompt_tail)
                     counts[msg.uid] = 0
                     for out in early.pop(msg.uid, []):
-                        handle(out, replies)
+                        handle_safely(out, replies)
                 elif isinstance(msg, TokenBatchMsg):
                     for out in msg.outputs:
-                        try:
-                            handle(out, replies)
-                        except Exception as e:  # one request's failure must not end the others'
-                            logger.exception("detokenizing request %d failed", out["uid"])
-                            states.pop(out["uid"], None)
-                            replies.append(vars(Reply(out["uid"], "", 0, "error", f"detokenization failed: {e}")))
+                        handle_safely(out, replies)
             if replies:
                 to_api.send(ReplyBatchMsg(replies))
 

@@ -158,8 +158,11 @@ def test_limits_are_flags_with_clear_errors(model_dir):
         too_long = post({**ok, "prompt": list(range(3, 30))})
         assert too_long.status_code == 400 and "limit of 20" in too_long.json()["error"]["message"]
         assert post(ok).status_code == 200
+        # A request that names no max_tokens gets the rest of the context, at most the limit.
+        unnamed = post({**ok, "max_tokens": None, "ignore_eos": True}).json()
+        assert unnamed["usage"]["completion_tokens"] == 400
 
-        async def two_long_then_one_more():
+        async def two_long_then_more():
             async with httpx.AsyncClient(timeout=120) as client:
                 long_body = {**ok, "max_tokens": 400, "ignore_eos": True}
                 running = [asyncio.create_task(client.post(srv.url + "/v1/completions", json=long_body))
@@ -168,12 +171,12 @@ def test_limits_are_flags_with_clear_errors(model_dir):
                     await asyncio.sleep(0.05)
                     if metric(srv, "minisgl_num_requests_running") == 2:
                         break
-                extra = await client.post(srv.url + "/v1/completions", json=ok)
+                extra = await asyncio.gather(*(client.post(srv.url + "/v1/completions", json=ok) for _ in range(3)))
                 return extra, await asyncio.gather(*running)
 
-        extra, finished = asyncio.run(two_long_then_one_more())
-        assert extra.status_code == 429 and extra.headers["retry-after"]
-        assert extra.json()["error"]["code"] == "too_many_requests"
+        extra, finished = asyncio.run(two_long_then_more())
+        assert all(r.status_code == 429 and r.headers["retry-after"] for r in extra)
+        assert all(r.json()["error"]["code"] == "too_many_requests" for r in extra)
         assert [r.status_code for r in finished] == [200, 200]
         assert post(ok).status_code == 200  # the slots are free again
     finally:

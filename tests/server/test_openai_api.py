@@ -135,6 +135,19 @@ def test_sampling_with_seed_is_reproducible(client):
     assert a == b
 
 
+def test_n_seeded_choices_differ_from_each_other_and_reproduce(client):
+    kwargs = dict(model=MODEL, prompt="Hello", max_tokens=16, temperature=1.0, seed=7, n=3)
+    first = [c.text for c in sorted(client.completions.create(**kwargs).choices, key=lambda c: c.index)]
+    again = [c.text for c in sorted(client.completions.create(**kwargs).choices, key=lambda c: c.index)]
+    assert first == again
+    assert len(set(first)) == 3
+
+
+def test_a_single_stop_string_may_be_longer_than_four_characters(client):
+    resp = client.completions.create(model=MODEL, prompt="Hello", max_tokens=4, stop="\n\nHuman:")
+    assert resp.choices[0].finish_reason in ("stop", "length")
+
+
 def test_32_concurrent_streams_all_complete(server, reference):
     run, tok = reference
     prompts = [[5 + i, 17, 42 + i, 99] for i in range(32)]
@@ -164,6 +177,14 @@ BAD_REQUESTS = [
     ("token id out of vocabulary", "/v1/completions", {"model": MODEL, "prompt": [10**6], "max_tokens": 5}, 400),
     ("unknown model", "/v1/completions", {"model": "gpt-17", "prompt": "hi"}, 404),
     ("no such route", "/v1/embeddings", {"model": MODEL, "input": "hi"}, 404),
+    ("model name with a lone surrogate", "/v1/completions", b'{"model": "\\ud800", "prompt": "hi"}', 404),
+    ("top_k beyond int32", "/v1/completions", {"model": MODEL, "prompt": "hi", "top_k": 2**63}, 400),
+    ("seed beyond int64", "/v1/completions", {"model": MODEL, "prompt": "hi", "seed": 2**64}, 400),
+    ("five stop strings", "/v1/completions", {"model": MODEL, "prompt": "hi", "stop": list("abcde")}, 400),
+    ("logprobs (not supported)", "/v1/completions", {"model": MODEL, "prompt": "hi", "logprobs": 0}, 400),
+    ("echo (not supported)", "/v1/completions", {"model": MODEL, "prompt": "hi", "echo": True}, 400),
+    ("chat logprobs (not supported)", "/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "logprobs": True},
+     400),
 ]
 
 
@@ -179,6 +200,11 @@ def test_bad_input_gets_openai_error_and_server_keeps_serving(server, client, na
         resp = httpx.post(server.url + path, json={**body, "stream": True}, timeout=30)
         assert resp.status_code == 400 and "error" in resp.json()
     assert client.completions.create(model=MODEL, prompt="ok", max_tokens=2).choices[0].text is not None
+
+
+def test_wrong_method_is_a_client_error(server):
+    resp = httpx.get(server.url + "/v1/completions", timeout=30)
+    assert resp.status_code == 405 and resp.json()["error"]["type"] == "invalid_request_error"
 
 
 def test_stream_events_survive_line_splitting_clients():
