@@ -3,6 +3,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
+MAX_LOGPROBS = 20  # most alternatives reported per token (OpenAI's top_logprobs limit)
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """What a user asks of one request's generation.
@@ -20,6 +23,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()  # stop strings, matched on detokenized text by the frontend
     seed: int | None = None
+    # None: off. k >= 0: report each sampled token's log-probability and the k most likely
+    # tokens' (under the model's own distribution: the raw logits, before temperature and filters).
+    logprobs: int | None = None
 
     def __post_init__(self) -> None:
         problem = self.validate()
@@ -35,6 +41,8 @@ class SamplingParams:
             return f"min_p must be in [0, 1], got {self.min_p}"
         if self.max_tokens < 1:
             return f"max_tokens must be >= 1, got {self.max_tokens}"
+        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
+            return f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}"
         return None
 
     @property

@@ -21,7 +21,7 @@ from minisgl.utils.logger import get_logger
 
 from .config import EngineConfig, resolve_device, resolve_moe_backend
 from .graph import GraphRunner, graph_batch_sizes
-from .sample import BatchSamplingArgs, Sampler
+from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, token_logprobs
 
 logger = get_logger(__name__)
 
@@ -37,6 +37,7 @@ class ForwardOutput(NamedTuple):
     next_tokens_gpu: torch.Tensor
     next_tokens_cpu: torch.Tensor
     copy_done_event: torch.cuda.Event | _DoneEvent
+    logprobs_cpu: TokenLogprobs | None = None  # when a request asked; ready with copy_done_event
 
 
 @contextlib.contextmanager
@@ -218,13 +219,14 @@ class Engine:
         next_tokens = self.sampler.sample(logits, args).to(torch.int32)
         self._store_next_tokens(batch, next_tokens)
         batch.logits = logits
+        logprobs = None if args.logprobs_k is None else token_logprobs(logits, next_tokens, args.logprobs_k)
         if self.device.type == "cuda":
-            cpu = torch.empty(next_tokens.shape, dtype=torch.int32, pin_memory=True)
-            cpu.copy_(next_tokens, non_blocking=True)
+            cpu = _to_host(next_tokens)
+            logprobs = logprobs and TokenLogprobs(*map(_to_host, logprobs))
             event = torch.cuda.Event()
             event.record()
-            return ForwardOutput(next_tokens, cpu, event)
-        return ForwardOutput(next_tokens, next_tokens.clone(), _DoneEvent())
+            return ForwardOutput(next_tokens, cpu, event, logprobs)
+        return ForwardOutput(next_tokens, next_tokens.clone(), _DoneEvent(), logprobs)
 
     def _store_next_tokens(self, batch: Batch, next_tokens: torch.Tensor) -> None:
         """Write each finished-prefill or decode request's new token into the token pool on the
@@ -252,6 +254,11 @@ class Engine:
         set_global_ctx(None)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _to_host(t: torch.Tensor) -> torch.Tensor:
+    """An asynchronous copy into pinned memory; read it after the step's copy_done_event."""
+    return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
 
 
 def _backend_name(backend) -> str:

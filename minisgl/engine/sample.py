@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -30,12 +31,15 @@ class BatchSamplingArgs:
     min_p: torch.Tensor | None = None
     greedy_rows: torch.Tensor | None = None  # rows sampled greedily in a mixed batch
     seeded: tuple[tuple[int, int], ...] = ()  # (row, seed for this step)
+    logprobs_k: int | None = None  # None: no request wants logprobs; else the most alternatives any asks for
 
     @classmethod
     def from_reqs(cls, reqs: list[Req], device: torch.device) -> BatchSamplingArgs:
         params = [r.sampling_params for r in reqs]
+        asked = [p.logprobs for p in params if p.logprobs is not None]
+        logprobs_k = max(asked) if asked else None
         if all(p.is_greedy for p in params):
-            return cls(temperatures=None)
+            return cls(temperatures=None, logprobs_k=logprobs_k)
 
         def column(values, dtype):
             # From pinned memory on CUDA: the copy is asynchronous and never waits for the GPU.
@@ -51,6 +55,7 @@ class BatchSamplingArgs:
             greedy_rows=column([p.is_greedy for p in params], np.bool_) if any_greedy else None,
             seeded=tuple((i, _step_seed(p.seed, r.seq_len)) for i, (p, r) in enumerate(zip(params, reqs))
                          if p.seed is not None and not p.is_greedy),
+            logprobs_k=logprobs_k,
         )
 
 
@@ -75,6 +80,21 @@ def filtered_probs(logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tenso
         peak = probs.max(dim=-1, keepdim=True).values
         probs = probs.masked_fill(probs < args.min_p.unsqueeze(1) * peak, 0.0)
     return probs
+
+
+class TokenLogprobs(NamedTuple):
+    chosen: torch.Tensor  # float32 [rows]: log-probability of each row's sampled token
+    top_values: torch.Tensor  # float32 [rows, k], descending
+    top_ids: torch.Tensor  # int64 [rows, k]
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> TokenLogprobs:
+    """Log-probabilities under the model's own distribution (log-softmax of the raw logits, as
+    vLLM and OpenAI report them): the sampled tokens' and the k most likely per row."""
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    chosen = lp.gather(1, tokens.view(-1, 1).long()).squeeze(1)
+    top_values, top_ids = lp.topk(k, dim=-1) if k else (lp[:, :0], torch.zeros_like(lp[:, :0], dtype=torch.int64))
+    return TokenLogprobs(chosen, top_values, top_ids)
 
 
 @functools.cache

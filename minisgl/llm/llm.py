@@ -63,6 +63,7 @@ class LLM:
             uids.append(next(self._uids))
             self.inbox.put(UserMsg(uids[-1], ids, dataclasses.asdict(params)))
         results = {uid: [] for uid in uids}
+        logprobs = {uid: [] if params.logprobs is not None else None for uid, params in zip(uids, sampling_params)}
         finished: dict[int, str] = {}
         with tqdm(total=len(uids), desc="Generating", unit="req", disable=not use_tqdm) as bar:
             while len(finished) < len(uids):
@@ -71,13 +72,16 @@ class LLM:
                 for out in outputs:
                     if out.token_id is not None:
                         results[out.uid].append(out.token_id)
+                        if out.logprob is not None:
+                            logprobs[out.uid].append({"token_id": out.token_id, "logprob": out.logprob,
+                                                      "top_logprobs": [tuple(p) for p in out.top_logprobs]})
                     if out.finish_reason:
                         if out.error:
                             raise ValueError(out.error)
                         finished[out.uid] = out.finish_reason
                         bar.update(1)
-        return [{"text": self._decode(results[u]), "token_ids": results[u], "finish_reason": finished[u]}
-                for u in uids]
+        return [{"text": self._decode(results[u]), "token_ids": results[u], "finish_reason": finished[u],
+                 "logprobs": logprobs[u]} for u in uids]
 
     def _encode(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):

@@ -64,6 +64,8 @@ class Reply:
     finish_reason: str | None = None
     error: str | None = None
     prompt_tokens: int = 0
+    # When asked for: per token of this reply, [token text, logprob, [[text, logprob], ...]].
+    logprobs: list | None = None
 
 
 @message

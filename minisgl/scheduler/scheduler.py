@@ -33,6 +33,8 @@ class StepOutput:
     finish_reason: str | None = None  # stop | length | abort | error
     error: str | None = None
     prompt_tokens: int = 0
+    logprob: float | None = None  # when the request asked for logprobs
+    top_logprobs: list[list] | None = None  # [[token id, logprob], ...], most likely first
 
 
 @dataclass
@@ -174,8 +176,10 @@ class Scheduler:
     def _process(self, done: InFlight) -> list[StepOutput]:
         done.out.copy_done_event.synchronize()
         tokens = done.out.next_tokens_cpu.tolist()
+        lp = done.out.logprobs_cpu
+        chosen, top_values, top_ids = (lp.chosen.tolist(), lp.top_values.tolist(), lp.top_ids.tolist()) if lp else ((),) * 3
         outputs = []
-        for r, token, sampled in zip(done.batch.reqs, tokens, done.samples):
+        for i, (r, token, sampled) in enumerate(zip(done.batch.reqs, tokens, done.samples)):
             if not sampled or r.finished:
                 continue  # a prompt chunk's sample is meaningless; a finished request wants no more
             r.output_ids.append(token)
@@ -183,7 +187,12 @@ class Scheduler:
             reason = self._finish_reason(r, token)
             if reason:
                 self._finish(r, reason)
-            outputs.append(StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len))
+            out = StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len)
+            k = r.sampling_params.logprobs
+            if k is not None:
+                out.logprob = chosen[i]
+                out.top_logprobs = [list(pair) for pair in zip(top_ids[i][:k], top_values[i][:k])]
+            outputs.append(out)
         return outputs
 
     def _finish_reason(self, r: Req, token: int) -> str | None:

@@ -28,6 +28,7 @@ class Choice:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     finish_reason: str | None = None
+    logprobs: list = field(default_factory=list)  # Reply.logprobs entries of every token so far
 
 
 @dataclass
@@ -92,6 +93,7 @@ class Generation:
                 choice.completion_tokens = reply.completion_tokens
                 choice.prompt_tokens = reply.prompt_tokens or choice.prompt_tokens
                 choice.finish_reason = reply.finish_reason
+                choice.logprobs += reply.logprobs or []
                 yield choice, reply
         finally:
             for t in tasks:
@@ -106,6 +108,33 @@ class Generation:
         prompts = {c.prompt_index: c.prompt_tokens for c in self.choices}
         prompt, completion = sum(prompts.values()), sum(c.completion_tokens for c in self.choices)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def _lp(value: float) -> float:
+    return max(value, -9999.0)  # JSON has no -Infinity
+
+
+def _chat_logprobs(entries: list | None) -> dict | None:
+    if entries is None:
+        return None
+
+    def top(text: str, lp: float) -> dict:
+        return {"token": text, "logprob": _lp(lp), "bytes": list(text.encode("utf-8", "surrogatepass"))}
+
+    return {"content": [{**top(text, lp), "top_logprobs": [top(t, v) for t, v in alts]} for text, lp, alts in entries],
+            "refusal": None}
+
+
+def _completion_logprobs(entries: list | None, offset: int = 0) -> dict | None:
+    """The legacy completions format; `offset`: where this piece starts in the choice's text."""
+    if entries is None:
+        return None
+    offsets, at = [], offset
+    for text, _, _ in entries:
+        offsets.append(at)
+        at += len(text)
+    return {"tokens": [e[0] for e in entries], "token_logprobs": [_lp(e[1]) for e in entries],
+            "top_logprobs": [{t: _lp(v) for t, v in e[2]} for e in entries], "text_offset": offsets}
 
 
 def _finish(reason: str | None) -> str | None:
@@ -167,12 +196,14 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
         errors = [c for c in choices if c.finish_reason == "error"]
         if errors:
             return error_response(500, "generation failed", code="generation_error")
+        wanted = body.logprobs_k() is not None
         if kind == "chat":
-            out = [{"index": c.index, "message": {"role": "assistant", "content": c.text}, "logprobs": None,
+            out = [{"index": c.index, "message": {"role": "assistant", "content": c.text},
+                    "logprobs": _chat_logprobs(c.logprobs if wanted else None),
                     "finish_reason": _finish(c.finish_reason)} for c in choices]
         else:
-            out = [{"index": c.index, "text": c.text, "logprobs": None, "finish_reason": _finish(c.finish_reason)}
-                   for c in choices]
+            out = [{"index": c.index, "text": c.text, "logprobs": _completion_logprobs(c.logprobs if wanted else None),
+                    "finish_reason": _finish(c.finish_reason)} for c in choices]
         return JSONResponse({**base, "choices": out, "usage": gen.usage()})
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -191,17 +222,19 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
                 yield _sse({"error": {"message": reply.error or "generation failed", "type": "server_error",
                                       "param": None, "code": "generation_error"}})
                 continue
-            if not reply.text and reply.finish_reason is None:
+            if not reply.text and not reply.logprobs and reply.finish_reason is None:
                 continue
             finish = _finish(reply.finish_reason)
             if kind == "chat":
-                if reply.text:
-                    yield _sse(chunk([{"index": choice.index, "delta": {"content": reply.text}, "logprobs": None,
-                                       "finish_reason": None}]))
+                if reply.text or reply.logprobs:
+                    yield _sse(chunk([{"index": choice.index, "delta": {"content": reply.text},
+                                       "logprobs": _chat_logprobs(reply.logprobs), "finish_reason": None}]))
                 if finish:
                     yield _sse(chunk([{"index": choice.index, "delta": {}, "logprobs": None, "finish_reason": finish}]))
             else:
-                yield _sse(chunk([{"index": choice.index, "text": reply.text, "logprobs": None, "finish_reason": finish}]))
+                start = len(choice.text) - len(reply.text)
+                yield _sse(chunk([{"index": choice.index, "text": reply.text,
+                                   "logprobs": _completion_logprobs(reply.logprobs, start), "finish_reason": finish}]))
         if include_usage:
             yield _sse({**chunk_base, "choices": [], "usage": gen.usage()})
         yield _sse("[DONE]")

@@ -10,7 +10,9 @@ import json
 from typing import Annotated, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+
+from minisgl.core.params import MAX_LOGPROBS
 
 StopField = str | Annotated[list[str], Field(max_length=4)] | None
 INT32_MAX = 2**31 - 1
@@ -37,6 +39,10 @@ class SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
 
+    def logprobs_k(self) -> int | None:
+        """How many alternatives per token the request wants (None: no logprobs)."""
+        return None
+
     def unsupported_field(self) -> str | None:
         """The first OpenAI feature the request asks for that this server does not implement, or
         None. Those fields are declared so that asking is refused, never silently ignored."""
@@ -54,6 +60,7 @@ class SamplingFields(BaseModel):
             "stop_token_ids": self.stop_token_ids or [],
             "ignore_eos": self.ignore_eos,
             "max_tokens": max_tokens,
+            "logprobs": self.logprobs_k(),
         }
 
 
@@ -87,24 +94,35 @@ class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1, le=INT32_MAX, description="deprecated alias of max_completion_tokens")
     max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
-    logprobs: bool | None = Field(None, description="not supported: true is refused")
-    top_logprobs: int | None = Field(None, description="not supported: above 0 is refused")
+    logprobs: bool | None = Field(None, description="return each output token's log-probability")
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
+                                     description="with logprobs: that many most likely tokens per position")
 
-    def unsupported_field(self) -> str | None:
-        return "logprobs" if self.logprobs else "top_logprobs" if self.top_logprobs else None
+    @model_validator(mode="after")
+    def _top_logprobs_needs_logprobs(self):
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs requires logprobs: true")
+        return self
+
+    def logprobs_k(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 class CompletionRequest(SamplingFields):
     prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)] = \
         Field(description="text or token ids, one or a batch")
     max_tokens: int | None = Field(16, ge=1, le=INT32_MAX)
-    logprobs: int | None = Field(None, description="not supported: refused")
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
+                                 description="return each output token's log-probability and that many alternatives")
     echo: bool = Field(False, description="not supported: true is refused")
     best_of: int | None = Field(None, description="not supported: values above 1 are refused")
     suffix: str | None = Field(None, description="not supported: refused")
 
+    def logprobs_k(self) -> int | None:
+        return self.logprobs
+
     def unsupported_field(self) -> str | None:
-        asked = {"logprobs": self.logprobs is not None, "echo": self.echo, "suffix": bool(self.suffix),
+        asked = {"echo": self.echo, "suffix": bool(self.suffix),
                  "best_of": (self.best_of or 1) > 1}
         return next((name for name, yes in asked.items() if yes), None)
 
@@ -173,10 +191,32 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    content: list[TokenLogprob] | None
+    refusal: None = None
+
+
+class CompletionLogprobs(BaseModel):
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
 class CompletionChoice(BaseModel):
     index: int
     text: str
-    logprobs: None = None
+    logprobs: CompletionLogprobs | None = None
     finish_reason: Literal["stop", "length"] | None
 
 
@@ -197,7 +237,7 @@ class AssistantMessage(BaseModel):
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None = None
+    logprobs: ChatLogprobs | None = None
     finish_reason: Literal["stop", "length"] | None
 
 

@@ -79,6 +79,9 @@ def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> No
         watch = ParentWatch()
         ready()
 
+        def piece(token_id: int) -> str:  # one token's own text, as logprobs name it
+            return backend.decode([token_id], skip_special_tokens=False)
+
         def handle(out: dict, replies: list[dict]) -> None:
             uid, reason = out["uid"], out["finish_reason"]
             if uid in failed:
@@ -93,17 +96,21 @@ def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> No
                 if reason:
                     del states[uid], counts[uid]
                 return
-            text = ""
+            text, logprobs = "", None
             if out["token_id"] is not None:
                 counts[uid] += 1
                 text = state.add(out["token_id"])
+                if out.get("logprob") is not None:
+                    logprobs = [[piece(out["token_id"]), out["logprob"],
+                                 [[piece(i), lp] for i, lp in out["top_logprobs"]]]]
             if state.stopped:
                 if reason is None:
                     to_scheduler.send(AbortMsg(uid))  # the scheduler is still generating: stop it
                 reason = "stop"
             if reason:
                 text += state.finish()
-            replies.append(vars(Reply(uid, text, counts[uid], reason, out.get("error"), out.get("prompt_tokens", 0))))
+            replies.append(vars(Reply(uid, text, counts[uid], reason, out.get("error"), out.get("prompt_tokens", 0),
+                                      logprobs)))
             if reason and not (state.stopped and out["finish_reason"] is None):
                 del states[uid], counts[uid]
 

@@ -143,6 +143,36 @@ def test_n_seeded_choices_differ_from_each_other_and_reproduce(client):
     assert len(set(first)) == 3
 
 
+def test_completion_logprobs_are_consistent_and_equal_when_streamed(client):
+    kwargs = dict(model=MODEL, prompt=[5, 17, 42, 99], max_tokens=6, temperature=0, logprobs=2,
+                  extra_body={"ignore_eos": True})
+    resp = client.completions.create(**kwargs)
+    lp = resp.choices[0].logprobs
+    assert len(lp.tokens) == len(lp.token_logprobs) == len(lp.top_logprobs) == resp.usage.completion_tokens == 6
+    assert "".join(lp.tokens) == resp.choices[0].text
+    for token, value, top in zip(lp.tokens, lp.token_logprobs, lp.top_logprobs):
+        assert len(top) <= 2 and value <= 0
+        # Greedy: the most likely token. (Alternatives are keyed by text, so tokens that decode alike,
+        # e.g. partial UTF-8 bytes, share one entry: the top one may not be listed.)
+        assert value >= max(top.values()) - 1e-6
+    streamed = [c.choices[0].logprobs for c in client.completions.create(**kwargs, stream=True) if c.choices]
+    assert [v for piece in streamed if piece for v in piece.token_logprobs] == pytest.approx(lp.token_logprobs)
+    assert client.completions.create(**{**kwargs, "logprobs": None}).choices[0].logprobs is None
+
+
+def test_chat_logprobs_with_top_alternatives(client):
+    resp = client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=5, temperature=0, logprobs=True,
+                                          top_logprobs=3, extra_body={"ignore_eos": True})
+    content = resp.choices[0].logprobs.content
+    assert len(content) == resp.usage.completion_tokens == 5
+    for entry in content:
+        assert len(entry.top_logprobs) == 3 and entry.bytes == list(entry.token.encode("utf-8", "surrogatepass"))
+        assert entry.logprob == pytest.approx(entry.top_logprobs[0].logprob, abs=1e-6)
+        assert [t.logprob for t in entry.top_logprobs] == sorted((t.logprob for t in entry.top_logprobs), reverse=True)
+    with pytest.raises(openai.BadRequestError, match="top_logprobs requires logprobs"):
+        client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, top_logprobs=2)
+
+
 def test_a_single_stop_string_may_be_longer_than_four_characters(client):
     resp = client.completions.create(model=MODEL, prompt="Hello", max_tokens=4, stop="\n\nHuman:")
     assert resp.choices[0].finish_reason in ("stop", "length")
@@ -181,10 +211,9 @@ BAD_REQUESTS = [
     ("top_k beyond int32", "/v1/completions", {"model": MODEL, "prompt": "hi", "top_k": 2**63}, 400),
     ("seed beyond int64", "/v1/completions", {"model": MODEL, "prompt": "hi", "seed": 2**64}, 400),
     ("five stop strings", "/v1/completions", {"model": MODEL, "prompt": "hi", "stop": list("abcde")}, 400),
-    ("logprobs (not supported)", "/v1/completions", {"model": MODEL, "prompt": "hi", "logprobs": 0}, 400),
+    ("logprobs above 20", "/v1/completions", {"model": MODEL, "prompt": "hi", "logprobs": 21}, 400),
     ("echo (not supported)", "/v1/completions", {"model": MODEL, "prompt": "hi", "echo": True}, 400),
-    ("chat logprobs (not supported)", "/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "logprobs": True},
-     400),
+    ("best_of (not supported)", "/v1/completions", {"model": MODEL, "prompt": "hi", "best_of": 2}, 400),
 ]
 
 
