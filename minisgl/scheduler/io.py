@@ -57,7 +57,9 @@ class StatsReporter:
     served, and a request leaves it only by admission or by an abort, which `aborted` sees first.
     """
 
-    INTERVAL_S = 0.25  # at most this often; nothing is sent while nothing changes
+    INTERVAL_S = 0.25  # at most this often
+    # At least this often, changes or not: the API's watchdog takes silence for a hung step.
+    HEARTBEAT_S = 1.0
     MAX_QUEUE_TIMES = 10_000  # kept while unsent (the oldest go first)
 
     def __init__(self, scheduler: Scheduler, addr: str):
@@ -97,7 +99,8 @@ class StatsReporter:
         s = self.scheduler
         gauges = (s.num_running, s.num_waiting, s.cache.used_pages, s.engine.num_pages)
         counters = (s.stats.prompt_tokens, s.stats.prefix_hit_tokens)
-        if gauges == self.gauges and counters == self.reported and not self.queue_times and not self.pending_info:
+        unchanged = gauges == self.gauges and counters == self.reported and not self.queue_times
+        if unchanged and not self.pending_info and now - self.last_sent < self.HEARTBEAT_S:
             return
         queried, hits = counters[0] - self.reported[0], counters[1] - self.reported[1]
         msg = SchedulerStatsMsg(os.getpid(), *gauges, prefix_queried_tokens=queried, prefix_hit_tokens=hits,

@@ -40,6 +40,7 @@ class ServerState:
     ready: bool = False  # model loaded, every worker started
     draining: bool = False  # SIGTERM received: finishing in-flight requests
     healthy: bool = True  # every child process alive
+    stalled: bool = False  # the scheduler silent past --watchdog-timeout (see create_app's healthy())
     created: int = 0
 
 
@@ -57,8 +58,17 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     state.created = state.created or int(time.time())
     metrics = metrics or ServerMetrics(args.model_name, args.model or args.model_name, args.tp)
 
+    def healthy() -> bool:
+        """Every child alive, and the scheduler not stuck in one step past --watchdog-timeout."""
+        silent = metrics.scheduler_silent_s()
+        if silent > args.watchdog_timeout and not state.stalled:
+            logger.error("the scheduler has been silent for %.0f s (--watchdog-timeout %.0f): reporting unhealthy",
+                         silent, args.watchdog_timeout)
+        state.stalled = silent > args.watchdog_timeout
+        return state.healthy and not state.stalled
+
     def can_serve() -> bool:  # /ready, and minisgl_server_ready for the alert rules
-        return state.ready and state.healthy and not state.draining
+        return state.ready and healthy() and not state.draining
 
     metrics.track_readiness(can_serve)
     observed = ObservedClient(client, metrics)  # the OpenAI routes' requests are timed and counted
@@ -127,7 +137,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     @app.get(LIVENESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health():
-        ok = state.healthy
+        ok = healthy()
         return PlainTextResponse("ok" if ok else "unhealthy", status_code=200 if ok else 503)
 
     @app.get(READINESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
@@ -138,7 +148,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     @app.get("/health_generate", tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health_generate():
-        if not (state.ready and state.healthy):
+        if not (state.ready and healthy()):
             return PlainTextResponse("not ready", status_code=503)
         params = {"temperature": 0.0, "max_tokens": 1, "ignore_eos": True}
 

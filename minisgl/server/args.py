@@ -53,6 +53,9 @@ class ServerArgs:
     api_key: str | None = _flag(f"Require 'Authorization: Bearer KEY' on /v1/* (also from ${API_KEY_ENV}).")
     shell: bool = _flag("Open an interactive chat in the terminal instead of serving HTTP.", False)
     drain_timeout: float = _flag("Seconds to let in-flight requests finish after SIGTERM.", 30.0)
+    watchdog_timeout: float = _flag(
+        "Seconds the scheduler may go silent (one step that long: a hung GPU or collective) before /health "
+        "fails, so the orchestrator restarts the server.", 300.0)
     max_request_bytes: int = _flag("Largest request body accepted, in bytes (413 beyond).", 8 << 20)
     max_prompt_tokens: int | None = _flag("Most prompt tokens per request (default: the context length).")
     max_new_tokens: int | None = _flag("Largest max_tokens a request may ask for (default: the context length).")

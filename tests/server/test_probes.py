@@ -122,3 +122,24 @@ def test_health_fails_once_the_scheduler_is_killed(model_dir):
         assert srv.proc.wait(15) != 0
     finally:
         srv.stop()
+
+
+def test_health_fails_while_the_scheduler_is_stuck_and_recovers_after(model_dir):
+    """A step that never ends (a hung GPU or collective) leaves every process alive: the watchdog
+    turns the scheduler's silence into a failing /health. SIGSTOP stands in for the hang."""
+    srv = ServerProcess("--model", model_dir, *ARGS, "--watchdog-timeout", "3").wait_ready()
+    scheduler = srv.worker_pid("scheduler")
+    try:
+        time.sleep(4)  # idle for longer than the timeout: heartbeats keep it healthy
+        assert httpx.get(srv.url + "/health").status_code == 200
+        os.kill(scheduler, signal.SIGSTOP)
+        stopped = time.monotonic()
+        wait_for(lambda: httpx.get(srv.url + "/health").status_code == 503, "/health to fail", timeout=20)
+        assert time.monotonic() - stopped >= 2  # not before the timeout (give or take a heartbeat)
+        assert httpx.get(srv.url + "/ready").status_code == 503
+        os.kill(scheduler, signal.SIGCONT)
+        wait_for(lambda: httpx.get(srv.url + "/health").status_code == 200, "/health to recover", timeout=20)
+        assert "silent for" in srv.output()
+    finally:
+        os.kill(scheduler, signal.SIGCONT)
+        assert srv.stop() == 0
