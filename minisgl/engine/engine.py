@@ -37,7 +37,7 @@ class ForwardOutput(NamedTuple):
     next_tokens_gpu: torch.Tensor
     next_tokens_cpu: torch.Tensor
     copy_done_event: torch.cuda.Event | _DoneEvent
-    logprobs_cpu: TokenLogprobs | None = None  # when a request asked; ready with copy_done_event
+    logprobs_cpu: TokenLogprobs | None = None  # when a request asked (rank 0 only); ready with copy_done_event
 
 
 @contextlib.contextmanager
@@ -219,7 +219,9 @@ class Engine:
         next_tokens = self.sampler.sample(logits, args).to(torch.int32)
         self._store_next_tokens(batch, next_tokens)
         batch.logits = logits
-        logprobs = None if args.logprobs_k is None else token_logprobs(logits, next_tokens, args.logprobs_k)
+        # Only rank 0's outputs reach anyone: the other ranks skip the log-softmax over the vocabulary.
+        wanted = args.logprobs_k is not None and self.tp.is_primary
+        logprobs = token_logprobs(logits, next_tokens, args.logprobs_k) if wanted else None
         if self.device.type == "cuda":
             cpu = _to_host(next_tokens)
             logprobs = logprobs and TokenLogprobs(*map(_to_host, logprobs))

@@ -177,7 +177,8 @@ class Scheduler:
         done.out.copy_done_event.synchronize()
         tokens = done.out.next_tokens_cpu.tolist()
         lp = done.out.logprobs_cpu
-        chosen, top_values, top_ids = (lp.chosen.tolist(), lp.top_values.tolist(), lp.top_ids.tolist()) if lp else ((),) * 3
+        if lp is not None:
+            chosen, top_values, top_ids = lp.chosen.tolist(), lp.top_values.tolist(), lp.top_ids.tolist()
         outputs = []
         for i, (r, token, sampled) in enumerate(zip(done.batch.reqs, tokens, done.samples)):
             if not sampled or r.finished:
@@ -189,7 +190,7 @@ class Scheduler:
                 self._finish(r, reason)
             out = StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len)
             k = r.sampling_params.logprobs
-            if k is not None:
+            if k is not None and lp is not None:  # None on tensor-parallel followers
                 out.logprob = chosen[i]
                 out.top_logprobs = [list(pair) for pair in zip(top_ids[i][:k], top_values[i][:k])]
             outputs.append(out)

@@ -63,8 +63,13 @@ def test_offline_llm_with_tp2_matches_tp1(tiny_model_dir):
     model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
     llm = LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
     try:
-        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=1),
+                            use_tqdm=False)
     finally:
         llm.shutdown()
     assert [o["text"] for o in outs] == single_rank_texts(model_dir)
+    # Rank 0 alone computes logprobs (the followers skip them): greedy picks the most likely token.
+    for o in outs:
+        assert [e["token_id"] for e in o["logprobs"]] == o["token_ids"]
+        assert all(e["top_logprobs"][0][0] == e["token_id"] for e in o["logprobs"])
     assert not any(p.is_alive() for p in llm.followers)
