@@ -188,7 +188,10 @@ def test_booleans_are_not_numbers():
 
 
 def test_every_cel_rule_has_a_python_twin():
-    assert sorted(schema.cel_rules()) == sorted(spec.CEL_TWINS)
+    assert sorted(schema.cel_rules()) == sorted([*spec.CEL_TWINS, *spec.TRANSITION_TWINS])
+    # Transition rules (oldSelf) have twins that take the old and the new value.
+    assert all("oldSelf" in rule for rule in spec.TRANSITION_TWINS)
+    assert not any("oldSelf" in rule for rule in spec.CEL_TWINS)
 
 
 @pytest.mark.parametrize(
@@ -199,6 +202,23 @@ def test_every_cel_rule_has_a_python_twin():
         ({**MINIMAL, "metadata": {"name": "a" * 64}}, crd.NAME_RULE, "DNS-1035"),
         (with_spec(autoscaling={"minReplicas": 5, "maxReplicas": 2}), crd.AUTOSCALING_RULE, "minReplicas must not exceed"),
         (with_spec(modelCache={"claimName": "x", "storageClassName": "y"}), crd.CACHE_RULE, "apply only to a PVC"),
+        (with_spec(modelCache={"claimName": "x", "perPod": True}), crd.PER_POD_CACHE_RULE, "perPod needs size"),
+        (with_spec(modelCache={"size": "1Gi", "accessModes": ["ReadOnlyMany"]}), crd.WRITABLE_CACHE_RULE, "ReadOnlyMany only"),
+        (with_spec(resources={"limits": {"nvidia.com/gpu": 2}}), crd.GPU_RESOURCES_RULE, "spec.tp sets the GPUs"),
+        (with_spec(resources={"requests": {"nvidia.com/gpu": 2}}), crd.GPU_RESOURCES_RULE, "spec.tp sets the GPUs"),
+        # argparse prefixes: --t is --tp, --por is --port, --sh is --shell.
+        (with_spec(tp=2, args=["--t", "8"]), crd.ARGS_RULE, "--tp"),
+        (with_spec(args=["--por", "8000"]), crd.ARGS_RULE, "--port"),
+        (with_spec(args=["--mod=x"]), crd.ARGS_RULE, "--model"),
+        (with_spec(args=["--host", "::"]), crd.ARGS_RULE, "--host"),
+        (with_spec(args=["--sh"]), crd.ARGS_RULE, "--shell"),
+        (with_spec(rollout={"strategy": "Recreate", "maxSurge": 1}), crd.ROLLOUT_RULE, "Recreate takes no"),
+        (with_spec(rollout={"maxSurge": 0, "maxUnavailable": 0}), crd.ROLLOUT_RULE, "a rolling update needs maxSurge"),
+        (with_spec(startupTimeoutSeconds=3600, rollout={"progressDeadlineSeconds": 600}), crd.PROGRESS_RULE, "must exceed"),
+        (with_spec(rollout={"progressDeadlineSeconds": 1000}), crd.PROGRESS_RULE, "must exceed"),
+        (with_spec(replicas=2, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce model cache"),
+        (with_spec(autoscaling={"maxReplicas": 3}, modelCache={"size": "1Gi", "accessModes": ["ReadWriteOnce"]}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
+        (with_spec(rollout={"maxSurge": 1, "maxUnavailable": 0}, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
     ],
 )
 def test_cel_twins_reject_what_the_cel_rules_reject(obj, rule, problem):
@@ -207,10 +227,39 @@ def test_cel_twins_reject_what_the_cel_rules_reject(obj, rule, problem):
         spec.parse(obj)
 
 
-def test_cel_twins_accept_a_valid_object():
-    obj = with_spec(autoscaling={"minReplicas": 2, "maxReplicas": 2}, modelCache={"claimName": "x"})
+@pytest.mark.parametrize(
+    "obj",
+    [
+        with_spec(autoscaling={"minReplicas": 2, "maxReplicas": 2}, modelCache={"claimName": "x"}),
+        with_spec(replicas=4, modelCache={"size": "1Ti", "accessModes": ["ReadWriteMany"]}),
+        with_spec(replicas=4, modelCache={"size": "1Ti", "perPod": True, "storageClassName": "local-nvme"}),
+        with_spec(replicas=1, modelCache={"size": "1Ti"}, rollout={"strategy": "Recreate"}),
+        with_spec(replicas=1, modelCache={"size": "1Ti"}),  # the default rollout has no surge pod
+        with_spec(args=["--max-running-requests", "8", "--served-model-name=tp"], rollout={"maxSurge": 1, "maxUnavailable": 0}),
+        with_spec(startupTimeoutSeconds=7200, rollout={"progressDeadlineSeconds": 7201}),
+    ],
+)
+def test_cel_twins_accept_valid_objects(obj):
     for twin in spec.CEL_TWINS.values():
         assert twin(obj) == []
+
+
+@pytest.mark.parametrize(
+    "old, new, accepted",
+    [
+        ({"size": "100Gi"}, {"size": "200Gi"}, True),  # growing is allowed (volume expansion)
+        ({"size": "200Gi"}, {"size": "100Gi"}, False),
+        ({"size": "1Ti"}, {"size": "1000Gi"}, False),  # 1Ti is 1024Gi: compared by value
+        ({"size": "1Gi"}, {"size": "1Gi", "storageClassName": "fast"}, False),
+        ({"size": "1Gi", "accessModes": ["ReadWriteOnce"]}, {"size": "1Gi"}, True),  # the default, spelled out
+        ({"size": "1Gi"}, {"size": "1Gi", "accessModes": ["ReadWriteMany"]}, False),
+        ({"size": "1Gi"}, {"claimName": "other"}, True),  # a new claim: the old PVC is left as it is
+        ({"size": "1Gi", "perPod": True}, {"size": "2Gi", "perPod": True, "storageClassName": "x"}, True),  # new pods, new volumes
+    ],
+)
+def test_the_immutable_cache_rule_twin_compares_old_and_new(old, new, accepted):
+    problems = spec.TRANSITION_TWINS[crd.IMMUTABLE_CACHE_RULE](old, new)
+    assert (problems == []) == accepted, problems
 
 
 def test_the_readme_example_is_the_one_it_tells_you_to_apply():

@@ -148,17 +148,43 @@ def test_gpus_cannot_be_requested_through_resources():
 # --- probes, shutdown, shared memory, cache ----------------------------------------------------
 
 
-def test_probes_use_the_servers_probe_paths_with_a_long_startup_budget():
+def _budget(probe: dict) -> int:
+    return probe["periodSeconds"] * probe["failureThreshold"]
+
+
+def test_the_startup_probe_waits_for_the_model_to_load_not_for_the_process():
+    # /health answers 200 while the weights still download: a startup probe on it bounds nothing.
     ctr = container({"model": "m"})
     startup, ready, live = ctr["startupProbe"], ctr["readinessProbe"], ctr["livenessProbe"]
-    assert startup["httpGet"] == {"path": server_args.LIVENESS_PATH, "port": c.PORT_NAME}
+    assert startup["httpGet"] == {"path": server_args.READINESS_PATH, "port": c.PORT_NAME}
     assert ready["httpGet"] == {"path": server_args.READINESS_PATH, "port": c.PORT_NAME}
     assert live["httpGet"] == {"path": server_args.LIVENESS_PATH, "port": c.PORT_NAME}
-    # Downloading and loading a large model: at least 30 minutes before the kubelet gives up.
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60
+    # Downloading and loading a large model: 30 minutes by default before the kubelet restarts it ...
+    assert _budget(startup) == c.DEFAULT_STARTUP_TIMEOUT_SECONDS == 30 * 60
     # ... and the Deployment does not call the rollout failed before that.
     dep = objects({"model": "m"})["Deployment"]
-    assert dep["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
+    assert dep["spec"]["progressDeadlineSeconds"] > _budget(startup)
+
+
+def test_startup_and_progress_budgets_are_spec_fields():
+    spec = {"model": "meta-llama/Llama-3.1-405B", "startupTimeoutSeconds": 4 * 3600, "rollout": {"progressDeadlineSeconds": 5 * 3600}}
+    dep = objects(spec)["Deployment"]
+    assert _budget(dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]) == 4 * 3600
+    assert dep["spec"]["progressDeadlineSeconds"] == 5 * 3600
+    # Without a progress deadline it follows the startup budget.
+    dep = objects({"model": "m", "startupTimeoutSeconds": 7200})["Deployment"]
+    assert dep["spec"]["progressDeadlineSeconds"] == 7200 + c.PROGRESS_DEADLINE_MARGIN_SECONDS
+    with pytest.raises(SpecError, match="progressDeadlineSeconds must exceed startupTimeoutSeconds"):
+        render.render(isvc({"model": "m", "startupTimeoutSeconds": 7200, "rollout": {"progressDeadlineSeconds": 3600}}))
+
+
+def test_a_stopping_pod_keeps_serving_while_its_endpoint_removal_spreads():
+    ctr = container({"model": "m"})
+    assert ctr["lifecycle"]["preStop"] == {"sleep": {"seconds": c.PRESTOP_SLEEP_SECONDS}}
+    assert c.PRESTOP_SLEEP_SECONDS >= 5
+    # The grace period covers the pause, then the drain.
+    grace = pod({"model": "m"})["terminationGracePeriodSeconds"]
+    assert grace > c.PRESTOP_SLEEP_SECONDS + server_args.defaults()["drain_timeout"]
 
 
 def test_the_grace_period_outlasts_the_servers_drain():
@@ -185,7 +211,10 @@ def test_without_a_model_cache_hf_home_is_on_an_emptydir_and_no_pvc_is_made():
     rendered = objects({"model": "m"})
     spec = rendered["Deployment"]["spec"]["template"]["spec"]
     cache = next(v for v in spec["volumes"] if v["name"] == c.CACHE_VOLUME)
-    assert cache == {"name": c.CACHE_VOLUME, "emptyDir": {}}
+    # Bounded: the kubelet evicts the pod instead of letting the download fill the node's disk.
+    assert cache == {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": c.EMPTYDIR_CACHE_SIZE_LIMIT}}
+    tmp = next(v for v in spec["volumes"] if v["name"] == c.TMP_VOLUME)
+    assert tmp["emptyDir"]["sizeLimit"] == c.TMP_SIZE_LIMIT
     assert "PersistentVolumeClaim" not in rendered
     assert _env(spec["containers"][0])["HF_HOME"]["value"].startswith(c.CACHE_MOUNT + "/")
 
