@@ -424,7 +424,10 @@ def test_the_handlers_are_registered_with_kopf_for_the_inferenceservice_resource
 def test_startup_configures_kopf_for_least_privilege(fake):
     settings = kopf.OperatorSettings()
     handlers.startup(settings=settings, logger=LOG)
+    handlers.cleanup()
     assert settings.peering.standalone is True
+    # kopf's own requests time out too: a half-open connection must not hang its watches.
+    assert settings.networking.connect_timeout is not None and settings.networking.request_timeout is not None
     assert settings.scanning.disabled is True
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert handlers._get_reconciler().api is fake  # a configured API is kept
