@@ -225,3 +225,17 @@ class KubernetesApi:
         )
         return self._json(response).get("items") or []
 
+
+    def apply_crd(self, crd: Obj) -> Obj:
+        """Server-side apply the CustomResourceDefinition (the chart's upgrade hook: Helm installs
+        a chart's crds/ once and never upgrades them)."""
+        response = self._call(
+            self._api("ApiextensionsV1Api").patch_custom_resource_definition,
+            crd["metadata"]["name"],
+            body=crd,
+            field_manager=c.FIELD_MANAGER,
+            force=True,
+            _content_type=APPLY_CONTENT_TYPE,
+            _preload_content=False,
+        )
+        return self._json(response)

@@ -241,3 +241,34 @@ def test_list_pods_asks_the_api_server_to_filter_by_label(api, stub):
     assert api.list_pods("llm", "app.kubernetes.io/instance=chat") == [{"metadata": {"name": "p"}}]
     (request,) = stub.requests
     assert request["query"]["labelSelector"] == ["app.kubernetes.io/instance=chat"]
+
+
+def test_crd_apply_server_side_applies_the_operators_own_crd(stub, tmp_path, monkeypatch, capsys):
+    # What the chart's pre-upgrade hook runs: Helm never upgrades a chart's crds/ itself.
+    from minisgl_operator import cli, crd
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "stub", "cluster": {"server": stub.host}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "u"}}],
+                "current-context": "stub",
+            }
+        )
+    )
+    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{c.CRD_NAME}"
+    stub.reply("PATCH", path, 200, {"metadata": {"name": c.CRD_NAME, "resourceVersion": "42"}})
+
+    assert cli.main(["crd", "--apply"]) == 0
+    (request,) = stub.requests
+    assert (request["method"], request["path"]) == ("PATCH", path)
+    assert request["content_type"] == "application/apply-patch+yaml"
+    assert request["query"]["fieldManager"] == [c.FIELD_MANAGER]
+    assert request["body"] == crd.crd_manifest()
+    assert c.CRD_NAME in capsys.readouterr().out
