@@ -260,7 +260,9 @@ def test_crd_apply_server_side_applies_the_operators_own_crd(stub, tmp_path, mon
             }
         )
     )
-    monkeypatch.setenv("KUBECONFIG", str(kubeconfig))
+    from kubernetes.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))  # $KUBECONFIG, read at import
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{c.CRD_NAME}"
     stub.reply("PATCH", path, 200, {"metadata": {"name": c.CRD_NAME, "resourceVersion": "42"}})
