@@ -142,8 +142,9 @@ def spec_schema() -> dict[str, Any]:
             },
             "args": {
                 "type": "array",
-                "maxItems": 256,
-                "items": {"type": "string", "maxLength": 4096},
+                # Bounds keep the CEL rule's cost within the API server's budget.
+                "maxItems": 128,
+                "items": {"type": "string", "maxLength": 2048},
                 "x-kubernetes-validations": [
                     {"rule": ARGS_RULE, "message": "spec.args may not set (or abbreviate) " + ", ".join((*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS))}
                 ],

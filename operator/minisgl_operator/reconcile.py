@@ -208,7 +208,8 @@ class Reconciler:
                     self._delete(kind, isvc.namespace, isvc.name)
                     outcome.deleted.append(f"{kind}/{isvc.name}")
         deployment = deployment or self._owned_deployment(body)
-        outcome.problem = status.combine(problems) or status.pod_problem(self._pods(isvc))
+        problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc))])
+        outcome.problem = status.combine(problems)
 
         self._finish(body, outcome, deployment=deployment, isvc=isvc)
         return outcome
@@ -226,6 +227,22 @@ class Reconciler:
             self.api.delete(kind, namespace, name)
         except ApiError as exc:
             raise RetryableError(str(exc)) from exc
+
+    def _unshareable_claim(self, isvc: spec_mod.InferenceService) -> status.Problem | None:
+        """An existing claim (spec.modelCache.claimName) that attaches to one node only, while more
+        than one pod may run: the CRD cannot see the PVC, so the operator says it."""
+        cache = isvc.model_cache
+        if cache is None or cache.claim_name is None or isvc.max_pods <= 1:
+            return None
+        pvc = self._get("PersistentVolumeClaim", isvc.namespace, cache.claim_name)
+        modes = set(((pvc or {}).get("spec") or {}).get("accessModes") or [])
+        if not modes or modes & set(c.SHARED_ACCESS_MODES):
+            return None
+        return status.Problem(
+            "CacheNotShareable",
+            f"PersistentVolumeClaim {cache.claim_name} is {', '.join(sorted(modes))}: it attaches to one node, but up to "
+            f"{isvc.max_pods} pods may mount it (replicas, autoscaling, rollout.maxSurge); pods on other nodes cannot start",
+        )
 
     def _pods(self, isvc: spec_mod.InferenceService) -> list[Obj]:
         try:

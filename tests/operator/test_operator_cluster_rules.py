@@ -85,10 +85,12 @@ def test_the_fake_scheduler_keeps_a_second_pod_of_a_read_write_once_claim_off_ot
 
     states = [p["status"]["phase"] for p in fake.pods("chat")]
     assert sorted(states) == ["Pending", "Running"]
+    # The operator names the cause (the claim it cannot see in the CRD) and the pod's symptom.
     degraded = condition(body, c.CONDITION_DEGRADED)
-    assert (degraded["status"], degraded["reason"]) == ("True", "Unschedulable")
-    assert "Multi-Attach" in degraded["message"] and "team-models" in degraded["message"]
-    assert fake.events[-1]["reason"] == "Unschedulable"
+    assert (degraded["status"], degraded["reason"]) == ("True", "CacheNotShareable")
+    assert "team-models is ReadWriteOnce" in degraded["message"]
+    assert "Multi-Attach" in degraded["message"]
+    assert fake.events[-1]["reason"] == "CacheNotShareable"
 
 
 def test_a_created_read_write_once_cache_for_several_pods_is_refused_before_anything_is_created(fake):
