@@ -35,12 +35,12 @@ GPU_RESOURCES_RULE = (
     f"(!has(self.limits) || !('{c.GPU_RESOURCE}' in self.limits))"
 )
 # argparse takes any unambiguous prefix of a flag (--t is --tp): refuse every prefix of the owned
-# and forbidden flags, not only their full spelling.
-_OWNED_OR_FORBIDDEN = "[" + ", ".join(f"'{f}'" for f in (*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS)) + "]"
-ARGS_RULE = (
-    "self.all(a, !a.startsWith('--') || size(a.split('=')[0]) < 3 || "
-    f"!{_OWNED_OR_FORBIDDEN}.exists(f, f.startsWith(a.split('=')[0])))"
+# and forbidden flags, not only their full spelling, with or without "=value".
+_GUARDED_PREFIXES = sorted(
+    {flag[2:i] for flag in (*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS) for i in range(3, len(flag) + 1)}
 )
+assert all(p.replace("-", "").isalnum() for p in _GUARDED_PREFIXES), "flag names need no regex escaping"
+ARGS_RULE = "self.all(a, !a.matches('^--(" + "|".join(_GUARDED_PREFIXES) + ")(=.*)?$'))"
 ROLLOUT_RULE = (
     f"has(self.strategy) && self.strategy == '{c.ROLLOUT_RECREATE}' "
     "? !has(self.maxSurge) && !has(self.maxUnavailable) "
