@@ -67,7 +67,8 @@ SHARED_CACHE_RULE = (
 IMMUTABLE_CACHE_RULE = (
     "!has(self.size) || !has(oldSelf.size) || (has(self.perPod) && self.perPod) || (has(oldSelf.perPod) && oldSelf.perPod) || ("
     "(has(self.storageClassName) ? self.storageClassName : '') == (has(oldSelf.storageClassName) ? oldSelf.storageClassName : '') && "
-    "(has(self.accessModes) ? self.accessModes : ['ReadWriteOnce']) == (has(oldSelf.accessModes) ? oldSelf.accessModes : ['ReadWriteOnce']) && "
+    "(has(self.accessModes) ? self.accessModes : ['ReadWriteOnce']) == "
+    "(has(oldSelf.accessModes) ? oldSelf.accessModes : ['ReadWriteOnce']) && "
     "quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0)"
 )
 
@@ -146,7 +147,11 @@ def spec_schema() -> dict[str, Any]:
                 "maxItems": 128,
                 "items": {"type": "string", "maxLength": 2048},
                 "x-kubernetes-validations": [
-                    {"rule": ARGS_RULE, "message": "spec.args may not set (or abbreviate) " + ", ".join((*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS))}
+                    {
+                        "rule": ARGS_RULE,
+                        "message": "spec.args may not set (or abbreviate) "
+                        + ", ".join((*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS)),
+                    }
                 ],
                 "description": (
                     "Extra server flags, e.g. [--max-running-requests, '128']. "
@@ -236,7 +241,10 @@ def spec_schema() -> dict[str, Any]:
                         "message": "storageClassName and accessModes apply only to a PVC the operator creates (size)",
                     },
                     {"rule": PER_POD_CACHE_RULE, "message": "perPod needs size (the size of each pod's volume)"},
-                    {"rule": WRITABLE_CACHE_RULE, "message": "a created cache cannot be ReadOnlyMany only: nothing could download the model into it"},
+                    {
+                        "rule": WRITABLE_CACHE_RULE,
+                        "message": "a created cache cannot be ReadOnlyMany only: nothing could download the model into it",
+                    },
                     {
                         "rule": IMMUTABLE_CACHE_RULE,
                         "message": (
@@ -313,7 +321,12 @@ def spec_schema() -> dict[str, Any]:
                         "enum": [c.ROLLOUT_ROLLING, c.ROLLOUT_RECREATE],
                         "default": c.ROLLOUT_ROLLING,
                     },
-                    "maxSurge": {"type": "integer", "format": "int32", "minimum": 0, "description": f"Extra pods during a rolling update (default {c.DEFAULT_MAX_SURGE})."},
+                    "maxSurge": {
+                        "type": "integer",
+                        "format": "int32",
+                        "minimum": 0,
+                        "description": f"Extra pods during a rolling update (default {c.DEFAULT_MAX_SURGE}).",
+                    },
                     "maxUnavailable": {
                         "type": "integer",
                         "format": "int32",
@@ -332,7 +345,10 @@ def spec_schema() -> dict[str, Any]:
                     },
                 },
                 "x-kubernetes-validations": [
-                    {"rule": ROLLOUT_RULE, "message": "Recreate takes no maxSurge/maxUnavailable; a rolling update needs maxSurge + maxUnavailable >= 1"}
+                    {
+                        "rule": ROLLOUT_RULE,
+                        "message": "Recreate takes no maxSurge/maxUnavailable; a rolling update needs maxSurge + maxUnavailable >= 1",
+                    }
                 ],
             },
             "autoscaling": {

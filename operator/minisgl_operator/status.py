@@ -52,13 +52,14 @@ def _pod_problems(pod: Mapping[str, Any]) -> list[Problem]:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
             found.append(Problem("Unschedulable", f"pod {name} cannot be scheduled: {cond.get('message', '')}".rstrip(": ")))
     for container in pod_status.get("containerStatuses") or []:
-        waiting = (container.get("state") or {}).get("waiting") or {}
-        terminated = (container.get("lastState") or {}).get("terminated") or (container.get("state") or {}).get("terminated") or {}
+        state, last = container.get("state") or {}, container.get("lastState") or {}
+        waiting = state.get("waiting") or {}
+        terminated = last.get("terminated") or state.get("terminated") or {}
+        where = f"pod {name}: container {container.get('name')}"
         if terminated.get("reason") == "OOMKilled" and (waiting or not container.get("ready")):
-            found.append(Problem("OOMKilled", f"pod {name}: container {container.get('name')} ran out of memory (raise spec.resources memory)"))
+            found.append(Problem("OOMKilled", f"{where} ran out of memory (raise spec.resources memory)"))
         elif waiting.get("reason") in WAITING_REASONS:
-            message = waiting.get("message") or ""
-            found.append(Problem(waiting["reason"], f"pod {name}: container {container.get('name')}: {waiting['reason']} {message}".rstrip()))
+            found.append(Problem(waiting["reason"], f"{where}: {waiting['reason']} {waiting.get('message') or ''}".rstrip()))
     return found
 
 

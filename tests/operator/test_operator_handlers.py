@@ -245,6 +245,22 @@ def test_the_resync_timer_recreates_a_deleted_service(fake):
     assert [w for w in fake.writes() if w[0] == "apply"] == [("apply", "Service", "llm", "chat")]
 
 
+def test_the_resync_follows_kopfs_watch_and_one_failure_does_not_stop_the_rest(fake):
+    create(fake, name="chat")
+    create(fake, name="code")
+    for name in ("chat", "code", "gone"):
+        handlers.track(event={"type": None, "object": {"metadata": {"namespace": "llm", "name": name}}})
+    handlers.track(event={"type": "DELETED", "object": fake.inferenceservice("code")})
+    assert sorted(handlers.resyncer.known()) == [("llm", "chat"), ("llm", "gone")]
+
+    fake.remove("Service", "chat")
+    fake.fail_next["get"] = ApiError(500, "InternalError", "etcd timeout")  # the first read fails
+    handlers.resyncer.run_once(LOG)  # does not raise
+    handlers.resyncer.run_once(LOG)
+    assert ("Service", "chat") in fake.children()
+    assert handlers.resyncer.known() == [("llm", "chat")]  # "gone" does not exist: forgotten
+
+
 # --- spec changes --------------------------------------------------------------------------------
 
 
