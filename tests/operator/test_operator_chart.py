@@ -231,6 +231,10 @@ def test_every_install_and_upgrade_applies_the_operators_crd_first():
         assert rule.get("resourceNames") == [c.CRD_NAME] or rule["verbs"] == ["create"]
     (binding,) = by_kind(hooks, "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == job["spec"]["template"]["spec"]["serviceAccountName"]
+    # The operator Deployment's selector does not match the Job's pod.
+    selector = operator_deployment(helm_template())["spec"]["selector"]["matchLabels"]
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not all(pod_labels.get(k) == v for k, v in selector.items())
     for obj in hooks:
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
 
