@@ -9,8 +9,9 @@ It behaves like an API server where it matters to the reconciler:
   probe successThreshold and scheme, a Service's clusterIP, a PVC's default storage class, ...)
   and canonicalizes quantities (a limit of ``nvidia.com/gpu: 1`` comes back as ``"1"``,
   ``cpu: 4000m`` as ``"4"``), so a reconciler that compared naively would see drift where there is none;
-- deletion honours finalizers (an object with finalizers only gets a deletionTimestamp) and the
-  garbage collector removes the dependents of a deleted owner (ownerReferences);
+- deletion honours finalizers (an object with finalizers only gets a deletionTimestamp, a PVC gets
+  kubernetes.io/pvc-protection and goes only once no pod mounts it) and the garbage collector
+  removes the dependents of a deleted owner (ownerReferences);
 - lists and watches filter by label selector in the "server" (``list_pods``, ``watch``);
 - ``patch_status`` is a JSON merge patch of the status subresource.
 ``run_controllers`` plays the Deployment controller, the scheduler and the kubelet on a pool of
@@ -42,6 +43,8 @@ WRITE_VERBS = ("apply", "delete", "patch_status", "create_event")
 KNOWN_KINDS = ("Deployment", "Service", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "PodDisruptionBudget")
 DEFAULT_STORAGE_CLASS = "standard"
 SINGLE_NODE_MODES = ("ReadWriteOnce", "ReadWriteOncePod")
+# A PVC in use by a pod is only deleted once no pod uses it.
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
 # The kubelet's view of an image: fake.image_faults[image] = "ImagePullBackOff" or "OOMKilled".
 IMAGE_FAULTS = ("ImagePullBackOff", "ErrImagePull", "OOMKilled", "CrashLoopBackOff")
 
@@ -172,12 +175,16 @@ class FakeKube:
         new_meta = new["metadata"]
         new_meta["resourceVersion"] = str(next(self._versions))
         if old is None:
+            if obj["kind"] == "PersistentVolumeClaim":  # the StorageObjectInUseProtection admission plugin
+                new_meta.setdefault("finalizers", []).append(PVC_PROTECTION)
             new_meta["uid"] = f"child-uid-{next(self._uids)}"
             new_meta["creationTimestamp"] = "2026-01-01T00:00:00Z"
             new_meta["generation"] = 1
         else:
             new_meta["uid"] = old["metadata"]["uid"]
             new_meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+            if old["metadata"].get("finalizers"):
+                new_meta["finalizers"] = list(old["metadata"]["finalizers"])
             generation = old["metadata"].get("generation", 1)
             new_meta["generation"] = generation + (1 if old.get("spec") != new.get("spec") else 0)
             if "status" in old:
@@ -188,6 +195,7 @@ class FakeKube:
     def delete(self, kind: str, namespace: str, name: str) -> None:
         self._record("delete", kind, namespace, name)
         self._delete((kind, namespace, name))
+        self._release_claims()
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
         self._record("list", "Pod", namespace, label_selector)
@@ -300,6 +308,16 @@ class FakeKube:
     def user_delete(self, kind: str, name: str, namespace: str = "llm") -> None:
         """`kubectl delete` (or the namespace's deletion): waits for finalizers, then the GC cascades."""
         self._delete((kind, namespace, name))
+        self._release_claims()
+
+    def _release_claims(self) -> None:
+        """The PVC protection controller: a deleted PVC goes once no pod mounts it."""
+        for (kind, namespace, name), obj in list(self.objects.items()):
+            meta = obj["metadata"]
+            if kind != "PersistentVolumeClaim" or not meta.get("deletionTimestamp"):
+                continue
+            if not any(name in self._claims(pod) for pod in self.pods(namespace=namespace)):
+                self.remove_finalizer(kind, name, PVC_PROTECTION, namespace)
 
     def remove_finalizer(self, kind: str, name: str, finalizer: str, namespace: str = "llm") -> None:
         """What the finalizer's owner does when it is done; the object goes once none is left."""
@@ -309,6 +327,7 @@ class FakeKube:
         if not meta["finalizers"] and meta.get("deletionTimestamp"):
             del meta["finalizers"], meta["deletionTimestamp"]
             self._delete(key)
+            self._release_claims()
 
     # --- watches, filtered in the "API server" -------------------------------------------------
 

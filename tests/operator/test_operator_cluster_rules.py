@@ -258,6 +258,17 @@ def test_deleting_an_inferenceservice_while_the_operator_is_down_deletes_it_and_
     assert fake.children() == {}  # the garbage collector followed the ownerReferences
 
 
+def test_the_fake_api_keeps_a_pvc_in_use_until_its_pods_are_gone(fake):
+    gpu_pool(fake, 1)
+    create(fake, {"model": "m", "modelCache": {"size": "100Gi"}})
+    settle(fake)
+    fake.user_delete("PersistentVolumeClaim", "chat-model-cache")  # kubectl delete pvc, by mistake
+    pvc = fake.objects[("PersistentVolumeClaim", "llm", "chat-model-cache")]
+    assert pvc["metadata"]["deletionTimestamp"] and pvc["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"]
+    fake.user_delete(c.KIND, "chat")  # the InferenceService, its Deployment and pods go: so does the PVC
+    assert fake.children() == {} and fake.pods() == []
+
+
 def test_the_fake_api_keeps_an_object_with_a_finalizer_until_it_is_removed(fake):
     create(fake, {"model": "m"})
     fake.objects[(c.KIND, "llm", "chat")]["metadata"]["finalizers"] = ["example.com/hold"]
