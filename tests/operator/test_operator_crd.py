@@ -55,7 +55,7 @@ def test_the_charts_crd_file_is_generated_from_the_operators_definition():
 # --- a valid CRD --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("k8s", [kubernetes_validate.latest_version(), "1.29"])
+@pytest.mark.parametrize("k8s", [kubernetes_validate.latest_version(), "1.30"])
 def test_the_crd_is_a_valid_apiextensions_v1_object(k8s):
     kubernetes_validate.validate(MANIFEST, k8s, strict=True)
 

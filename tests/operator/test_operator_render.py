@@ -20,6 +20,7 @@ from minisgl_operator.spec import PLACEHOLDER_UID, SpecError, parse
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "operator" / "examples").glob("*.yaml"))
 K8S_VERSION = kubernetes_validate.latest_version()
+OLDEST_K8S = "1.30"
 
 
 def isvc(spec: dict, name: str = "chat", namespace: str = "llm", uid: str = "uid-123") -> dict:
@@ -497,6 +498,8 @@ def test_the_server_runs_unprivileged_with_a_read_only_root():
 def test_every_rendered_object_is_valid_for_a_current_kubernetes(case):
     for obj in render.render(isvc(MATRIX[case])):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        # ... and for the oldest the chart supports (Chart.yaml kubeVersion: the preStop sleep action).
+        kubernetes_validate.validate(obj, OLDEST_K8S, strict=True)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
