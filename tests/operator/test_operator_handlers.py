@@ -440,7 +440,9 @@ def test_the_handlers_are_registered_with_kopf_for_the_inferenceservice_resource
 def test_startup_configures_kopf_for_least_privilege(fake):
     settings = kopf.OperatorSettings()
     handlers.startup(settings=settings, logger=LOG)
+    assert handlers.resyncer.running  # the periodic resync, in place of a kopf timer
     handlers.cleanup()
+    assert not handlers.resyncer.running
     assert settings.peering.standalone is True
     # kopf's own requests time out too: a half-open connection must not hang its watches.
     assert settings.networking.connect_timeout is not None and settings.networking.request_timeout is not None
