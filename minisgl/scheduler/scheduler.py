@@ -69,6 +69,7 @@ class Scheduler:
         self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_extend_tokens, self.stats)
         self.decode = DecodeManager(self.cache)
         self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
+        self.eos_ids = tuple(sorted(self.eos_token_ids))  # what min_tokens holds back
         self.reqs: dict[int, Req] = {}
         self.overlap = config.overlap and os.environ.get("MINISGL_DISABLE_OVERLAP", "0") != "1"
         self._in_flight: InFlight | None = None
@@ -87,6 +88,9 @@ class Scheduler:
             return f"token id {bad} is outside the vocabulary (0..{vocab - 1})"
         if prompt_len < 1:
             return "the prompt is empty"
+        bad = next((t for t, _ in params.logit_bias if not 0 <= t < vocab), None)
+        if bad is not None:
+            return f"logit_bias: token id {bad} is outside the vocabulary (0..{vocab - 1})"
         limit = self.config.max_prompt_tokens
         if limit and prompt_len > limit:
             return f"the prompt has {prompt_len} tokens, more than this server's limit of {limit}"
@@ -159,7 +163,7 @@ class Scheduler:
         return None
 
     def _launch(self, batch: Batch) -> InFlight:
-        args = BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device)
+        args = BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids)
         out = self.engine.forward_batch(batch, args)
         samples = [r.samples_this_step for r in batch.reqs]
         # Advance positions now, so the next batch can be scheduled before these tokens are read.
