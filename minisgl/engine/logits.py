@@ -12,7 +12,7 @@ Semantics, as the references define them:
   output has a positive logit divided by the penalty, a negative one multiplied by it.
 - frequency_penalty / presence_penalty (OpenAI): logit -= frequency * count + presence * (count > 0),
   counting the generated tokens only.
-- logit_bias (OpenAI): added to the token's logit (after the penalties).
+- logit_bias (OpenAI): added to the token's logit (before the penalties, as in vLLM and HF).
 - min_tokens (vLLM, HF `MinNewTokensLengthLogitsProcessor`): end-of-sequence and stop ids are
   -inf while fewer tokens than that were generated.
 - a grammar's token bitmask (minisgl.constrained): disallowed tokens are -inf.
@@ -103,13 +103,14 @@ class LogitsAdjustment:
         """The adjusted logits (float32), a new tensor: the model's own (a CUDA graph's static
         output, read again for logprobs) are left as they are."""
         logits = logits.to(torch.float32, copy=True)
-        if self.penalties is not None:
-            self.penalties.apply(logits, token_pool)
+        # The order of vLLM and HF: biases and min_tokens first, then the penalties.
         if self.bias is not None:
             rows, toks, values = self.bias
             logits.index_put_((rows, toks), values, accumulate=True)
         if self.banned is not None:
             logits.index_put_(self.banned, torch.tensor(float("-inf"), device=logits.device))
+        if self.penalties is not None:
+            self.penalties.apply(logits, token_pool)
         if self.bitmask is not None:
             import xgrammar  # only batches with a constrained request get here
 

@@ -123,7 +123,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         if choices // body.n > args.max_n:
             raise APIError(400, f"{choices // body.n} prompts in one request; this server takes at most {args.max_n}",
                            param="prompt")
-        unsupported = body.unsupported_field()
+        unsupported = body.unsupported_field(args.allow_unknown_fields)
         if unsupported:
             raise APIError(400, f"{unsupported} is not supported by this server", param=unsupported,
                            code="unsupported_parameter")

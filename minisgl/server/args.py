@@ -62,6 +62,9 @@ class ServerArgs:
     max_n: int = _flag("Largest n (choices per request) and number of prompts per completion request.", 16)
     max_pending_requests: int = _flag(
         "Requests in the server at once, running or queued; beyond it new ones get 429 with Retry-After.", 1024)
+    allow_unknown_fields: bool = _flag(
+        "Ignore request fields this server does not know (default: refuse them with 400 unsupported_parameter). "
+        "Fields it knows but does not implement are refused either way.", False)
     log_level: str = _flag("Logging level.", "info")
 
     @property

@@ -250,7 +250,7 @@ def _nth_choice(params: dict, j: int) -> dict:
 
 
 def chat_jobs(body: ChatCompletionRequest) -> list:
-    params = body.sampling_params(body.max_completion_tokens or body.max_tokens)
+    params = {**body.sampling_params(body.max_completion_tokens or body.max_tokens), "template": body.template_options()}
     messages = [m.as_template_input() for m in body.messages]
     return [(0, _nth_choice(params, j), {"messages": messages}) for j in range(body.n)]
 

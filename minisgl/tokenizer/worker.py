@@ -13,6 +13,7 @@ from minisgl.utils.logger import get_logger
 from minisgl.utils.process import ParentWatch, run_worker
 from minisgl.utils.zmq import PullSocket, PushSocket
 
+from .chat_template import render_chat
 from .detokenize import IncrementalDetokenizer
 
 logger = get_logger(__name__)
@@ -23,10 +24,7 @@ def encode_request(tokenizer, msg: TokenizeMsg) -> list[int]:
     if msg.input_ids is not None:
         return list(msg.input_ids)
     if msg.messages is not None:
-        if not tokenizer.chat_template:
-            raise ValueError("this model's tokenizer has no chat template; use /v1/completions")
-        out = tokenizer.apply_chat_template(msg.messages, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+        return render_chat(tokenizer, msg.messages, msg.params.get("template"))
     return tokenizer.encode(msg.text or "")
 
 

@@ -105,18 +105,18 @@ def test_min_tokens_masks_eos_and_stop_ids_like_hf_until_reached():
 
 
 def test_all_together_in_vllm_order_and_the_models_logits_untouched():
-    """Repetition, then frequency/presence, then logit_bias, then min_tokens (vLLM's order)."""
+    """logit_bias and min_tokens, then repetition, then frequency/presence (vLLM's and HF's order)."""
     params = SamplingParams(repetition_penalty=1.3, frequency_penalty=0.5, presence_penalty=0.25,
                             logit_bias={9: 2.0, 7: 5.0}, min_tokens=10)
     reqs, pool, logits = _batch((PROMPT, OUTPUT, params))
     original = logits.clone()
     out = _adjusted(reqs, pool, logits)
     ids = torch.tensor([reqs[0].all_ids])
-    want = RepetitionPenaltyLogitsProcessor(1.3)(ids, logits.clone())
+    want = SequenceBiasLogitsProcessor({(9,): 2.0, (7,): 5.0})(ids, logits.clone())
+    want = MinNewTokensLengthLogitsProcessor(len(PROMPT), 10, list(EOS))(ids, want)
+    want = RepetitionPenaltyLogitsProcessor(1.3)(ids, want)
     for token, count in Counter(OUTPUT).items():
         want[0, token] -= 0.5 * count + 0.25
-    want = SequenceBiasLogitsProcessor({(9,): 2.0, (7,): 5.0})(ids, want)
-    want = MinNewTokensLengthLogitsProcessor(len(PROMPT), 10, list(EOS))(ids, want)
     torch.testing.assert_close(out, want)
     assert torch.equal(logits, original)
 
