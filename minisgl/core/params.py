@@ -70,6 +70,14 @@ class SamplingParams:
             return "logit_bias values must be in [-100, 100]"
         if not 0 <= self.min_tokens <= self.max_tokens:
             return f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
+        if self.constraint is not None:
+            from minisgl.constrained import constraint_problem
+
+            problem = constraint_problem(self.constraint)
+            if problem:
+                return problem
+            if self.min_tokens:  # the grammar may allow nothing but its end, which min_tokens forbids
+                return "min_tokens cannot be combined with structured output (response_format, guided_*)"
         return None
 
     @property
