@@ -18,6 +18,7 @@ from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
 from .frontend import FrontendClient
 from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
+from .parsers import ChatOutputFormat
 from .protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -178,7 +179,15 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     async def chat(body: ChatCompletionRequest, request: Request):
         check_serving(body.model)
         check_limits(body, body.n)
-        return await serve_generation("chat", body, chat_jobs(body), args.model_name, observed, request)
+        if body.tool_mode == "auto" and not args.tool_call_parser:
+            raise APIError(400, "tool_choice auto needs the server started with --tool-call-parser; use tool_choice "
+                                "required or a named function", param="tool_choice", code="unsupported_parameter")
+        output = ChatOutputFormat(reasoning_parser=args.reasoning_parser,
+                                  tool_parser=args.tool_call_parser if body.tool_mode == "auto" else None,
+                                  forced_tool=body.tool_choice.function.name if body.tool_mode == "named" else None,
+                                  forced_list=body.tool_mode == "required")
+        return await serve_generation("chat", body, chat_jobs(body), args.model_name, observed, request,
+                                      output=output)
 
     @app.post("/v1/completions", dependencies=v1, tags=["openai"], response_model=None,
               responses=generation_responses(CompletionResponse))

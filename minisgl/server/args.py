@@ -62,6 +62,14 @@ class ServerArgs:
     max_n: int = _flag("Largest n (choices per request) and number of prompts per completion request.", 16)
     max_pending_requests: int = _flag(
         "Requests in the server at once, running or queued; beyond it new ones get 429 with Retry-After.", 1024)
+    chat_template: str | None = _flag("A Jinja chat template replacing the model's: a file path or the template itself.")
+    tool_call_parser: str | None = _flag(
+        "How the model writes tool calls, for tool_choice auto: hermes (also Qwen2.5/Qwen3) or llama3_json. "
+        "Without it, requests with tools need tool_choice required, a named function, or none.",
+        choices=["hermes", "qwen", "llama3_json"])
+    reasoning_parser: str | None = _flag(
+        "Split the model's <think>...</think> into reasoning_content: qwen3 or deepseek_r1.",
+        choices=["qwen3", "deepseek_r1"])
     allow_unknown_fields: bool = _flag(
         "Ignore request fields this server does not know (default: refuse them with 400 unsupported_parameter). "
         "Fields it knows but does not implement are refused either way.", False)
@@ -124,7 +132,20 @@ def validate(args: ServerArgs) -> str | None:
         return "--dtype must be one of auto, bfloat16, float16, float32"
     if args.device not in ("auto", "cuda", "cpu"):
         return "--device must be one of auto, cuda, cpu"
+    if args.chat_template is not None and "{" not in args.chat_template and not os.path.isfile(args.chat_template):
+        return f"--chat-template: no such file: {args.chat_template}"
     return None
+
+
+def load_chat_template(value: str | None) -> str | None:
+    """--chat-template as a template: a file's contents, or the value itself when it is no file
+    (a template has braces, a path usually not)."""
+    if value is None:
+        return None
+    if "{" not in value:
+        with open(value, encoding="utf-8") as f:
+            return f.read()
+    return value
 
 
 def defaults() -> dict[str, Any]:

@@ -128,6 +128,8 @@ class Workers:
 def start_workers(args: ServerArgs, model_path: str) -> Workers:
     from minisgl.scheduler.io import run_scheduler
     from minisgl.tokenizer.worker import run_detokenizer, run_tokenizer
+
+    from .args import load_chat_template
     from minisgl.utils.zmq import ipc_addresses
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
@@ -139,7 +141,8 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
                     args=(scheduler_config(args, model_path, rank, dist_addr), addrs, status))
         for rank in range(args.tp)
     ] + [
-        ctx.Process(target=run_tokenizer, name="tokenizer", args=(model_path, addrs, status)),
+        ctx.Process(target=run_tokenizer, name="tokenizer",
+                    args=(model_path, addrs, status, load_chat_template(args.chat_template))),
         ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),
     ]
     for p in procs:

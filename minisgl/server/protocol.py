@@ -68,7 +68,6 @@ REFUSED_UNLESS: dict[str, tuple] = {
     "json_schema": (None,), "no_stop_trim": (None, False), "lora_path": (None,), "return_hidden_states": (None, False),
     "separate_reasoning": (None,), "stream_reasoning": (None,), "mm_processor_kwargs": (None,),
     "cache_salt": (None,), "kv_transfer_params": (None,), "vllm_xargs": (None,), "min_p_decay": (None,),
-    "tools": (None, []), "tool_choice": (None, "none"), "parallel_tool_calls": (None, True, False),
 }
 
 
@@ -254,6 +253,34 @@ class ToolCall(BaseModel):
     function: FunctionCall
 
 
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = Field(None, description="a JSON schema of the arguments object")
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    type: Literal["function"]
+    function: ChosenFunction
+
+
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1, le=INT32_MAX, description="deprecated alias of max_completion_tokens")
@@ -262,18 +289,59 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                      description="with logprobs: that many most likely tokens per position")
 
+    tools: Annotated[list[Tool], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = \
+        Field(None, description="auto (default with tools) needs --tool-call-parser; required and a named function "
+                                "are enforced by the grammar")
+    parallel_tool_calls: bool | None = Field(None, description="with tool_choice required: false allows one call")
     add_generation_prompt: bool = Field(True, description="extension: end the prompt with the assistant's turn")
     chat_template_kwargs: dict | None = Field(None, description="extension: more variables for the chat template, "
                                                                "e.g. {\"enable_thinking\": false}")
 
     def template_options(self) -> dict:
         """What the tokenizer's apply_chat_template gets besides the messages."""
-        return {"add_generation_prompt": self.add_generation_prompt, "kwargs": self.chat_template_kwargs or {}}
+        tools = [t.model_dump(exclude_none=True) for t in self.tools] if self.tools and self.tool_mode != "none" else None
+        return {"add_generation_prompt": self.add_generation_prompt, "kwargs": self.chat_template_kwargs or {},
+                "tools": tools}
+
+    @property
+    def tool_mode(self) -> str:
+        """none, auto, required, or named (tool_choice naming one function)."""
+        if not self.tools:
+            return "none"
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return "named"
+        return self.tool_choice or "auto"
+
+    def constraint(self) -> tuple[str, str] | None:
+        """Forced tool calls are structured output: the arguments of the named function, or a list
+        of {name, parameters} for `required`."""
+        mode = self.tool_mode
+        if mode not in ("named", "required"):
+            return super().constraint()
+        schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools}
+        if mode == "named":
+            return ("json_schema", json.dumps(schemas[self.tool_choice.function.name]))
+        one_call = [{"type": "object", "properties": {"name": {"type": "string", "enum": [name]}, "parameters": schema},
+                     "required": ["name", "parameters"], "additionalProperties": False}
+                    for name, schema in schemas.items()]
+        items = one_call[0] if len(one_call) == 1 else {"anyOf": one_call}
+        listed = {"type": "array", "items": items, "minItems": 1}
+        if self.parallel_tool_calls is False:
+            listed["maxItems"] = 1
+        return ("json_schema", json.dumps(listed))
 
     @model_validator(mode="after")
     def _top_logprobs_needs_logprobs(self):
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs: true")
+        if self.tool_choice not in (None, "none", "auto") and not self.tools:
+            raise ValueError("tool_choice other than none/auto needs tools")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in \
+                {t.function.name for t in self.tools}:
+            raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, which is not among the tools")
+        if self.tool_mode in ("named", "required") and super().constraint() is not None:
+            raise ValueError("tool_choice required or named cannot be combined with response_format or guided_*")
         return self
 
     def logprobs_k(self) -> int | None:
@@ -394,16 +462,29 @@ class CompletionResponse(BaseModel):
     usage: Usage
 
 
+class ResponseFunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(BaseModel):
+    id: str
+    type: Literal["function"]
+    function: ResponseFunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    reasoning_content: str | None = Field(None, description="with --reasoning-parser: the model's reasoning")
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     logprobs: ChatLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None
 
 
 class ChatCompletionResponse(BaseModel):

@@ -37,9 +37,12 @@ def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
     return [] if "\ufffd" in tokenizer.decode(tail) else tail
 
 
-def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> None:
+def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, chat_template: str | None = None) -> None:
+    """`chat_template`: replaces the tokenizer's own (--chat-template)."""
     def body(ready):
         tokenizer = AutoTokenizer.from_pretrained(model_path)
+        if chat_template:
+            tokenizer.chat_template = chat_template
         inbox = PullSocket(addrs["tokenizer"])
         to_scheduler, to_detok, to_api = (PushSocket(addrs[n]) for n in ("scheduler", "detokenizer", "api"))
         watch = ParentWatch()
