@@ -18,7 +18,9 @@ from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
 from .frontend import FrontendClient
 from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
+from .generation_defaults import sampling_defaults
 from .parsers import ChatOutputFormat
+from .tokenize_api import add_tokenize_routes
 from .protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -73,6 +75,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     metrics.track_readiness(can_serve)
     observed = ObservedClient(client, metrics)  # the OpenAI routes' requests are timed and counted
+    defaults = sampling_defaults(args.generation_config, args.model)
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, e: APIError):
@@ -110,7 +113,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
             raise APIError(503, "the server is shutting down", headers={"Retry-After": "5"})
         if not state.ready:
             raise APIError(503, "the model is still loading", headers={"Retry-After": "5"})
-        if model is not None and model != args.model_name:
+        if model is not None and model not in args.model_names:
             raise APIError(404, f"the model '{model}' does not exist; this server serves '{args.model_name}'",
                            param="model", code="model_not_found")
 
@@ -171,13 +174,15 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     @app.get("/v1/models", dependencies=v1, tags=["openai"], response_model=ModelList)
     async def models():
-        return {"object": "list", "data": [{"id": args.model_name, "object": "model", "created": state.created,
-                                            "owned_by": "minisgl", "root": args.model or args.model_name}]}
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": state.created,
+                                            "owned_by": "minisgl", "root": args.model or args.model_name}
+                                           for name in args.model_names]}
 
     @app.post("/v1/chat/completions", dependencies=v1, tags=["openai"], response_model=None,
               responses=generation_responses(ChatCompletionResponse))
     async def chat(body: ChatCompletionRequest, request: Request):
         check_serving(body.model)
+        body = body.with_defaults(defaults)
         check_limits(body, body.n)
         if body.tool_mode == "auto" and not args.tool_call_parser:
             raise APIError(400, "tool_choice auto needs the server started with --tool-call-parser; use tool_choice "
@@ -193,18 +198,25 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
               responses=generation_responses(CompletionResponse))
     async def completions(body: CompletionRequest, request: Request):
         check_serving(body.model)
+        body = body.with_defaults(defaults)
         if not body.prompts():
             raise APIError(400, "prompt must not be empty", param="prompt")
         check_limits(body, len(body.prompts()) * body.n)
         return await serve_generation("completion", body, completion_jobs(body), args.model_name, observed,
                                       request)
 
+    add_tokenize_routes(app, args, None, check_serving, v1)
     app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes)
-    _document_model_name(app, args.model_name)
+    if args.origins():
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=args.origins(), allow_methods=["*"], allow_headers=["*"],
+                           allow_credentials="*" not in args.origins())
+    _document_model_name(app, args.model_names)
     return app
 
 
-def _document_model_name(app: FastAPI, name: str) -> None:
+def _document_model_name(app: FastAPI, names: tuple[str, ...]) -> None:
     """The OpenAPI schema names the one model served, so clients and fuzzers know the valid value."""
     from fastapi.openapi.utils import get_openapi
 
@@ -212,7 +224,7 @@ def _document_model_name(app: FastAPI, name: str) -> None:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             for body in ("ChatCompletionRequest", "CompletionRequest"):
-                schema["components"]["schemas"][body]["properties"]["model"]["enum"] = [name]
+                schema["components"]["schemas"][body]["properties"]["model"]["anyOf"][0]["enum"] = list(names)
             app.openapi_schema = schema
         return app.openapi_schema
 

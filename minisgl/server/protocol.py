@@ -133,6 +133,12 @@ class SamplingFields(BaseModel):
             raise ValueError(f"only one of {', '.join(constraints)} may be given")
         return self
 
+    def with_defaults(self, defaults: dict):
+        """The request with the server's sampling defaults (--generation-config) for the fields it
+        leaves unset."""
+        unset = {k: v for k, v in defaults.items() if getattr(self, k, None) is None}
+        return self.model_copy(update=unset) if unset else self
+
     def logprobs_k(self) -> int | None:
         """How many alternatives per token the request wants (None: no logprobs)."""
         return None
