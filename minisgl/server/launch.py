@@ -59,6 +59,7 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
 def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
     """The model directory to load (with no --model, the built-in demo on the CPU), checked for
     what can be known before any process starts: a ValueError names the problem."""
+    check_runtime_flags(args)
     if args.model:
         check_model(args, args.model)
         return args, args.model
@@ -70,6 +71,21 @@ def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
         args = type(args)(**{**args.__dict__, "device": "cpu"})
     check_model(args, demo_model_dir())
     return args, demo_model_dir()
+
+
+def check_runtime_flags(args: ServerArgs) -> None:
+    """Flags whose check needs the packages args.py may not import (it is standard library only,
+    for the operator): the attention backend's name, a CUDA device. Raise ValueError."""
+    from minisgl.attention import ATTN_BACKENDS
+
+    if args.attn != "auto":
+        parts = [p.strip() for p in args.attn.split(",")]
+        unknown = next((p for p in parts if p not in ATTN_BACKENDS), None)
+        if len(parts) > 2 or unknown is not None:
+            raise ValueError(f"--attn {args.attn!r}: give auto, one backend or 'prefill,decode' of "
+                             f"{', '.join(sorted(ATTN_BACKENDS))}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA GPU is available here (use --device cpu or auto)")
 
 
 def check_model(args: ServerArgs, model_path: str) -> None:
