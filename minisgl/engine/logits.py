@@ -108,7 +108,7 @@ class LogitsAdjustment:
             rows, toks, values = self.bias
             logits.index_put_((rows, toks), values, accumulate=True)
         if self.banned is not None:
-            logits.index_put_(self.banned, torch.tensor(float("-inf"), device=logits.device))
+            logits[self.banned] = float("-inf")
         if self.penalties is not None:
             self.penalties.apply(logits, token_pool)
         if self.bitmask is not None:

@@ -86,8 +86,11 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         first = e.errors()[0] if e.errors() else {}
         loc = [str(x) for x in first.get("loc", ()) if x != "body"]
         message = first.get("msg", "invalid request")
+        # A field nested in an object (stream_options, a message, a tool) that the server does not
+        # know is as unsupported as an unknown top-level field.
+        code = "unsupported_parameter" if first.get("type") == "extra_forbidden" else "invalid_request"
         return error_response(400, f"{'.'.join(loc) + ': ' if loc else ''}{message}", param=".".join(loc) or None,
-                              code="invalid_request")
+                              code=code)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException):

@@ -7,7 +7,7 @@ real API and malformed bodies are rejected before they reach the pipeline.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
@@ -22,7 +22,7 @@ TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
 class JsonSchemaSpec(BaseModel):
-    model_config = ConfigDict(strict=True, populate_by_name=True)
+    model_config = ConfigDict(strict=True, populate_by_name=True, extra="forbid")
 
     name: str = Field(max_length=64)
     description: str | None = None
@@ -85,9 +85,9 @@ class SamplingFields(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stop: StopField = Field(None, description="a string or up to 4; generation ends before any of them")
     stop_token_ids: list[TokenId] | None = Field(None, description="extension")
-    ignore_eos: bool = Field(False, description="extension: keep generating past end-of-sequence")
-    n: int = Field(1, ge=1, le=INT32_MAX)
-    stream: bool = False
+    ignore_eos: bool | None = Field(False, description="extension: keep generating past end-of-sequence")
+    n: int | None = Field(1, ge=1, le=INT32_MAX)
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
     presence_penalty: float | None = Field(None, ge=-2, le=2, description="minus this for each token already generated")
     frequency_penalty: float | None = Field(None, ge=-2, le=2,
@@ -98,7 +98,7 @@ class SamplingFields(BaseModel):
         Field(None, description="token id (a string) -> added to its logit, -100..100")
     min_tokens: int | None = Field(None, ge=0, le=INT32_MAX,
                                    description="extension: end-of-sequence and stop ids are impossible before this many")
-    skip_special_tokens: bool = Field(True, description="extension: leave special tokens out of the text")
+    skip_special_tokens: bool | None = Field(True, description="extension: leave special tokens out of the text")
     response_format: ResponseFormat | None = None
     guided_json: dict | str | None = Field(None, description="extension (vLLM): output matches this JSON schema")
     guided_regex: str | None = Field(None, description="extension (vLLM): output matches this regular expression")
@@ -110,14 +110,16 @@ class SamplingFields(BaseModel):
     safety_identifier: str | None = Field(None, description="not used")
     prompt_cache_key: str | None = Field(None, description="not used: the prefix cache needs no key")
 
+    # `null` for these means their default, as in vLLM (the spec allows null for stream, n, ...).
+    # Not max_tokens: null there means "as many as fit" (vLLM too), not completions' 16.
+    NULL_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset(
+        {"n", "stream", "ignore_eos", "skip_special_tokens", "add_generation_prompt"})
+
     @model_validator(mode="before")
     @classmethod
     def _null_means_default(cls, data):
-        """`null` for a field with a default means that default, as in vLLM (the spec allows null
-        for stream, n, echo, ...)."""
         if isinstance(data, dict):
-            defaults = {name for name, f in cls.model_fields.items() if not f.is_required() and f.default is not None}
-            data = {k: v for k, v in data.items() if not (v is None and k in defaults)}
+            data = {k: v for k, v in data.items() if not (v is None and k in cls.NULL_IS_DEFAULT)}
         return data
 
     @model_validator(mode="after")
@@ -199,13 +201,13 @@ class SamplingFields(BaseModel):
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     include_usage: bool = False
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     type: Literal["text"]
     text: str
@@ -238,7 +240,7 @@ class ChatMessage(BaseModel):
 
 
 class FunctionCall(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     name: str
     arguments: str = Field(description="a JSON object, as a string")
@@ -252,7 +254,7 @@ class FunctionCall(BaseModel):
 
 
 class ToolCall(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     id: str
     type: Literal["function"] = "function"
@@ -300,7 +302,7 @@ class ChatCompletionRequest(SamplingFields):
         Field(None, description="auto (default with tools) needs --tool-call-parser; required and a named function "
                                 "are enforced by the grammar")
     parallel_tool_calls: bool | None = Field(None, description="with tool_choice required: false allows one call")
-    add_generation_prompt: bool = Field(True, description="extension: end the prompt with the assistant's turn")
+    add_generation_prompt: bool | None = Field(True, description="extension: end the prompt with the assistant's turn")
     chat_template_kwargs: dict | None = Field(None, description="extension: more variables for the chat template, "
                                                                "e.g. {\"enable_thinking\": false}")
 

@@ -8,29 +8,32 @@ import functools
 from typing import Annotated
 
 from fastapi import FastAPI
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from .args import ServerArgs, load_chat_template
 from .protocol import ChatMessage, TokenId, Tool
 
 
-class TokenizeRequest(BaseModel):
+class TokenizePrompt(BaseModel):
+    """Text, tokenized as /v1/completions would."""
+
     model_config = ConfigDict(strict=True, extra="forbid")
 
     model: str | None = None
-    prompt: str | None = Field(None, description="text, as /v1/completions would tokenize it")
-    messages: Annotated[list[ChatMessage], Field(min_length=1)] | None = \
-        Field(None, description="a chat, rendered with the chat template as /v1/chat/completions would")
+    prompt: str
     add_special_tokens: bool = True
+
+
+class TokenizeChat(BaseModel):
+    """A chat, rendered with the chat template as /v1/chat/completions would."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    model: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
     add_generation_prompt: bool = True
     chat_template_kwargs: dict | None = None
     tools: list[Tool] | None = None
-
-    @model_validator(mode="after")
-    def _one_input(self):
-        if (self.prompt is None) == (self.messages is None):
-            raise ValueError("give exactly one of prompt and messages")
-        return self
 
 
 class DetokenizeRequest(BaseModel):
@@ -54,12 +57,12 @@ def add_tokenize_routes(app: FastAPI, args: ServerArgs, model_path: str | None, 
         return tok
 
     @app.post("/tokenize", dependencies=dependencies, tags=["extensions"])
-    async def tokenize(body: TokenizeRequest):
+    async def tokenize(body: TokenizePrompt | TokenizeChat):
         from minisgl.tokenizer.chat_template import render_chat
 
         check_serving(body.model)
         tok = await asyncio.to_thread(tokenizer)  # loaded once, off the event loop
-        if body.prompt is not None:
+        if isinstance(body, TokenizePrompt):
             ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
         else:
             options = {"add_generation_prompt": body.add_generation_prompt, "kwargs": body.chat_template_kwargs or {},

@@ -78,6 +78,18 @@ def test_unknown_field_is_refused_through_the_openai_client(client):
         client.completions.create(model=MODEL, prompt="hi", max_tokens=2, extra_body={"beam_width": 4})
 
 
+@pytest.mark.parametrize("body, param", [
+    ({"stream_options": {"include_usage": True, "continuous_usage_stats": True}}, "stream_options.continuous_usage_stats"),
+    ({"messages": [{"role": "user", "content": "hi", "audio": {"id": "x"}}]}, "messages.0.audio"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {}, "extra": 1}}},
+     "response_format.json_schema.json_schema.extra"),
+])
+def test_unknown_nested_fields_are_refused_by_path(server, body, param):
+    resp = post(server, "/v1/chat/completions", {"model": MODEL, "messages": CHAT, "max_tokens": 2, **body})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == "unsupported_parameter" and resp.json()["error"]["param"] == param
+
+
 def test_unknown_fields_pass_only_with_the_permissive_flag(model_dir):
     srv = ServerProcess("--model", model_dir, *SERVER_ARGS, "--allow-unknown-fields").wait_ready()
     try:
