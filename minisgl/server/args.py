@@ -83,6 +83,9 @@ class ServerArgs:
     generation_config: str = _flag(
         "Sampling defaults for requests that leave them unset: 'auto' (the model's generation_config.json: "
         "temperature, top_p, top_k, min_p, repetition_penalty), 'none', or a directory holding such a file.", "auto")
+    tokenizer_workers: int | None = _flag(
+        "Tokenizer processes (chat template + encoding run in parallel for many arriving requests); "
+        "default: one per 8 CPU cores, 1 to 4.")
     log_level: str = _flag("Logging level.", "info", choices=["critical", "error", "warning", "info", "debug", "trace"])
 
     @property
@@ -91,6 +94,10 @@ class ServerArgs:
         if isinstance(names, str):
             names = (names,)
         return tuple(names) if names else (self.model or "minisgl-demo",)
+
+    @property
+    def num_tokenizers(self) -> int:
+        return self.tokenizer_workers or max(1, min(4, (os.cpu_count() or 1) // 8))
 
     @property
     def model_name(self) -> str:
@@ -174,7 +181,7 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-prefill-length must be >= 1"
     if not 0 < args.memory_ratio <= 1:
         return "--memory-ratio must be in (0, 1]"
-    for name in ("max_request_bytes", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
+    for name in ("tokenizer_workers", "max_request_bytes", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"
