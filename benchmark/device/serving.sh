@@ -33,17 +33,18 @@ fi
 
 REF_CMD=(python -m minisgl --model "$MODEL" --dummy-weight --attn fi --port 1920)
 if [ -n "${SIDE_BY_SIDE:-}" ]; then
-    # Both servers up at once, each with 45% of the GPU's memory (the workload needs ~22 GB of KV):
+    # Both servers up at once, the reference with 45% of the GPU's memory, minisgl with what is left
+    # (the workload needs ~22 GB of KV):
     # the reference compiles its kernels on its first request, which then overlaps minisgl's sweep.
-    step "online: Mini-SGLang started beside minisgl (memory ratio 0.45 each)"
+    step "online: Mini-SGLang started beside minisgl"
     (cd .ref/mini-sglang && PYTHONPATH=python:/tmp/site exec "${REF_CMD[@]}" --memory-ratio 0.45) \
         > "$RES/online-compare-server.log" 2>&1 &
     REF_PID=$!
     for _ in $(seq 300); do curl -sf localhost:1920/v1/models > /dev/null && break; sleep 1; done
-    curl -s -m 400 localhost:1920/v1/chat/completions -d '{"model": "'"$MODEL"'", "messages": [{"role": "user",
+    curl -s -m 400 localhost:1920/v1/chat/completions -H "Content-Type: application/json" -d '{"model": "'"$MODEL"'", "messages": [{"role": "user",
         "content": "hi"}], "max_tokens": 4, "stream": true}' > /dev/null &  # its first request compiles
     COMPARE=(--compare-base-url http://127.0.0.1:1920 --compare-name mini-sglang)
-    SERVER_FLAGS=(--memory-ratio 0.45)
+    SERVER_FLAGS=()  # minisgl sizes its KV cache from the memory left free
 else
     step "online: minisgl, then Mini-SGLang with the same requests"
     COMPARE=(--compare-base-url http://127.0.0.1:1920 --compare-name mini-sglang
