@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -40,9 +41,13 @@ def podman(*args: str, check: bool = True, timeout: float = 600, **kwargs) -> su
 
 
 def podman_problem() -> str | None:
-    """Why podman cannot run containers here, or None."""
+    """Why podman cannot build and run the images here, or None."""
     if shutil.which("podman") is None:
         return f"podman is not installed: {SETUP_HINT}"
+    if shutil.which("debootstrap") is None:
+        return f"debootstrap is not installed: {SETUP_HINT}"
+    if os.geteuid() != 0:
+        return "debootstrap and rootful podman need root (CI runs as root)"
     try:
         probe = subprocess.run(["podman", "info", "--format", "{{.Host.OCIRuntime.Name}}"], capture_output=True,
                                text=True, timeout=120)
@@ -53,9 +58,18 @@ def podman_problem() -> str | None:
     return None
 
 
+PYTEST_CONFIG = None  # set by test_container.py, so that log() can write past pytest's capture
+
+
 def log(message: str) -> None:
-    """Progress of the long steps, shown even while pytest captures output."""
-    print(f"[container test] {message}", file=sys.__stderr__, flush=True)
+    """Progress of the long steps, shown on the terminal even while pytest captures output."""
+    line = f"[container test] {message}"
+    if PYTEST_CONFIG is None:
+        print(line, file=sys.stderr, flush=True)
+        return
+    capture = PYTEST_CONFIG.pluginmanager.get_plugin("capturemanager")
+    with capture.global_and_fixture_disabled():
+        PYTEST_CONFIG.pluginmanager.get_plugin("terminalreporter").write_line(line)
 
 
 # --- the Debian base ---------------------------------------------------------------------------
@@ -134,6 +148,7 @@ def pip_build_mounts(workdir: Path) -> list[str]:
 
 def build(tag: str, dockerfile: Path, build_args: dict[str, str], timeout: float = 1800) -> float:
     """`podman build` from the repository root; returns the seconds it took."""
+    previous = image_id(tag)
     with tempfile.TemporaryDirectory(prefix="minisgl-build-") as tmp:
         # Docker's image format: OCI images have no HEALTHCHECK and podman ignores SHELL for them.
         args = ["build", "--format", "docker", "--network", "host", "--file", str(dockerfile), "--tag", tag,
@@ -154,8 +169,16 @@ def build(tag: str, dockerfile: Path, build_args: dict[str, str], timeout: float
         assert proc.returncode == 0, f"podman build {tag} exited {proc.returncode}:\n{''.join(output[-60:])}"
     seconds = time.monotonic() - started
     log(f"built {tag} in {seconds:.0f} s")
-    podman("image", "prune", "--force", check=False)  # the previous builds' untagged images
+    if previous and previous != image_id(tag):
+        # The image this tag named before, with its layers no other image uses; the cached
+        # layers of unchanged steps stay (a rerun reuses them).
+        podman("rmi", previous, check=False)
     return seconds
+
+
+def image_id(tag: str) -> str | None:
+    proc = podman("image", "inspect", "--format", "{{.Id}}", tag, check=False)
+    return proc.stdout.strip() if proc.returncode == 0 else None
 
 
 def image_size(tag: str) -> int:

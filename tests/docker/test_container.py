@@ -47,6 +47,14 @@ def cpu_image_args(base: str) -> dict[str, str]:
     return args
 
 
+@pytest.fixture(scope="module", autouse=True)
+def progress_on_the_terminal(pytestconfig):
+    """The long steps (debootstrap, builds) and the image sizes show while pytest captures output."""
+    pm.PYTEST_CONFIG = pytestconfig
+    yield
+    pm.PYTEST_CONFIG = None
+
+
 def report_size(name: str, tag: str) -> int:
     size = pm.image_size(tag)
     pm.log(f"{name} image size: {size / 1e9:.2f} GB ({size} bytes)")
@@ -106,7 +114,7 @@ class Server:
         return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", timeout=120, max_retries=0)
 
     def remove(self) -> None:
-        pm.podman("rm", "--force", "--time", "0", self.name, check=False)
+        pm.podman("rm", "--force", "--volumes", "--time", "0", self.name, check=False)
 
 
 @pytest.fixture(scope="module")
@@ -158,23 +166,25 @@ def test_openai_chat_streams_an_answer_from_the_demo_model(server):
     stream = server.client().chat.completions.create(
         model=demo_model(server), messages=[{"role": "user", "content": "Say something."}],
         max_tokens=16, temperature=0, stream=True)
-    chunks = list(stream)
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    chunks = [c for c in stream if c.choices]
+    text = "".join(c.choices[0].delta.content or "" for c in chunks)
     assert len(chunks) > 2, "streamed in several events"
     assert text.strip(), "the demo model answered nothing"
-    assert chunks[-1].choices[0].finish_reason in ("length", "stop") or chunks[-2].choices[0].finish_reason
+    assert [c.choices[0].finish_reason for c in chunks if c.choices[0].finish_reason] in (["length"], ["stop"])
 
 
 def test_the_server_runs_as_the_images_non_root_user(server):
-    assert pm.inspect(server.name)["Config"]["User"].partition(":")[0] == UID
-    # Every process of the container: the API server and its worker processes.
-    pids = pm.podman("exec", server.name, "sh", "-c", "ls /proc | grep -E '^[0-9]+$'").stdout.split()
-    uids = set()
-    for pid in pids:
-        status = pm.podman("exec", server.name, "cat", f"/proc/{pid}/status", check=False).stdout
-        uids |= {line.split()[1] for line in status.splitlines() if line.startswith("Uid:")}
-    assert uids == {UID}, uids
-    assert UID != "0"
+    assert pm.inspect(server.name)["Config"]["User"].partition(":")[0] == UID != "0"
+    # Every process of the container but the probe itself: the ENTRYPOINT's API server (pid 1)
+    # and the worker processes it started. Real user ids, as the kernel has them.
+    probe = ("import os\nfor pid in filter(str.isdigit, os.listdir('/proc')):\n"
+             "    if int(pid) != os.getpid():\n"
+             "        status = dict(l.split(':', 1) for l in open(f'/proc/{pid}/status'))\n"
+             "        print(pid, status['Uid'].split()[0], status['Name'].strip())")
+    rows = [line.split() for line in pm.podman("exec", server.name, "python", "-c", probe).stdout.splitlines()]
+    assert ["1", UID, "python"] in rows, rows
+    assert len(rows) >= 4, f"the API server and its tokenizer, detokenizer and scheduler workers: {rows}"
+    assert {uid for _, uid, _ in rows} == {UID}, rows
 
 
 def test_read_only_root_filesystem_with_the_cache_volumes_still_serves(cpu_image):
