@@ -162,7 +162,7 @@ def build(tag: str, dockerfile: Path, build_args: dict[str, str], timeout: float
                               text=True) as proc:
             for line in proc.stdout:
                 output.append(line)
-                if "STEP " in line or "--> Using cache" in line:
+                if "STEP " in line and (": RUN " in line or ": FROM " in line):  # the long steps
                     log(f"  {time.monotonic() - started:5.0f} s  {line.strip()[:150]}")
                 if time.monotonic() - started > timeout:
                     proc.kill()
