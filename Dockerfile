@@ -77,7 +77,8 @@ RUN printf 'torch==%s\nsgl-kernel==%s\nflashinfer-python==%s\n' \
 # (`python -m minisgl.prebuild`).
 COPY minisgl/prebuild.py /tmp/prebuild.py
 RUN if [ -n "$KERNEL_ARCHS" ]; then \
-        FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-build python /tmp/prebuild.py --archs "$KERNEL_ARCHS" \
+        CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-build \
+            python /tmp/prebuild.py --archs "$KERNEL_ARCHS" \
         && rm -rf /tmp/flashinfer-build; \
     fi \
     && rm /tmp/prebuild.py

@@ -87,8 +87,10 @@ def jit_spec(kernel: Kernel):
     if kernel.kind == "decode":
         return modules.gen_batch_decode_module(*args)
     if kernel.kind == "prefill-fa2":
-        # The FA2 wrapper loads this "primary" module (K and V pages with equal strides).
-        return modules._gen_batch_prefill_primary_module("fa2", *args, False)
+        # FlashInfer 0.7's FA2 wrapper loads a "primary" module (K and V pages with equal
+        # strides); 0.6 (the GPU machines' version) the full one.
+        primary = getattr(modules, "_gen_batch_prefill_primary_module", None)
+        return (primary or modules.gen_batch_prefill_module)("fa2", *args, False)
     if kernel.kind == "prefill-fa3":
         return modules.gen_batch_prefill_module("fa3", *args, False)
     raise ValueError(f"unknown kernel kind {kernel.kind!r}")
@@ -138,7 +140,7 @@ def prebuild(archs, dtypes=ATTENTION_DTYPES, head_dims=ATTENTION_HEAD_DIMS, jobs
 
     def build(kernel, spec) -> float:
         began = time.perf_counter()
-        spec.build()
+        spec.build(verbose=False, need_lock=True)  # the lock: another prebuild may run beside this one
         installed.append(_install(spec))
         return time.perf_counter() - began
 
