@@ -154,7 +154,11 @@ def prebuild(archs, dtypes=ATTENTION_DTYPES, head_dims=ATTENTION_HEAD_DIMS, jobs
                 print(f"  ... {time.perf_counter() - start:.0f} s, {finished}/{len(todo)} done; compiling {names}", flush=True)
             for future in ready:
                 kernel, spec = running.pop(future)
-                seconds = future.result()  # a failed compile stops the build here, with its log
+                if future.exception() is not None:  # a failed compile stops the build, with its log
+                    for pending in running:
+                        pending.cancel()
+                    raise RuntimeError(f"compiling {kernel} ({spec.name}) failed") from future.exception()
+                seconds = future.result()
                 finished += 1
                 print(f"[{finished:>2}/{len(todo)}] {seconds:6.1f} s  {kernel}  ({spec.name})", flush=True)
     size = sum(p.stat().st_size for p in installed)

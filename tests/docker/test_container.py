@@ -9,6 +9,7 @@ podman up. A cold run (no cached base or layers) takes about ten minutes; a reru
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import subprocess
@@ -36,6 +37,8 @@ DRAIN = server_args.defaults()["drain_timeout"]
 UID = RUNTIME.last("USER").value[0].partition(":")[0]
 START_TIMEOUT = 300  # the demo model loads in seconds; a cold CPU start of torch is slower
 RUN_ID = uuid.uuid4().hex[:8]
+# One tag per checkout: test runs of two checkouts on one machine do not swap each other's images.
+CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
 
 
 def cpu_image_args(base: str) -> dict[str, str]:
@@ -66,14 +69,14 @@ def report_size(name: str, tag: str) -> int:
 
 @pytest.fixture(scope="module")
 def cpu_image() -> str:
-    tag = "localhost/minisgl-cpu:test"
+    tag = f"localhost/minisgl-cpu:test-{CHECKOUT}"
     pm.build(tag, GPU_DOCKERFILE, cpu_image_args(pm.debian_base()))
     return tag
 
 
 @pytest.fixture(scope="module")
 def operator_image() -> str:
-    tag = "localhost/minisgl-operator:test"
+    tag = f"localhost/minisgl-operator:test-{CHECKOUT}"
     pm.build(tag, OPERATOR_DOCKERFILE, {"BASE_IMAGE": pm.debian_base(pm.PYTHON_PACKAGES)})
     return tag
 
