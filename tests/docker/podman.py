@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
-import pytest
-
 from tests.docker.dockerfiles import REPO
 
 SUITE, VARIANT, MIRROR = "bookworm", "minbase", "http://deb.debian.org/debian"
@@ -114,12 +112,12 @@ def debian_base(packages: tuple[str, ...] = ()) -> str:
 
 
 def _pip_settings() -> dict[str, str]:
-    """This machine's effective pip settings: config files, then PIP_* variables, as pip orders them."""
+    """This machine's effective pip settings: the config files', then the PIP_* variables' (which
+    win, as in pip), from `pip config list` (`global.find-links='...'`, `:env:.cert='...'`)."""
     out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True, check=True).stdout
+    entries = [line.partition("=") for line in out.splitlines() if "=" in line]
     settings: dict[str, str] = {}
-    for line in out.splitlines():
-        key, _, value = line.partition("=")
-        settings.setdefault(key.split(".", 1)[1], "")
+    for key, _, value in sorted(entries, key=lambda e: e[0].startswith(":env:")):
         settings[key.split(".", 1)[1]] = value.strip().strip("'\"")
     return settings
 
