@@ -113,10 +113,9 @@ RUN groupadd --system --gid 10001 minisgl \
 COPY --from=builder /opt/venv /opt/venv
 
 # HF_HOME: downloaded models (the hub cache is $HF_HOME/hub); MINISGL_CACHE: the built-in demo
-# model, made at its first start, in the same volume.
+# model, made at its first start, in the same volume. Triton and torch keep their caches under
+# HOME: with a read-only root filesystem, point HOME at a writable /tmp (the operator's pods do).
 # FLASHINFER_WORKSPACE_BASE: FlashInfer's own cache ($FLASHINFER_WORKSPACE_BASE/.cache/flashinfer).
-# TRITON_CACHE_DIR: Triton's compiled kernels, per GPU model (a volume, so that a read-only root
-# filesystem works and a restart does not compile them again).
 # FLASHINFER_DISABLE_JIT: a FlashInfer kernel missing from the prebuilt set is an error that names
 # it, not an attempt to run an nvcc this image does not have.
 ENV VIRTUAL_ENV=/opt/venv \
@@ -127,7 +126,6 @@ ENV VIRTUAL_ENV=/opt/venv \
     HF_HOME=/cache/hf \
     MINISGL_CACHE=/cache/hf/minisgl \
     FLASHINFER_WORKSPACE_BASE=/cache/flashinfer \
-    TRITON_CACHE_DIR=/cache/flashinfer/triton \
     FLASHINFER_DISABLE_JIT=1
 VOLUME ["/cache/hf", "/cache/flashinfer"]
 

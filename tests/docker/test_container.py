@@ -192,9 +192,9 @@ def test_the_server_runs_as_the_images_non_root_user(server):
 
 def test_read_only_root_filesystem_with_the_cache_volumes_still_serves(cpu_image):
     # Docker's --read-only gives no writable /tmp (podman's does, unless told not to): the README
-    # tells users to add --tmpfs /tmp, which is what runs here.
+    # tells users to add --tmpfs /tmp with HOME there, which is what runs here.
     volumes = [f"minisgl-test-{kind}-ro-{RUN_ID}" for kind in ("hf", "flashinfer")]
-    srv = Server(cpu_image, "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp",
+    srv = Server(cpu_image, "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp", "--env", "HOME=/tmp",
                  "--volume", f"{volumes[0]}:/cache/hf", "--volume", f"{volumes[1]}:/cache/flashinfer")
     try:
         srv.wait_ready()
@@ -203,6 +203,8 @@ def test_read_only_root_filesystem_with_the_cache_volumes_still_serves(cpu_image
         assert reply.choices[0].message.content.strip()
         touched = pm.podman("exec", srv.name, "touch", "/home/minisgl/x", check=False)
         assert touched.returncode != 0, "the root filesystem is read-only"
+        # The demo model went to the model volume (MINISGL_CACHE), not to the tmpfs.
+        pm.podman("exec", srv.name, "test", "-f", "/cache/hf/minisgl/demo-qwen3-tiny/config.json")
     finally:
         srv.remove()
         pm.podman("volume", "rm", "--force", *volumes, check=False)
