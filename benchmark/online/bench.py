@@ -1,38 +1,47 @@
-"""Online serving benchmark: streaming requests through the `openai` client at Poisson arrival rates.
+"""Online serving benchmark: streaming requests at Poisson arrival rates, read as raw server-sent
+events by several client processes (`minisgl.benchmark.sse_client`), so the client is not the limit.
 
     # start the server, sweep three rates, stop it (server flags after --):
     python benchmark/online/bench.py --launch --rates 4,16,64 -- --model .bench-models/qwen3-0.6b --dummy-weight
     # against a running server; `inf` sends every request at once:
     python benchmark/online/bench.py --base-url http://127.0.0.1:1919 --rates 2,8,32,inf --num-requests 128
+    # two servers, the same requests, one table with both and the ratio (the second one may be
+    # started by a shell command once the first is done, so they never share the device):
+    python benchmark/online/bench.py --launch --compare-base-url http://127.0.0.1:1920 \
+        --compare-launch "python -m other_server --port 1920" -- --model ...
     # replay a JSONL trace ({"arrival_s": 0.4, "input_len": 512, "output_len": 128} per line):
     python benchmark/online/bench.py --launch --trace trace.jsonl
 
-Every request streams with `ignore_eos`, so its output length is exactly its max_tokens; lengths
-follow the offline workload (random in [min(100, max), max]; fixed when max <= 100) and prompts are
-random token ids (fresh for each rate, so the prefix cache does not carry over). Reports TTFT, ITL
-(between streamed chunks), TPOT and end-to-end latency (mean/p50/p90/p99) and request and
-output-token throughput per rate, counted from the stream's usage; writes JSON and a PNG beside it.
-Exits 1 if any request failed.
+Every request streams with `max_tokens` (and `max_completion_tokens` for chat) and `ignore_eos`, so
+its output length is its max_tokens on a server that honours them; a shorter output is counted in
+`short_outputs`. Lengths follow the offline workload (random in [min(100, max), max]; fixed when
+max <= 100) and prompts are random token ids (fresh for each rate, so the prefix cache does not
+carry over). Reports TTFT, ITL (between streamed chunks), TPOT and end-to-end latency
+(mean/p50/p90/p99) and request and output-token throughput per rate; output tokens come from the
+stream's usage, or are counted per text chunk when the server sends none. Writes JSON and a PNG
+beside it. Exits 1 if any request failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
+import shlex
 import sys
+import time
 from urllib.parse import urlparse
 
 from minisgl.benchmark.online import (
-    BenchRequest, fmt, format_table, latency_plot, load_trace, parse_rates, poisson_arrivals,
-    random_ids, rate_label, run_requests, summarize,
+    comparison_table, fmt, format_table, latency_plot, load_trace, parse_rates, poisson_arrivals, random_ids,
+    rate_label, summarize,
 )
 from minisgl.benchmark.report import device_name, write_json
+from minisgl.benchmark.sse_client import BenchRequest, Target, run_requests
+from minisgl.benchmark.workload import offline_workload
 from minisgl.utils.net import free_port
 from minisgl.utils.server_process import ServerProcess
-from minisgl.benchmark.workload import offline_workload
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -47,6 +56,9 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--base-url", default="http://127.0.0.1:1919", help="server to drive (without /v1)")
     p.add_argument("--launch", action="store_true",
                    help="start `python -m minisgl` with the flags after -- on a free loopback port, stop it at the end")
+    p.add_argument("--model-free", action="store_true",
+                   help="with --launch: the server's engine runs no model and emits random tokens as fast as the "
+                   "CPU allows (minisgl.benchmark.model_free), to measure the serving path alone")
     p.add_argument("--ready-timeout", type=float, default=900, help="seconds to wait for a launched server")
     p.add_argument("--api", choices=["completions", "chat"], default="completions",
                    help="completions: token-id prompts of exact length; chat: word prompts of about that length")
@@ -64,11 +76,23 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--request-timeout", type=float, default=600, help="seconds per request before it counts as failed")
     p.add_argument("--warmup", type=int, default=2, help="short unmeasured requests before the first rate")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--client-processes", type=int, default=min(4, os.cpu_count() or 1),
+                   help="client processes the requests are spread over (default: min(4, cores))")
+    p.add_argument("--name", default="minisgl", help="the first server's name in tables")
+    p.add_argument("--compare-base-url", help="a second server driven with the same requests after the first")
+    p.add_argument("--compare-launch", help="shell command that starts the second server (stopped at the end); "
+                   "it runs only after the first server is stopped")
+    p.add_argument("--compare-name", default="other", help="the second server's name in tables")
+    p.add_argument("--compare-model", help="model name for the second server (default: its first /v1/models entry)")
     p.add_argument("--no-progress", action="store_true", help="no tqdm progress bar")
     p.add_argument("--out", default="results/online.json", help="JSON path; the PNG goes beside it")
     args = p.parse_args(argv)
-    if server_args and not args.launch:
-        p.error("server flags after -- need --launch")
+    if (server_args or args.model_free) and not args.launch:
+        p.error("server flags after -- and --model-free need --launch")
+    if args.compare_launch and not args.compare_base_url:
+        p.error("--compare-launch needs --compare-base-url (where the launched server listens)")
+    if args.client_processes < 1:
+        p.error("--client-processes must be >= 1")
     for name in ("num_requests", "max_input_len", "max_output_len", "warmup"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             p.error(f"--{name.replace('_', '-')} is too small")
@@ -88,8 +112,10 @@ def launch(args: argparse.Namespace, server_flags: list[str]) -> ServerProcess:
     host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
     args.api_key = args.api_key or server.api_key
     log_path = os.path.splitext(args.out)[0] + "-server.log"
-    print(f"launching: {sys.executable} -m minisgl {' '.join(flags)}  (log: {log_path})")
-    srv = ServerProcess(flags, f"http://{host}:{server.port}", log_path)
+    module = "minisgl.benchmark.model_free" if args.model_free else "minisgl"
+    command = [sys.executable, "-m", module, *flags]
+    print(f"launching: {shlex.join(command)}  (log: {log_path})", flush=True)
+    srv = ServerProcess(command, f"http://{host}:{server.port}", log_path, command=True)
     try:
         srv.wait_ready(args.ready_timeout)
     except BaseException:
@@ -139,44 +165,64 @@ def workloads(args: argparse.Namespace, vocab: int) -> list[tuple[str, float | N
     return runs
 
 
-async def drive(args: argparse.Namespace, base_url: str) -> dict:
-    import openai
+def served_model(base_url: str, api_key: str | None, wanted: str | None) -> tuple[str, str | None]:
+    """(model name for requests, its root path if the server says) from /v1/models."""
+    import httpx
 
-    client = openai.AsyncOpenAI(base_url=base_url.rstrip("/") + "/v1",
-                                api_key=args.api_key or os.environ.get("MINISGL_API_KEY") or "EMPTY",
-                                max_retries=0, timeout=args.request_timeout)
-    try:
-        models = (await client.models.list()).data
-        if not models and not args.model:
-            raise RuntimeError("the server lists no models; pass --model")
-        model = args.model or models[0].id
-        root = next((getattr(m, "root", None) for m in models if m.id == model), None)
-        vocab = vocab_size(args, root)
-        common = dict(api=args.api, temperature=args.temperature, timeout=args.request_timeout,
-                      progress=not args.no_progress)
+    headers = {"Authorization": f"Bearer {api_key or 'EMPTY'}"}
+    models = httpx.get(base_url.rstrip("/") + "/v1/models", headers=headers, timeout=30).json().get("data") or []
+    if not models and not wanted:
+        raise RuntimeError(f"{base_url} lists no models; pass --model")
+    model = wanted or models[0]["id"]
+    return model, next((m.get("root") for m in models if m["id"] == model), None)
 
-        if args.warmup:
-            rng = random.Random(-1)
-            warm = [BenchRequest(random_ids(rng, min(16, args.max_input_len), vocab), min(8, args.max_output_len))
-                    for _ in range(args.warmup)]
-            results, _, _ = await run_requests(client, model, warm, desc="warm-up", **common)
+
+def drive(args: argparse.Namespace, base_url: str, model: str | None, runs: list | None = None) -> dict:
+    """Warm up, then every run of `workloads` (or the given `runs`, to repeat another server's)."""
+    model, root = served_model(base_url, args.api_key or os.environ.get("MINISGL_API_KEY"), model)
+    vocab = vocab_size(args, root)
+    target = Target(base_url, model, args.api, args.api_key or os.environ.get("MINISGL_API_KEY"), args.temperature,
+                    args.request_timeout)
+    common = dict(processes=args.client_processes, progress=not args.no_progress)
+    if args.warmup:
+        rng = random.Random(-1)
+        warm = [BenchRequest(random_ids(rng, min(16, args.max_input_len), vocab), min(8, args.max_output_len))
+                for _ in range(args.warmup)]
+        deadline = time.monotonic() + args.ready_timeout
+        while True:  # a server may list its model before it can generate: retry until the deadline
+            results, _, _ = run_requests(target, warm, desc="warm-up", **common)
             bad = [r.error for r in results if not r.ok]
-            if bad:
+            if not bad:
+                break
+            if time.monotonic() > deadline:
                 raise RuntimeError(f"warm-up requests failed: {bad[0]}")
+            time.sleep(2)
 
-        rows = []
-        for label, rate, reqs, extra in workloads(args, vocab):
-            results, seconds, peak = await run_requests(client, model, reqs, max_concurrency=args.max_concurrency,
-                                                        desc=f"rate {label}", **common)
-            row = {"rate": label, "rate_rps": rate, **extra, "peak_in_flight": peak, **summarize(results, seconds)}
-            rows.append(row)
-            print(f"rate {label}: {row['completed']}/{row['requests']} done in {seconds:.1f} s, "
-                  f"{fmt(row['request_throughput'], 2)} req/s, {fmt(row['output_throughput'])} out tok/s, "
-                  f"TTFT p50 {fmt(row['ttft_ms']['p50'])} ms, ITL p50 {fmt(row['itl_ms']['p50'])} ms"
-                  + (f", {row['failed']} failed: {next(iter(row['errors']))}" if row["failed"] else ""))
-        return {"model": model, "model_root": root, "vocab_size": vocab, "results": rows}
-    finally:
-        await client.close()
+    rows = []
+    runs = runs if runs is not None else workloads(args, vocab)
+    for label, rate, reqs, extra in runs:
+        results, seconds, peak = run_requests(target, reqs, max_concurrency=args.max_concurrency,
+                                              desc=f"rate {label}", **common)
+        row = {"rate": label, "rate_rps": rate, **extra, "peak_in_flight": peak, **summarize(results, seconds)}
+        rows.append(row)
+        print(f"rate {label}: {row['completed']}/{row['requests']} done in {seconds:.1f} s, "
+              f"{fmt(row['request_throughput'], 2)} req/s, {fmt(row['output_throughput'])} out tok/s, "
+              f"TTFT p50 {fmt(row['ttft_ms']['p50'])} ms, ITL p50 {fmt(row['itl_ms']['p50'])} ms"
+              + (f", {row['short_outputs']} outputs shorter than asked" if row["short_outputs"] else "")
+              + (f", {row['failed']} failed: {next(iter(row['errors']))}" if row["failed"] else ""), flush=True)
+    return {"model": model, "model_root": root, "vocab_size": vocab, "results": rows, "runs": runs}
+
+
+def launch_command(command: str, url: str, log_path: str, timeout: float) -> ServerProcess:
+    print(f"launching: {command}  (log: {log_path})", flush=True)
+    srv = ServerProcess(shlex.split(command), url, log_path, command=True,
+                        ready_paths=("/ready", "/v1/models"))
+    try:
+        srv.wait_ready(timeout)
+    except BaseException:
+        srv.stop()
+        raise
+    return srv
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -186,25 +232,47 @@ def main(argv: list[str] | None = None) -> int:
     if urlparse(base_url).hostname not in LOOPBACK:
         print(f"note: {base_url} is not a loopback address")
     try:
-        run = asyncio.run(drive(args, base_url))
+        run = drive(args, base_url, args.model)
     finally:
         if server:
             code = server.stop()
             print(f"server stopped (exit {code})")
+    other = None
+    if args.compare_base_url:
+        other_server = None
+        if args.compare_launch:
+            log = os.path.splitext(args.out)[0] + "-compare-server.log"
+            other_server = launch_command(args.compare_launch, args.compare_base_url, log, args.ready_timeout)
+        try:
+            # The same requests (ids, lengths, arrival times); only the vocabulary check is the other's.
+            other = drive(args, args.compare_base_url, args.compare_model, run["runs"])
+        finally:
+            if other_server:
+                print(f"{args.compare_name} server stopped (exit {other_server.stop()})")
+    names = (args.name, args.compare_name)
     result = {
         "benchmark": "online", "device": device_name(), "base_url": base_url, "launched": bool(server),
-        "server_args": server_flags if server else None, "api": args.api,
+        "server_args": server_flags if server else None, "api": args.api, "client_processes": args.client_processes,
         "workload": {k: getattr(args, k) for k in ("num_requests", "max_input_len", "max_output_len", "temperature",
                                                    "max_concurrency", "seed", "trace", "trace_speedup")},
-        **run,
+        **{k: v for k, v in run.items() if k != "runs"},
     }
+    if other:
+        result["compare"] = {"name": args.compare_name, "base_url": args.compare_base_url, "launch": args.compare_launch,
+                             **{k: v for k, v in other.items() if k != "runs"}}
     write_json(args.out, result)
     png = os.path.splitext(args.out)[0] + ".png"
-    latency_plot(png, f"Online serving: {run['model']} on {result['device']}", run["results"])
+    title = f"Online serving: {run['model']} on {result['device']}" + (f", {names[0]} vs {names[1]}" if other else "")
+    latency_plot(png, title, run["results"], other["results"] if other else None, names)
     print(format_table(run["results"]))
+    if other:
+        print(f"\n{names[1]}:\n" + format_table(other["results"]))
+        print(f"\n{names[0]} vs {names[1]} (ratio = {names[0]} / {names[1]}):\n"
+              + comparison_table(run["results"], other["results"], names))
     print("latencies in ms; ITL is between streamed chunks")
     print(f"wrote {args.out} and {png}")
-    return 1 if any(r["failed"] for r in run["results"]) else 0
+    failed = any(r["failed"] for r in run["results"] + (other["results"] if other else []))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,55 +1,23 @@
-"""The online benchmark's parts: arrivals, a streaming request driver on the `openai` client,
-latency statistics, a server launcher, a table and a plot. `benchmark/online/bench.py` wires them.
+"""The online benchmark's parts: arrivals, traces, latency statistics, tables and a plot. The
+client that sends the requests is `minisgl.benchmark.sse_client`; `benchmark/online/bench.py`
+wires them.
 
 Each request streams (`stream=True`, `stream_options.include_usage`, `ignore_eos`), so that:
 TTFT = send -> first chunk with text; ITL = gaps between consecutive text chunks (a chunk may carry
 more than one token when the detokenizer holds back a partial character); TPOT = (E2E - TTFT) /
-(output tokens - 1); E2E = send -> end of stream. Token counts come from the final usage chunk.
+(output tokens - 1); E2E = send -> end of stream.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
-import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
+from .sse_client import BenchRequest, RequestResult
+
 PERCENTILES = (50, 90, 99)
-# Words for chat prompts: about one token each in common tokenizers, so input lengths stay close.
-_WORDS = ("the of and to in is it that for on with as was at by be this from or have not are but what all "
-          "were when we there can an your which their said if will each about how up out them then she many "
-          "some so these would other into has more her two like him see time could no make than first been").split()
-
-
-@dataclass
-class BenchRequest:
-    prompt_ids: list[int]
-    max_tokens: int
-    arrival_s: float = 0.0  # offset from the start of the run
-
-
-@dataclass
-class RequestResult:
-    ok: bool
-    prompt_len: int
-    max_tokens: int
-    start: float = 0.0
-    end: float = 0.0
-    ttft: float | None = None
-    itl: list[float] = field(default_factory=list)
-    prompt_tokens: int = 0
-    output_tokens: int = 0
-    chunks: int = 0
-    error: str | None = None
-
-    @property
-    def latency(self) -> float:
-        return self.end - self.start
-
-
 # ---------------------------------------------------------------------------------------- workload
 
 def parse_rates(text: str) -> list[float]:
@@ -116,96 +84,6 @@ def load_trace(path: str, num_requests: int, max_input_len: int, max_output_len:
     return reqs, clipped
 
 
-def chat_text(ids: list[int]) -> str:
-    """A user message of about len(ids) tokens, derived from the ids (for --api chat)."""
-    return " ".join(_WORDS[i % len(_WORDS)] for i in ids)
-
-
-# ------------------------------------------------------------------------------------------ driver
-
-async def send_request(client, model: str, req: BenchRequest, api: str = "completions",
-                       temperature: float | None = None, timeout: float = 600.0) -> RequestResult:
-    """One streaming request; never raises (a failure is a result with ok=False)."""
-    res = RequestResult(ok=False, prompt_len=len(req.prompt_ids), max_tokens=req.max_tokens)
-    common = dict(model=model, stream=True, stream_options={"include_usage": True}, temperature=temperature,
-                  extra_body={"ignore_eos": True}, timeout=timeout)
-
-    async def stream() -> None:
-        if api == "chat":
-            it = await client.chat.completions.create(
-                messages=[{"role": "user", "content": chat_text(req.prompt_ids)}],
-                max_completion_tokens=req.max_tokens, **common)
-        else:
-            it = await client.completions.create(prompt=req.prompt_ids, max_tokens=req.max_tokens, **common)
-        last = None
-        async for chunk in it:
-            now = time.perf_counter()
-            if chunk.choices:
-                c = chunk.choices[0]
-                text = c.delta.content if api == "chat" else c.text
-                if text:
-                    if last is None:
-                        res.ttft = now - res.start
-                    else:
-                        res.itl.append(now - last)
-                    last = now
-                    res.chunks += 1
-            if chunk.usage is not None:
-                res.prompt_tokens = chunk.usage.prompt_tokens
-                res.output_tokens = chunk.usage.completion_tokens
-
-    res.start = time.perf_counter()
-    try:
-        await asyncio.wait_for(stream(), timeout)
-        res.ok = True
-    except Exception as e:  # noqa: BLE001 - any failure is counted, the run goes on
-        res.error = f"{type(e).__name__}: {str(e)[:200] or 'no message'}"
-    res.end = time.perf_counter()
-    if res.ok and res.ttft is None:  # no text at all: the first token came with the end
-        res.ttft = res.latency
-    return res
-
-
-async def run_requests(client, model: str, reqs: list[BenchRequest], api: str = "completions",
-                       temperature: float | None = None, timeout: float = 600.0, max_concurrency: int | None = None,
-                       desc: str = "", progress: bool = True) -> tuple[list[RequestResult], float, int]:
-    """Send each request at its arrival offset; returns (results, wall seconds from the first
-    send to the last completion, peak requests in flight)."""
-    from tqdm.auto import tqdm
-
-    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    bar = tqdm(total=len(reqs), desc=desc, unit="req", disable=not progress, dynamic_ncols=True)
-    in_flight = peak = 0
-    start = time.perf_counter()
-
-    async def one(req: BenchRequest) -> RequestResult:
-        nonlocal in_flight, peak
-        delay = start + req.arrival_s - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if sem:
-            await sem.acquire()
-        in_flight += 1
-        peak = max(peak, in_flight)
-        try:
-            res = await send_request(client, model, req, api, temperature, timeout)
-        finally:
-            in_flight -= 1
-            if sem:
-                sem.release()
-        bar.update(1)
-        if not res.ok:
-            bar.set_postfix_str(f"failed: {res.error[:60]}")
-        return res
-
-    try:
-        results = await asyncio.gather(*(one(r) for r in reqs))
-    finally:
-        bar.close()
-    end = max((r.end for r in results), default=start)
-    return list(results), end - start, peak
-
-
 # -------------------------------------------------------------------------------------- statistics
 
 def percentiles(values_s: list[float]) -> dict:
@@ -237,6 +115,10 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
         "input_tokens": sum(r.prompt_tokens for r in ok),
         "output_tokens": out_tokens,
         "expected_output_tokens": sum(r.max_tokens for r in results),
+        # Requests that came back with fewer tokens than asked (a server that ignored max_tokens
+        # or ignore_eos): their throughput is not comparable.
+        "short_outputs": sum(1 for r in ok if r.output_tokens < r.max_tokens),
+        "tokens_from": "/".join(sorted({r.tokens_from for r in ok})) or None,
         "chunks": sum(r.chunks for r in ok),
         "ttft_ms": percentiles([r.ttft for r in ok]),
         "itl_ms": percentiles([g for r in ok for g in r.itl]),
@@ -262,8 +144,30 @@ def format_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def latency_plot(path: str, title: str, rows: list[dict]) -> None:
-    """Four panels over the rates: TTFT, ITL and E2E percentiles (ms, log scale) and throughput."""
+def comparison_table(rows: list[dict], compare: list[dict], names: tuple[str, str]) -> str:
+    """Two servers driven with the same requests, side by side per rate, with the ratio A/B of
+    output throughput and of TTFT p99."""
+    a, b = names
+    head = ["rate (req/s)", f"{a} out tok/s", f"{b} out tok/s", "ratio", f"{a} TTFT p50/p90/p99",
+            f"{b} TTFT p50/p90/p99", "TTFT p99 ratio"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for x, y in zip(rows, compare):
+        ttft = lambda r: "/".join(fmt(r["ttft_ms"][f"p{p}"]) for p in PERCENTILES)  # noqa: E731
+        cells = [x["rate"], fmt(x["output_throughput"]), fmt(y["output_throughput"]),
+                 fmt(_ratio(x["output_throughput"], y["output_throughput"]), 2), ttft(x), ttft(y),
+                 fmt(_ratio(x["ttft_ms"]["p99"], y["ttft_ms"]["p99"]), 2)]
+        lines.append("| " + " | ".join(str(c) for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def _ratio(x: float | None, y: float | None) -> float | None:
+    return x / y if x is not None and y else None
+
+
+def latency_plot(path: str, title: str, rows: list[dict], compare: list[dict] | None = None,
+                 names: tuple[str, str] = ("", "")) -> None:
+    """Four panels over the rates: TTFT, ITL and E2E percentiles (ms, log scale) and throughput;
+    with `compare`, the second server's p50 and p99 (grey) and throughput too."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -278,7 +182,10 @@ def latency_plot(path: str, title: str, rows: list[dict]) -> None:
     for ax, key, name in zip(axes.flat, ("ttft_ms", "itl_ms", "e2e_ms"), ("TTFT", "ITL", "end-to-end latency")):
         for p, style in zip(PERCENTILES, ("o-", "s--", "^:")):
             ys = [r[key][f"p{p}"] for r in rows]
-            ax.plot(x, [float("nan") if y is None else y for y in ys], style, label=f"p{p}")
+            ax.plot(x, [float("nan") if y is None else y for y in ys], style, label=f"{names[0]} p{p}".strip())
+        for p, style in zip((50, 99), ("o-", "^:")) if compare else ():
+            ys = [r[key][f"p{p}"] for r in compare]
+            ax.plot(x, [float("nan") if y is None else y for y in ys], style, color="grey", label=f"{names[1]} p{p}")
         ax.set_title(name)
         ax.set_ylabel("ms")
         ax.set_yscale("log")
@@ -288,7 +195,10 @@ def latency_plot(path: str, title: str, rows: list[dict]) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     ax = axes.flat[3]
-    ax.plot(x, [r["output_throughput"] or 0 for r in rows], "o-", color="#55A868", label="output tok/s")
+    ax.plot(x, [r["output_throughput"] or 0 for r in rows], "o-", color="#55A868",
+            label=f"{names[0]} output tok/s".strip())
+    if compare:
+        ax.plot(x, [r["output_throughput"] or 0 for r in compare], "o-", color="grey", label=f"{names[1]} output tok/s")
     ax.set_ylabel("output tokens / s")
     ax.set_title("throughput")
     ax.grid(True, alpha=0.3)

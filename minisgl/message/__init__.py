@@ -2,9 +2,10 @@
 
 from .base import decode, encode, message
 from .messages import (
-    AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, SchedulerStatsMsg, TokenBatchMsg, TokenizeMsg,
-    UserMsg,
+    AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, SchedulerStatsMsg, StepOutput, TokenBatchMsg,
+    TokenizeMsg, UserMsg, merge_by_request, merge_replies,
 )
 
 __all__ = ["decode", "encode", "message", "AbortMsg", "DetokenizeInfoMsg", "ExitMsg", "Reply", "ReplyBatchMsg",
-           "SchedulerStatsMsg", "TokenBatchMsg", "TokenizeMsg", "UserMsg"]
+           "SchedulerStatsMsg", "StepOutput", "TokenBatchMsg", "TokenizeMsg", "UserMsg",
+           "merge_by_request", "merge_replies"]

@@ -50,8 +50,21 @@ class DetokenizeInfoMsg:
 
 
 @message
+class StepOutput:
+    """What one scheduler step produced for one request: a new token, an end, or both."""
+
+    uid: int
+    token_id: int | None
+    finish_reason: str | None = None  # stop | length | abort | error
+    error: str | None = None
+    prompt_tokens: int = 0
+    logprob: float | None = None  # when the request asked for logprobs
+    top_logprobs: list[list] | None = None  # [[token id, logprob], ...], most likely first
+
+
+@message
 class TokenBatchMsg:
-    outputs: list[dict[str, Any]] = field(default_factory=list)  # minisgl.scheduler.StepOutput fields
+    outputs: list[StepOutput] = field(default_factory=list)
 
 
 @message
@@ -68,9 +81,31 @@ class Reply:
     logprobs: list | None = None
 
 
+def merge_replies(replies: list[Reply]) -> Reply:
+    """Consecutive replies of one request as one: their text and logprobs joined, the last one's
+    counts and end. Whoever holds several (a detokenizer or a client stream that fell behind)
+    passes one on, so catching up costs one message and one event, not one per token."""
+    last = replies[-1]
+    logprobs = None
+    if any(r.logprobs for r in replies):
+        logprobs = [entry for r in replies for entry in (r.logprobs or [])]
+    return Reply(last.uid, "".join(r.text for r in replies), last.completion_tokens, last.finish_reason,
+                 last.error, max(r.prompt_tokens for r in replies), logprobs)
+
+
+def merge_by_request(replies: list[Reply]) -> list[Reply]:
+    """Each request's replies merged into one, in the order the requests first appear."""
+    by_uid: dict[int, list[Reply]] = {}
+    for r in replies:
+        by_uid.setdefault(r.uid, []).append(r)
+    if len(by_uid) == len(replies):
+        return replies
+    return [rs[0] if len(rs) == 1 else merge_replies(rs) for rs in by_uid.values()]
+
+
 @message
 class ReplyBatchMsg:
-    replies: list[dict[str, Any]] = field(default_factory=list)  # Reply fields
+    replies: list[Reply] = field(default_factory=list)
 
 
 @message

@@ -155,7 +155,7 @@ class SchedulerServer:
         # Only the primary rank reports, so tensor-parallel ranks are never counted twice.
         stats = StatsReporter(scheduler, addrs["stats"]) if "stats" in addrs else None
         return cls(scheduler, PullSocket(addrs["scheduler"]),
-                   lambda outs: to_detok.send(TokenBatchMsg([dataclasses.asdict(o) for o in outs])), stats)
+                   lambda outs: to_detok.send(TokenBatchMsg(outs)), stats)
 
     def receive(self, timeout_ms: int) -> list:
         msgs = None
@@ -209,7 +209,8 @@ class SchedulerServer:
             pass
 
 
-def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], status: Queue) -> None:
+def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], status: Queue, engine_cls=None) -> None:
+    """The scheduler process. `engine_cls` replaces the Engine (benchmarks: minisgl.benchmark.model_free)."""
     rank = config.tp_info.rank
     name = "scheduler" if rank == 0 else f"scheduler-rank{rank}"
 
@@ -217,7 +218,7 @@ def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], status: Queue)
         if config.tp_info.size > 1 and not torch.cuda.is_available():
             # CPU ranks share the machine's cores.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tp_info.size))
-        scheduler = Scheduler(config)
+        scheduler = Scheduler(config, engine_cls(config) if engine_cls else None)
         server = SchedulerServer.over_zmq(scheduler, addrs)
         ready()
         try:

@@ -15,26 +15,13 @@ from dataclasses import dataclass, field
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.kvcache import create_prefix_cache
+from minisgl.message import StepOutput
 
 from .cache import CacheManager
 from .config import SchedulerConfig
 from .decode import DecodeManager
 from .prefill import PrefillManager
 from .table import RequestTable
-
-
-
-@dataclass
-class StepOutput:
-    """What one step produced for one request: a new token, an end, or both."""
-
-    uid: int
-    token_id: int | None
-    finish_reason: str | None = None  # stop | length | abort | error
-    error: str | None = None
-    prompt_tokens: int = 0
-    logprob: float | None = None  # when the request asked for logprobs
-    top_logprobs: list[list] | None = None  # [[token id, logprob], ...], most likely first
 
 
 @dataclass

@@ -62,7 +62,14 @@ class ServerArgs:
     max_n: int = _flag("Largest n (choices per request) and number of prompts per completion request.", 16)
     max_pending_requests: int = _flag(
         "Requests in the server at once, running or queued; beyond it new ones get 429 with Retry-After.", 1024)
+    tokenizer_workers: int | None = _flag(
+        "Tokenizer processes (chat template + encoding run in parallel for many arriving requests); "
+        "default: one per 8 CPU cores, 1 to 4.")
     log_level: str = _flag("Logging level.", "info")
+
+    @property
+    def num_tokenizers(self) -> int:
+        return self.tokenizer_workers or max(1, min(4, (os.cpu_count() or 1) // 8))
 
     @property
     def model_name(self) -> str:
@@ -113,7 +120,7 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-prefill-length must be >= 1"
     if not 0 < args.memory_ratio <= 1:
         return "--memory-ratio must be in (0, 1]"
-    for name in ("max_request_bytes", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
+    for name in ("tokenizer_workers", "max_request_bytes", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"

@@ -8,15 +8,45 @@ import itertools
 from collections.abc import AsyncIterator
 from typing import Any
 
-from minisgl.message import AbortMsg, Reply, ReplyBatchMsg, TokenizeMsg
+from minisgl.message import AbortMsg, Reply, ReplyBatchMsg, TokenizeMsg, merge_replies
 from minisgl.utils.zmq import AsyncPullSocket, AsyncPushSocket
+
+
+class ReplyStream:
+    """One request's replies as they arrive. The reader only appends and wakes the consumer if it
+    waits; the consumer takes everything that arrived meanwhile as one merged reply, so a stream
+    that falls behind catches up in one step instead of one event per token."""
+
+    __slots__ = ("pending", "waiter")
+
+    def __init__(self) -> None:
+        self.pending: list[Reply] = []
+        self.waiter: asyncio.Future | None = None
+
+    def push(self, reply: Reply) -> None:
+        self.pending.append(reply)
+        if self.waiter is not None and not self.waiter.done():
+            self.waiter.set_result(None)
+
+    async def next(self) -> Reply:
+        while not self.pending:
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        replies, self.pending = self.pending, []
+        return replies[0] if len(replies) == 1 else merge_replies(replies)
 
 
 class FrontendClient:
     def __init__(self, addrs: dict[str, str]):
-        self.to_tokenizer = AsyncPushSocket(addrs["tokenizer"])
+        from minisgl.tokenizer.routing import tokenizer_addresses
+
+        # A request and its abort go to the same tokenizer (uid % workers), so the abort never overtakes it.
+        self.to_tokenizers = [AsyncPushSocket(addr) for addr in tokenizer_addresses(addrs)]
         self.inbox = AsyncPullSocket(addrs["api"])
-        self.queues: dict[int, asyncio.Queue[Reply]] = {}
+        self.streams: dict[int, ReplyStream] = {}
         self.unstarted = 0  # streams created but not yet iterated (their queue is not registered yet)
         self._uids = itertools.count(1)
         self._reader: asyncio.Task | None = None
@@ -24,7 +54,7 @@ class FrontendClient:
     @property
     def in_flight(self) -> int:
         """Requests between their creation and their end: what the pending-request limit counts."""
-        return len(self.queues) + self.unstarted
+        return len(self.streams) + self.unstarted
 
     def created(self, n: int) -> None:
         """Count `n` streams created but not started yet (negative: that many started, or will
@@ -36,35 +66,40 @@ class FrontendClient:
             self._reader = asyncio.get_running_loop().create_task(self._read_replies())
 
     async def _read_replies(self) -> None:
+        streams = self.streams
         while True:
-            msg = await self.inbox.recv()
-            if isinstance(msg, ReplyBatchMsg):
-                for r in msg.replies:
-                    queue = self.queues.get(r["uid"])
-                    if queue is not None:  # replies for a request given up on are dropped
-                        queue.put_nowait(Reply(**r))
+            # Everything queued now, then one yield: awaiting a socket that always has a message
+            # ready never suspends, and would starve the streams that send the replies out.
+            for msg in await self.inbox.recv_all():
+                if isinstance(msg, ReplyBatchMsg):
+                    for reply in msg.replies:
+                        stream = streams.get(reply.uid)
+                        if stream is not None:  # replies for a request given up on are dropped
+                            stream.push(reply)
+            await asyncio.sleep(0)
 
     async def generate(self, params: dict[str, Any], text: str | None = None, input_ids: list[int] | None = None,
                        messages: list[dict] | None = None) -> AsyncIterator[Reply]:
-        """Replies for one request until it finishes. Leaving early (cancel, disconnect, an
-        exception in the consumer) aborts the request, so its KV pages are freed."""
+        """Replies for one request until it finishes (several that arrived together come as one).
+        Leaving early (cancel, disconnect, an exception in the consumer) aborts the request, so
+        its KV pages are freed."""
         self.start()
         uid = next(self._uids)
-        queue: asyncio.Queue[Reply] = asyncio.Queue()
-        self.queues[uid] = queue
+        stream = self.streams[uid] = ReplyStream()
+        to_tokenizer = self.to_tokenizers[uid % len(self.to_tokenizers)]
         finished = False
         try:
             try:
-                await self.to_tokenizer.send(TokenizeMsg(uid, params, text, input_ids, messages))
+                await to_tokenizer.send(TokenizeMsg(uid, params, text, input_ids, messages))
             except (UnicodeEncodeError, ValueError, TypeError, OverflowError) as e:  # e.g. a lone surrogate
                 finished = True
                 yield Reply(uid, "", 0, "error", f"the request cannot be encoded: {e}")
                 return
             while not finished:
-                reply = await queue.get()
+                reply = await stream.next()
                 finished = reply.finish_reason is not None
                 yield reply
         finally:
-            del self.queues[uid]
+            del self.streams[uid]
             if not finished:
-                await asyncio.shield(self.to_tokenizer.send(AbortMsg(uid)))
+                await asyncio.shield(to_tokenizer.send(AbortMsg(uid)))

@@ -30,7 +30,8 @@ from .args import ServerArgs
 
 logger = get_logger(__name__)
 # "stats": scheduler -> API process, the numbers /metrics exports (minisgl.server.metrics).
-ADDRESS_NAMES = ["tokenizer", "scheduler", "detokenizer", "api", "stats"]
+# Tokenizer i listens on tokenizer_name(i).
+ADDRESS_NAMES = ["scheduler", "detokenizer", "api", "stats"]
 
 
 def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
@@ -125,21 +126,27 @@ class Workers:
         shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
 
 
-def start_workers(args: ServerArgs, model_path: str) -> Workers:
+def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> Workers:
+    """Spawn every worker; `scheduler_target` replaces the scheduler processes' entry point
+    (benchmarks only: minisgl.benchmark.model_free)."""
     from minisgl.scheduler.io import run_scheduler
+    from minisgl.tokenizer.routing import tokenizer_name
     from minisgl.tokenizer.worker import run_detokenizer, run_tokenizer
     from minisgl.utils.zmq import ipc_addresses
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
-    addrs = ipc_addresses(ADDRESS_NAMES)
+    tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)]
+    addrs = ipc_addresses(ADDRESS_NAMES + tokenizers)
     status = ctx.Queue()
     dist_addr = rendezvous_addr()  # rendezvous of the tensor-parallel ranks
     procs = [
-        ctx.Process(target=run_scheduler, name="scheduler" if rank == 0 else f"scheduler-rank{rank}",
+        ctx.Process(target=scheduler_target or run_scheduler, name="scheduler" if rank == 0 else f"scheduler-rank{rank}",
                     args=(scheduler_config(args, model_path, rank, dist_addr), addrs, status))
         for rank in range(args.tp)
     ] + [
-        ctx.Process(target=run_tokenizer, name="tokenizer", args=(model_path, addrs, status)),
+    ] + [
+        ctx.Process(target=run_tokenizer, name=name, args=(model_path, addrs, status, name)) for name in tokenizers
+    ] + [
         ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),
     ]
     for p in procs:
@@ -149,7 +156,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     return Workers(procs, addrs, status)
 
 
-def serve(args: ServerArgs) -> int:
+def serve(args: ServerArgs, scheduler_target=None) -> int:
     """Run the HTTP server until SIGTERM/SIGINT or a child's death; return the exit code."""
     import uvicorn
 
@@ -158,7 +165,7 @@ def serve(args: ServerArgs) -> int:
     from .metrics import ServerMetrics
 
     args, model_path = resolve_model(args)
-    workers = start_workers(args, model_path)
+    workers = start_workers(args, model_path, scheduler_target)
     state = ServerState()
     client = FrontendClient(workers.addrs)
     metrics = ServerMetrics(args.model_name, args.model or model_path, args.tp)
@@ -235,7 +242,7 @@ def serve(args: ServerArgs) -> int:
             stats.cancel()
 
     try:
-        asyncio.run(main())
+        _run_event_loop(main())
     except SystemExit as e:  # uvicorn exits this way when it cannot bind
         exit_code = e.code if isinstance(e.code, int) and e.code else 1
     finally:
@@ -243,6 +250,15 @@ def serve(args: ServerArgs) -> int:
     if not server.started and exit_code == 0 and not stopping.is_set():
         exit_code = 1
     return exit_code
+
+
+def _run_event_loop(coro) -> None:
+    """uvloop when installed (the API process's per-token path is event-loop bound), else asyncio's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    uvloop.run(coro)
 
 
 def run_shell(args: ServerArgs) -> int:

@@ -1,5 +1,6 @@
-"""`python -m minisgl ...` as a child process: started in its own session, logging to a file,
-waited on until /ready, stopped with SIGTERM. The online benchmark and the server tests use it."""
+"""`python -m minisgl ...` (or any server command) as a child process: started in its own session,
+logging to a file, waited on until its ready path answers 200, stopped with SIGTERM. The online
+benchmark and the server tests use it."""
 
 from __future__ import annotations
 
@@ -11,12 +12,15 @@ import time
 
 
 class ServerProcess:
-    def __init__(self, args: list[str], url: str, log_path: str, env: dict | None = None):
-        self.url = url
-        self.log_path = log_path
+    def __init__(self, args: list[str], url: str, log_path: str, env: dict | None = None, command: bool = False,
+                 ready_paths: tuple[str, ...] = ("/ready",)):
+        """`args`: minisgl's flags, or with `command` the whole command line of another server.
+        Ready when the first of `ready_paths` that the server has (not 404) answers 200."""
+        self.url, self.log_path, self.ready_paths, self.foreign = url, log_path, ready_paths, command
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
         self.log = open(log_path, "w")
-        self.proc = subprocess.Popen([sys.executable, "-m", "minisgl", *args], stdout=self.log,
+        argv = list(args) if command else [sys.executable, "-m", "minisgl", *args]
+        self.proc = subprocess.Popen(argv, stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
                                      env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
@@ -35,7 +39,11 @@ class ServerProcess:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited with {self.proc.returncode}; log tail:\n{self.log_tail()}")
             try:
-                if httpx.get(self.url + "/ready", timeout=2).status_code == 200:
+                for path in self.ready_paths:
+                    status = httpx.get(self.url + path, timeout=2).status_code
+                    if status != 404:  # a server without this path: ask the next one
+                        break
+                if status == 200:
                     return self
             except httpx.HTTPError:
                 pass
@@ -47,6 +55,10 @@ class ServerProcess:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
+                if self.foreign:  # another server's workers must not outlive it (they hold the GPU)
+                    os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the server and its workers: our own session
                 self.proc.wait()

@@ -74,3 +74,13 @@ class AsyncPullSocket:
 
     async def recv(self) -> Any:
         return decode(await self.sock.recv())
+
+    async def recv_all(self, limit: int = 64) -> list[Any]:
+        """The next message and up to `limit` - 1 more that are already queued."""
+        msgs = [decode(await self.sock.recv())]
+        while len(msgs) < limit:
+            try:
+                msgs.append(decode(self.sock.recv(zmq.NOBLOCK).result()))
+            except zmq.Again:
+                break
+        return msgs

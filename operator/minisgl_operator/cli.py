@@ -2,6 +2,7 @@
 
     minisgl-operator render examples/inferenceservice.yaml     # what the operator would apply
     minisgl-operator crd > charts/minisgl-operator/crds/inferenceservices.minisgl.io.yaml
+    minisgl-operator crd --apply                               # upgrade the CRD in the cluster
 """
 
 from __future__ import annotations
@@ -48,7 +49,17 @@ def _render(args: argparse.Namespace) -> int:
 
 
 def _crd(args: argparse.Namespace) -> int:
-    sys.stdout.write(crd_yaml())
+    if not args.apply:
+        sys.stdout.write(crd_yaml())
+        return 0
+    from .kube import ApiError, KubernetesApi
+
+    try:
+        applied = KubernetesApi.from_environment().apply_crd(crd.crd_manifest())
+    except ApiError as exc:
+        print(f"could not apply the CRD {c.CRD_NAME}: {exc}", file=sys.stderr)
+        return 1
+    print(f"applied CRD {applied['metadata']['name']} (resourceVersion {applied['metadata'].get('resourceVersion')})")
     return 0
 
 
@@ -71,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", help=f"server image for specs without spec.image (default: ${c.SERVER_IMAGE_ENV} or {c.DEFAULT_SERVER_IMAGE})")
     p.set_defaults(func=_render)
     p = sub.add_parser("crd", help="print the InferenceService CustomResourceDefinition")
+    p.add_argument("--apply", action="store_true", help="server-side apply it to the cluster instead (in a pod: its ServiceAccount; else the kubeconfig)")
     p.set_defaults(func=_crd)
     return parser
 

@@ -24,6 +24,19 @@ DEFAULT_REPLICAS = 1
 DEFAULT_TP = 1
 DEFAULT_TARGET_WAITING_REQUESTS = 4
 DEFAULT_CACHE_ACCESS_MODES = ("ReadWriteOnce",)
+# Access modes that several pods on several nodes can mount at once.
+SHARED_ACCESS_MODES = ("ReadWriteMany", "ReadOnlyMany")
+
+# Rollouts. The default replaces one pod at a time without a surge pod: it needs no spare GPU, so
+# it completes on a full GPU pool (a surge pod there would stay Pending forever).
+ROLLOUT_ROLLING = "RollingUpdate"
+ROLLOUT_RECREATE = "Recreate"
+DEFAULT_MAX_SURGE = 0
+DEFAULT_MAX_UNAVAILABLE = 1
+# How long a pod may take to download and load its model (the startup probe on the readiness
+# path restarts it after that), and the margin the Deployment's progress deadline adds on top.
+DEFAULT_STARTUP_TIMEOUT_SECONDS = 1800
+PROGRESS_DEADLINE_MARGIN_SECONDS = 600
 
 # The operator itself.
 OPERATOR_NAME = "minisgl-operator"
@@ -71,6 +84,16 @@ CACHE_ENV = {
     "HOME": TMP_MOUNT,
 }
 
+# Without modelCache the weights go to an emptyDir: bounded, so a large model cannot fill the
+# node's disk unnoticed (the kubelet evicts the pod instead). podTemplate can raise it.
+EMPTYDIR_CACHE_SIZE_LIMIT = "200Gi"
+TMP_SIZE_LIMIT = "16Gi"
+
+# A GPU pod with no CPU or memory request is BestEffort (evicted first under node pressure): these
+# requests per GPU apply where spec.resources sets none.
+DEFAULT_CPU_PER_GPU = 4
+DEFAULT_MEMORY_GI_PER_GPU = 32
+
 # The non-root user the server image runs as (Dockerfile: USER 10001:10001).
 RUN_AS_USER = 10001
 
@@ -81,15 +104,15 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # custom metrics API (needs a metrics adapter such as prometheus-adapter).
 WAITING_REQUESTS_METRIC = "minisgl_num_requests_waiting"
 
-# Probe timing. The startup probe gives a pod this long to download and load a model before the
-# kubelet restarts it; the Deployment's progress deadline must be longer still.
+# Probe timing. The startup probe's budget (failureThreshold * period) is spec.startupTimeoutSeconds.
 STARTUP_PERIOD_SECONDS = 10
-STARTUP_FAILURE_THRESHOLD = 180  # 180 * 10 s = 30 minutes
 READINESS_PERIOD_SECONDS = 5
 LIVENESS_PERIOD_SECONDS = 10
 PROBE_TIMEOUT_SECONDS = 5
-PROGRESS_DEADLINE_SECONDS = STARTUP_PERIOD_SECONDS * STARTUP_FAILURE_THRESHOLD + 600
-# Grace period = the server's drain timeout + this margin (uvicorn shutdown, engine teardown).
+# After SIGTERM's preStop pause the pod has left the Service's endpoints everywhere (kube-proxy,
+# ingress controllers), so the server's 503s while draining reach no client.
+PRESTOP_SLEEP_SECONDS = 10
+# Grace period = preStop + the server's drain timeout + this margin (uvicorn shutdown, teardown).
 TERMINATION_GRACE_MARGIN_SECONDS = 15
 
 # Status vocabulary.

@@ -27,6 +27,50 @@ DNS_1035_MAX = 63
 NAME_RULE = f"size(self.metadata.name) <= {DNS_1035_MAX} && self.metadata.name.matches('{DNS_1035_PATTERN}')"
 AUTOSCALING_RULE = "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas"
 CACHE_RULE = "!has(self.claimName) || (!has(self.storageClassName) && !has(self.accessModes))"
+PER_POD_CACHE_RULE = "!has(self.perPod) || !self.perPod || has(self.size)"
+# A created PVC starts empty: read-only access alone leaves nothing able to write the model.
+WRITABLE_CACHE_RULE = "!has(self.size) || !has(self.accessModes) || self.accessModes.exists(m, m != 'ReadOnlyMany')"
+GPU_RESOURCES_RULE = (
+    f"(!has(self.requests) || !('{c.GPU_RESOURCE}' in self.requests)) && "
+    f"(!has(self.limits) || !('{c.GPU_RESOURCE}' in self.limits))"
+)
+# argparse takes any unambiguous prefix of a flag (--t is --tp): refuse every prefix of the owned
+# and forbidden flags, not only their full spelling, with or without "=value".
+_GUARDED_PREFIXES = sorted(
+    {flag[2:i] for flag in (*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS) for i in range(3, len(flag) + 1)}
+)
+assert all(p.replace("-", "").isalnum() for p in _GUARDED_PREFIXES), "flag names need no regex escaping"
+ARGS_RULE = "self.all(a, !a.matches('^--(" + "|".join(_GUARDED_PREFIXES) + ")(=.*)?$'))"
+ROLLOUT_RULE = (
+    f"has(self.strategy) && self.strategy == '{c.ROLLOUT_RECREATE}' "
+    "? !has(self.maxSurge) && !has(self.maxUnavailable) "
+    f": (has(self.maxSurge) ? self.maxSurge : {c.DEFAULT_MAX_SURGE}) + "
+    f"(has(self.maxUnavailable) ? self.maxUnavailable : {c.DEFAULT_MAX_UNAVAILABLE}) >= 1"
+)
+PROGRESS_RULE = (
+    "!has(self.rollout) || !has(self.rollout.progressDeadlineSeconds) || self.rollout.progressDeadlineSeconds > "
+    f"(has(self.startupTimeoutSeconds) ? self.startupTimeoutSeconds : {c.DEFAULT_STARTUP_TIMEOUT_SECONDS})"
+)
+# A ReadWriteOnce volume attaches to one node: a PVC the operator creates with it may serve only one
+# pod at a time (one replica, no autoscaling beyond one, no surge pod during a rollout).
+_SHARED_MODES = "[" + ", ".join(f"'{m}'" for m in c.SHARED_ACCESS_MODES) + "]"
+SHARED_CACHE_RULE = (
+    "!has(self.modelCache) || !has(self.modelCache.size) || (has(self.modelCache.perPod) && self.modelCache.perPod) || "
+    f"(has(self.modelCache.accessModes) && self.modelCache.accessModes.exists(m, m in {_SHARED_MODES})) || ("
+    f"(has(self.replicas) ? self.replicas : {c.DEFAULT_REPLICAS}) <= 1 && "
+    "(!has(self.autoscaling) || self.autoscaling.maxReplicas <= 1) && "
+    f"(!has(self.rollout) || (has(self.rollout.strategy) && self.rollout.strategy == '{c.ROLLOUT_RECREATE}') || "
+    "!has(self.rollout.maxSurge) || self.rollout.maxSurge == 0))"
+)
+# A PVC's spec is immutable but for growing its size: the CRD refuses the edits the API server would
+# refuse on the PVC later (a transition rule: it compares with the stored object, oldSelf).
+IMMUTABLE_CACHE_RULE = (
+    "!has(self.size) || !has(oldSelf.size) || (has(self.perPod) && self.perPod) || (has(oldSelf.perPod) && oldSelf.perPod) || ("
+    "(has(self.storageClassName) ? self.storageClassName : '') == (has(oldSelf.storageClassName) ? oldSelf.storageClassName : '') && "
+    "(has(self.accessModes) ? self.accessModes : ['ReadWriteOnce']) == "
+    "(has(oldSelf.accessModes) ? oldSelf.accessModes : ['ReadWriteOnce']) && "
+    "quantity(self.size).compareTo(quantity(oldSelf.size)) >= 0)"
+)
 
 
 def _quantity(description: str) -> dict[str, Any]:
@@ -99,7 +143,16 @@ def spec_schema() -> dict[str, Any]:
             },
             "args": {
                 "type": "array",
-                "items": {"type": "string"},
+                # Bounds keep the CEL rule's cost within the API server's budget.
+                "maxItems": 128,
+                "items": {"type": "string", "maxLength": 2048},
+                "x-kubernetes-validations": [
+                    {
+                        "rule": ARGS_RULE,
+                        "message": "spec.args may not set (or abbreviate) "
+                        + ", ".join((*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS)),
+                    }
+                ],
                 "description": (
                     "Extra server flags, e.g. [--max-running-requests, '128']. "
                     "--model, --tp, --host and --port come from the fields above."
@@ -107,7 +160,14 @@ def spec_schema() -> dict[str, Any]:
             },
             "resources": {
                 "type": "object",
-                "description": "CPU and memory of the server container. GPUs come from tp.",
+                "description": (
+                    "CPU and memory of the server container. GPUs come from tp. Where neither requests "
+                    f"nor limits name cpu or memory, {c.DEFAULT_CPU_PER_GPU} CPUs and "
+                    f"{c.DEFAULT_MEMORY_GI_PER_GPU}Gi per GPU are requested (never BestEffort)."
+                ),
+                "x-kubernetes-validations": [
+                    {"rule": GPU_RESOURCES_RULE, "message": f"do not set {c.GPU_RESOURCE}: spec.tp sets the GPUs per pod"}
+                ],
                 "properties": {
                     "requests": _quantity_map("Requested resources, e.g. {cpu: 8, memory: 64Gi}."),
                     "limits": _quantity_map("Resource limits, e.g. {memory: 96Gi}."),
@@ -141,9 +201,11 @@ def spec_schema() -> dict[str, Any]:
             "modelCache": {
                 "type": "object",
                 "description": (
-                    f"Persistent model cache mounted at {c.CACHE_MOUNT} (HF_HOME lives there): an existing "
-                    "PVC (claimName), or a PVC the operator creates (size, storageClassName, accessModes). "
-                    "Without it the cache is an emptyDir and every new pod downloads the model again."
+                    f"Model cache mounted at {c.CACHE_MOUNT} (HF_HOME lives there): an existing PVC "
+                    "(claimName), a PVC the operator creates and every pod shares (size, storageClassName, "
+                    "accessModes: ReadWriteMany for more than one pod), or one volume per pod (size + perPod, "
+                    "e.g. on node-local storage). Without it the cache is an emptyDir of at most "
+                    f"{c.EMPTYDIR_CACHE_SIZE_LIMIT} and every new pod downloads the model again."
                 ),
                 "oneOf": [{"required": ["claimName"]}, {"required": ["size"]}],
                 "properties": {
@@ -154,11 +216,18 @@ def spec_schema() -> dict[str, Any]:
                         "description": "Size of the PVC the operator creates, e.g. 200Gi.",
                     },
                     "storageClassName": {"type": "string", "description": "Storage class of the created PVC."},
+                    "perPod": {
+                        "type": "boolean",
+                        "description": (
+                            "One volume per pod (a generic ephemeral volume of size), created and deleted with the "
+                            "pod; fits node-local storage. No volume is shared, so any replica count works."
+                        ),
+                    },
                     "accessModes": {
                         "type": "array",
                         "description": (
-                            "Access modes of the created PVC (default ReadWriteOnce). Replicas on "
-                            "several nodes need ReadWriteMany."
+                            "Access modes of the created PVC (default ReadWriteOnce: one pod at a time). "
+                            "More than one pod (replicas, autoscaling, a surge pod) needs ReadWriteMany."
                         ),
                         "items": {
                             "type": "string",
@@ -170,7 +239,19 @@ def spec_schema() -> dict[str, Any]:
                     {
                         "rule": CACHE_RULE,
                         "message": "storageClassName and accessModes apply only to a PVC the operator creates (size)",
-                    }
+                    },
+                    {"rule": PER_POD_CACHE_RULE, "message": "perPod needs size (the size of each pod's volume)"},
+                    {
+                        "rule": WRITABLE_CACHE_RULE,
+                        "message": "a created cache cannot be ReadOnlyMany only: nothing could download the model into it",
+                    },
+                    {
+                        "rule": IMMUTABLE_CACHE_RULE,
+                        "message": (
+                            "the created PVC's storageClassName and accessModes cannot change and its size cannot "
+                            "shrink (a PVC's spec is immutable); delete the PVC first or use a new claim"
+                        ),
+                    },
                 ],
             },
             "nodeSelector": {
@@ -196,6 +277,79 @@ def spec_schema() -> dict[str, Any]:
                 "type": "object",
                 "description": "Pod affinity (core/v1 Affinity), passed through unchanged.",
                 "x-kubernetes-preserve-unknown-fields": True,
+            },
+            "podTemplate": {
+                "type": "object",
+                "description": (
+                    "A strategic-merge override of the pods the operator renders (core/v1 PodTemplateSpec): "
+                    "labels and annotations, imagePullSecrets, runtimeClassName, priorityClassName, "
+                    "serviceAccountName, schedulerName, topologySpreadConstraints, extra volumes and mounts, "
+                    f"sidecars. Lists merge by their Kubernetes merge key (containers and volumes by name, so "
+                    f"containers[name={c.CONTAINER_NAME}] changes the server container). The selector labels, "
+                    "the server's command, args and GPUs stay the operator's."
+                ),
+                "properties": {
+                    "metadata": {
+                        "type": "object",
+                        "properties": {
+                            "labels": {"type": "object", "additionalProperties": {"type": "string"}},
+                            "annotations": {"type": "object", "additionalProperties": {"type": "string"}},
+                        },
+                    },
+                    "spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                },
+            },
+            "startupTimeoutSeconds": {
+                "type": "integer",
+                "minimum": c.STARTUP_PERIOD_SECONDS,
+                "default": c.DEFAULT_STARTUP_TIMEOUT_SECONDS,
+                "description": (
+                    "How long a pod may take to download and load the model before it counts as stuck and the "
+                    "kubelet restarts it (the startup probe on the readiness path). Raise it for very large models."
+                ),
+            },
+            "rollout": {
+                "type": "object",
+                "description": (
+                    "How a spec change replaces the pods. The default (maxSurge 0, maxUnavailable 1) needs no "
+                    "spare GPU, so it completes on a full GPU pool; maxSurge 1, maxUnavailable 0 keeps every "
+                    "replica serving but needs a free GPU node for the surge pod; Recreate stops all pods first."
+                ),
+                "properties": {
+                    "strategy": {
+                        "type": "string",
+                        "enum": [c.ROLLOUT_ROLLING, c.ROLLOUT_RECREATE],
+                        "default": c.ROLLOUT_ROLLING,
+                    },
+                    "maxSurge": {
+                        "type": "integer",
+                        "format": "int32",
+                        "minimum": 0,
+                        "description": f"Extra pods during a rolling update (default {c.DEFAULT_MAX_SURGE}).",
+                    },
+                    "maxUnavailable": {
+                        "type": "integer",
+                        "format": "int32",
+                        "minimum": 0,
+                        "description": f"Pods that may be down during a rolling update (default {c.DEFAULT_MAX_UNAVAILABLE}).",
+                    },
+                    "progressDeadlineSeconds": {
+                        "type": "integer",
+                        "format": "int32",
+                        "minimum": 1,
+                        "description": (
+                            "How long a rollout may make no progress before the InferenceService is Degraded "
+                            f"(default: startupTimeoutSeconds + {c.PROGRESS_DEADLINE_MARGIN_SECONDS}). Must exceed "
+                            "startupTimeoutSeconds."
+                        ),
+                    },
+                },
+                "x-kubernetes-validations": [
+                    {
+                        "rule": ROLLOUT_RULE,
+                        "message": "Recreate takes no maxSurge/maxUnavailable; a rolling update needs maxSurge + maxUnavailable >= 1",
+                    }
+                ],
             },
             "autoscaling": {
                 "type": "object",
@@ -223,6 +377,16 @@ def spec_schema() -> dict[str, Any]:
                 ],
             },
         },
+        "x-kubernetes-validations": [
+            {
+                "rule": SHARED_CACHE_RULE,
+                "message": (
+                    "a ReadWriteOnce model cache attaches to one node: with more than one pod (replicas, "
+                    "autoscaling.maxReplicas, rollout.maxSurge) use accessModes [ReadWriteMany], perPod, or a claimName"
+                ),
+            },
+            {"rule": PROGRESS_RULE, "message": "rollout.progressDeadlineSeconds must exceed startupTimeoutSeconds"},
+        ],
     }
 
 

@@ -3,12 +3,16 @@
 Run with ``kopf run --standalone -m minisgl_operator.handlers (--all-namespaces | -n NS ...)``.
 
 - create / update / resume: reconcile the object kopf hands over;
-- a timer: reconcile every ``MINISGL_OPERATOR_RESYNC_SECONDS`` (drift in Services, HPAs, PDBs and
-  PVCs, which no watch reports);
-- Deployment events (of Deployments this operator manages): reconcile the owner, so status follows
-  the Deployment and a deleted or edited Deployment comes back at once;
+- InferenceService events: remember which objects exist, for the resync;
+- a resync thread: reconcile every known object every ``MINISGL_OPERATOR_RESYNC_SECONDS`` (drift
+  in Services, HPAs, PDBs and PVCs, which no watch reports). Not a ``kopf.timer``: kopf puts a
+  finalizer on every object a timer or daemon serves, and deleting one (or its namespace) would
+  then hang whenever the operator is down or uninstalled;
+- Deployment and pod events (of objects this operator manages, filtered by label in the API
+  server, not in the operator): reconcile the owner, so status follows the rollout and a deleted
+  or edited Deployment comes back at once;
 - delete: nothing to do, the garbage collector deletes the children through their ownerReferences
-  (the handler is optional, so kopf adds no finalizer).
+  (the handler is optional, so kopf adds no finalizer). No handler here requires one.
 
 A bad spec never raises (Degraded + Event instead); transient API errors raise
 ``kopf.TemporaryError`` and kopf retries with a delay, so nothing crash-loops.
@@ -68,8 +72,73 @@ def _run(body: Mapping[str, Any], logger: logging.Logger | logging.LoggerAdapter
     return outcome
 
 
+# The label every object this operator writes carries, and the pods too (render.labels): watches
+# ask the API server for these only, instead of streaming every Deployment and pod in the cluster.
+MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
+WATCHED_CHILDREN = (("apps", "deployments"), ("", "pods"))
+# kopf's own API calls: a half-open connection must fail, not hang the handler.
+CONNECT_TIMEOUT_SECONDS = 10.0
+
+
+class Resync:
+    """Reconciles every known InferenceService periodically, from a thread of its own.
+
+    kopf's watch stream tells ``remember``/``forget`` which objects exist; ``run_once`` reads each
+    one fresh and reconciles it, so drift that no watch reports is repaired."""
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[str, str], None] = {}
+        self._guard = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def remember(self, namespace: str, name: str) -> None:
+        with self._guard:
+            self._known[(namespace, name)] = None
+
+    def forget(self, namespace: str, name: str) -> None:
+        with self._guard:
+            self._known.pop((namespace, name), None)
+
+    def known(self) -> list[tuple[str, str]]:
+        with self._guard:
+            return list(self._known)
+
+    def run_once(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        for namespace, name in self.known():
+            try:
+                body = _get_reconciler().api.get(c.KIND, namespace, name)
+                if body is None:
+                    self.forget(namespace, name)
+                    continue
+                _run(body, logger)
+            except Exception as exc:  # one object's failure must not stop the others' resync
+                logger.warning("resync of %s/%s failed: %s", namespace, name, exc)
+
+    def start(self, interval: float, logger: logging.Logger | logging.LoggerAdapter) -> None:
+        def loop() -> None:
+            while not self._stop.wait(interval):
+                self.run_once(logger)
+
+        self._stop.clear()
+        self._thread = threading.Thread(target=loop, name="minisgl-resync", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+
+resyncer = Resync()
+
+
 @kopf.on.startup()
-def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
+def startup(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -> None:
     # One operator replica (the chart's Deployment uses the Recreate strategy): no peering.
     settings.peering.standalone = True
     # The CRD is installed with the chart; no need to watch CRDs or namespaces (and no RBAC for it).
@@ -78,8 +147,17 @@ def startup(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
     settings.posting.reporting_component = c.OPERATOR_NAME
+    for group, plural in WATCHED_CHILDREN:
+        settings.watching.label_selectors[group, plural] = MANAGED_SELECTOR
+    settings.networking.connect_timeout = CONNECT_TIMEOUT_SECONDS
     if _reconciler is None:
         configure(KubernetesApi.from_environment())
+    resyncer.start(config.resync_seconds(), logger)
+
+
+@kopf.on.cleanup()
+def cleanup(**_: Any) -> None:
+    resyncer.stop()
 
 
 @kopf.on.create(c.GROUP, c.VERSION, c.PLURAL, id="reconcile-create")
@@ -97,9 +175,16 @@ def on_resume(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
     _run(body, logger)
 
 
-@kopf.timer(c.GROUP, c.VERSION, c.PLURAL, id="resync", interval=config.resync_seconds(), initial_delay=config.resync_seconds())
-def resync(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
-    _run(body, logger)
+@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, id="track")
+def track(event: Mapping[str, Any], **_: Any) -> None:
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    if "name" not in meta:
+        return
+    if event.get("type") == "DELETED":
+        resyncer.forget(meta.get("namespace", ""), meta["name"])
+    else:
+        resyncer.remember(meta.get("namespace", ""), meta["name"])
 
 
 @kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, id="deleted", optional=True)
@@ -116,14 +201,29 @@ def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return None
 
 
+def _reconcile_owner(namespace: str, name: str, uid: str | None, logger: logging.Logger) -> None:
+    body = _get_reconciler().api.get(c.KIND, namespace, name)
+    if body is None or (uid is not None and body["metadata"].get("uid") != uid):
+        return  # the owner is gone (or was recreated): the garbage collector handles the rest
+    _run(body, logger)
+
+
 @kopf.on.event("apps", "v1", "deployments", id="deployment-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
 def on_deployment_event(event: Mapping[str, Any], logger: logging.Logger, **_: Any) -> None:
     obj = event.get("object") or {}
     owner = _controller(obj)
     if owner is None:
         return
-    namespace = obj["metadata"]["namespace"]
-    body = _get_reconciler().api.get(c.KIND, namespace, owner["name"])
-    if body is None or body["metadata"].get("uid") != owner.get("uid"):
-        return  # the owner is gone (or was recreated): the garbage collector handles the rest
-    _run(body, logger)
+    _reconcile_owner(obj["metadata"]["namespace"], owner["name"], owner.get("uid"), logger)
+
+
+@kopf.on.event("", "v1", "pods", id="pod-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
+def on_pod_event(event: Mapping[str, Any], logger: logging.Logger, **_: Any) -> None:
+    """A pod's scheduling, image pull or crash changes the owner's status (its owner is a
+    ReplicaSet, so the InferenceService is found by the instance label)."""
+    obj = event.get("object") or {}
+    meta = obj.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
+    if not name or event.get("type") == "DELETED":
+        return
+    _reconcile_owner(meta["namespace"], name, None, logger)

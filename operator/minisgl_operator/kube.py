@@ -1,4 +1,4 @@
-"""The operator's only door to the Kubernetes API: a five-method adapter over the official client.
+"""The operator's only door to the Kubernetes API: a six-method adapter over the official client.
 
 The reconciler and the handlers call :class:`KubeApi`; :class:`KubernetesApi` implements it with
 the ``kubernetes`` package, and the tests pass a recording fake with the same methods. Objects go
@@ -50,6 +50,9 @@ class KubeApi(Protocol):
     def create_event(self, event: Obj) -> None:
         """Create a core/v1 Event."""
 
+    def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
+        """The pods matching ``label_selector`` (filtered by the API server, not here)."""
+
 
 # (apiGroup, resource) -> verbs. Each line says who needs it.
 PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
@@ -71,9 +74,16 @@ PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("policy", "poddisruptionbudgets"): ("get", "create", "patch", "delete"),
     # Events, the operator's and kopf's own.
     ("", "events"): ("create",),
+    # Pods are read (and watched, by label) for the reasons a rollout is stuck: Unschedulable,
+    # ImagePullBackOff, CrashLoopBackOff, OOMKilled, a missing Secret.
+    ("", "pods"): ("get", "list", "watch"),
 }
 # No peering (the chart runs kopf with --standalone and one replica) and no cluster scanning
 # (settings.scanning.disabled): kopf then needs no CRD, namespace or KopfPeering permissions.
+
+# Every request carries a timeout (connect, read): a half-open connection would otherwise block
+# a handler forever while it holds its object's lock, and kopf's liveness would still answer.
+REQUEST_TIMEOUT_SECONDS = (5.0, 30.0)
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 MERGE_PATCH_CONTENT_TYPE = "application/merge-patch+json"
@@ -118,6 +128,7 @@ class KubernetesApi:
         from kubernetes.client.exceptions import ApiException
         from urllib3.exceptions import HTTPError
 
+        kwargs.setdefault("_request_timeout", REQUEST_TIMEOUT_SECONDS)
         try:
             return fn(*args, **kwargs)
         except ApiException as exc:
@@ -204,3 +215,27 @@ class KubernetesApi:
             event,
             _preload_content=False,
         )
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
+        response = self._call(
+            self._api("CoreV1Api").list_namespaced_pod,
+            namespace,
+            label_selector=label_selector,
+            _preload_content=False,
+        )
+        return self._json(response).get("items") or []
+
+
+    def apply_crd(self, crd: Obj) -> Obj:
+        """Server-side apply the CustomResourceDefinition (the chart's upgrade hook: Helm installs
+        a chart's crds/ once and never upgrades them)."""
+        response = self._call(
+            self._api("ApiextensionsV1Api").patch_custom_resource_definition,
+            crd["metadata"]["name"],
+            body=crd,
+            field_manager=c.FIELD_MANAGER,
+            force=True,
+            _content_type=APPLY_CONTENT_TYPE,
+            _preload_content=False,
+        )
+        return self._json(response)

@@ -19,11 +19,10 @@ from __future__ import annotations
 import datetime
 import logging
 from dataclasses import dataclass, field
-from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, Mapping
 
 from . import constants as c
-from . import render, server, status
+from . import merge, quantity, render, server, status
 from . import spec as spec_mod
 from .kube import ApiError, KubeApi
 
@@ -50,33 +49,6 @@ def utc_now() -> str:
 
 # --- comparing what is there with what should be ---------------------------------------------
 
-_SUFFIXES = {
-    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"),
-    "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-}  # fmt: skip
-
-
-def parse_quantity(value: Any) -> Decimal | None:
-    """A resource.Quantity as a number ('4000m' -> 4, '1Gi' -> 1073741824), None if it is not one."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return Decimal(str(value))
-    if not isinstance(value, str) or not value:
-        return None
-    for suffix in sorted(_SUFFIXES, key=len, reverse=True):
-        if value.endswith(suffix):
-            number, factor = value[: -len(suffix)], Decimal(_SUFFIXES[suffix])
-            break
-    else:
-        number, factor = value, Decimal(1)
-    try:
-        return Decimal(number) * factor
-    except InvalidOperation:
-        return None
-
-
 _QUANTITY_PARENTS = ("requests", "limits")
 _QUANTITY_KEYS = ("sizeLimit", "storage", "averageValue")
 
@@ -85,21 +57,29 @@ def _same_scalar(current: Any, desired: Any, key: str, parent: str) -> bool:
     if current == desired:
         return True
     if parent in _QUANTITY_PARENTS or key in _QUANTITY_KEYS:
-        a, b = parse_quantity(current), parse_quantity(desired)
+        a, b = quantity.parse(current), quantity.parse(desired)
         return a is not None and a == b
     return False
 
 
 def contains(current: Any, desired: Any, key: str = "", parent: str = "") -> bool:
     """Whether ``current`` has every field of ``desired`` with the same value. Extra fields in
-    ``current`` (the API server's defaults, status, managedFields) do not matter; quantities
-    compare by value, since the API server canonicalizes them ('4000m' is stored as '4')."""
+    ``current`` (the API server's defaults, status, managedFields) do not matter, nor do extra
+    items of a keyed list (an env var or a sidecar a mutating webhook added: the API server merges
+    those lists by key, so applying again would change nothing); quantities compare by value,
+    since the API server canonicalizes them ('4000m' is stored as '4')."""
     if isinstance(desired, dict):
         if not isinstance(current, dict):
             return False
         return all(k in current and contains(current[k], v, k, key) for k, v in desired.items())
     if isinstance(desired, list):
-        if not isinstance(current, list) or len(current) != len(desired):
+        if not isinstance(current, list):
+            return False
+        merge_key = merge.keyed(key, desired)
+        if merge_key is not None:
+            by_key = {item.get(merge_key): item for item in current if isinstance(item, dict)}
+            return all(item[merge_key] in by_key and contains(by_key[item[merge_key]], item, key, parent) for item in desired)
+        if len(current) != len(desired):
             return False
         return all(contains(a, b, key, parent) for a, b in zip(current, desired))
     return _same_scalar(current, desired, key, parent)
@@ -109,6 +89,24 @@ def up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
     hash_key = c.ANNOTATION_CONFIG_HASH
     current_hash = (current.get("metadata", {}).get("annotations") or {}).get(hash_key)
     return current_hash == desired["metadata"]["annotations"][hash_key] and contains(current, desired)
+
+
+def immutable_change(current: Mapping[str, Any] | None, desired: Mapping[str, Any]) -> status.Problem | None:
+    """The refusal the API server would give (422) for applying ``desired`` over ``current``: a PVC's
+    spec is immutable but for growing its storage request. Checked before applying, against the
+    PVC that exists, with the same function as the CRD's transition rule."""
+    if current is None or desired["kind"] != "PersistentVolumeClaim":
+        return None
+    want, have = desired["spec"], current.get("spec") or {}
+    old = {"size": (have.get("resources") or {}).get("requests", {}).get("storage"), "accessModes": have.get("accessModes")}
+    new = {"size": want["resources"]["requests"]["storage"], "accessModes": want["accessModes"]}
+    if "storageClassName" in want:  # unset: the API server's default class filled it in, not a change
+        old["storageClassName"], new["storageClassName"] = have.get("storageClassName", ""), want["storageClassName"]
+    found = spec_mod.check_cache_transition(old, new)
+    if not found:
+        return None
+    name = desired["metadata"]["name"]
+    return status.Problem("CacheImmutable", f"PersistentVolumeClaim {name} was left as it is: {found[0]}")
 
 
 def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
@@ -170,30 +168,37 @@ class Reconciler:
             return outcome
 
         deployment: Obj | None = None
+        problems: list[status.Problem] = []
         wanted = render.children(isvc)
+        # One child refused (a PVC edit the API server forbids, a name taken) does not stop the
+        # others: a new image or replica count still reaches the Deployment.
         for desired in wanted:
             kind, name = desired["kind"], desired["metadata"]["name"]
             current = self._get(kind, isvc.namespace, name)
             if current is not None and not owned_by(current, isvc.uid):
-                outcome.problem = status.Problem(
-                    "NameConflict", f"{kind} {name} already exists and is not owned by this InferenceService"
+                problems.append(
+                    status.Problem("NameConflict", f"{kind} {name} already exists and is not owned by this InferenceService")
                 )
-                break
+                continue
             if current is not None and up_to_date(current, desired):
                 result = current
             else:
+                refusal = immutable_change(current, desired)
+                if refusal is not None:
+                    problems.append(refusal)
+                    continue
                 try:
                     result = self.api.apply(desired)
                 except ApiError as exc:
                     if exc.retryable:
                         raise RetryableError(str(exc)) from exc
-                    outcome.problem = status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}")
-                    break
+                    problems.append(status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}"))
+                    continue
                 outcome.applied.append(_ref(desired))
             if kind == "Deployment":
                 deployment = result
 
-        if outcome.problem is None:
+        if not problems:
             wanted_kinds = {d["kind"] for d in wanted}
             for kind in render.REMOVABLE_KINDS:
                 if kind in wanted_kinds:
@@ -202,8 +207,9 @@ class Reconciler:
                 if current is not None and owned_by(current, isvc.uid):
                     self._delete(kind, isvc.namespace, isvc.name)
                     outcome.deleted.append(f"{kind}/{isvc.name}")
-        else:
-            deployment = deployment or self._owned_deployment(body)
+        deployment = deployment or self._owned_deployment(body)
+        problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc))])
+        outcome.problem = status.combine(problems)
 
         self._finish(body, outcome, deployment=deployment, isvc=isvc)
         return outcome
@@ -219,6 +225,28 @@ class Reconciler:
     def _delete(self, kind: str, namespace: str, name: str) -> None:
         try:
             self.api.delete(kind, namespace, name)
+        except ApiError as exc:
+            raise RetryableError(str(exc)) from exc
+
+    def _unshareable_claim(self, isvc: spec_mod.InferenceService) -> status.Problem | None:
+        """An existing claim (spec.modelCache.claimName) that attaches to one node only, while more
+        than one pod may run: the CRD cannot see the PVC, so the operator says it."""
+        cache = isvc.model_cache
+        if cache is None or cache.claim_name is None or isvc.max_pods <= 1:
+            return None
+        pvc = self._get("PersistentVolumeClaim", isvc.namespace, cache.claim_name)
+        modes = set(((pvc or {}).get("spec") or {}).get("accessModes") or [])
+        if not modes or modes & set(c.SHARED_ACCESS_MODES):
+            return None
+        return status.Problem(
+            "CacheNotShareable",
+            f"PersistentVolumeClaim {cache.claim_name} is {', '.join(sorted(modes))}: it attaches to one node, but up to "
+            f"{isvc.max_pods} pods may mount it (replicas, autoscaling, rollout.maxSurge); pods on other nodes cannot start",
+        )
+
+    def _pods(self, isvc: spec_mod.InferenceService) -> list[Obj]:
+        try:
+            return self.api.list_pods(isvc.namespace, render.selector_string(isvc.name))
         except ApiError as exc:
             raise RetryableError(str(exc)) from exc
 

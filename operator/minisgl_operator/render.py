@@ -10,10 +10,11 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 from typing import Any, Mapping
 
 from . import constants as c
-from . import server
+from . import merge, server
 from . import spec as spec_mod
 from .spec import InferenceService
 
@@ -95,6 +96,13 @@ def _resources(isvc: InferenceService) -> Obj:
     requests = dict(isvc.resources.get("requests", {}))
     limits = dict(isvc.resources.get("limits", {}))
     limits[c.GPU_RESOURCE] = isvc.tp
+    # Never BestEffort: QoS counts only cpu and memory, so a GPU limit alone leaves a pod first in
+    # line for eviction. A limit without a request makes the request equal to it, so only a
+    # resource named in neither gets the default.
+    defaults = {"cpu": str(c.DEFAULT_CPU_PER_GPU * isvc.tp), "memory": f"{c.DEFAULT_MEMORY_GI_PER_GPU * isvc.tp}Gi"}
+    for name, value in defaults.items():
+        if name not in requests and name not in limits:
+            requests[name] = value
     out: Obj = {"limits": limits}
     if requests:
         out["requests"] = requests
@@ -102,8 +110,18 @@ def _resources(isvc: InferenceService) -> Obj:
 
 
 def _cache_volume(isvc: InferenceService) -> Obj:
-    if isvc.model_cache is None:
-        return {"name": c.CACHE_VOLUME, "emptyDir": {}}
+    cache = isvc.model_cache
+    if cache is None:
+        return {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": c.EMPTYDIR_CACHE_SIZE_LIMIT}}
+    if cache.per_pod:
+        # A generic ephemeral volume: one PVC per pod, created and deleted with it.
+        claim_spec: Obj = {"accessModes": list(cache.access_modes), "resources": {"requests": {"storage": cache.size}}}
+        if cache.storage_class_name:
+            claim_spec["storageClassName"] = cache.storage_class_name
+        return {
+            "name": c.CACHE_VOLUME,
+            "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": labels(isvc)}, "spec": claim_spec}},
+        }
     return {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": isvc.pvc_name}}
 
 
@@ -117,9 +135,17 @@ def pod_template(isvc: InferenceService) -> Obj:
         "ports": [{"name": c.PORT_NAME, "containerPort": isvc.port, "protocol": "TCP"}],
         "env": _env(isvc),
         "resources": _resources(isvc),
-        "startupProbe": _http_probe(server.LIVENESS_PATH, c.STARTUP_PERIOD_SECONDS, c.STARTUP_FAILURE_THRESHOLD),
+        # The startup probe asks /ready, which answers 200 only once the model is loaded (/health
+        # does during the download too): a stuck download or NCCL hang is restarted after
+        # spec.startupTimeoutSeconds instead of staying NotReady forever.
+        "startupProbe": _http_probe(
+            server.READINESS_PATH, c.STARTUP_PERIOD_SECONDS, math.ceil(isvc.startup_timeout_seconds / c.STARTUP_PERIOD_SECONDS)
+        ),
         "readinessProbe": _http_probe(server.READINESS_PATH, c.READINESS_PERIOD_SECONDS, 3),
         "livenessProbe": _http_probe(server.LIVENESS_PATH, c.LIVENESS_PERIOD_SECONDS, 3),
+        # After SIGTERM the endpoint removal takes a few seconds to reach every kube-proxy and
+        # ingress; serving on through this pause keeps clients from meeting the drain's 503s.
+        "lifecycle": {"preStop": {"sleep": {"seconds": c.PRESTOP_SLEEP_SECONDS}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -154,7 +180,7 @@ def pod_template(isvc: InferenceService) -> Obj:
         "containers": [container],
         "volumes": [
             {"name": c.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": c.SHM_SIZE_LIMIT}},
-            {"name": c.TMP_VOLUME, "emptyDir": {}},
+            {"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": c.TMP_SIZE_LIMIT}},
             _cache_volume(isvc),
         ],
     }
@@ -165,7 +191,7 @@ def pod_template(isvc: InferenceService) -> Obj:
     if isvc.affinity:
         pod_spec["affinity"] = copy.deepcopy(dict(isvc.affinity))
 
-    return {
+    template = {
         "metadata": {
             "labels": labels(isvc),
             "annotations": {
@@ -176,9 +202,23 @@ def pod_template(isvc: InferenceService) -> Obj:
         },
         "spec": pod_spec,
     }
+    template = merge.strategic_merge(template, dict(isvc.pod_template))
+    # The Deployment and Service select the pods by these: an override must not change them.
+    template["metadata"]["labels"].update(labels(isvc))
+    return template
 
 
 # --- the children ------------------------------------------------------------------------------
+
+
+def _strategy(isvc: InferenceService) -> Obj:
+    rollout = isvc.rollout
+    if rollout.strategy == c.ROLLOUT_RECREATE:
+        return {"type": c.ROLLOUT_RECREATE}
+    return {
+        "type": c.ROLLOUT_ROLLING,
+        "rollingUpdate": {"maxSurge": rollout.max_surge, "maxUnavailable": rollout.max_unavailable},
+    }
 
 
 def deployment(isvc: InferenceService) -> Obj:
@@ -189,11 +229,9 @@ def deployment(isvc: InferenceService) -> Obj:
         "spec": {
             "replicas": isvc.replicas,
             "selector": {"matchLabels": selector_labels(isvc)},
-            # Start the new pod before stopping an old one: no downtime when a spare GPU exists,
-            # and when none does the old pod keeps serving while the new one waits.
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
+            "strategy": _strategy(isvc),
             # Longer than the startup probe's budget, or a slow first download reads as a failure.
-            "progressDeadlineSeconds": c.PROGRESS_DEADLINE_SECONDS,
+            "progressDeadlineSeconds": isvc.progress_deadline_seconds,
             "revisionHistoryLimit": 3,
             "template": pod_template(isvc),
         },

@@ -17,8 +17,6 @@ import jsonschema
 
 from . import crd
 
-_STRUCTURAL_KEYS = ("properties", "additionalProperties", "items", "anyOf", "oneOf", "allOf", "not")
-
 
 def to_json_schema(node: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {}
@@ -75,24 +73,22 @@ def errors(obj: dict[str, Any], *, strict: bool = True) -> list[str]:
     return sorted(_message(e) for e in found)
 
 
-def cel_rules() -> list[str]:
-    """Every CEL rule (x-kubernetes-validations) in the schema; each has a twin in spec.py."""
-    rules: list[str] = []
+def cel_rules_at() -> list[tuple[tuple[str, ...], str]]:
+    """Every CEL rule (x-kubernetes-validations) in the schema, with the path of the field it is
+    attached to (its ``self``): ``(("spec", "rollout"), rule)``; each has a twin in spec.py."""
+    rules: list[tuple[tuple[str, ...], str]] = []
 
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for rule in node.get("x-kubernetes-validations", []):
-                rules.append(rule["rule"])
-            for key in _STRUCTURAL_KEYS:
-                sub = node.get(key)
-                if isinstance(sub, dict) and key == "properties":
-                    for child in sub.values():
-                        walk(child)
-                elif isinstance(sub, dict):
-                    walk(sub)
-                elif isinstance(sub, list):
-                    for child in sub:
-                        walk(child)
+    def walk(node: Any, path: tuple[str, ...]) -> None:
+        if not isinstance(node, dict):
+            return
+        for rule in node.get("x-kubernetes-validations", []):
+            rules.append((path, rule["rule"]))
+        for name, child in (node.get("properties") or {}).items():
+            walk(child, (*path, name))
 
-    walk(crd.openapi_schema())
+    walk(crd.openapi_schema(), ())
     return rules
+
+
+def cel_rules() -> list[str]:
+    return [rule for _, rule in cel_rules_at()]

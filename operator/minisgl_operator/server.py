@@ -63,20 +63,31 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _flag_of(arg: str) -> str | None:
-    if not arg.startswith("--"):
-        return None
-    return arg.split("=", 1)[0]
+def _dests_set_by(extra: Sequence[str]) -> set[str]:
+    """The ServerArgs fields that ``extra`` sets, as the server's parser resolves them: argparse
+    accepts any unambiguous prefix (``--t`` is ``--tp``, ``--por`` is ``--port``), so comparing
+    the spelled flag names would let an abbreviation through."""
+    parser = _parser()
+    unset = object()
+    parser.set_defaults(**{name: unset for name in _FIELDS})
+    namespace = parser.parse_args(list(extra))
+    return {name for name, value in vars(namespace).items() if value is not unset}
 
 
 def check_extra_args(extra: Sequence[str]) -> None:
-    """Reject spec.args that set a flag the operator owns or that the pod cannot use."""
-    for arg in extra:
-        name = _flag_of(arg)
-        if name in OWNED_FLAGS:
-            raise ServerArgsError(f"{name} comes from the InferenceService spec; do not repeat it in spec.args")
-        if name in FORBIDDEN_FLAGS:
-            raise ServerArgsError(f"{name} cannot run in a pod: the server must serve HTTP")
+    """Reject spec.args that set a flag the operator owns or that the pod cannot use (spelled out
+    or abbreviated), or that the server's parser refuses on their own."""
+    dests = _dests_set_by(extra)
+    for flag_name in OWNED_FLAGS:
+        if _dest(flag_name) in dests:
+            raise ServerArgsError(f"{flag_name} comes from the InferenceService spec; do not repeat it in spec.args")
+    for flag_name in FORBIDDEN_FLAGS:
+        if _dest(flag_name) in dests:
+            raise ServerArgsError(f"{flag_name} cannot run in a pod: the server must serve HTTP")
+
+
+def _dest(flag_name: str) -> str:
+    return flag_name[2:].replace("-", "_")
 
 
 def parse_command_line(argv: Sequence[str]) -> server_args.ServerArgs:

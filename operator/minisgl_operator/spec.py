@@ -11,13 +11,14 @@ command reads files the API server never saw, and only the operator can run 3.
 
 from __future__ import annotations
 
+import copy
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from . import constants as c
-from . import crd, schema, server
+from . import crd, quantity, schema, server
 
 # The ownerReference uid that `render` prints for a file without metadata.uid: the API server
 # assigns the real one when the InferenceService is created.
@@ -38,10 +39,20 @@ class ModelCache:
     size: str | None = None
     storage_class_name: str | None = None
     access_modes: tuple[str, ...] = c.DEFAULT_CACHE_ACCESS_MODES
+    per_pod: bool = False
 
     @property
     def operator_created(self) -> bool:
-        return self.claim_name is None
+        """A PVC the operator creates once and every pod mounts."""
+        return self.claim_name is None and not self.per_pod
+
+
+@dataclass(frozen=True)
+class Rollout:
+    strategy: str = c.ROLLOUT_ROLLING
+    max_surge: int = c.DEFAULT_MAX_SURGE
+    max_unavailable: int = c.DEFAULT_MAX_UNAVAILABLE
+    progress_deadline_seconds: int | None = None
 
 
 @dataclass(frozen=True)
@@ -71,6 +82,21 @@ class InferenceService:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     affinity: Mapping[str, Any] | None = None
     autoscaling: Autoscaling | None = None
+    rollout: Rollout = Rollout()
+    startup_timeout_seconds: int = c.DEFAULT_STARTUP_TIMEOUT_SECONDS
+    pod_template: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def progress_deadline_seconds(self) -> int:
+        return self.rollout.progress_deadline_seconds or self.startup_timeout_seconds + c.PROGRESS_DEADLINE_MARGIN_SECONDS
+
+    @property
+    def max_pods(self) -> int:
+        """The most pods that can exist at once: replicas (or the HPA's maximum) plus a surge pod."""
+        most = max(self.replicas, self.autoscaling.max_replicas if self.autoscaling else 0)
+        if self.rollout.strategy == c.ROLLOUT_ROLLING:
+            most += self.rollout.max_surge
+        return most
 
     @property
     def pvc_name(self) -> str:
@@ -84,7 +110,7 @@ class InferenceService:
 
     @property
     def termination_grace_seconds(self) -> int:
-        return math.ceil(self.drain_timeout) + c.TERMINATION_GRACE_MARGIN_SECONDS
+        return c.PRESTOP_SLEEP_SECONDS + math.ceil(self.drain_timeout) + c.TERMINATION_GRACE_MARGIN_SECONDS
 
 
 # --- the CEL rules' twins ---------------------------------------------------------------------
@@ -116,21 +142,151 @@ def _check_cache(obj: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("spec") or {}
+
+
+def _check_per_pod_cache(obj: Mapping[str, Any]) -> list[str]:
+    cache = _spec(obj).get("modelCache") or {}
+    if cache.get("perPod") and "size" not in cache:
+        return ["spec.modelCache: perPod needs size (the size of each pod's volume)"]
+    return []
+
+
+def _check_writable_cache(obj: Mapping[str, Any]) -> list[str]:
+    cache = _spec(obj).get("modelCache") or {}
+    if "size" in cache and "accessModes" in cache and all(m == "ReadOnlyMany" for m in cache["accessModes"]):
+        return ["spec.modelCache: a created cache cannot be ReadOnlyMany only: nothing could download the model into it"]
+    return []
+
+
+def _check_gpus(obj: Mapping[str, Any]) -> list[str]:
+    problems = []
+    for kind in ("requests", "limits"):
+        if c.GPU_RESOURCE in (_spec(obj).get("resources") or {}).get(kind, {}):
+            problems.append(f"spec.resources.{kind}: do not set {c.GPU_RESOURCE}: spec.tp sets the GPUs per pod")
+    return problems
+
+
+def _check_args(obj: Mapping[str, Any]) -> list[str]:
+    guarded = (*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS)
+    problems = []
+    for arg in _spec(obj).get("args") or []:
+        name = arg.split("=", 1)[0]
+        if arg.startswith("--") and len(name) >= 3:
+            for flag_name in guarded:
+                if flag_name.startswith(name):
+                    problems.append(f"spec.args: {arg!r} sets (or abbreviates) {flag_name}, which comes from the spec")
+    return problems
+
+
+def _rollout_values(rollout: Mapping[str, Any]) -> tuple[str, int, int]:
+    return (
+        rollout.get("strategy", c.ROLLOUT_ROLLING),
+        rollout.get("maxSurge", c.DEFAULT_MAX_SURGE),
+        rollout.get("maxUnavailable", c.DEFAULT_MAX_UNAVAILABLE),
+    )
+
+
+def _check_rollout(obj: Mapping[str, Any]) -> list[str]:
+    rollout = _spec(obj).get("rollout")
+    if rollout is None:
+        return []
+    strategy, surge, unavailable = _rollout_values(rollout)
+    if strategy == c.ROLLOUT_RECREATE and ("maxSurge" in rollout or "maxUnavailable" in rollout):
+        return ["spec.rollout: Recreate takes no maxSurge/maxUnavailable"]
+    if strategy == c.ROLLOUT_ROLLING and surge + unavailable < 1:
+        return ["spec.rollout: a rolling update needs maxSurge + maxUnavailable >= 1"]
+    return []
+
+
+def _check_progress(obj: Mapping[str, Any]) -> list[str]:
+    spec = _spec(obj)
+    deadline = (spec.get("rollout") or {}).get("progressDeadlineSeconds")
+    startup = spec.get("startupTimeoutSeconds", c.DEFAULT_STARTUP_TIMEOUT_SECONDS)
+    if deadline is not None and deadline <= startup:
+        return ["spec.rollout: progressDeadlineSeconds must exceed startupTimeoutSeconds"]
+    return []
+
+
+def _check_shared_cache(obj: Mapping[str, Any]) -> list[str]:
+    spec = _spec(obj)
+    cache = spec.get("modelCache") or {}
+    if "size" not in cache or cache.get("perPod"):
+        return []
+    if any(m in c.SHARED_ACCESS_MODES for m in cache.get("accessModes", ())):
+        return []
+    strategy, surge, _ = _rollout_values(spec.get("rollout") or {})
+    surging = strategy == c.ROLLOUT_ROLLING and surge > 0
+    several = spec.get("replicas", c.DEFAULT_REPLICAS) > 1 or (spec.get("autoscaling") or {}).get("maxReplicas", 0) > 1
+    if several or surging:
+        return [
+            "spec.modelCache: a ReadWriteOnce model cache attaches to one node: with more than one pod (replicas, "
+            "autoscaling.maxReplicas, rollout.maxSurge) use accessModes [ReadWriteMany], perPod, or a claimName"
+        ]
+    return []
+
+
 CEL_TWINS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     crd.NAME_RULE: _check_name,
     crd.AUTOSCALING_RULE: _check_autoscaling,
     crd.CACHE_RULE: _check_cache,
+    crd.PER_POD_CACHE_RULE: _check_per_pod_cache,
+    crd.WRITABLE_CACHE_RULE: _check_writable_cache,
+    crd.GPU_RESOURCES_RULE: _check_gpus,
+    crd.ARGS_RULE: _check_args,
+    crd.ROLLOUT_RULE: _check_rollout,
+    crd.PROGRESS_RULE: _check_progress,
+    crd.SHARED_CACHE_RULE: _check_shared_cache,
+}
+
+
+def check_cache_transition(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None) -> list[str]:
+    """The twin of the transition rule IMMUTABLE_CACHE_RULE: ``old`` and ``new`` are spec.modelCache
+    before and after an edit. The reconciler runs it against the PVC that exists (``pvc_as_cache``)."""
+    if not old or not new or "size" not in old or "size" not in new or old.get("perPod") or new.get("perPod"):
+        return []
+    changed = []
+    if old.get("storageClassName", "") != new.get("storageClassName", ""):
+        changed.append("storageClassName")
+    default = list(c.DEFAULT_CACHE_ACCESS_MODES)
+    if list(old.get("accessModes", default)) != list(new.get("accessModes", default)):
+        changed.append("accessModes")
+    before, after = quantity.parse(old["size"]), quantity.parse(new["size"])
+    if before is not None and after is not None and after < before:
+        changed.append("size (it shrank)")
+    if changed:
+        return [
+            f"spec.modelCache: {', '.join(changed)} of the created PVC cannot change (a PVC's spec is immutable "
+            "but for growing its size); delete the PVC first or use a new claim"
+        ]
+    return []
+
+
+TRANSITION_TWINS: dict[str, Callable[[Mapping[str, Any] | None, Mapping[str, Any] | None], list[str]]] = {
+    crd.IMMUTABLE_CACHE_RULE: check_cache_transition,
 }
 
 
 # --- checks no schema can express --------------------------------------------------------------
 
+# The server container's fields that podTemplate may not override: they come from the spec.
+POD_TEMPLATE_OWNED_CONTAINER_FIELDS = ("command", "args")
 
-def _check_gpus(spec: Mapping[str, Any]) -> list[str]:
+
+def _check_pod_template(spec: Mapping[str, Any]) -> list[str]:
     problems = []
-    for kind in ("requests", "limits"):
-        if c.GPU_RESOURCE in spec.get("resources", {}).get(kind, {}):
-            problems.append(f"spec.resources.{kind}: do not set {c.GPU_RESOURCE}; spec.tp sets the GPUs per pod")
+    for container in ((spec.get("podTemplate") or {}).get("spec") or {}).get("containers") or []:
+        if not isinstance(container, Mapping) or container.get("name") != c.CONTAINER_NAME:
+            continue
+        for key in POD_TEMPLATE_OWNED_CONTAINER_FIELDS:
+            if key in container:
+                problems.append(
+                    f"spec.podTemplate: the {c.CONTAINER_NAME} container's {key} comes from the spec (model, tp, port, args)"
+                )
+        for kind in ("requests", "limits"):
+            if c.GPU_RESOURCE in ((container.get("resources") or {}).get(kind) or {}):
+                problems.append(f"spec.podTemplate: do not set {c.GPU_RESOURCE}: spec.tp sets the GPUs per pod")
     return problems
 
 
@@ -157,7 +313,7 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
     for twin in CEL_TWINS.values():
         problems += twin(obj)
     spec = obj["spec"]
-    problems += _check_gpus(spec)
+    problems += _check_pod_template(spec)
     arg_problems, drain_timeout = _parse_server_args(spec)
     problems += arg_problems
     if problems:
@@ -165,6 +321,7 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
 
     cache = spec.get("modelCache")
     scaling = spec.get("autoscaling")
+    rollout = spec.get("rollout") or {}
     return InferenceService(
         name=meta["name"],
         namespace=meta.get("namespace") or "default",
@@ -186,6 +343,7 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
             size=cache.get("size"),
             storage_class_name=cache.get("storageClassName"),
             access_modes=tuple(cache.get("accessModes", c.DEFAULT_CACHE_ACCESS_MODES)),
+            per_pod=bool(cache.get("perPod", False)),
         ),
         node_selector=dict(spec.get("nodeSelector", {})),
         tolerations=tuple(spec.get("tolerations", [])),
@@ -197,4 +355,12 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
             max_replicas=scaling["maxReplicas"],
             target_waiting_requests=scaling.get("targetWaitingRequests", c.DEFAULT_TARGET_WAITING_REQUESTS),
         ),
+        rollout=Rollout(
+            strategy=rollout.get("strategy", c.ROLLOUT_ROLLING),
+            max_surge=rollout.get("maxSurge", c.DEFAULT_MAX_SURGE),
+            max_unavailable=rollout.get("maxUnavailable", c.DEFAULT_MAX_UNAVAILABLE),
+            progress_deadline_seconds=rollout.get("progressDeadlineSeconds"),
+        ),
+        startup_timeout_seconds=spec.get("startupTimeoutSeconds", c.DEFAULT_STARTUP_TIMEOUT_SECONDS),
+        pod_template=copy.deepcopy(spec.get("podTemplate") or {}),
     )

@@ -22,6 +22,58 @@ class Problem:
     message: str
 
 
+def combine(problems: list[Problem]) -> Problem | None:
+    """Several problems as one condition: the first one's reason, every message."""
+    if not problems:
+        return None
+    return Problem(problems[0].reason, "; ".join(p.message for p in problems))
+
+
+# Why a container does not run, as the kubelet says it (containerStatuses[].state.waiting.reason),
+# in the order the status reports them: the first one found wins.
+WAITING_REASONS = (
+    "CreateContainerConfigError",  # e.g. the HF token Secret or a key in it does not exist
+    "ErrImagePull",
+    "ImagePullBackOff",
+    "InvalidImageName",
+    "CreateContainerError",
+    "RunContainerError",
+    "CrashLoopBackOff",
+)
+
+
+def _pod_problems(pod: Mapping[str, Any]) -> list[Problem]:
+    meta, pod_status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return []  # an old pod on its way out
+    name = meta.get("name", "?")
+    found = []
+    for cond in pod_status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            found.append(Problem("Unschedulable", f"pod {name} cannot be scheduled: {cond.get('message', '')}".rstrip(": ")))
+    for container in pod_status.get("containerStatuses") or []:
+        state, last = container.get("state") or {}, container.get("lastState") or {}
+        waiting = state.get("waiting") or {}
+        terminated = last.get("terminated") or state.get("terminated") or {}
+        where = f"pod {name}: container {container.get('name')}"
+        if terminated.get("reason") == "OOMKilled" and (waiting or not container.get("ready")):
+            found.append(Problem("OOMKilled", f"{where} ran out of memory (raise spec.resources memory)"))
+        elif waiting.get("reason") in WAITING_REASONS:
+            found.append(Problem(waiting["reason"], f"{where}: {waiting['reason']} {waiting.get('message') or ''}".rstrip()))
+    return found
+
+
+_PRIORITY = ("Unschedulable", "OOMKilled", *WAITING_REASONS)
+
+
+def pod_problem(pods: list[Mapping[str, Any]]) -> Problem | None:
+    """What keeps the InferenceService's pods from running, from the pods themselves: a Deployment's
+    conditions only say 'progressing' until its deadline, whatever the reason."""
+    found = [p for pod in pods for p in _pod_problems(pod)]
+    found.sort(key=lambda p: _PRIORITY.index(p.reason))
+    return found[0] if found else None
+
+
 def _deployment_facts(deployment: Mapping[str, Any] | None) -> dict[str, Any]:
     status = (deployment or {}).get("status") or {}
     generation = (deployment or {}).get("metadata", {}).get("generation", 0)
@@ -63,6 +115,7 @@ def compute(
     now: str,
 ) -> Obj:
     facts = _deployment_facts(deployment)
+    # A pod's own reason (Unschedulable, ImagePullBackOff, ...) says more than the deadline's.
     problem = problem or _deployment_problem(facts)
     ready, desired = facts["ready"], desired_replicas
     rolled_out = (

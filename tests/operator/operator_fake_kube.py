@@ -3,13 +3,24 @@
 It behaves like an API server where it matters to the reconciler:
 - ``apply`` creates or replaces the object, keeps uid/creationTimestamp/status, bumps
   resourceVersion, and bumps a Deployment's metadata.generation when its spec changed;
+- it refuses what a real API server refuses with 422 Invalid: a change to a PVC's spec other than
+  growing its storage request (the spec is immutable), a change to a Deployment's selector;
 - it fills in defaults the way the API server does (restartPolicy, terminationMessagePath,
-  probe successThreshold and scheme, a Service's clusterIP, ...) and canonicalizes quantities
-  (a limit of ``nvidia.com/gpu: 1`` comes back as ``"1"``, ``cpu: 4000m`` as ``"4"``), so a
-  reconciler that compared naively would see drift where there is none;
+  probe successThreshold and scheme, a Service's clusterIP, a PVC's default storage class, ...)
+  and canonicalizes quantities (a limit of ``nvidia.com/gpu: 1`` comes back as ``"1"``,
+  ``cpu: 4000m`` as ``"4"``), so a reconciler that compared naively would see drift where there is none;
+- deletion honours finalizers (an object with finalizers only gets a deletionTimestamp, a PVC gets
+  kubernetes.io/pvc-protection and goes only once no pod mounts it) and the garbage collector
+  removes the dependents of a deleted owner (ownerReferences);
+- lists and watches filter by label selector in the "server" (``list_pods``, ``watch``);
 - ``patch_status`` is a JSON merge patch of the status subresource.
+``run_controllers`` plays the Deployment controller, the scheduler and the kubelet on a pool of
+GPU nodes (``add_node``): rolling updates honour maxSurge/maxUnavailable, a pod needs free
+``nvidia.com/gpu`` on one node, a ReadWriteOnce claim in use on one node makes every other node
+unschedulable for the pod (the Multi-Attach failure), and a missing Secret, an image that cannot
+be pulled or a container that runs out of memory show in the pod's status as the kubelet reports them.
 It does not model server-side apply's field ownership (an apply replaces the whole object), nor
-admission, RBAC or the controllers: tests play the Deployment controller with ``set_deployment_status``.
+admission webhooks, RBAC or time (progress deadlines: tests set them with ``set_deployment_status``).
 
 Every call is recorded in ``calls`` as (verb, kind, namespace, name); ``writes()`` lists the
 calls that change something.
@@ -18,7 +29,9 @@ calls that change something.
 from __future__ import annotations
 
 import copy
+import hashlib
 import itertools
+import json
 from decimal import Decimal
 from typing import Any, Callable
 
@@ -28,6 +41,12 @@ from minisgl_operator.kube import ApiError
 Obj = dict[str, Any]
 WRITE_VERBS = ("apply", "delete", "patch_status", "create_event")
 KNOWN_KINDS = ("Deployment", "Service", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+DEFAULT_STORAGE_CLASS = "standard"
+SINGLE_NODE_MODES = ("ReadWriteOnce", "ReadWriteOncePod")
+# A PVC in use by a pod is only deleted once no pod uses it.
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
+# The kubelet's view of an image: fake.image_faults[image] = "ImagePullBackOff" or "OOMKilled".
+IMAGE_FAULTS = ("ImagePullBackOff", "ErrImagePull", "OOMKilled", "CrashLoopBackOff")
 
 
 def _canonical_quantity(value: Any) -> str:
@@ -68,6 +87,47 @@ def _apply_defaults(obj: Obj) -> None:
         obj["spec"].setdefault("ipFamilies", ["IPv4"])
     elif kind == "PersistentVolumeClaim":
         obj["spec"].setdefault("volumeMode", "Filesystem")
+        # The DefaultStorageClass admission plugin.
+        obj["spec"].setdefault("storageClassName", DEFAULT_STORAGE_CLASS)
+
+
+def _storage(pvc: Obj) -> Decimal:
+    from minisgl_operator import quantity
+
+    return quantity.parse(pvc["spec"]["resources"]["requests"]["storage"]) or Decimal(0)
+
+
+def _invalid(obj: Obj, old: Obj | None, new: Obj) -> str | None:
+    """What a real API server's validation refuses on an update (422 Invalid)."""
+    if old is None:
+        return None
+    kind, name = obj["kind"], obj["metadata"]["name"]
+    if kind == "PersistentVolumeClaim":
+        before, after = dict(old["spec"]), dict(new["spec"])
+        grown = _storage(new) >= _storage(old)
+        before.pop("resources"), after.pop("resources")
+        if before != after or not grown:
+            return (
+                f'PersistentVolumeClaim "{name}" is invalid: spec: Forbidden: spec is immutable after creation '
+                "except resources.requests and volumeAttributesClassName for bound claims"
+            )
+    if kind == "Deployment" and old["spec"].get("selector") != new["spec"].get("selector"):
+        return f'Deployment.apps "{name}" is invalid: spec.selector: Invalid value: field is immutable'
+    return None
+
+
+def matches(labels: dict[str, str] | None, selector: str) -> bool:
+    """An equality-based label selector ('a=b,c=d'), as the API server evaluates it."""
+    labels = labels or {}
+    for term in filter(None, selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
+
+
+def _template_hash(template: Obj) -> str:
+    return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _merge_patch(target: Obj, patch: Obj) -> Obj:
@@ -90,6 +150,9 @@ class FakeKube:
         self._uids = itertools.count(1)
         # verb -> error to raise on the next call of that verb (once)
         self.fail_next: dict[str, ApiError] = {}
+        self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
+        self.image_faults: dict[str, str] = {}
+        self._pod_names = itertools.count(1)
 
     # --- the KubeApi protocol ----------------------------------------------------------------
 
@@ -106,15 +169,22 @@ class FakeKube:
         old = self.objects.get(key)
         new = copy.deepcopy(obj)
         _apply_defaults(new)
+        problem = _invalid(obj, old, new)
+        if problem is not None:
+            raise ApiError(422, "Invalid", problem)
         new_meta = new["metadata"]
         new_meta["resourceVersion"] = str(next(self._versions))
         if old is None:
+            if obj["kind"] == "PersistentVolumeClaim":  # the StorageObjectInUseProtection admission plugin
+                new_meta.setdefault("finalizers", []).append(PVC_PROTECTION)
             new_meta["uid"] = f"child-uid-{next(self._uids)}"
             new_meta["creationTimestamp"] = "2026-01-01T00:00:00Z"
             new_meta["generation"] = 1
         else:
             new_meta["uid"] = old["metadata"]["uid"]
             new_meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
+            if old["metadata"].get("finalizers"):
+                new_meta["finalizers"] = list(old["metadata"]["finalizers"])
             generation = old["metadata"].get("generation", 1)
             new_meta["generation"] = generation + (1 if old.get("spec") != new.get("spec") else 0)
             if "status" in old:
@@ -124,7 +194,12 @@ class FakeKube:
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         self._record("delete", kind, namespace, name)
-        self.objects.pop((kind, namespace, name), None)
+        self._delete((kind, namespace, name))
+        self._release_claims()
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
+        self._record("list", "Pod", namespace, label_selector)
+        return self.watch("Pod", label_selector, namespace)
 
     def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
         self._record("patch_status", c.KIND, namespace, name)
@@ -212,4 +287,239 @@ class FakeKube:
         return copy.deepcopy(dep)
 
     def children(self, namespace: str = "llm") -> dict[tuple[str, str], Obj]:
-        return {(k, n): o for (k, ns, n), o in self.objects.items() if ns == namespace and k != c.KIND}
+        return {(k, n): o for (k, ns, n), o in self.objects.items() if ns == namespace and k not in (c.KIND, "Pod", "Secret")}
+
+    # --- deletion: finalizers and the garbage collector --------------------------------------
+
+    def _delete(self, key: tuple[str, str, str]) -> None:
+        obj = self.objects.get(key)
+        if obj is None:
+            return
+        if obj["metadata"].get("finalizers"):
+            obj["metadata"].setdefault("deletionTimestamp", "2026-01-01T01:00:00Z")
+            return
+        del self.objects[key]
+        uid = obj["metadata"].get("uid")
+        for other_key, other in list(self.objects.items()):
+            refs = other["metadata"].get("ownerReferences") or []
+            if other_key[1] == key[1] and any(ref.get("uid") == uid for ref in refs):
+                self._delete(other_key)
+
+    def user_delete(self, kind: str, name: str, namespace: str = "llm") -> None:
+        """`kubectl delete` (or the namespace's deletion): waits for finalizers, then the GC cascades."""
+        self._delete((kind, namespace, name))
+        self._release_claims()
+
+    def _release_claims(self) -> None:
+        """The PVC protection controller: a deleted PVC goes once no pod mounts it."""
+        for (kind, namespace, name), obj in list(self.objects.items()):
+            meta = obj["metadata"]
+            if kind != "PersistentVolumeClaim" or not meta.get("deletionTimestamp"):
+                continue
+            if not any(name in self._claims(pod) for pod in self.pods(namespace=namespace)):
+                self.remove_finalizer(kind, name, PVC_PROTECTION, namespace)
+
+    def remove_finalizer(self, kind: str, name: str, finalizer: str, namespace: str = "llm") -> None:
+        """What the finalizer's owner does when it is done; the object goes once none is left."""
+        key = (kind, namespace, name)
+        meta = self.objects[key]["metadata"]
+        meta["finalizers"] = [f for f in meta.get("finalizers", []) if f != finalizer]
+        if not meta["finalizers"] and meta.get("deletionTimestamp"):
+            del meta["finalizers"], meta["deletionTimestamp"]
+            self._delete(key)
+            self._release_claims()
+
+    # --- watches, filtered in the "API server" -------------------------------------------------
+
+    def watch(self, kind: str, label_selector: str, namespace: str | None = None) -> list[Obj]:
+        """The objects a watch with this label selector streams (what kopf's handlers then see)."""
+        return [
+            copy.deepcopy(obj)
+            for (k, ns, _), obj in sorted(self.objects.items())
+            if k == kind and (namespace is None or ns == namespace) and matches(obj["metadata"].get("labels"), label_selector)
+        ]
+
+    # --- the Deployment controller, the scheduler and the kubelet -----------------------------
+
+    def add_node(self, name: str, gpus: int) -> None:
+        self.nodes[name] = gpus
+
+    def add_secret(self, name: str, keys: dict[str, str], namespace: str = "llm") -> None:
+        self.objects[("Secret", namespace, name)] = {
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
+            "data": dict(keys),
+        }  # fmt: skip
+
+    def pods(self, deployment: str | None = None, namespace: str = "llm") -> list[Obj]:
+        return [
+            o for (k, ns, _), o in sorted(self.objects.items())
+            if k == "Pod" and ns == namespace and (deployment is None or o["metadata"]["_deployment"] == deployment)
+        ]  # fmt: skip
+
+    def run_controllers(self, namespace: str = "llm", max_steps: int = 100) -> None:
+        """Reconcile every Deployment until nothing changes: roll, schedule, start, report."""
+        for _ in range(max_steps):
+            changed = False
+            for (kind, ns, name), dep in sorted(self.objects.items()):
+                if kind == "Deployment" and ns == namespace:
+                    changed |= self._roll(dep)
+            changed |= self._schedule(namespace)
+            if not changed:
+                break
+        for (kind, ns, name), dep in list(self.objects.items()):
+            if kind == "Deployment" and ns == namespace:
+                self._report(dep)
+
+    def _roll(self, dep: Obj) -> bool:
+        spec, name, namespace = dep["spec"], dep["metadata"]["name"], dep["metadata"]["namespace"]
+        want = spec.get("replicas", 1)
+        current_hash = _template_hash(spec["template"])
+        pods = self.pods(name, namespace)
+        new = [p for p in pods if p["metadata"]["_hash"] == current_hash]
+        old = [p for p in pods if p["metadata"]["_hash"] != current_hash]
+        strategy = spec.get("strategy") or {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+        if len(new) > want:
+            self._remove_pod(new[-1])
+            return True
+        if strategy["type"] == "Recreate":
+            if old:
+                for pod in old:
+                    self._remove_pod(pod)
+                return True
+            if len(new) < want:
+                self._create_pod(dep, current_hash)
+                return True
+            return False
+        rolling = strategy.get("rollingUpdate") or {}
+        surge, unavailable = int(rolling.get("maxSurge", 0)), int(rolling.get("maxUnavailable", 0))
+        if len(new) < want and len(pods) < want + surge:
+            self._create_pod(dep, current_hash)
+            return True
+        ready = sum(1 for p in pods if _ready(p))
+        for pod in sorted(old, key=_ready):  # pods that do not serve go first
+            if not _ready(pod) or ready - 1 >= want - unavailable:
+                self._remove_pod(pod)
+                return True
+        return False
+
+    def _create_pod(self, dep: Obj, template_hash: str) -> None:
+        template = copy.deepcopy(dep["spec"]["template"])
+        namespace = dep["metadata"]["namespace"]
+        name = f"{dep['metadata']['name']}-{template_hash[:5]}-{next(self._pod_names)}"
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                **template.get("metadata", {}),
+                "name": name,
+                "namespace": namespace,
+                "uid": f"pod-uid-{next(self._uids)}",
+                "ownerReferences": [{"kind": "ReplicaSet", "name": dep["metadata"]["name"], "uid": dep["metadata"]["uid"], "controller": True}],
+                "_deployment": dep["metadata"]["name"],
+                "_hash": template_hash,
+            },
+            "spec": template["spec"],
+            "status": {"phase": "Pending", "conditions": []},
+        }
+        self.objects[("Pod", namespace, name)] = pod
+
+    def _remove_pod(self, pod: Obj) -> None:
+        self.objects.pop(("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
+
+    def _gpus(self, pod: Obj) -> int:
+        return sum(int(ctr.get("resources", {}).get("limits", {}).get(c.GPU_RESOURCE, 0)) for ctr in pod["spec"]["containers"])
+
+    def _claims(self, pod: Obj) -> list[str]:
+        return [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"].get("volumes", []) if "persistentVolumeClaim" in v]
+
+    def _schedule(self, namespace: str) -> bool:
+        changed = False
+        for pod in self.pods(namespace=namespace):
+            if pod["spec"].get("nodeName"):
+                continue
+            reasons, feasible = [], []
+            for node, gpus in sorted(self.nodes.items()):
+                used = sum(self._gpus(p) for p in self.pods(namespace=namespace) if p["spec"].get("nodeName") == node)
+                if gpus - used < self._gpus(pod):
+                    reasons.append(f"node {node}: Insufficient {c.GPU_RESOURCE}")
+                    continue
+                conflict = self._attach_conflict(pod, node, namespace)
+                if conflict:
+                    reasons.append(f"node {node}: {conflict}")
+                    continue
+                feasible.append(node)
+            if feasible:
+                pod["spec"]["nodeName"] = feasible[0]
+                pod["status"] = self._kubelet(pod, namespace)
+                changed = True
+            else:
+                message = f"0/{len(self.nodes)} nodes are available: " + "; ".join(reasons)
+                condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+                if pod["status"].get("conditions") != [condition]:
+                    pod["status"] = {"phase": "Pending", "conditions": [condition]}
+        return changed
+
+    def _attach_conflict(self, pod: Obj, node: str, namespace: str) -> str | None:
+        for claim in self._claims(pod):
+            pvc = self.objects.get(("PersistentVolumeClaim", namespace, claim))
+            if pvc is None:
+                return f'persistentvolumeclaim "{claim}" not found'
+            if not set(pvc["spec"]["accessModes"]) & set(SINGLE_NODE_MODES) or set(pvc["spec"]["accessModes"]) - set(SINGLE_NODE_MODES):
+                continue  # a ReadWriteMany or ReadOnlyMany claim mounts anywhere
+            for other in self.pods(namespace=namespace):
+                other_node = other["spec"].get("nodeName")
+                if other is not pod and other_node and other_node != node and claim in self._claims(other):
+                    return f'Multi-Attach error for volume "{claim}": already used by pod {other["metadata"]["name"]} on {other_node}'
+        return None
+
+    def _kubelet(self, pod: Obj, namespace: str) -> Obj:
+        scheduled = {"type": "PodScheduled", "status": "True"}
+        (container, *_) = pod["spec"]["containers"]
+        for var in container.get("env", []):
+            ref = (var.get("valueFrom") or {}).get("secretKeyRef")
+            if ref and not ref.get("optional") and ("Secret", namespace, ref["name"]) not in self.objects:
+                waiting = {"reason": "CreateContainerConfigError", "message": f'secret "{ref["name"]}" not found'}
+                return self._not_running(scheduled, container, {"waiting": waiting})
+        fault = self.image_faults.get(container["image"])
+        if fault in ("ImagePullBackOff", "ErrImagePull"):
+            waiting = {"reason": fault, "message": f'Back-off pulling image "{container["image"]}"'}
+            return self._not_running(scheduled, container, {"waiting": waiting})
+        if fault in ("OOMKilled", "CrashLoopBackOff"):
+            last = {"terminated": {"reason": "OOMKilled" if fault == "OOMKilled" else "Error", "exitCode": 137 if fault == "OOMKilled" else 1}}
+            waiting = {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}
+            return self._not_running(scheduled, container, {"waiting": waiting}, last)
+        ready = {"type": "Ready", "status": "True"}
+        statuses = [{"name": container["name"], "ready": True, "restartCount": 0, "state": {"running": {}}}]
+        return {"phase": "Running", "conditions": [scheduled, ready], "containerStatuses": statuses}
+
+    @staticmethod
+    def _not_running(scheduled: Obj, container: Obj, state: Obj, last: Obj | None = None) -> Obj:
+        status = {"name": container["name"], "ready": False, "restartCount": 5 if last else 0, "state": state}
+        if last:
+            status["lastState"] = last
+        return {"phase": "Pending", "conditions": [scheduled, {"type": "Ready", "status": "False"}], "containerStatuses": [status]}
+
+    def _report(self, dep: Obj) -> None:
+        pods = self.pods(dep["metadata"]["name"], dep["metadata"]["namespace"])
+        current_hash = _template_hash(dep["spec"]["template"])
+        updated = [p for p in pods if p["metadata"]["_hash"] == current_hash]
+        ready = sum(1 for p in pods if _ready(p))
+        complete = len(updated) == len(pods) == dep["spec"].get("replicas", 1) and all(_ready(p) for p in pods)
+        progressing = {
+            "type": "Progressing",
+            "status": "True",
+            "reason": "NewReplicaSetAvailable" if complete else "ReplicaSetUpdated",
+        }
+        dep["status"] = {
+            "observedGeneration": dep["metadata"]["generation"],
+            "replicas": len(pods),
+            "updatedReplicas": len(updated),
+            "readyReplicas": ready,
+            "availableReplicas": ready,
+            "conditions": [progressing],
+        }
+        dep["metadata"]["resourceVersion"] = str(next(self._versions))
+
+
+def _ready(pod: Obj) -> bool:
+    return any(cond["type"] == "Ready" and cond["status"] == "True" for cond in pod["status"].get("conditions", []))

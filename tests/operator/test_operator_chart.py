@@ -35,6 +35,15 @@ def by_kind(objects: list[dict], kind: str) -> list[dict]:
     return [o for o in objects if o["kind"] == kind]
 
 
+def is_hook(obj: dict) -> bool:
+    return "helm.sh/hook" in (obj["metadata"].get("annotations") or {})
+
+
+def installed(objects: list[dict]) -> list[dict]:
+    """The release's own objects, without Helm hooks (which run and are deleted again)."""
+    return [o for o in objects if not is_hook(o)]
+
+
 def operator_deployment(objects: list[dict]) -> dict:
     (dep,) = by_kind(objects, "Deployment")
     return dep
@@ -86,8 +95,9 @@ def test_the_crd_ships_in_crds_and_is_valid():
 
 def test_default_install_objects():
     objects = helm_template()
-    kinds = sorted(o["kind"] for o in objects)
+    kinds = sorted(o["kind"] for o in installed(objects))
     assert kinds == ["ClusterRole", "ClusterRole", "ClusterRole", "ClusterRoleBinding", "Deployment", "ServiceAccount"]
+    assert sorted(o["kind"] for o in objects if is_hook(o)) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"]
     for obj in objects:
         if obj["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
             assert obj["metadata"]["namespace"] == NAMESPACE
@@ -146,7 +156,7 @@ EXPECTED = {key: set(verbs) for key, verbs in kube.PERMISSIONS.items()}
 
 
 def test_cluster_wide_rbac_grants_exactly_the_operators_permissions():
-    objects = helm_template()
+    objects = installed(helm_template())
     (binding,) = by_kind(objects, "ClusterRoleBinding")
     (role,) = [r for r in by_kind(objects, "ClusterRole") if r["metadata"]["name"] == binding["roleRef"]["name"]]
     assert _grants(role) == EXPECTED
@@ -156,7 +166,7 @@ def test_cluster_wide_rbac_grants_exactly_the_operators_permissions():
 
 
 def test_namespaced_rbac_is_a_role_per_namespace_and_nothing_cluster_wide_for_the_operator():
-    objects = helm_template(VALUE_SETS["namespaced"])
+    objects = installed(helm_template(VALUE_SETS["namespaced"]))
     roles = by_kind(objects, "Role")
     assert sorted(r["metadata"]["namespace"] for r in roles) == ["llm", "research"]
     for role in roles:
@@ -188,6 +198,49 @@ def test_without_rbac_and_service_account_the_chart_uses_the_given_account():
     objects = helm_template(VALUE_SETS["no-rbac-no-sa"])
     assert {o["kind"] for o in objects} == {"Deployment"}
     assert operator_deployment(objects)["spec"]["template"]["spec"]["serviceAccountName"] == "ops"
+
+
+@pytest.mark.parametrize("values", [{"serviceAccount": {"create": False}}, {"serviceAccount": {"create": False, "name": ""}}])
+def test_without_a_created_account_a_name_is_required_never_the_default_account(values):
+    # Binding the operator's ClusterRole to "default" would hand it to every pod of the namespace.
+    with pytest.raises(Exception, match="serviceAccount"):
+        helm_template(values)
+    assert helm_lint_strict(values)["errors"] != []
+
+
+# --- the CRD upgrade hook ---------------------------------------------------------------------------
+
+
+def test_every_install_and_upgrade_applies_the_operators_crd_first():
+    # Helm installs crds/ once and never upgrades them: the hook does, with the operator's image.
+    hooks = [o for o in helm_template() if is_hook(o)]
+    for obj in hooks:
+        assert obj["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+        assert "hook-succeeded" in obj["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+    (job,) = by_kind(hooks, "Job")
+    (ctr,) = job["spec"]["template"]["spec"]["containers"]
+    (operator_ctr,) = operator_deployment(helm_template())["spec"]["template"]["spec"]["containers"]
+    assert ctr["image"] == operator_ctr["image"]  # the CRD of the operator's own version
+    assert ctr["command"] == ["minisgl-operator", "crd", "--apply"]
+    # The account, role and binding exist before the Job runs (lower weight), and grant this CRD only.
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooks}
+    assert max(w for k, w in weights.items() if k != "Job") < weights["Job"]
+    (role,) = by_kind(hooks, "ClusterRole")
+    for rule in role["rules"]:
+        assert rule["resources"] == ["customresourcedefinitions"]
+        assert rule.get("resourceNames") == [c.CRD_NAME] or rule["verbs"] == ["create"]
+    (binding,) = by_kind(hooks, "ClusterRoleBinding")
+    assert binding["subjects"][0]["name"] == job["spec"]["template"]["spec"]["serviceAccountName"]
+    # The operator Deployment's selector does not match the Job's pod.
+    selector = operator_deployment(helm_template())["spec"]["selector"]["matchLabels"]
+    pod_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert not all(pod_labels.get(k) == v for k, v in selector.items())
+    for obj in hooks:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+
+
+def test_the_crd_upgrade_hook_can_be_turned_off():
+    assert not any(is_hook(o) for o in helm_template({"crdUpgrade": {"enabled": False}}))
 
 
 # --- monitoring ----------------------------------------------------------------------------------------

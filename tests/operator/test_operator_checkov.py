@@ -20,22 +20,23 @@ from operator_chart_tools import NAMESPACE, helm_template
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_DEPLOYMENT = f"Deployment.{NAMESPACE}."
+CRD_UPGRADE_JOB = f"Job.{NAMESPACE}."
 SERVER_NAMESPACE = "llm"
 
 # check id -> (prefix of the resource ids it may fail on, why)
 JUSTIFIED: dict[str, tuple[tuple[str, ...], str]] = {
     "CKV_K8S_38": (
-        (OPERATOR_DEPLOYMENT,),
-        "The operator is a Kubernetes API client: its pod needs its ServiceAccount token. "
+        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB),
+        "The operator and the CRD upgrade hook are Kubernetes API clients: their pods need their ServiceAccount token. "
         "The inference server pods do not mount one (automountServiceAccountToken: false).",
     ),
     "CKV_K8S_15": (
-        (OPERATOR_DEPLOYMENT, f"Deployment.{SERVER_NAMESPACE}."),
+        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB, f"Deployment.{SERVER_NAMESPACE}."),
         "Images are pinned tags (appVersion by default). The server image is many GB of CUDA: "
         "IfNotPresent lets a GPU pod restart from the node's copy when the registry is unreachable.",
     ),
     "CKV_K8S_43": (
-        (OPERATOR_DEPLOYMENT, f"Deployment.{SERVER_NAMESPACE}."),
+        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB, f"Deployment.{SERVER_NAMESPACE}."),
         "The image reference is the user's (spec.image, chart values image.*); pinned tags by default, "
         "and a digest is accepted wherever a user wants one (spec.image: name@sha256:...).",
     ),

@@ -7,10 +7,12 @@ import copy
 import re
 from pathlib import Path
 
+import celpy
 import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from celpy import celtypes
 
 from minisgl_operator import cli, crd, schema, spec
 from minisgl_operator import constants as c
@@ -53,7 +55,7 @@ def test_the_charts_crd_file_is_generated_from_the_operators_definition():
 # --- a valid CRD --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("k8s", [kubernetes_validate.latest_version(), "1.29"])
+@pytest.mark.parametrize("k8s", [kubernetes_validate.latest_version(), "1.30"])
 def test_the_crd_is_a_valid_apiextensions_v1_object(k8s):
     kubernetes_validate.validate(MANIFEST, k8s, strict=True)
 
@@ -188,29 +190,151 @@ def test_booleans_are_not_numbers():
 
 
 def test_every_cel_rule_has_a_python_twin():
-    assert sorted(schema.cel_rules()) == sorted(spec.CEL_TWINS)
+    assert sorted(schema.cel_rules()) == sorted([*spec.CEL_TWINS, *spec.TRANSITION_TWINS])
+    # Transition rules (oldSelf) have twins that take the old and the new value.
+    assert all("oldSelf" in rule for rule in spec.TRANSITION_TWINS)
+    assert not any("oldSelf" in rule for rule in spec.CEL_TWINS)
 
 
-@pytest.mark.parametrize(
-    "obj, rule, problem",
-    [
+REJECTED = [
         ({**MINIMAL, "metadata": {"name": "Chat_Bot"}}, crd.NAME_RULE, "DNS-1035"),
         ({**MINIMAL, "metadata": {"name": "1chat"}}, crd.NAME_RULE, "DNS-1035"),
         ({**MINIMAL, "metadata": {"name": "a" * 64}}, crd.NAME_RULE, "DNS-1035"),
         (with_spec(autoscaling={"minReplicas": 5, "maxReplicas": 2}), crd.AUTOSCALING_RULE, "minReplicas must not exceed"),
         (with_spec(modelCache={"claimName": "x", "storageClassName": "y"}), crd.CACHE_RULE, "apply only to a PVC"),
-    ],
-)
+        (with_spec(modelCache={"claimName": "x", "perPod": True}), crd.PER_POD_CACHE_RULE, "perPod needs size"),
+        (with_spec(modelCache={"size": "1Gi", "accessModes": ["ReadOnlyMany"]}), crd.WRITABLE_CACHE_RULE, "ReadOnlyMany only"),
+        (with_spec(resources={"limits": {"nvidia.com/gpu": 2}}), crd.GPU_RESOURCES_RULE, "spec.tp sets the GPUs"),
+        (with_spec(resources={"requests": {"nvidia.com/gpu": 2}}), crd.GPU_RESOURCES_RULE, "spec.tp sets the GPUs"),
+        # argparse prefixes: --t is --tp, --por is --port, --sh is --shell.
+        (with_spec(tp=2, args=["--t", "8"]), crd.ARGS_RULE, "--tp"),
+        (with_spec(args=["--por", "8000"]), crd.ARGS_RULE, "--port"),
+        (with_spec(args=["--mod=x"]), crd.ARGS_RULE, "--model"),
+        (with_spec(args=["--host", "::"]), crd.ARGS_RULE, "--host"),
+        (with_spec(args=["--sh"]), crd.ARGS_RULE, "--shell"),
+        (with_spec(rollout={"strategy": "Recreate", "maxSurge": 1}), crd.ROLLOUT_RULE, "Recreate takes no"),
+        (with_spec(rollout={"maxSurge": 0, "maxUnavailable": 0}), crd.ROLLOUT_RULE, "a rolling update needs maxSurge"),
+        (with_spec(startupTimeoutSeconds=3600, rollout={"progressDeadlineSeconds": 600}), crd.PROGRESS_RULE, "must exceed"),
+        (with_spec(rollout={"progressDeadlineSeconds": 1000}), crd.PROGRESS_RULE, "must exceed"),
+        (with_spec(replicas=2, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce model cache"),
+        (with_spec(autoscaling={"maxReplicas": 3}, modelCache={"size": "1Gi", "accessModes": ["ReadWriteOnce"]}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
+        (with_spec(rollout={"maxSurge": 1, "maxUnavailable": 0}, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
+]
+
+
+@pytest.mark.parametrize("obj, rule, problem", REJECTED)
 def test_cel_twins_reject_what_the_cel_rules_reject(obj, rule, problem):
     assert any(problem in p for p in spec.CEL_TWINS[rule](obj))
     with pytest.raises(spec.SpecError, match=problem):
         spec.parse(obj)
 
 
-def test_cel_twins_accept_a_valid_object():
-    obj = with_spec(autoscaling={"minReplicas": 2, "maxReplicas": 2}, modelCache={"claimName": "x"})
+ACCEPTED = [
+        with_spec(autoscaling={"minReplicas": 2, "maxReplicas": 2}, modelCache={"claimName": "x"}),
+        with_spec(replicas=4, modelCache={"size": "1Ti", "accessModes": ["ReadWriteMany"]}),
+        with_spec(replicas=4, modelCache={"size": "1Ti", "perPod": True, "storageClassName": "local-nvme"}),
+        with_spec(replicas=1, modelCache={"size": "1Ti"}, rollout={"strategy": "Recreate"}),
+        with_spec(replicas=1, modelCache={"size": "1Ti"}),  # the default rollout has no surge pod
+        with_spec(args=["--max-running-requests", "8", "--served-model-name=tp"], rollout={"maxSurge": 1, "maxUnavailable": 0}),
+        with_spec(startupTimeoutSeconds=7200, rollout={"progressDeadlineSeconds": 7201}),
+]
+
+
+@pytest.mark.parametrize("obj", ACCEPTED)
+def test_cel_twins_accept_valid_objects(obj):
     for twin in spec.CEL_TWINS.values():
         assert twin(obj) == []
+
+
+TRANSITIONS = [
+        ({"size": "100Gi"}, {"size": "200Gi"}, True),  # growing is allowed (volume expansion)
+        ({"size": "200Gi"}, {"size": "100Gi"}, False),
+        ({"size": "1Ti"}, {"size": "1000Gi"}, False),  # 1Ti is 1024Gi: compared by value
+        ({"size": "1Gi"}, {"size": "1Gi", "storageClassName": "fast"}, False),
+        ({"size": "1Gi", "accessModes": ["ReadWriteOnce"]}, {"size": "1Gi"}, True),  # the default, spelled out
+        ({"size": "1Gi"}, {"size": "1Gi", "accessModes": ["ReadWriteMany"]}, False),
+        ({"size": "1Gi"}, {"claimName": "other"}, True),  # a new claim: the old PVC is left as it is
+        ({"size": "1Gi", "perPod": True}, {"size": "2Gi", "perPod": True, "storageClassName": "x"}, True),  # new pods, new volumes
+]
+
+
+@pytest.mark.parametrize("old, new, accepted", TRANSITIONS)
+def test_the_immutable_cache_rule_twin_compares_old_and_new(old, new, accepted):
+    problems = spec.TRANSITION_TWINS[crd.IMMUTABLE_CACHE_RULE](old, new)
+    assert (problems == []) == accepted, problems
+
+
+# --- the CEL rules themselves, evaluated by a CEL interpreter ----------------------------------------
+#
+# No API server runs here, but cel-python evaluates the rules as written, after the schema's
+# defaults are applied (the API server defaults, then validates). Two functions of the Kubernetes
+# CEL library that plain CEL lacks are supplied from the operator's own code: quantity() and its
+# compareTo(), over minisgl_operator.quantity.
+
+
+def _cel_program(rule: str):
+    from minisgl_operator import quantity
+
+    def compare_to(a, b):
+        x, y = quantity.parse(str(a)), quantity.parse(str(b))
+        return celtypes.IntType((x > y) - (x < y))
+
+    env = celpy.Environment()
+    return env.program(env.compile(rule), functions={"quantity": celtypes.StringType, "compareTo": compare_to})
+
+
+def _defaulted(node: dict, value):
+    """``value`` with the schema's defaults filled in, as the API server stores it."""
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for name, sub in (node.get("properties") or {}).items():
+        if name not in out and "default" in sub:
+            out[name] = copy.deepcopy(sub["default"])
+        if name in out:
+            out[name] = _defaulted(sub, out[name])
+    return out
+
+
+def _field(obj: dict, path: tuple[str, ...]):
+    for name in path:
+        if not isinstance(obj, dict) or name not in obj:
+            return None
+        obj = obj[name]
+    return obj
+
+
+def _cel_accepts(rule: str, path: tuple[str, ...], obj: dict) -> bool:
+    value = _field(_defaulted(OPENAPI, obj), path)
+    if value is None:
+        return True  # a rule runs only where its field is set
+    result = _cel_program(rule).evaluate({"self": celpy.json_to_cel(value)})
+    assert isinstance(result, celtypes.BoolType), f"{rule} evaluated to {result!r}"
+    return bool(result)
+
+
+@pytest.mark.parametrize("obj", [case[0] for case in REJECTED] + ACCEPTED)
+def test_each_cel_rule_and_its_python_twin_agree(obj):
+    for path, rule in schema.cel_rules_at():
+        if rule in spec.TRANSITION_TWINS:
+            continue
+        assert _cel_accepts(rule, path, obj) == (spec.CEL_TWINS[rule](obj) == []), rule
+
+
+@pytest.mark.parametrize("case", REJECTED, ids=lambda case: case[2])
+def test_the_cel_rule_itself_rejects_what_its_twin_rejects(case):
+    obj, rule, _ = case
+    (path,) = [p for p, r in schema.cel_rules_at() if r == rule]
+    assert not _cel_accepts(rule, path, obj)
+
+
+@pytest.mark.parametrize("old, new, accepted", TRANSITIONS)
+def test_the_immutable_cache_transition_rule_agrees_with_its_twin(old, new, accepted):
+    (path,) = [p for p, r in schema.cel_rules_at() if r == crd.IMMUTABLE_CACHE_RULE]
+    assert path == ("spec", "modelCache")
+    cache_schema = OPENAPI["properties"]["spec"]["properties"]["modelCache"]
+    activation = {"self": celpy.json_to_cel(_defaulted(cache_schema, new)), "oldSelf": celpy.json_to_cel(_defaulted(cache_schema, old))}
+    assert bool(_cel_program(crd.IMMUTABLE_CACHE_RULE).evaluate(activation)) == accepted
 
 
 def test_the_readme_example_is_the_one_it_tells_you_to_apply():

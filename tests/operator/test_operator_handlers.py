@@ -35,8 +35,9 @@ def clock() -> Clock:
 
 
 @pytest.fixture(autouse=True)
-def wire(fake, clock):
+def wire(fake, clock, monkeypatch):
     handlers.configure(fake, default_image=IMAGE, clock=clock)
+    monkeypatch.setattr(handlers, "resyncer", handlers.Resync())
     yield
     handlers._reconciler = None
 
@@ -46,7 +47,7 @@ SPEC = {
     "tp": 2,
     "replicas": 2,
     "resources": {"requests": {"cpu": "4000m", "memory": "64Gi"}, "limits": {"memory": "64Gi"}},
-    "modelCache": {"size": "200Gi"},
+    "modelCache": {"size": "200Gi", "accessModes": ["ReadWriteMany"]},
     "autoscaling": {"minReplicas": 2, "maxReplicas": 4},
 }
 
@@ -55,6 +56,12 @@ def create(fake, name="chat", spec=None):
     body = fake.create_inferenceservice(name, spec or SPEC)
     handlers.on_create(body=body, logger=LOG)
     return fake.inferenceservice(name)
+
+
+def resync(body):
+    """The periodic resync, as the operator runs it: kopf's watch announced the object, then one round."""
+    handlers.track(event={"type": None, "object": body})
+    handlers.resyncer.run_once(LOG)
 
 
 def deployment_event(fake, name="chat", type_="MODIFIED", obj=None):
@@ -116,12 +123,12 @@ def test_reconciling_again_with_nothing_changed_writes_nothing(fake, clock):
     fake.reset_calls()
     clock.now = "2026-01-01T00:05:00Z"
     handlers.on_resume(body=body, logger=LOG)
-    handlers.resync(body=fake.inferenceservice("chat"), logger=LOG)
+    resync(fake.inferenceservice("chat"))
     handlers.on_update(body=fake.inferenceservice("chat"), logger=LOG)
     deployment_event(fake)
 
     assert fake.writes() == []
-    assert {verb for verb, *_ in fake.calls} == {"get"}
+    assert {verb for verb, *_ in fake.calls} == {"get", "list"}
 
 
 # --- status follows the Deployment -------------------------------------------------------------
@@ -234,8 +241,24 @@ def test_the_resync_timer_recreates_a_deleted_service(fake):
     create(fake)
     fake.remove("Service", "chat")
     fake.reset_calls()
-    handlers.resync(body=fake.inferenceservice("chat"), logger=LOG)
+    resync(fake.inferenceservice("chat"))
     assert [w for w in fake.writes() if w[0] == "apply"] == [("apply", "Service", "llm", "chat")]
+
+
+def test_the_resync_follows_kopfs_watch_and_one_failure_does_not_stop_the_rest(fake):
+    create(fake, name="chat")
+    create(fake, name="code")
+    for name in ("chat", "code", "gone"):
+        handlers.track(event={"type": None, "object": {"metadata": {"namespace": "llm", "name": name}}})
+    handlers.track(event={"type": "DELETED", "object": fake.inferenceservice("code")})
+    assert sorted(handlers.resyncer.known()) == [("llm", "chat"), ("llm", "gone")]
+
+    fake.remove("Service", "chat")
+    fake.fail_next["get"] = ApiError(500, "InternalError", "etcd timeout")  # the first read fails
+    handlers.resyncer.run_once(LOG)  # does not raise
+    handlers.resyncer.run_once(LOG)
+    assert ("Service", "chat") in fake.children()
+    assert handlers.resyncer.known() == [("llm", "chat")]  # "gone" does not exist: forgotten
 
 
 # --- spec changes --------------------------------------------------------------------------------
@@ -295,7 +318,7 @@ def test_a_bad_spec_is_degraded_with_an_event_and_no_child_is_written(fake):
 
     # The same bad spec again: no second Event, no status write.
     fake.reset_calls()
-    handlers.resync(body=body, logger=LOG)
+    resync(body)
     assert fake.writes() == []
 
 
@@ -404,17 +427,25 @@ def test_the_handlers_are_registered_with_kopf_for_the_inferenceservice_resource
     for handler in changing.values():
         assert handler.selector.version == c.VERSION
 
-    timers = [h for h in registry._spawning.get_all_handlers() if _ours(h, c.GROUP, c.PLURAL)]
-    assert [str(h.id) for h in timers] == ["resync"]
+    # No timers or daemons: kopf would put its finalizer on every InferenceService for them.
+    assert [h for h in registry._spawning.get_all_handlers() if _ours(h, c.GROUP, c.PLURAL)] == []
 
-    (watcher,) = [h for h in registry._watching.get_all_handlers() if _ours(h, "apps", "deployments")]
-    assert watcher.labels == {c.LABEL_MANAGED_BY: c.OPERATOR_NAME}
+    (tracker,) = [h for h in registry._watching.get_all_handlers() if _ours(h, c.GROUP, c.PLURAL)]
+    assert str(tracker.id) == "track"
+    for group, plural in (("apps", "deployments"), ("", "pods")):
+        (watcher,) = [h for h in registry._watching.get_all_handlers() if _ours(h, group, plural)]
+        assert watcher.labels == {c.LABEL_MANAGED_BY: c.OPERATOR_NAME}
 
 
 def test_startup_configures_kopf_for_least_privilege(fake):
     settings = kopf.OperatorSettings()
     handlers.startup(settings=settings, logger=LOG)
+    assert handlers.resyncer.running  # the periodic resync, in place of a kopf timer
+    handlers.cleanup()
+    assert not handlers.resyncer.running
     assert settings.peering.standalone is True
+    # kopf's own requests time out too: a half-open connection must not hang its watches.
+    assert settings.networking.connect_timeout is not None and settings.networking.request_timeout is not None
     assert settings.scanning.disabled is True
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert handlers._get_reconciler().api is fake  # a configured API is kept

@@ -183,3 +183,94 @@ def test_unknown_kinds_are_refused_before_any_request(api, stub):
     with pytest.raises(ValueError):
         api.apply({"kind": "Secret", "metadata": {"name": "x", "namespace": "llm"}})
     assert stub.requests == []
+
+
+@pytest.fixture
+def silent_server():
+    """An API server that accepts the connection and never answers: a half-open connection."""
+    import socket
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for conn in accepted:
+        conn.close()
+    listener.close()
+
+
+def test_a_request_that_gets_no_answer_times_out_as_a_retryable_error(silent_server, monkeypatch):
+    # Without a timeout the handler would block forever, holding its object's lock.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from minisgl_operator import kube
+
+    connect, read = kube.REQUEST_TIMEOUT_SECONDS
+    assert 0 < connect <= 10 and 0 < read <= 60
+    monkeypatch.setattr(kube, "REQUEST_TIMEOUT_SECONDS", (1.0, 1.0))
+    configuration = client.Configuration()
+    configuration.host = silent_server
+    configuration.retries = 0
+    api = KubernetesApi(client.ApiClient(configuration))
+    pool = ThreadPoolExecutor(1)
+    try:
+        error = pool.submit(api.get, "Deployment", "llm", "chat").exception(timeout=20)  # not forever
+    finally:
+        pool.shutdown(wait=False)  # closing the silent server ends a request that had no timeout
+    assert isinstance(error, ApiError)
+    assert error.status == 0 and error.retryable
+
+
+def test_list_pods_asks_the_api_server_to_filter_by_label(api, stub):
+    stub.reply("GET", "/api/v1/namespaces/llm/pods", 200, {"kind": "PodList", "items": [{"metadata": {"name": "p"}}]})
+    assert api.list_pods("llm", "app.kubernetes.io/instance=chat") == [{"metadata": {"name": "p"}}]
+    (request,) = stub.requests
+    assert request["query"]["labelSelector"] == ["app.kubernetes.io/instance=chat"]
+
+
+def test_crd_apply_server_side_applies_the_operators_own_crd(stub, tmp_path, monkeypatch, capsys):
+    # What the chart's pre-upgrade hook runs: Helm never upgrades a chart's crds/ itself.
+    from minisgl_operator import cli, crd
+
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "stub", "cluster": {"server": stub.host}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "stub", "context": {"cluster": "stub", "user": "u"}}],
+                "current-context": "stub",
+            }
+        )
+    )
+    from kubernetes.config import kube_config
+
+    monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))  # $KUBECONFIG, read at import
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{c.CRD_NAME}"
+    stub.reply("PATCH", path, 200, {"metadata": {"name": c.CRD_NAME, "resourceVersion": "42"}})
+
+    assert cli.main(["crd", "--apply"]) == 0
+    (request,) = stub.requests
+    assert (request["method"], request["path"]) == ("PATCH", path)
+    assert request["content_type"] == "application/apply-patch+yaml"
+    assert request["query"]["fieldManager"] == [c.FIELD_MANAGER]
+    assert request["body"] == crd.crd_manifest()
+    assert c.CRD_NAME in capsys.readouterr().out

@@ -20,6 +20,7 @@ from minisgl_operator.spec import PLACEHOLDER_UID, SpecError, parse
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "operator" / "examples").glob("*.yaml"))
 K8S_VERSION = kubernetes_validate.latest_version()
+OLDEST_K8S = "1.30"
 
 
 def isvc(spec: dict, name: str = "chat", namespace: str = "llm", uid: str = "uid-123") -> dict:
@@ -45,6 +46,31 @@ def pod(spec: dict) -> dict:
 def container(spec: dict) -> dict:
     (only,) = pod(spec)["containers"]
     return only
+
+
+POD_TEMPLATE = {
+    "metadata": {
+        "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue", c.LABEL_INSTANCE: "hijack"},
+        "annotations": {"karpenter.sh/do-not-disrupt": "true", "sidecar.istio.io/inject": "false"},
+    },
+    "spec": {
+        "imagePullSecrets": [{"name": "registry-creds"}],
+        "runtimeClassName": "nvidia",
+        "priorityClassName": "inference-high",
+        "serviceAccountName": "llm-server",
+        "schedulerName": "volcano",
+        "topologySpreadConstraints": [
+            {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+             "labelSelector": {"matchLabels": {c.LABEL_INSTANCE: "chat"}}},
+        ],
+        "volumes": [{"name": "chat-templates", "configMap": {"name": "templates"}}, {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": "1Ti"}}],
+        "containers": [
+            {"name": c.CONTAINER_NAME, "volumeMounts": [{"name": "chat-templates", "mountPath": "/templates", "readOnly": True}],
+             "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]},
+            {"name": "log-shipper", "image": "fluent/fluent-bit:3.1", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
+        ],
+    },
+}  # fmt: skip
 
 
 # A matrix of specs that covers every branch of the renderer.
@@ -90,6 +116,15 @@ MATRIX = {
         "autoscaling": {"maxReplicas": 4},
     },
     "scaled-to-zero": {"model": "m", "replicas": 0},
+    "per-pod-cache-surge-rollout": {
+        "model": "m",
+        "replicas": 4,
+        "modelCache": {"size": "500Gi", "perPod": True},
+        "rollout": {"maxSurge": 1, "maxUnavailable": 0, "progressDeadlineSeconds": 7800},
+        "startupTimeoutSeconds": 7200,
+        "podTemplate": POD_TEMPLATE,
+    },
+    "recreate": {"model": "m", "modelCache": {"size": "100Gi"}, "rollout": {"strategy": "Recreate"}},
 }
 
 
@@ -140,6 +175,27 @@ def test_spec_args_the_server_would_refuse_are_a_spec_error(args, complaint):
     assert any(p.startswith("spec.args") and complaint in p for p in info.value.problems), info.value.problems
 
 
+@pytest.mark.parametrize(
+    "args, owned",
+    [
+        (["--t", "8"], "--tp"),  # with tp: 2, the server would start 8 ranks on 2 GPUs
+        (["--por", "8000"], "--port"),  # probes and the Service would miss the server
+        (["--po=8000"], "--port"),
+        (["--mod", "other/model"], "--model"),
+        (["--ho", "::"], "--host"),
+        (["--she"], "--shell"),
+    ],
+)
+def test_abbreviated_owned_flags_are_refused_as_argparse_would_read_them(args, owned):
+    # argparse accepts any unambiguous prefix of a flag: the server's parser reads --t as --tp.
+    assert server_args.build_parser().parse_args(args).__dict__ != server_args.build_parser().parse_args([]).__dict__
+    with pytest.raises(server.ServerArgsError, match=owned):
+        server.check_extra_args(args)
+    with pytest.raises(SpecError) as info:
+        render.render(isvc({"model": "m", "tp": 2, "args": args}))
+    assert any(owned in p for p in info.value.problems), info.value.problems
+
+
 def test_gpus_cannot_be_requested_through_resources():
     with pytest.raises(SpecError, match="spec.tp sets the GPUs"):
         render.render(isvc({"model": "m", "resources": {"limits": {c.GPU_RESOURCE: 2}}}))
@@ -148,17 +204,43 @@ def test_gpus_cannot_be_requested_through_resources():
 # --- probes, shutdown, shared memory, cache ----------------------------------------------------
 
 
-def test_probes_use_the_servers_probe_paths_with_a_long_startup_budget():
+def _budget(probe: dict) -> int:
+    return probe["periodSeconds"] * probe["failureThreshold"]
+
+
+def test_the_startup_probe_waits_for_the_model_to_load_not_for_the_process():
+    # /health answers 200 while the weights still download: a startup probe on it bounds nothing.
     ctr = container({"model": "m"})
     startup, ready, live = ctr["startupProbe"], ctr["readinessProbe"], ctr["livenessProbe"]
-    assert startup["httpGet"] == {"path": server_args.LIVENESS_PATH, "port": c.PORT_NAME}
+    assert startup["httpGet"] == {"path": server_args.READINESS_PATH, "port": c.PORT_NAME}
     assert ready["httpGet"] == {"path": server_args.READINESS_PATH, "port": c.PORT_NAME}
     assert live["httpGet"] == {"path": server_args.LIVENESS_PATH, "port": c.PORT_NAME}
-    # Downloading and loading a large model: at least 30 minutes before the kubelet gives up.
-    assert startup["periodSeconds"] * startup["failureThreshold"] >= 30 * 60
+    # Downloading and loading a large model: 30 minutes by default before the kubelet restarts it ...
+    assert _budget(startup) == c.DEFAULT_STARTUP_TIMEOUT_SECONDS == 30 * 60
     # ... and the Deployment does not call the rollout failed before that.
     dep = objects({"model": "m"})["Deployment"]
-    assert dep["spec"]["progressDeadlineSeconds"] > startup["periodSeconds"] * startup["failureThreshold"]
+    assert dep["spec"]["progressDeadlineSeconds"] > _budget(startup)
+
+
+def test_startup_and_progress_budgets_are_spec_fields():
+    spec = {"model": "meta-llama/Llama-3.1-405B", "startupTimeoutSeconds": 4 * 3600, "rollout": {"progressDeadlineSeconds": 5 * 3600}}
+    dep = objects(spec)["Deployment"]
+    assert _budget(dep["spec"]["template"]["spec"]["containers"][0]["startupProbe"]) == 4 * 3600
+    assert dep["spec"]["progressDeadlineSeconds"] == 5 * 3600
+    # Without a progress deadline it follows the startup budget.
+    dep = objects({"model": "m", "startupTimeoutSeconds": 7200})["Deployment"]
+    assert dep["spec"]["progressDeadlineSeconds"] == 7200 + c.PROGRESS_DEADLINE_MARGIN_SECONDS
+    with pytest.raises(SpecError, match="progressDeadlineSeconds must exceed startupTimeoutSeconds"):
+        render.render(isvc({"model": "m", "startupTimeoutSeconds": 7200, "rollout": {"progressDeadlineSeconds": 3600}}))
+
+
+def test_a_stopping_pod_keeps_serving_while_its_endpoint_removal_spreads():
+    ctr = container({"model": "m"})
+    assert ctr["lifecycle"]["preStop"] == {"sleep": {"seconds": c.PRESTOP_SLEEP_SECONDS}}
+    assert c.PRESTOP_SLEEP_SECONDS >= 5
+    # The grace period covers the pause, then the drain.
+    grace = pod({"model": "m"})["terminationGracePeriodSeconds"]
+    assert grace > c.PRESTOP_SLEEP_SECONDS + server_args.defaults()["drain_timeout"]
 
 
 def test_the_grace_period_outlasts_the_servers_drain():
@@ -185,7 +267,10 @@ def test_without_a_model_cache_hf_home_is_on_an_emptydir_and_no_pvc_is_made():
     rendered = objects({"model": "m"})
     spec = rendered["Deployment"]["spec"]["template"]["spec"]
     cache = next(v for v in spec["volumes"] if v["name"] == c.CACHE_VOLUME)
-    assert cache == {"name": c.CACHE_VOLUME, "emptyDir": {}}
+    # Bounded: the kubelet evicts the pod instead of letting the download fill the node's disk.
+    assert cache == {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": c.EMPTYDIR_CACHE_SIZE_LIMIT}}
+    tmp = next(v for v in spec["volumes"] if v["name"] == c.TMP_VOLUME)
+    assert tmp["emptyDir"]["sizeLimit"] == c.TMP_SIZE_LIMIT
     assert "PersistentVolumeClaim" not in rendered
     assert _env(spec["containers"][0])["HF_HOME"]["value"].startswith(c.CACHE_MOUNT + "/")
 
@@ -209,6 +294,80 @@ def test_a_sized_cache_becomes_a_pvc_that_the_pods_mount():
     }
     volumes = rendered["Deployment"]["spec"]["template"]["spec"]["volumes"]
     assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
+
+
+def test_a_per_pod_cache_is_a_generic_ephemeral_volume_and_no_shared_pvc():
+    rendered = objects({"model": "m", "replicas": 3, "modelCache": {"size": "500Gi", "perPod": True, "storageClassName": "local-nvme"}})
+    assert "PersistentVolumeClaim" not in rendered
+    volume = next(v for v in rendered["Deployment"]["spec"]["template"]["spec"]["volumes"] if v["name"] == c.CACHE_VOLUME)
+    claim = volume["ephemeral"]["volumeClaimTemplate"]
+    assert claim["spec"] == {
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": "500Gi"}},
+        "storageClassName": "local-nvme",
+    }
+
+
+def _qos(pod_spec: dict) -> str:
+    """The pod's QoS class, by the kubelet's rule: only cpu and memory count."""
+    (ctr,) = pod_spec["containers"]
+    requests, limits = ctr["resources"].get("requests", {}), ctr["resources"].get("limits", {})
+    if not any(r in requests or r in limits for r in ("cpu", "memory")):
+        return "BestEffort"
+    if all(r in limits and requests.get(r, limits[r]) == limits[r] for r in ("cpu", "memory")):
+        return "Guaranteed"
+    return "Burstable"
+
+
+def test_a_gpu_pod_without_resources_is_never_best_effort():
+    ctr = container({"model": "m", "tp": 4})
+    assert ctr["resources"]["requests"] == {"cpu": str(4 * c.DEFAULT_CPU_PER_GPU), "memory": f"{4 * c.DEFAULT_MEMORY_GI_PER_GPU}Gi"}
+    assert _qos(pod({"model": "m", "tp": 4})) == "Burstable"
+    # What the spec names wins; a limit alone already sets the request.
+    ctr = container({"model": "m", "resources": {"limits": {"memory": "64Gi"}, "requests": {"cpu": "2"}}})
+    assert ctr["resources"]["requests"] == {"cpu": "2"}
+    assert ctr["resources"]["limits"] == {"memory": "64Gi", c.GPU_RESOURCE: 1}
+
+
+
+
+def test_the_pod_template_override_merges_like_a_strategic_merge_patch():
+    dep = objects({"model": "m", "podTemplate": POD_TEMPLATE})["Deployment"]
+    template = dep["spec"]["template"]
+    meta, spec = template["metadata"], template["spec"]
+    assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert meta["labels"][c.LABEL_INSTANCE] == "chat"  # the selector labels stay the operator's
+    assert meta["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
+    assert meta["annotations"]["prometheus.io/path"] == server.METRICS_PATH  # merged, not replaced
+    for key in ("imagePullSecrets", "runtimeClassName", "priorityClassName", "serviceAccountName", "schedulerName", "topologySpreadConstraints"):
+        assert spec[key] == POD_TEMPLATE["spec"][key], key
+    # Containers merge by name: the server keeps everything the operator set, plus the mount and env.
+    server_ctr, sidecar = spec["containers"]
+    assert server_ctr["name"] == c.CONTAINER_NAME and sidecar["name"] == "log-shipper"
+    assert server_ctr["args"][:2] == [server.FLAG_MODEL, "m"]
+    assert server_ctr["resources"]["limits"][c.GPU_RESOURCE] == 1
+    assert {"name": "chat-templates", "mountPath": "/templates", "readOnly": True} in server_ctr["volumeMounts"]
+    assert {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT} in server_ctr["volumeMounts"]
+    assert {e["name"] for e in server_ctr["env"]} >= {"NCCL_DEBUG", "HF_HOME"}
+    # Volumes merge by name: a new one is added, the cache's emptyDir gets a larger limit.
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["chat-templates"] == {"name": "chat-templates", "configMap": {"name": "templates"}}
+    assert volumes[c.CACHE_VOLUME] == {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": "1Ti"}}
+    assert set(volumes) == {c.SHM_VOLUME, c.TMP_VOLUME, c.CACHE_VOLUME, "chat-templates"}
+    kubernetes_validate.validate(dep, K8S_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    "container_override, complaint",
+    [
+        ({"name": c.CONTAINER_NAME, "args": ["--tp", "8"]}, "args comes from the spec"),
+        ({"name": c.CONTAINER_NAME, "command": ["sh"]}, "command comes from the spec"),
+        ({"name": c.CONTAINER_NAME, "resources": {"limits": {c.GPU_RESOURCE: 8}}}, "spec.tp sets the GPUs"),
+    ],
+)
+def test_the_pod_template_cannot_take_over_what_the_spec_owns(container_override, complaint):
+    with pytest.raises(SpecError, match=complaint):
+        render.render(isvc({"model": "m", "podTemplate": {"spec": {"containers": [container_override]}}}))
 
 
 def test_spec_env_overrides_the_operators_defaults_and_env_from_passes_through():
@@ -339,6 +498,8 @@ def test_the_server_runs_unprivileged_with_a_read_only_root():
 def test_every_rendered_object_is_valid_for_a_current_kubernetes(case):
     for obj in render.render(isvc(MATRIX[case])):
         kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        # ... and for the oldest the chart supports (Chart.yaml kubeVersion: the preStop sleep action).
+        kubernetes_validate.validate(obj, OLDEST_K8S, strict=True)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)

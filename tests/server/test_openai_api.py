@@ -244,5 +244,5 @@ def test_stream_events_survive_line_splitting_clients():
     from minisgl.server.openai_api import _sse
 
     chunk = {"choices": [{"text": "a\x85b\u2028c\u2029d\r\ne\x1cf\u00e9\u4e2d"}]}
-    lines = LineDecoder().decode(_sse(chunk)) + LineDecoder().flush()
+    lines = LineDecoder().decode(_sse(chunk).decode()) + LineDecoder().flush()
     assert [json.loads(x.removeprefix("data: ")) for x in lines if x] == [chunk]

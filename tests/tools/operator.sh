@@ -3,6 +3,7 @@
 #   - kopf, kubernetes: what the operator runs on (its handlers are tested against a fake API);
 #   - jsonschema, pyyaml: the operator validates specs with the CRD's schema, and reads YAML;
 #   - kubernetes-validate: the official OpenAPI schemas of Kubernetes, to validate every object;
+#   - cel-python: a CEL interpreter, to evaluate the CRD's validation rules as the API server would;
 #   - helm-sdkpy and helm-python-sdk: Helm's own Go library, compiled into their wheels, for
 #     `helm lint` and `helm template` without a helm binary (helm-sdkpy declares Python >= 3.12 but
 #     runs on 3.11, hence --ignore-requires-python);
@@ -18,6 +19,7 @@ PY_PINS=(
     "kubernetes==36.0.3"
     "kubernetes-validate==1.37.0"
     "helm-python-sdk==0.2.2"
+    "cel-python==0.5.0"
 )
 # Shared with the rest of the project: any version from these on is fine, installed only if missing.
 PY_ANY=("jsonschema>=4.18" "PyYAML>=6")
@@ -55,6 +57,7 @@ fi
 "$PY" - <<'PY'
 import asyncio, pathlib, tempfile
 
+import celpy
 import helm_python
 import helm_sdkpy
 import jsonschema

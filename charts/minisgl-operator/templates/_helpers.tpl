@@ -31,11 +31,15 @@ app.kubernetes.io/part-of: minisgl
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
+{{/*
+The operator's ServiceAccount. Without create, a name is required: falling back to the namespace's
+"default" account would bind the operator's ClusterRole to every pod that runs as it.
+*/}}
 {{- define "minisgl-operator.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create }}
 {{- default (include "minisgl-operator.fullname" .) .Values.serviceAccount.name }}
 {{- else }}
-{{- default "default" .Values.serviceAccount.name }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false (the chart never binds the operator's role to the namespace's default account)" .Values.serviceAccount.name }}
 {{- end }}
 {{- end }}
 
@@ -76,6 +80,11 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# Pods are read and watched (by label) for why a rollout is stuck: Unschedulable, ImagePullBackOff,
+# CrashLoopBackOff, OOMKilled, a missing Secret.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
 {{- end }}
 
 {{- define "minisgl-operator.imageTag" -}}

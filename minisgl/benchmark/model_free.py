@@ -1,0 +1,66 @@
+"""A server whose engine runs no model, for measuring the serving path alone (benchmarks only).
+
+`ModelFreeEngine` is the real Engine (page table, token pool, KV pool sized as usual) with the
+forward pass replaced by drawing random token ids, so every other part runs for real: the API
+process, the tokenizer and detokenizer workers, ZMQ and msgpack, and the scheduler's host side
+(batching, prefix cache, pages). It decodes as fast as the host allows, or one step per
+`MINISGL_MODEL_FREE_STEP_MS` to mimic a GPU's step time. It is reachable only through this
+module, never through the server's flags:
+
+    python -m minisgl.benchmark.model_free [server flags]      # e.g. --port 1919
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import time
+
+import torch
+
+from minisgl.engine.engine import Engine, ForwardOutput, _DoneEvent
+from minisgl.utils.logger import get_logger
+
+logger = get_logger(__name__)
+STEP_ENV = "MINISGL_MODEL_FREE_STEP_MS"
+
+
+class ModelFreeEngine(Engine):
+    """Samples uniformly random tokens (never an end-of-sequence token) instead of running the model."""
+
+    def __init__(self, config) -> None:
+        super().__init__(config)
+        eos = set(self.model_config.eos_token_ids)
+        self.allowed = torch.tensor([t for t in range(self.model_config.vocab_size) if t not in eos], dtype=torch.int32)
+        self.generator = torch.Generator().manual_seed(0)
+        self.step_s = float(os.environ.get(STEP_ENV, "0")) / 1000.0
+        logger.warning("BENCHMARK ENGINE: no model runs; tokens are random (step time %.1f ms)", self.step_s * 1000)
+
+    @torch.inference_mode()
+    def forward_batch(self, batch, args) -> ForwardOutput:
+        start = time.perf_counter()
+        picks = torch.randint(len(self.allowed), (len(batch.reqs),), generator=self.generator)
+        tokens = self.allowed[picks]
+        self._store_next_tokens(batch, tokens)
+        left = self.step_s - (time.perf_counter() - start)
+        if left > 0:
+            time.sleep(left)
+        return ForwardOutput(tokens, tokens.clone(), _DoneEvent())
+
+
+def main(argv: list[str] | None = None) -> int:
+    from minisgl.scheduler.io import run_scheduler
+    from minisgl.server.args import parse_args
+    from minisgl.server.launch import serve
+
+    args = parse_args(argv)
+    if args.device == "cuda" or args.tp != 1:
+        print("minisgl.benchmark.model_free: error: runs on the CPU with --tp 1 only", file=sys.stderr)
+        return 2
+    args = type(args)(**{**args.__dict__, "device": "cpu"})
+    return serve(args, scheduler_target=functools.partial(run_scheduler, engine_cls=ModelFreeEngine))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
