@@ -36,5 +36,5 @@ fi
 
 # Fail here, not later in the tests, if podman cannot run.
 podman --version
-runc --version | head -n 1
+runc --version | sed -n 1p  # sed reads it all: no SIGPIPE under pipefail
 podman info --format '{{.Host.OCIRuntime.Name}} {{.Host.CgroupManager}} {{.Store.GraphDriverName}}'
