@@ -63,7 +63,7 @@ ARG EXTRAS=cuda
 ARG SGL_KERNEL_VERSION=0.3.21
 ARG FLASHINFER_VERSION=0.7.2.post1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
 RUN printf 'torch==%s\nsgl-kernel==%s\nflashinfer-python==%s\n' \
         "$TORCH_VERSION" "$SGL_KERNEL_VERSION" "$FLASHINFER_VERSION" > /tmp/constraints.txt \
     && python -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; extras = [e for e in sys.argv[1].split(",") if e]; print("\n".join(p["dependencies"] + [d for e in extras for d in p["optional-dependencies"][e]]))' \
@@ -83,6 +83,9 @@ RUN if [ -n "$KERNEL_ARCHS" ]; then \
     fi \
     && rm /tmp/prebuild.py
 
+# README.md is the package's long description: copied with the code, so that editing it does
+# not reinstall the dependencies.
+COPY README.md ./
 COPY minisgl ./minisgl
 RUN pip install --no-cache-dir --no-deps . \
     && python -c "import minisgl.server.args"
