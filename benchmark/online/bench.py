@@ -207,7 +207,8 @@ def drive(args: argparse.Namespace, base_url: str, model: str | None, runs: list
         rows.append(row)
         print(f"rate {label}: {row['completed']}/{row['requests']} done in {seconds:.1f} s, "
               f"{fmt(row['request_throughput'], 2)} req/s, {fmt(row['output_throughput'])} out tok/s, "
-              f"TTFT p50 {fmt(row['ttft_ms']['p50'])} ms, ITL p50 {fmt(row['itl_ms']['p50'])} ms"
+              f"TTFT p50/p99 {fmt(row['ttft_ms']['p50'])}/{fmt(row['ttft_ms']['p99'])} ms, "
+              f"ITL p50 {fmt(row['itl_ms']['p50'])} ms"
               + (f", {row['short_outputs']} outputs shorter than asked" if row["short_outputs"] else "")
               + (f", {row['failed']} failed: {next(iter(row['errors']))}" if row["failed"] else ""), flush=True)
     return {"model": model, "model_root": root, "vocab_size": vocab, "results": rows, "runs": runs}

@@ -9,6 +9,7 @@ from .params import SamplingParams
 
 if TYPE_CHECKING:
     from minisgl.attention.base import BaseAttnMetadata
+    from minisgl.constrained import GrammarState
 
 
 @dataclass(eq=False)
@@ -31,6 +32,7 @@ class Req:
     seq_len: int = -1  # -1: the prompt length
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
+    grammar: GrammarState | None = None  # structured output: where the request is in its grammar
 
     def __post_init__(self) -> None:
         if self.seq_len < 0:

@@ -26,8 +26,26 @@ class SamplingParams:
     # None: off. k >= 0: report each sampled token's log-probability and the k most likely
     # tokens' (under the model's own distribution: the raw logits, before temperature and filters).
     logprobs: int | None = None
+    # Penalties over the tokens so far. presence/frequency (OpenAI): subtracted from the logits
+    # of tokens already generated, once / once per occurrence. repetition (HF, vLLM): over prompt
+    # and output, positive logits divided by it and negative ones multiplied; 1 is off.
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
+    min_tokens: int = 0  # end-of-sequence and stop_token_ids are impossible before this many
+    # Structured output: (kind, spec) with kind json_object / json_schema / regex / choice
+    # (minisgl.constrained compiles it); None: unconstrained.
+    constraint: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
+        # Sequences arrive as lists (JSON, msgpack); stored as tuples, so the params stay hashable.
+        for name in ("stop_token_ids", "stop", "constraint"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if not isinstance(self.logit_bias, tuple) or any(isinstance(b, list) for b in self.logit_bias):
+            pairs = self.logit_bias.items() if isinstance(self.logit_bias, dict) else self.logit_bias
+            object.__setattr__(self, "logit_bias", tuple((int(t), float(b)) for t, b in pairs))
         problem = self.validate()
         if problem:
             raise ValueError(problem)
@@ -43,7 +61,34 @@ class SamplingParams:
             return f"max_tokens must be >= 1, got {self.max_tokens}"
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             return f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}"
+        for name in ("presence_penalty", "frequency_penalty"):
+            if not -2 <= getattr(self, name) <= 2:
+                return f"{name} must be in [-2, 2], got {getattr(self, name)}"
+        if not 0 < self.repetition_penalty <= 2**31:
+            return f"repetition_penalty must be > 0, got {self.repetition_penalty}"
+        if any(not -100 <= bias <= 100 for _, bias in self.logit_bias):
+            return "logit_bias values must be in [-100, 100]"
+        if not 0 <= self.min_tokens <= self.max_tokens:
+            return f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
+        if self.constraint is not None:
+            from minisgl.constrained import constraint_problem
+
+            problem = constraint_problem(self.constraint)
+            if problem:
+                return problem
+            if self.min_tokens:  # the grammar may allow nothing but its end, which min_tokens forbids
+                return "min_tokens cannot be combined with structured output (response_format, guided_*)"
         return None
+
+    @property
+    def adjusts_logits(self) -> bool:
+        """Whether the logits of this request are changed before sampling (costs a step extra work)."""
+        return bool(self.uses_history or self.logit_bias or self.min_tokens)
+
+    @property
+    def uses_history(self) -> bool:
+        """Whether its penalties read the tokens generated so far."""
+        return self.presence_penalty != 0 or self.frequency_penalty != 0 or self.repetition_penalty != 1
 
     @property
     def is_greedy(self) -> bool:

@@ -216,7 +216,9 @@ class Engine:
                 logits = self.model.forward()
             finally:
                 self.ctx.batch = None
-        next_tokens = self.sampler.sample(logits, args).to(torch.int32)
+        # Penalties, biases and grammar masks change a copy: logprobs report the model's own distribution.
+        adjusted = args.adjust.apply(logits, self.token_pool) if args.adjust is not None else logits
+        next_tokens = self.sampler.sample(adjusted, args).to(torch.int32)
         self._store_next_tokens(batch, next_tokens)
         batch.logits = logits
         # Only rank 0's outputs reach anyone: the other ranks skip the log-softmax over the vocabulary.

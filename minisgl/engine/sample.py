@@ -22,6 +22,8 @@ from minisgl.attention.paging import to_device
 from minisgl.core import Req
 from minisgl.layers.fused import triton_ops
 
+from .logits import LogitsAdjustment
+
 
 @dataclass
 class BatchSamplingArgs:
@@ -32,14 +34,21 @@ class BatchSamplingArgs:
     greedy_rows: torch.Tensor | None = None  # rows sampled greedily in a mixed batch
     seeded: tuple[tuple[int, int], ...] = ()  # (row, seed for this step)
     logprobs_k: int | None = None  # None: no request wants logprobs; else the most alternatives any asks for
+    # Penalties, logit_bias, min_tokens, grammar masks: applied to the logits before sampling
+    # (Engine.forward_batch); None when no request of the batch uses any.
+    adjust: LogitsAdjustment | None = None
 
     @classmethod
-    def from_reqs(cls, reqs: list[Req], device: torch.device) -> BatchSamplingArgs:
+    def from_reqs(cls, reqs: list[Req], device: torch.device, eos_token_ids: tuple[int, ...] = (),
+                  bitmask: torch.Tensor | None = None) -> BatchSamplingArgs:
+        """`eos_token_ids`: what min_tokens holds back; `bitmask`: the grammar masks of the batch's
+        rows (minisgl.constrained), None when no request is constrained."""
         params = [r.sampling_params for r in reqs]
         asked = [p.logprobs for p in params if p.logprobs is not None]
         logprobs_k = max(asked) if asked else None
+        adjust = LogitsAdjustment.from_reqs(reqs, device, eos_token_ids, bitmask)
         if all(p.is_greedy for p in params):
-            return cls(temperatures=None, logprobs_k=logprobs_k)
+            return cls(temperatures=None, logprobs_k=logprobs_k, adjust=adjust)
 
         def column(values, dtype):
             # From pinned memory on CUDA: the copy is asynchronous and never waits for the GPU.
@@ -56,6 +65,7 @@ class BatchSamplingArgs:
             seeded=tuple((i, _step_seed(p.seed, r.seq_len)) for i, (p, r) in enumerate(zip(params, reqs))
                          if p.seed is not None and not p.is_greedy),
             logprobs_k=logprobs_k,
+            adjust=adjust,
         )
 
 

@@ -10,7 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
+
+from minisgl.constrained import GrammarCompilerPool, GrammarState
+from minisgl.constrained.grammar import allocate_bitmask
 
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
@@ -56,11 +60,16 @@ class Scheduler:
         self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_extend_tokens, self.stats)
         self.decode = DecodeManager(self.cache)
         self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
+        self.eos_ids = tuple(sorted(self.eos_token_ids))  # what min_tokens holds back
         self.reqs: dict[int, Req] = {}
         self.overlap = config.overlap and os.environ.get("MINISGL_DISABLE_OVERLAP", "0") != "1"
         self._in_flight: InFlight | None = None
         self._last_phase = "decode"
         self._early: list[StepOutput] = []  # outputs decided outside a step (rejections, aborts)
+        # Structured output: requests whose grammar is compiling on the pool's thread wait here,
+        # out of the prefill queue, so they never hold up the others.
+        self.grammars = GrammarCompilerPool(config.model_path, e.model_config.vocab_size, list(self.eos_ids))
+        self.compiling: list[tuple[Req, Future]] = []
 
     # -- requests in and out ------------------------------------------------------------------
 
@@ -74,6 +83,9 @@ class Scheduler:
             return f"token id {bad} is outside the vocabulary (0..{vocab - 1})"
         if prompt_len < 1:
             return "the prompt is empty"
+        bad = next((t for t, _ in params.logit_bias if not 0 <= t < vocab), None)
+        if bad is not None:
+            return f"logit_bias: token id {bad} is outside the vocabulary (0..{vocab - 1})"
         limit = self.config.max_prompt_tokens
         if limit and prompt_len > limit:
             return f"the prompt has {prompt_len} tokens, more than this server's limit of {limit}"
@@ -92,14 +104,27 @@ class Scheduler:
             return
         req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params)
         self.reqs[uid] = req
-        self.prefill.waiting.append(req)
+        if params.constraint is None:
+            self.prefill.waiting.append(req)
+            return
+        compiled = self.grammars.submit(params.constraint)
+        self.compiling.append((req, compiled))
+        if self.engine.tp.size > 1:
+            # Every rank must admit the request in the same step: wait for the grammar here
+            # (a cached one is immediate) rather than let the ranks' threads race.
+            wait([compiled])
+            self._admit_compiled()
 
     def abort(self, uid: int) -> None:
         req = self.reqs.get(uid)
         if req is None or req.finished:
             return
-        if req in self.prefill.waiting:
-            self.prefill.waiting.remove(req)
+        waiting = next((i for i, (r, _) in enumerate(self.compiling) if r is req), None)
+        if waiting is not None:
+            del self.compiling[waiting]
+        if waiting is not None or req in self.prefill.waiting:
+            if waiting is None:
+                self.prefill.waiting.remove(req)
             req.finish_reason = "abort"
             self._count_finish(req)
             del self.reqs[uid]
@@ -109,7 +134,7 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.prefill.has_work or self.decode.has_work or self._in_flight or self._early)
+        return bool(self.prefill.has_work or self.decode.has_work or self._in_flight or self._early or self.compiling)
 
     @property
     def num_running(self) -> int:
@@ -121,10 +146,41 @@ class Scheduler:
 
     # -- the loop -----------------------------------------------------------------------------
 
+    def _admit_compiled(self) -> None:
+        """Requests whose grammar is ready join the prefill queue (in arrival order); a grammar
+        that failed to compile ends its request with the reason."""
+        if not self.compiling:
+            return
+        if not (self.prefill.has_work or self.decode.has_work or self._in_flight):
+            wait([f for _, f in self.compiling], timeout=0.01, return_when=FIRST_COMPLETED)  # idle: do not spin
+        still = []
+        for req, fut in self.compiling:
+            if not fut.done():
+                still.append((req, fut))
+                continue
+            try:
+                req.grammar = GrammarState.start(fut.result())
+            except ValueError as e:
+                req.finish_reason = "error"
+                self._count_finish(req)
+                del self.reqs[req.uid]
+                self._early.append(StepOutput(req.uid, None, "error", str(e), req.prompt_len))
+                continue
+            self.prefill.waiting.append(req)
+        self.compiling = still
+
     def step(self) -> list[StepOutput]:
+        self._admit_compiled()
+        outputs: list[StepOutput] = []
+        if self._in_flight and any(r.grammar is not None for r in self._in_flight.batch.reqs):
+            # A constrained request's next mask needs the token still in flight: read it first
+            # (this step gives up overlap, only while such requests run).
+            outputs += self._process(self._in_flight)
+            self._in_flight = None
         batch = self._schedule()
         launched = self._launch(batch) if batch else None
-        outputs, self._early = self._early, []
+        early, self._early = self._early, []
+        outputs = early + outputs
         if self.overlap:
             if self._in_flight:
                 outputs += self._process(self._in_flight)
@@ -146,7 +202,7 @@ class Scheduler:
         return None
 
     def _launch(self, batch: Batch) -> InFlight:
-        args = BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device)
+        args = BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids, self._bitmask(batch))
         out = self.engine.forward_batch(batch, args)
         samples = [r.samples_this_step for r in batch.reqs]
         # Advance positions now, so the next batch can be scheduled before these tokens are read.
@@ -159,6 +215,16 @@ class Scheduler:
                 if sampled:
                     self.decode.add(r)
         return InFlight(batch, out, samples)
+
+    def _bitmask(self, batch: Batch):
+        """The grammar masks of the batch's sampling rows, or None when no request is constrained."""
+        constrained = [(i, r) for i, r in enumerate(batch.reqs) if r.grammar is not None and r.samples_this_step]
+        if not constrained:
+            return None
+        bitmask = allocate_bitmask(batch.size, self.engine.model_config.vocab_size)
+        for i, r in constrained:
+            r.grammar.fill_mask(bitmask, i)
+        return bitmask
 
     def _process(self, done: InFlight) -> list[StepOutput]:
         done.out.copy_done_event.synchronize()
@@ -173,6 +239,11 @@ class Scheduler:
             r.output_ids.append(token)
             self.stats.generated_tokens += 1
             reason = self._finish_reason(r, token)
+            if r.grammar is not None and not reason:
+                if not r.grammar.accept(token):
+                    reason = "error"  # cannot happen: the token was sampled under the grammar's mask
+                elif r.grammar.finished:
+                    reason = "stop"
             if reason:
                 self._finish(r, reason)
             out = StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len)
@@ -205,6 +276,7 @@ class Scheduler:
         self.stats.finished[r.finish_reason] = self.stats.finished.get(r.finish_reason, 0) + 1
 
     def shutdown(self) -> None:
+        self.grammars.shutdown()
         self.engine.shutdown()
 
 

@@ -18,6 +18,9 @@ from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
 from .frontend import FrontendClient
 from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
+from .generation_defaults import sampling_defaults
+from .parsers import ChatOutputFormat
+from .tokenize_api import add_tokenize_routes
 from .protocol import (
     ChatCompletionRequest,
     ChatCompletionResponse,
@@ -72,6 +75,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     metrics.track_readiness(can_serve)
     observed = ObservedClient(client, metrics)  # the OpenAI routes' requests are timed and counted
+    defaults = sampling_defaults(args.generation_config, args.model)
 
     @app.exception_handler(APIError)
     async def api_error(_: Request, e: APIError):
@@ -82,8 +86,11 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         first = e.errors()[0] if e.errors() else {}
         loc = [str(x) for x in first.get("loc", ()) if x != "body"]
         message = first.get("msg", "invalid request")
+        # A field nested in an object (stream_options, a message, a tool) that the server does not
+        # know is as unsupported as an unknown top-level field.
+        code = "unsupported_parameter" if first.get("type") == "extra_forbidden" else "invalid_request"
         return error_response(400, f"{'.'.join(loc) + ': ' if loc else ''}{message}", param=".".join(loc) or None,
-                              code="invalid_request")
+                              code=code)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException):
@@ -109,7 +116,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
             raise APIError(503, "the server is shutting down", headers={"Retry-After": "5"})
         if not state.ready:
             raise APIError(503, "the model is still loading", headers={"Retry-After": "5"})
-        if model is not None and model != args.model_name:
+        if model is not None and model not in args.model_names:
             raise APIError(404, f"the model '{model}' does not exist; this server serves '{args.model_name}'",
                            param="model", code="model_not_found")
 
@@ -123,7 +130,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         if choices // body.n > args.max_n:
             raise APIError(400, f"{choices // body.n} prompts in one request; this server takes at most {args.max_n}",
                            param="prompt")
-        unsupported = body.unsupported_field()
+        unsupported = body.unsupported_field(args.allow_unknown_fields)
         if unsupported:
             raise APIError(400, f"{unsupported} is not supported by this server", param=unsupported,
                            code="unsupported_parameter")
@@ -170,32 +177,49 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     @app.get("/v1/models", dependencies=v1, tags=["openai"], response_model=ModelList)
     async def models():
-        return {"object": "list", "data": [{"id": args.model_name, "object": "model", "created": state.created,
-                                            "owned_by": "minisgl", "root": args.model or args.model_name}]}
+        return {"object": "list", "data": [{"id": name, "object": "model", "created": state.created,
+                                            "owned_by": "minisgl", "root": args.model or args.model_name}
+                                           for name in args.model_names]}
 
     @app.post("/v1/chat/completions", dependencies=v1, tags=["openai"], response_model=None,
               responses=generation_responses(ChatCompletionResponse))
     async def chat(body: ChatCompletionRequest, request: Request):
         check_serving(body.model)
+        body = body.with_defaults(defaults)
         check_limits(body, body.n)
-        return await serve_generation("chat", body, chat_jobs(body), args.model_name, observed, request)
+        if body.tool_mode == "auto" and not args.tool_call_parser:
+            raise APIError(400, "tool_choice auto needs the server started with --tool-call-parser; use tool_choice "
+                                "required or a named function", param="tool_choice", code="unsupported_parameter")
+        output = ChatOutputFormat(reasoning_parser=args.reasoning_parser,
+                                  tool_parser=args.tool_call_parser if body.tool_mode == "auto" else None,
+                                  forced_tool=body.tool_choice.function.name if body.tool_mode == "named" else None,
+                                  forced_list=body.tool_mode == "required")
+        return await serve_generation("chat", body, chat_jobs(body), args.model_name, observed, request,
+                                      output=output)
 
     @app.post("/v1/completions", dependencies=v1, tags=["openai"], response_model=None,
               responses=generation_responses(CompletionResponse))
     async def completions(body: CompletionRequest, request: Request):
         check_serving(body.model)
+        body = body.with_defaults(defaults)
         if not body.prompts():
             raise APIError(400, "prompt must not be empty", param="prompt")
         check_limits(body, len(body.prompts()) * body.n)
         return await serve_generation("completion", body, completion_jobs(body), args.model_name, observed,
                                       request)
 
+    add_tokenize_routes(app, args, None, check_serving, v1)
     app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes)
-    _document_model_name(app, args.model_name)
+    if args.origins():
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=args.origins(), allow_methods=["*"], allow_headers=["*"],
+                           allow_credentials="*" not in args.origins())
+    _document_model_name(app, args.model_names)
     return app
 
 
-def _document_model_name(app: FastAPI, name: str) -> None:
+def _document_model_name(app: FastAPI, names: tuple[str, ...]) -> None:
     """The OpenAPI schema names the one model served, so clients and fuzzers know the valid value."""
     from fastapi.openapi.utils import get_openapi
 
@@ -203,7 +227,7 @@ def _document_model_name(app: FastAPI, name: str) -> None:
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             for body in ("ChatCompletionRequest", "CompletionRequest"):
-                schema["components"]["schemas"][body]["properties"]["model"]["enum"] = [name]
+                schema["components"]["schemas"][body]["properties"]["model"]["anyOf"][0]["enum"] = list(names)
             app.openapi_schema = schema
         return app.openapi_schema
 

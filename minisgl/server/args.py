@@ -7,7 +7,9 @@ from here instead of repeating them.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
@@ -31,25 +33,28 @@ class ServerArgs:
         "HF model id or local directory. Without it a small built-in demo model with random "
         "weights is served on the CPU (its output is random text)."
     )
-    tp: int = _flag("Tensor-parallel size: one engine process per rank.", 1)
+    tp: int = _flag("Tensor-parallel size: one engine process per rank.", 1, aliases=["--tensor-parallel-size"])
     host: str = _flag("Address to listen on (use 0.0.0.0 inside a container).", DEFAULT_HOST)
     port: int = _flag("Port to listen on.", DEFAULT_PORT)
-    dtype: str = _flag("Weight and activation dtype: auto, bfloat16, float16 or float32.", "auto")
+    dtype: str = _flag("Weight and activation dtype: auto, bfloat16, float16 (half) or float32 (float).", "auto")
     device: str = _flag("Device to run on: auto (CUDA when present, else CPU), cuda or cpu.", "auto")
     page_size: int = _flag("Tokens per KV-cache page.", 16)
     max_running_requests: int = _flag("Most requests decoding at once.", 256)
     max_prefill_length: int = _flag(
         "Most prompt tokens computed in one step; longer prompts are split (chunked prefill).", 8192
     )
-    max_seq_len: int | None = _flag("Cap on prompt + output tokens (default: the model's).")
+    max_seq_len: int | None = _flag("Cap on prompt + output tokens (default: the model's; not above it).",
+                                    aliases=["--max-model-len"])
     cache: str = _flag("Prefix cache: radix (share prompt prefixes) or naive.", "radix", choices=["radix", "naive"])
     attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
                       "auto")
     cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
-    memory_ratio: float = _flag("Fraction of device memory for weights, graphs and KV cache.", 0.9)
+    memory_ratio: float = _flag("Fraction of device memory for weights, graphs and KV cache.", 0.9,
+                                aliases=["--gpu-memory-utilization"])
     num_pages: int | None = _flag("Fix the number of KV pages instead of sizing from memory.")
     dummy_weight: bool = _flag("Random weights instead of loading a checkpoint (benchmarks).", False)
-    served_model_name: str | None = _flag("Model name reported by the API (default: --model).")
+    served_model_name: tuple[str, ...] | None = _flag(
+        "Model name(s) the API answers to; the first is reported (default: --model).", nargs="+")
     api_key: str | None = _flag(f"Require 'Authorization: Bearer KEY' on /v1/* (also from ${API_KEY_ENV}).")
     shell: bool = _flag("Open an interactive chat in the terminal instead of serving HTTP.", False)
     drain_timeout: float = _flag("Seconds to let in-flight requests finish after SIGTERM.", 30.0)
@@ -62,10 +67,33 @@ class ServerArgs:
     max_n: int = _flag("Largest n (choices per request) and number of prompts per completion request.", 16)
     max_pending_requests: int = _flag(
         "Requests in the server at once, running or queued; beyond it new ones get 429 with Retry-After.", 1024)
+    chat_template: str | None = _flag("A Jinja chat template replacing the model's: a file path or the template itself.")
+    tool_call_parser: str | None = _flag(
+        "How the model writes tool calls, for tool_choice auto: hermes (also Qwen2.5/Qwen3) or llama3_json. "
+        "Without it, requests with tools need tool_choice required, a named function, or none.",
+        choices=["hermes", "qwen", "llama3_json"])
+    reasoning_parser: str | None = _flag(
+        "Split the model's <think>...</think> into reasoning_content: qwen3 or deepseek_r1.",
+        choices=["qwen3", "deepseek_r1"])
+    allow_unknown_fields: bool = _flag(
+        "Ignore request fields this server does not know (default: refuse them with 400 unsupported_parameter). "
+        "Fields it knows but does not implement are refused either way.", False)
+    allowed_origins: str | None = _flag(
+        "Origins allowed to call the API from a browser (CORS): comma-separated, or a JSON list; '*' for any.")
+    generation_config: str = _flag(
+        "Sampling defaults for requests that leave them unset: 'auto' (the model's generation_config.json: "
+        "temperature, top_p, top_k, min_p, repetition_penalty), 'none', or a directory holding such a file.", "auto")
     tokenizer_workers: int | None = _flag(
         "Tokenizer processes (chat template + encoding run in parallel for many arriving requests); "
         "default: one per 8 CPU cores, 1 to 4.")
-    log_level: str = _flag("Logging level.", "info")
+    log_level: str = _flag("Logging level.", "info", choices=["critical", "error", "warning", "info", "debug", "trace"])
+
+    @property
+    def model_names(self) -> tuple[str, ...]:
+        names = self.served_model_name
+        if isinstance(names, str):
+            names = (names,)
+        return tuple(names) if names else (self.model or "minisgl-demo",)
 
     @property
     def num_tokenizers(self) -> int:
@@ -73,25 +101,49 @@ class ServerArgs:
 
     @property
     def model_name(self) -> str:
-        return self.served_model_name or self.model or "minisgl-demo"
+        return self.model_names[0]
+
+    def origins(self) -> list[str]:
+        if not self.allowed_origins:
+            return []
+        value = self.allowed_origins.strip()
+        return list(json.loads(value)) if value.startswith("[") else [o.strip() for o in value.split(",") if o.strip()]
+
+
+class _OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str):  # a bad flag: one line, not the whole usage
+        fail(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _OneLineParser(
         prog="minisgl",
         description="minisgl: an OpenAI-compatible LLM inference server.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
+    parser.add_argument("--version", action="version", version=f"minisgl {_version()}")
     for f in fields(ServerArgs):
-        flag = "--" + f.name.replace("_", "-")
         meta = dict(f.metadata)
+        flags = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", [])]  # aliases: the names vLLM users know
         help_text = meta.pop("help")
         if f.type in ("bool", bool):
-            parser.add_argument(flag, action="store_true", help=help_text)
+            parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
             continue
         kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        parser.add_argument(flag, type=kind, default=f.default, help=help_text, **meta)
+        parser.add_argument(*flags, dest=f.name, type=kind, default=f.default, help=help_text, **meta)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("minisgl")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32", "bf16": "bfloat16"}
 
 
 def parse_args(argv: list[str] | None = None) -> ServerArgs:
@@ -100,11 +152,20 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     values = vars(ns)
     if values["api_key"] is None:
         values["api_key"] = os.environ.get(API_KEY_ENV) or None
+    values["dtype"] = DTYPE_ALIASES.get(values["dtype"], values["dtype"])
+    if values["served_model_name"] is not None:
+        values["served_model_name"] = tuple(values["served_model_name"])
     args = ServerArgs(**values)
     problem = validate(args)
     if problem:
-        parser.error(problem)
+        fail(problem)
     return args
+
+
+def fail(problem: str) -> None:
+    """A flag problem: one line on stderr and exit status 2 (argparse's), before anything starts."""
+    print(f"minisgl: error: {problem}", file=sys.stderr)
+    sys.exit(2)
 
 
 def validate(args: ServerArgs) -> str | None:
@@ -128,7 +189,30 @@ def validate(args: ServerArgs) -> str | None:
         return "--dtype must be one of auto, bfloat16, float16, float32"
     if args.device not in ("auto", "cuda", "cpu"):
         return "--device must be one of auto, cuda, cpu"
+    if args.chat_template is not None and "{" not in args.chat_template and not os.path.isfile(args.chat_template):
+        return f"--chat-template: no such file: {args.chat_template}"
+    if args.max_seq_len is not None and args.max_seq_len < 1:
+        return "--max-seq-len must be >= 1"
+    if args.served_model_name is not None and not all(args.model_names):
+        return "--served-model-name: names must not be empty"
+    try:
+        args.origins()
+    except (ValueError, TypeError) as e:
+        return f"--allowed-origins: not a JSON list: {e}"
+    if args.generation_config not in ("auto", "none") and not os.path.isdir(args.generation_config):
+        return f"--generation-config must be auto, none or a directory; no directory {args.generation_config}"
     return None
+
+
+def load_chat_template(value: str | None) -> str | None:
+    """--chat-template as a template: a file's contents, or the value itself when it is no file
+    (a template has braces, a path usually not)."""
+    if value is None:
+        return None
+    if "{" not in value:
+        with open(value, encoding="utf-8") as f:
+            return f.read()
+    return value
 
 
 def defaults() -> dict[str, Any]:

@@ -60,6 +60,7 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
 def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
     """The model directory to load (with no --model, the built-in demo on the CPU), checked for
     what can be known before any process starts: a ValueError names the problem."""
+    check_runtime_flags(args)
     if args.model:
         check_model(args, args.model)
         return args, args.model
@@ -73,6 +74,21 @@ def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
     return args, demo_model_dir()
 
 
+def check_runtime_flags(args: ServerArgs) -> None:
+    """Flags whose check needs the packages args.py may not import (it is standard library only,
+    for the operator): the attention backend's name, a CUDA device. Raise ValueError."""
+    from minisgl.attention import ATTN_BACKENDS
+
+    if args.attn != "auto":
+        parts = [p.strip() for p in args.attn.split(",")]
+        unknown = next((p for p in parts if p not in ATTN_BACKENDS), None)
+        if len(parts) > 2 or unknown is not None:
+            raise ValueError(f"--attn {args.attn!r}: give auto, one backend or 'prefill,decode' of "
+                             f"{', '.join(sorted(ATTN_BACKENDS))}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA GPU is available here (use --device cpu or auto)")
+
+
 def check_model(args: ServerArgs, model_path: str) -> None:
     """Problems visible before any process starts (architecture, --tp split): raise ValueError."""
     from minisgl.engine.config import resolve_device, validate_tp
@@ -80,7 +96,11 @@ def check_model(args: ServerArgs, model_path: str) -> None:
 
     if model_path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model_path)):
         raise ValueError(f"model directory {model_path} does not exist")
-    validate_tp(load_model_config(model_path), args.tp, resolve_device(args.device))
+    config = load_model_config(model_path)
+    validate_tp(config, args.tp, resolve_device(args.device))
+    if args.max_seq_len and args.max_seq_len > config.max_position_embeddings:
+        raise ValueError(f"--max-seq-len {args.max_seq_len} is above the model's context length of "
+                         f"{config.max_position_embeddings} tokens")
 
 
 @dataclass
@@ -132,6 +152,8 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
     from minisgl.scheduler.io import run_scheduler
     from minisgl.tokenizer.routing import tokenizer_name
     from minisgl.tokenizer.worker import run_detokenizer, run_tokenizer
+
+    from .args import load_chat_template
     from minisgl.utils.zmq import ipc_addresses
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
@@ -144,8 +166,9 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
                     args=(scheduler_config(args, model_path, rank, dist_addr), addrs, status))
         for rank in range(args.tp)
     ] + [
-    ] + [
-        ctx.Process(target=run_tokenizer, name=name, args=(model_path, addrs, status, name)) for name in tokenizers
+        ctx.Process(target=run_tokenizer, name=name,
+                    args=(model_path, addrs, status, name, load_chat_template(args.chat_template)))
+        for name in tokenizers
     ] + [
         ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),
     ]

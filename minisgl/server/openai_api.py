@@ -18,6 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from minisgl.message import Reply
 
 from .frontend import FrontendClient
+from .parsers import ChatOutputFormat
 from .protocol import ChatCompletionRequest, CompletionRequest, error_response
 
 
@@ -197,7 +198,9 @@ async def _collect(gen: Generation, firsts: list[Reply], request: Request) -> li
 
 
 async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRequest, jobs: list, model: str,
-                           client: FrontendClient, request: Request):
+                           client: FrontendClient, request: Request, output: ChatOutputFormat | None = None):
+    """`output`: for chat, how the text is read back (reasoning, tool calls); None: plain text."""
+    output = output or ChatOutputFormat()
     gen = Generation(client, jobs)
     try:
         firsts = await gen.first_replies()
@@ -219,9 +222,11 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
             return error_response(500, "generation failed", code="generation_error")
         wanted = body.logprobs_k() is not None
         if kind == "chat":
-            out = [{"index": c.index, "message": {"role": "assistant", "content": c.text},
-                    "logprobs": _chat_logprobs(c.logprobs if wanted else None),
-                    "finish_reason": _finish(c.finish_reason)} for c in choices]
+            out = []
+            for c in choices:
+                message, finish = output.reader().message(c.text, _finish(c.finish_reason))
+                out.append({"index": c.index, "message": message, "logprobs": _chat_logprobs(c.logprobs if wanted else None),
+                            "finish_reason": finish})
         else:
             out = [{"index": c.index, "text": c.text, "logprobs": _completion_logprobs(c.logprobs if wanted else None),
                     "finish_reason": _finish(c.finish_reason)} for c in choices]
@@ -232,6 +237,8 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
 
     def chunk(choices: list[dict]) -> dict:
         return {**chunk_base, "choices": choices, **({"usage": None} if include_usage else {})}
+
+    readers = [output.reader() for _ in gen.choices]
 
     async def events() -> AsyncIterator[str]:
         if kind == "chat":
@@ -246,7 +253,18 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
             if not reply.text and not reply.logprobs and reply.finish_reason is None:
                 continue
             finish = _finish(reply.finish_reason)
-            if kind == "chat":
+            if kind == "chat" and not output.plain:
+                deltas = readers[choice.index].feed(reply.text)
+                if finish:
+                    last, finish = readers[choice.index].finish(finish)
+                    deltas += last
+                for k, delta in enumerate(deltas):
+                    yield _sse(chunk([{"index": choice.index, "delta": delta,
+                                       "logprobs": _chat_logprobs(reply.logprobs) if k == 0 else None,
+                                       "finish_reason": None}]))
+                if finish:
+                    yield _sse(chunk([{"index": choice.index, "delta": {}, "logprobs": None, "finish_reason": finish}]))
+            elif kind == "chat":
                 if reply.text or reply.logprobs:
                     yield _sse(chunk([{"index": choice.index, "delta": {"content": reply.text},
                                        "logprobs": _chat_logprobs(reply.logprobs), "finish_reason": None}]))
@@ -271,7 +289,7 @@ def _nth_choice(params: dict, j: int) -> dict:
 
 
 def chat_jobs(body: ChatCompletionRequest) -> list:
-    params = body.sampling_params(body.max_completion_tokens or body.max_tokens)
+    params = {**body.sampling_params(body.max_completion_tokens or body.max_tokens), "template": body.template_options()}
     messages = [m.as_template_input() for m in body.messages]
     return [(0, _nth_choice(params, j), {"messages": messages}) for j in range(body.n)]
 

@@ -7,7 +7,7 @@ real API and malformed bodies are rejected before they reach the pipeline.
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
@@ -21,12 +21,63 @@ Text = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 
-class SamplingFields(BaseModel):
-    # Unknown OpenAI fields (logit_bias, user, ...) are accepted and ignored, as vLLM does. Strict:
-    # a JSON value of the wrong type is an error, never silently converted (0 is not false).
-    model_config = ConfigDict(extra="ignore", strict=True)
+class JsonSchemaSpec(BaseModel):
+    model_config = ConfigDict(strict=True, populate_by_name=True, extra="forbid")
 
-    model: str
+    name: str = Field(max_length=64)
+    description: str | None = None
+    schema_: dict | None = Field(None, alias="schema")
+    strict: bool | None = None
+
+
+class TextFormat(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    type: Literal["text"]
+
+
+class JsonObjectFormat(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    type: Literal["json_object"]
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    type: Literal["json_schema"]
+    json_schema: JsonSchemaSpec
+
+
+ResponseFormat = Annotated[TextFormat | JsonObjectFormat | JsonSchemaFormat, Field(discriminator="type")]
+
+
+# Fields clients send that this server does not implement, with the values that ask for nothing
+# (a client library filling in a default must not be refused). Anything else is refused with 400
+# unsupported_parameter naming the field, never silently ignored.
+REFUSED_UNLESS: dict[str, tuple] = {
+    # OpenAI
+    "audio": (None,), "modalities": (None, ["text"]), "prediction": (None,), "reasoning_effort": (None,),
+    "web_search_options": (None,), "verbosity": (None,), "functions": (None,), "function_call": (None, "none"),
+    "store": (None, False), "service_tier": (None, "auto", "default"), "echo": (None, False), "suffix": (None, ""),
+    "best_of": (None, 1),
+    # vLLM / SGLang extensions
+    "use_beam_search": (None, False), "length_penalty": (None, 1, 1.0), "include_stop_str_in_output": (None, False),
+    "spaces_between_special_tokens": (None, True), "prompt_logprobs": (None,), "truncate_prompt_tokens": (None,),
+    "allowed_token_ids": (None,), "bad_words": (None, []), "logits_processors": (None,), "structural_tag": (None,),
+    "guided_decoding_backend": (None,), "guided_whitespace_pattern": (None,), "documents": (None,),
+    "chat_template": (None,), "return_tokens_as_token_ids": (None, False), "priority": (None, 0),
+    "add_special_tokens": (None,), "continue_final_message": (None, False), "regex": (None,), "ebnf": (None,),
+    "json_schema": (None,), "no_stop_trim": (None, False), "lora_path": (None,), "return_hidden_states": (None, False),
+    "separate_reasoning": (None,), "stream_reasoning": (None,), "mm_processor_kwargs": (None,),
+    "cache_salt": (None,), "kv_transfer_params": (None,), "vllm_xargs": (None,), "min_p_decay": (None,),
+}
+
+
+class SamplingFields(BaseModel):
+    # Fields not declared here land in model_extra and are refused by unsupported_field() (or
+    # ignored, with --allow-unknown-fields, unless they are in REFUSED_UNLESS). Strict: a JSON
+    # value of the wrong type is an error, never silently converted (0 is not false).
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    model: str | None = Field(None, description="optional: the one model this server serves")
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="extension: keep the k most likely tokens")
@@ -34,18 +85,95 @@ class SamplingFields(BaseModel):
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stop: StopField = Field(None, description="a string or up to 4; generation ends before any of them")
     stop_token_ids: list[TokenId] | None = Field(None, description="extension")
-    ignore_eos: bool = Field(False, description="extension: keep generating past end-of-sequence")
-    n: int = Field(1, ge=1, le=INT32_MAX)
-    stream: bool = False
+    ignore_eos: bool | None = Field(False, description="extension: keep generating past end-of-sequence")
+    n: int | None = Field(1, ge=1, le=INT32_MAX)
+    stream: bool | None = False
     stream_options: StreamOptions | None = None
+    presence_penalty: float | None = Field(None, ge=-2, le=2, description="minus this for each token already generated")
+    frequency_penalty: float | None = Field(None, ge=-2, le=2,
+                                            description="minus this times how often a token was generated")
+    repetition_penalty: float | None = Field(None, gt=0, le=100,
+                                             description="extension (HF/vLLM): >1 discourages tokens of prompt and output")
+    logit_bias: Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=1024)] | None = \
+        Field(None, description="token id (a string) -> added to its logit, -100..100")
+    min_tokens: int | None = Field(None, ge=0, le=INT32_MAX,
+                                   description="extension: end-of-sequence and stop ids are impossible before this many")
+    skip_special_tokens: bool | None = Field(True, description="extension: leave special tokens out of the text")
+    response_format: ResponseFormat | None = None
+    guided_json: dict | str | None = Field(None, description="extension (vLLM): output matches this JSON schema")
+    guided_regex: str | None = Field(None, description="extension (vLLM): output matches this regular expression")
+    guided_choice: Annotated[list[str], Field(min_length=1)] | None = \
+        Field(None, description="extension (vLLM): output is one of these strings")
+    guided_grammar: str | None = Field(None, description="extension (vLLM): output matches this EBNF grammar")
+    user: str | None = Field(None, description="an end-user id; not used")
+    metadata: dict[str, str] | None = Field(None, description="not used")
+    safety_identifier: str | None = Field(None, description="not used")
+    prompt_cache_key: str | None = Field(None, description="not used: the prefix cache needs no key")
+
+    # `null` for these means their default, as in vLLM (the spec allows null for stream, n, ...).
+    # Not max_tokens: null there means "as many as fit" (vLLM too), not completions' 16.
+    NULL_IS_DEFAULT: ClassVar[frozenset[str]] = frozenset(
+        {"n", "stream", "ignore_eos", "skip_special_tokens", "add_generation_prompt"})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_means_default(cls, data):
+        if isinstance(data, dict):
+            data = {k: v for k, v in data.items() if not (v is None and k in cls.NULL_IS_DEFAULT)}
+        return data
+
+    @model_validator(mode="after")
+    def _checks(self):
+        if self.logit_bias:
+            for key in self.logit_bias:
+                if not key.isdigit() or int(key) > INT32_MAX:
+                    raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
+        constraints = [name for name in ("response_format", "guided_json", "guided_regex", "guided_choice",
+                                         "guided_grammar") if getattr(self, name) is not None
+                       and not (name == "response_format" and self.response_format.type == "text")]
+        if len(constraints) > 1:
+            raise ValueError(f"only one of {', '.join(constraints)} may be given")
+        return self
+
+    def with_defaults(self, defaults: dict):
+        """The request with the server's sampling defaults (--generation-config) for the fields it
+        leaves unset."""
+        unset = {k: v for k, v in defaults.items() if getattr(self, k, None) is None}
+        return self.model_copy(update=unset) if unset else self
 
     def logprobs_k(self) -> int | None:
         """How many alternatives per token the request wants (None: no logprobs)."""
         return None
 
-    def unsupported_field(self) -> str | None:
-        """The first OpenAI feature the request asks for that this server does not implement, or
-        None. Those fields are declared so that asking is refused, never silently ignored."""
+    def unsupported_field(self, allow_unknown: bool = False) -> str | None:
+        """The first field the request sends that this server does not implement, or None.
+        Unknown fields are refused too unless `allow_unknown` (--allow-unknown-fields)."""
+        for name, value in (self.model_extra or {}).items():
+            neutral = REFUSED_UNLESS.get(name)
+            if neutral is None:
+                if not allow_unknown:
+                    return name
+            elif not any(value == v and type(value) is type(v) for v in neutral):
+                return name
+        return None
+
+    def constraint(self) -> tuple[str, str] | None:
+        """The structured-output constraint as (kind, spec), SamplingParams.constraint's form."""
+        rf = self.response_format
+        if rf is not None and rf.type == "json_object":
+            return ("json_object", "")
+        if rf is not None and rf.type == "json_schema":
+            schema = rf.json_schema.schema_ if rf.json_schema.schema_ is not None else {}
+            return ("json_schema" if rf.json_schema.strict else "json_schema_loose", json.dumps(schema))
+        if self.guided_json is not None:
+            spec = self.guided_json if isinstance(self.guided_json, str) else json.dumps(self.guided_json)
+            return ("json_schema_loose", spec)
+        if self.guided_regex is not None:
+            return ("regex", self.guided_regex)
+        if self.guided_choice is not None:
+            return ("choice", json.dumps(self.guided_choice))
+        if self.guided_grammar is not None:
+            return ("grammar", self.guided_grammar)
         return None
 
     def sampling_params(self, max_tokens: int | None) -> dict:
@@ -61,33 +189,104 @@ class SamplingFields(BaseModel):
             "ignore_eos": self.ignore_eos,
             "max_tokens": max_tokens,
             "logprobs": self.logprobs_k(),
+            "presence_penalty": self.presence_penalty or 0.0,
+            "frequency_penalty": self.frequency_penalty or 0.0,
+            "repetition_penalty": 1.0 if self.repetition_penalty is None else self.repetition_penalty,
+            # Pairs, not a map: msgpack maps with integer keys do not survive the trip.
+            "logit_bias": [[int(t), b] for t, b in (self.logit_bias or {}).items()],
+            "min_tokens": self.min_tokens or 0,
+            "skip_special_tokens": self.skip_special_tokens,
+            "constraint": self.constraint(),
         }
 
 
 class StreamOptions(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     include_usage: bool = False
 
 
 class TextPart(BaseModel):
-    model_config = ConfigDict(strict=True)
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     type: Literal["text"]
     text: str
 
 
 class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="ignore", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = Field(None, description="an assistant's earlier tool calls")
+    tool_call_id: str | None = Field(None, description="a tool message: the call it answers")
+    reasoning_content: str | None = Field(None, description="an assistant's earlier reasoning")
 
     def as_template_input(self) -> dict:
         content = self.content
         if isinstance(content, list):
             content = "".join(p.text for p in content)
-        return {"role": self.role, "content": content or ""}
+        out = {"role": self.role, "content": content or ""}
+        for key in ("name", "tool_call_id", "reasoning_content"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        if self.tool_calls:
+            # Templates render the arguments themselves (as JSON): they get a mapping, as in vLLM.
+            out["tool_calls"] = [{"id": c.id, "type": "function",
+                                  "function": {"name": c.function.name, "arguments": c.function.parsed_arguments()}}
+                                 for c in self.tool_calls]
+        return out
+
+
+class FunctionCall(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    name: str
+    arguments: str = Field(description="a JSON object, as a string")
+
+    def parsed_arguments(self) -> dict | str:
+        try:
+            value = json.loads(self.arguments)
+        except ValueError:
+            return self.arguments
+        return value if isinstance(value, dict) else self.arguments
+
+
+class ToolCall(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class FunctionDef(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    name: str = Field(pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
+    description: str | None = None
+    parameters: dict | None = Field(None, description="a JSON schema of the arguments object")
+    strict: bool | None = None
+
+
+class Tool(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class ChosenFunction(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    name: str
+
+
+class NamedToolChoice(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    type: Literal["function"]
+    function: ChosenFunction
 
 
 class ChatCompletionRequest(SamplingFields):
@@ -98,10 +297,59 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                      description="with logprobs: that many most likely tokens per position")
 
+    tools: Annotated[list[Tool], Field(max_length=128)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = \
+        Field(None, description="auto (default with tools) needs --tool-call-parser; required and a named function "
+                                "are enforced by the grammar")
+    parallel_tool_calls: bool | None = Field(None, description="with tool_choice required: false allows one call")
+    add_generation_prompt: bool | None = Field(True, description="extension: end the prompt with the assistant's turn")
+    chat_template_kwargs: dict | None = Field(None, description="extension: more variables for the chat template, "
+                                                               "e.g. {\"enable_thinking\": false}")
+
+    def template_options(self) -> dict:
+        """What the tokenizer's apply_chat_template gets besides the messages."""
+        tools = [t.model_dump(exclude_none=True) for t in self.tools] if self.tools and self.tool_mode != "none" else None
+        return {"add_generation_prompt": self.add_generation_prompt, "kwargs": self.chat_template_kwargs or {},
+                "tools": tools}
+
+    @property
+    def tool_mode(self) -> str:
+        """none, auto, required, or named (tool_choice naming one function)."""
+        if not self.tools:
+            return "none"
+        if isinstance(self.tool_choice, NamedToolChoice):
+            return "named"
+        return self.tool_choice or "auto"
+
+    def constraint(self) -> tuple[str, str] | None:
+        """Forced tool calls are structured output: the arguments of the named function, or a list
+        of {name, parameters} for `required`."""
+        mode = self.tool_mode
+        if mode not in ("named", "required"):
+            return super().constraint()
+        schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools}
+        if mode == "named":
+            return ("json_schema", json.dumps(schemas[self.tool_choice.function.name]))
+        one_call = [{"type": "object", "properties": {"name": {"type": "string", "enum": [name]}, "parameters": schema},
+                     "required": ["name", "parameters"], "additionalProperties": False}
+                    for name, schema in schemas.items()]
+        items = one_call[0] if len(one_call) == 1 else {"anyOf": one_call}
+        listed = {"type": "array", "items": items, "minItems": 1}
+        if self.parallel_tool_calls is False:
+            listed["maxItems"] = 1
+        return ("json_schema", json.dumps(listed))
+
     @model_validator(mode="after")
     def _top_logprobs_needs_logprobs(self):
         if self.top_logprobs and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs: true")
+        if self.tool_choice not in (None, "none", "auto") and not self.tools:
+            raise ValueError("tool_choice other than none/auto needs tools")
+        if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in \
+                {t.function.name for t in self.tools}:
+            raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, which is not among the tools")
+        if self.tool_mode in ("named", "required") and super().constraint() is not None:
+            raise ValueError("tool_choice required or named cannot be combined with response_format or guided_*")
         return self
 
     def logprobs_k(self) -> int | None:
@@ -114,17 +362,9 @@ class CompletionRequest(SamplingFields):
     max_tokens: int | None = Field(16, ge=1, le=INT32_MAX)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                  description="return each output token's log-probability and that many alternatives")
-    echo: bool = Field(False, description="not supported: true is refused")
-    best_of: int | None = Field(None, description="not supported: values above 1 are refused")
-    suffix: str | None = Field(None, description="not supported: refused")
 
     def logprobs_k(self) -> int | None:
         return self.logprobs
-
-    def unsupported_field(self) -> str | None:
-        asked = {"echo": self.echo, "suffix": bool(self.suffix),
-                 "best_of": (self.best_of or 1) > 1}
-        return next((name for name, yes in asked.items() if yes), None)
 
     def prompts(self) -> list[dict]:
         """Each prompt as generate() keyword arguments."""
@@ -137,6 +377,7 @@ class CompletionRequest(SamplingFields):
 
 
 SamplingFields.model_rebuild()
+ChatMessage.model_rebuild()
 
 
 class ErrorDetail(BaseModel):
@@ -229,16 +470,29 @@ class CompletionResponse(BaseModel):
     usage: Usage
 
 
+class ResponseFunctionCall(BaseModel):
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(BaseModel):
+    id: str
+    type: Literal["function"]
+    function: ResponseFunctionCall
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"]
-    content: str
+    content: str | None
+    reasoning_content: str | None = Field(None, description="with --reasoning-parser: the model's reasoning")
+    tool_calls: list[ResponseToolCall] | None = None
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     logprobs: ChatLogprobs | None = None
-    finish_reason: Literal["stop", "length"] | None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None
 
 
 class ChatCompletionResponse(BaseModel):

@@ -14,6 +14,7 @@ from minisgl.utils.logger import get_logger
 from minisgl.utils.process import ParentWatch, run_worker
 from minisgl.utils.zmq import PullSocket, PushSocket
 
+from .chat_template import render_chat
 from .detokenizer import Detokenizer
 
 logger = get_logger(__name__)
@@ -24,10 +25,7 @@ def encode_request(tokenizer, msg: TokenizeMsg) -> list[int]:
     if msg.input_ids is not None:
         return list(msg.input_ids)
     if msg.messages is not None:
-        if not tokenizer.chat_template:
-            raise ValueError("this model's tokenizer has no chat template; use /v1/completions")
-        out = tokenizer.apply_chat_template(msg.messages, add_generation_prompt=True, tokenize=True)
-        return list(out["input_ids"] if isinstance(out, dict) or hasattr(out, "keys") else out)
+        return render_chat(tokenizer, msg.messages, msg.params.get("template"))
     return tokenizer.encode(msg.text or "")
 
 
@@ -40,9 +38,13 @@ def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
     return [] if "\ufffd" in tokenizer.decode(tail) else tail
 
 
-def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: str = "tokenizer") -> None:
+def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: str = "tokenizer",
+                  chat_template: str | None = None) -> None:
+    """`chat_template`: replaces the tokenizer's own (--chat-template)."""
     def body(ready):
         tokenizer = AutoTokenizer.from_pretrained(model_path)
+        if chat_template:
+            tokenizer.chat_template = chat_template
         inbox = PullSocket(addrs[name])
         to_scheduler, to_detok, to_api = (PushSocket(addrs[n]) for n in ("scheduler", "detokenizer", "api"))
         watch = ParentWatch()

@@ -1,0 +1,8 @@
+"""Reading a chat model's output back into OpenAI's fields: reasoning_content and tool_calls."""
+
+from .chat_output import ChatOutputFormat, ChatOutputReader
+from .reasoning import REASONING_PARSERS, ThinkParser
+from .tool_calls import TOOL_PARSERS, HermesToolParser, Llama3JsonToolParser, ParsedCall
+
+__all__ = ["ChatOutputFormat", "ChatOutputReader", "REASONING_PARSERS", "ThinkParser", "TOOL_PARSERS",
+           "HermesToolParser", "Llama3JsonToolParser", "ParsedCall"]

@@ -1,0 +1,123 @@
+"""What the assistant said, in OpenAI's shape: reasoning split out, tool calls parsed, for one
+choice of a chat completion, whole or as stream deltas."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from .reasoning import REASONING_PARSERS, _partial_suffix
+from .tool_calls import TOOL_PARSERS, ParsedCall
+
+
+@dataclass(frozen=True)
+class ChatOutputFormat:
+    """How a chat request's output is read back (one per request, shared by its choices)."""
+
+    reasoning_parser: str | None = None  # --reasoning-parser
+    tool_parser: str | None = None  # --tool-call-parser, for tool_choice auto
+    # Forced tool calls (tool_choice required / named): the grammar made the output JSON, read
+    # here directly: a named function's arguments object, or a list of {name, parameters}.
+    forced_tool: str | None = None  # the named function
+    forced_list: bool = False  # tool_choice required
+
+    @property
+    def plain(self) -> bool:
+        return not (self.reasoning_parser or self.tool_parser or self.forced_tool or self.forced_list)
+
+    def reader(self) -> ChatOutputReader:
+        return ChatOutputReader(self)
+
+
+def _forced_calls(fmt: ChatOutputFormat, text: str) -> list[ParsedCall]:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return []  # cut off by max_tokens: no call (the text stays content)
+    if fmt.forced_tool:
+        return [ParsedCall(fmt.forced_tool, json.dumps(value, ensure_ascii=False))]
+    return [ParsedCall(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
+
+
+class ChatOutputReader:
+    """Feed it a choice's text piece by piece (`feed`), then `finish`; or read a whole text
+    with `message`."""
+
+    def __init__(self, fmt: ChatOutputFormat):
+        self.fmt = fmt
+        self.reasoning = REASONING_PARSERS[fmt.reasoning_parser]() if fmt.reasoning_parser else None
+        self.tools = TOOL_PARSERS[fmt.tool_parser]() if fmt.tool_parser else None
+        self.held = ""  # answer text held back: it may be (the start of) tool calls
+        self.holding = bool(fmt.forced_tool or fmt.forced_list)  # forced: the whole output is calls
+        self.seen_answer = False  # answer text already shown (a call that starts only at the start cannot come)
+
+    def feed(self, text: str, final: bool = False) -> list[dict]:
+        """Stream deltas ({"reasoning_content": ...} / {"content": ...}) for a new piece."""
+        reasoning, answer = self.reasoning.feed(text, final) if self.reasoning else ("", text)
+        deltas = [{"reasoning_content": reasoning}] if reasoning else []
+        if self.holding:
+            self.held += answer
+            answer = ""
+        elif self.tools is not None:
+            answer, self.held = self.held + answer, ""
+            at = self._call_start(answer)
+            if at != -1:
+                self.holding, self.held, answer = True, answer[at:], answer[:at]
+            elif not final:  # the end may be a call's first characters: wait for the next piece
+                keep = self._partial_start(answer)
+                answer, self.held = answer[: len(answer) - keep], answer[len(answer) - keep:]
+            self.seen_answer = self.seen_answer or bool(answer.strip())
+        if answer:
+            deltas.append({"content": answer})
+        return deltas
+
+    def _call_start(self, answer: str) -> int:
+        """Where tool calls start in the answer so far, or -1."""
+        if self.tools.only_at_start:
+            head = answer.lstrip()
+            return len(answer) - len(head) if not self.seen_answer and head.startswith(self.tools.starts) else -1
+        found = [at for at in (answer.find(s) for s in self.tools.starts) if at != -1]
+        return min(found) if found else -1
+
+    def _partial_start(self, answer: str) -> int:
+        """How much of the answer's end might begin a call (to hold back while streaming)."""
+        if self.tools.only_at_start:
+            head = answer.lstrip()
+            could = not self.seen_answer and any(s.startswith(head) for s in self.tools.starts)
+            return len(answer) if could else 0
+        return max(_partial_suffix(answer, s) for s in self.tools.starts)
+
+    def finish(self, finish_reason: str | None) -> tuple[list[dict], str | None]:
+        """The last deltas (the tool calls, or held text that turned out to be content) and the
+        finish reason OpenAI gives (tool_calls when the model called tools)."""
+        deltas = self.feed("", final=True)
+        if not self.holding:
+            return deltas, finish_reason
+        content, calls = self._calls(self.held) if self.held else ("", [])
+        if content:
+            deltas.append({"content": content})
+        if calls:
+            deltas.append({"tool_calls": [c.as_openai(i) for i, c in enumerate(calls)]})
+        return deltas, self._reason(calls, finish_reason)
+
+    def message(self, text: str, finish_reason: str | None) -> tuple[dict, str | None]:
+        """The whole assistant message of a non-streamed choice, and its finish reason."""
+        reasoning, answer = self.reasoning.feed(text, final=True) if self.reasoning else ("", text)
+        content, calls = self._calls(answer) if (self.tools or self.holding) else (answer, [])
+        message = {"role": "assistant", "content": content if content or not calls else None}
+        if self.reasoning:
+            message["reasoning_content"] = reasoning or None
+        if calls:
+            message["tool_calls"] = [c.as_openai() for c in calls]
+        return message, self._reason(calls, finish_reason)
+
+    def _calls(self, text: str) -> tuple[str, list[ParsedCall]]:
+        if self.fmt.forced_tool or self.fmt.forced_list:
+            calls = _forced_calls(self.fmt, text)
+            return ("" if calls else text), calls
+        return self.tools.parse(text)
+
+    def _reason(self, calls: list[ParsedCall], finish_reason: str | None) -> str | None:
+        if calls and finish_reason == "stop" and not self.fmt.forced_tool:  # OpenAI: a named call ends with stop
+            return "tool_calls"
+        return finish_reason

@@ -1,0 +1,93 @@
+"""Tool-call parsers: the model's own tool-call text back into OpenAI `tool_calls`.
+
+Each knows where a call starts (so a stream can show the text before it as content and hold the
+rest) and how to read the calls out of the whole output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ParsedCall:
+    name: str
+    arguments: str  # a JSON object, as OpenAI sends it
+
+    def as_openai(self, index: int | None = None) -> dict:
+        call = {"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+        return call if index is None else {"index": index, **call}
+
+
+def _call(obj) -> ParsedCall | None:
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get("arguments", obj.get("parameters", {}))
+    if isinstance(args, str):  # some models emit the arguments already as a JSON string
+        try:
+            args = json.loads(args)
+        except ValueError:
+            return None
+    if not isinstance(args, dict):
+        return None
+    return ParsedCall(obj["name"], json.dumps(args, ensure_ascii=False))
+
+
+class HermesToolParser:
+    """Hermes / Qwen2.5 / Qwen3: `<tool_call>\\n{"name": ..., "arguments": {...}}\\n</tool_call>`,
+    one block per call, after optional content."""
+
+    starts = ("<tool_call>",)
+    only_at_start = False
+    _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+    def parse(self, text: str) -> tuple[str, list[ParsedCall]]:
+        """(content, calls); text that is not a well-formed call stays content."""
+        at = text.find(self.starts[0])
+        if at == -1:
+            return text, []
+        calls = []
+        for match in self._block.finditer(text, at):
+            try:
+                call = _call(json.loads(match.group(1)))
+            except ValueError:
+                call = None
+            if call is None:
+                return text, []
+            calls.append(call)
+        return text[:at].rstrip(), calls
+
+
+class Llama3JsonToolParser:
+    """Llama 3.1/3.2 JSON tool calling: the output is `{"name": ..., "parameters": {...}}`
+    (optionally after `<|python_tag|>`), several separated by `;`."""
+
+    starts = ("<|python_tag|>", "{")
+    only_at_start = True  # a brace later in an answer is just text
+    _decoder = json.JSONDecoder()
+
+    def parse(self, text: str) -> tuple[str, list[ParsedCall]]:
+        body = text.strip().removeprefix("<|python_tag|>").lstrip()
+        if not body.startswith("{"):
+            return text, []
+        calls, at = [], 0
+        while at < len(body):
+            try:
+                obj, end = self._decoder.raw_decode(body, at)
+            except ValueError:
+                return text, []
+            call = _call(obj)
+            if call is None:
+                return text, []
+            calls.append(call)
+            at = end
+            while at < len(body) and body[at] in " \t\r\n;":
+                at += 1
+        return "", calls
+
+
+TOOL_PARSERS = {"hermes": HermesToolParser, "qwen": HermesToolParser, "llama3_json": Llama3JsonToolParser}

@@ -1,0 +1,86 @@
+"""/tokenize and /detokenize (vLLM's and SGLang's extension routes): the server's own tokenizer
+and chat template, so a client can count tokens exactly as a request would be counted."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from typing import Annotated
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field
+
+from .args import ServerArgs, load_chat_template
+from .protocol import ChatMessage, TokenId, Tool
+
+
+class TokenizePrompt(BaseModel):
+    """Text, tokenized as /v1/completions would."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    model: str | None = None
+    prompt: str
+    add_special_tokens: bool = True
+
+
+class TokenizeChat(BaseModel):
+    """A chat, rendered with the chat template as /v1/chat/completions would."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    model: str | None = None
+    messages: Annotated[list[ChatMessage], Field(min_length=1)]
+    add_generation_prompt: bool = True
+    chat_template_kwargs: dict | None = None
+    tools: list[Tool] | None = None
+
+
+class DetokenizeRequest(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    model: str | None = None
+    tokens: list[TokenId]
+
+
+def add_tokenize_routes(app: FastAPI, args: ServerArgs, model_path: str | None, check_serving, dependencies) -> None:
+    @functools.cache
+    def tokenizer():
+        from transformers import AutoTokenizer
+
+        from minisgl.models.demo import demo_model_dir
+
+        tok = AutoTokenizer.from_pretrained(model_path or args.model or demo_model_dir())
+        template = load_chat_template(args.chat_template)
+        if template:
+            tok.chat_template = template
+        return tok
+
+    @app.post("/tokenize", dependencies=dependencies, tags=["extensions"])
+    async def tokenize(body: TokenizePrompt | TokenizeChat):
+        from minisgl.tokenizer.chat_template import render_chat
+
+        check_serving(body.model)
+        tok = await asyncio.to_thread(tokenizer)  # loaded once, off the event loop
+        if isinstance(body, TokenizePrompt):
+            ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+        else:
+            options = {"add_generation_prompt": body.add_generation_prompt, "kwargs": body.chat_template_kwargs or {},
+                       "tools": [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None}
+            try:
+                ids = render_chat(tok, [m.as_template_input() for m in body.messages], options)
+            except Exception as e:  # noqa: BLE001 - a template that cannot render this chat is the request's problem
+                from .api_server import APIError
+
+                raise APIError(400, f"cannot render the chat: {e}", param="messages") from None
+        return {"tokens": ids, "count": len(ids)}
+
+    @app.post("/detokenize", dependencies=dependencies, tags=["extensions"])
+    async def detokenize(body: DetokenizeRequest):
+        check_serving(body.model)
+        tok = await asyncio.to_thread(tokenizer)
+        if any(t >= len(tok) for t in body.tokens):
+            from .api_server import APIError
+
+            raise APIError(400, f"token ids must be below the vocabulary size {len(tok)}", param="tokens")
+        return {"prompt": tok.decode(body.tokens)}

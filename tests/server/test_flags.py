@@ -1,0 +1,139 @@
+"""The flags users look for (vLLM's names too), each validated before any worker starts, and the
+extension routes: /tokenize, /detokenize, several served names, CORS, the model's sampling
+defaults."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import httpx
+import openai
+import pytest
+from transformers import AutoTokenizer
+
+from minisgl.server.args import parse_args
+from tests.server.serving import ServerProcess
+
+
+def test_vllm_flag_names_are_aliases():
+    args = parse_args(["--tensor-parallel-size", "2", "--max-model-len", "300", "--gpu-memory-utilization", "0.5",
+                       "--dtype", "half", "--served-model-name", "a", "b"])
+    assert (args.tp, args.max_seq_len, args.memory_ratio, args.dtype) == (2, 300, 0.5, "float16")
+    assert args.model_names == ("a", "b") and args.model_name == "a"
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "minisgl", *argv], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--log-level", "verbose"], "--log-level"),
+    (["--attn", "bogus"], "bogus"),
+    (["--max-seq-len", "100000000"], "context length"),
+    (["--chat-template", "/no/such/file"], "--chat-template"),
+    (["--generation-config", "/no/such/dir"], "--generation-config"),
+    (["--tool-call-parser", "nope"], "--tool-call-parser"),
+    (["--allowed-origins", "[oops"], "--allowed-origins"),
+    (["--port", "70000"], "--port"),
+])
+def test_bad_flags_exit_2_with_one_line_before_any_worker(argv, says):
+    run = _run(*argv)
+    assert run.returncode == 2, run.stderr
+    lines = [line for line in run.stderr.splitlines() if line.strip() and "WARNING" not in line]
+    assert len(lines) == 1 and says in lines[0] and lines[0].startswith("minisgl: error:"), run.stderr
+    assert "started worker" not in run.stderr + run.stdout
+
+
+def test_device_cuda_without_a_gpu_is_refused_up_front():
+    import torch
+
+    run = _run("--device", "cuda")
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU: the flag is valid here")
+    assert run.returncode == 2 and "no CUDA GPU" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_version():
+    run = _run("--version")
+    assert run.returncode == 0 and run.stdout.startswith("minisgl ")
+
+
+@pytest.fixture(scope="module")
+def greedy_model_dir(tiny_model_dir, tmp_path_factory):
+    """The tiny model, its generation_config.json asking for greedy decoding (top_k 1)."""
+    path = tmp_path_factory.mktemp("greedy") / "model"
+    shutil.copytree(tiny_model_dir("Qwen3ForCausalLM"), path)
+    config = json.loads((path / "generation_config.json").read_text())
+    (path / "generation_config.json").write_text(json.dumps({**config, "top_k": 1, "temperature": 0.9}))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def server(greedy_model_dir):
+    srv = ServerProcess("--model", greedy_model_dir, "--served-model-name", "first", "second", "--num-pages", "512",
+                        "--allowed-origins", "https://app.example").wait_ready()
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_every_served_name_works_and_is_listed(server):
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    assert [m.id for m in client.models.list().data] == ["first", "second"]
+    for name in ("first", "second"):
+        assert client.completions.create(model=name, prompt="hi", max_tokens=2).model == "first"
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="third", prompt="hi", max_tokens=2)
+
+
+def test_cors_preflight_allows_only_the_given_origin(server):
+    def preflight(origin):
+        return httpx.options(server.url + "/v1/completions", timeout=10, headers={
+            "Origin": origin, "Access-Control-Request-Method": "POST"})
+
+    assert preflight("https://app.example").headers.get("access-control-allow-origin") == "https://app.example"
+    assert "access-control-allow-origin" not in preflight("https://evil.example").headers
+
+
+def test_tokenize_and_detokenize_match_the_tokenizer_and_the_request(server, greedy_model_dir):
+    tok = AutoTokenizer.from_pretrained(greedy_model_dir)
+    text = "The quick brown fox"
+    got = httpx.post(server.url + "/tokenize", json={"prompt": text}, timeout=30).json()
+    assert got == {"tokens": tok.encode(text), "count": len(tok.encode(text))}
+    messages = [{"role": "user", "content": "Hello"}]
+    chat = httpx.post(server.url + "/tokenize", json={"model": "second", "messages": messages}, timeout=30).json()
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    used = client.chat.completions.create(model="first", messages=messages, max_tokens=1).usage.prompt_tokens
+    assert chat["count"] == used == len(tok.apply_chat_template(messages, add_generation_prompt=True)["input_ids"])
+    back = httpx.post(server.url + "/detokenize", json={"tokens": got["tokens"]}, timeout=30).json()
+    assert back == {"prompt": text}
+    assert httpx.post(server.url + "/detokenize", json={"tokens": [10**6]}, timeout=30).status_code == 400
+    assert httpx.post(server.url + "/tokenize", json={}, timeout=30).status_code == 400
+
+
+def test_generation_config_supplies_unset_sampling_fields(server, greedy_model_dir):
+    """The model asks for top_k 1: requests that leave top_k unset decode greedily; a request
+    that sets it samples."""
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+    greedy = client.completions.create(model="first", prompt="Paris", max_tokens=12, temperature=0,
+                                       extra_body={"ignore_eos": True}).choices[0].text
+    for seed in range(3):
+        assert client.completions.create(model="first", prompt="Paris", max_tokens=12, seed=seed,
+                                         extra_body={"ignore_eos": True}).choices[0].text == greedy
+    sampled = {client.completions.create(model="first", prompt="Paris", max_tokens=12, seed=seed,
+                                         extra_body={"top_k": -1, "ignore_eos": True}).choices[0].text
+               for seed in range(3)}
+    assert sampled != {greedy}
+
+
+def test_generation_config_none_turns_the_defaults_off(greedy_model_dir):
+    srv = ServerProcess("--model", greedy_model_dir, "--num-pages", "256", "--generation-config", "none").wait_ready()
+    try:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
+        texts = {client.completions.create(model=greedy_model_dir, prompt="Paris", max_tokens=12, seed=seed,
+                                           extra_body={"ignore_eos": True}).choices[0].text for seed in range(3)}
+        assert len(texts) > 1
+    finally:
+        assert srv.stop() == 0

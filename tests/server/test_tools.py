@@ -1,0 +1,184 @@
+"""Tool calling and reasoning through the real server: the official `openai` client and
+LangChain (`bind_tools`, `with_structured_output`) on a tiny random model. Forced tool calls are
+grammar-constrained, so their arguments always parse and match the tool's schema; free-form
+(auto) calls and <think> blocks are produced with a guided_regex, so the Hermes and Qwen3
+parsers are exercised on real generated, detokenized, streamed text."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import openai
+import pytest
+from transformers import AutoTokenizer
+
+from tests.server.serving import ServerProcess
+
+MODEL = "tiny-qwen3"
+# A ChatML template that renders tools and earlier tool calls, as Qwen's does, and honours
+# enable_thinking (an empty think block closes thinking, as in Qwen3's template).
+TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}"
+    "{% for c in m.tool_calls or [] %}<tool_call>\n{{ {'name': c.function.name, 'arguments': c.function.arguments}"
+    " | tojson }}\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
+)
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]},
+                                                    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+                                       "required": ["zone"], "additionalProperties": False}}}
+CHAT = [{"role": "user", "content": "Weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("Qwen3ForCausalLM")
+
+
+@pytest.fixture(scope="module")
+def server(model_dir):
+    srv = ServerProcess("--model", model_dir, "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4",
+                        "--num-pages", "2048", "--max-seq-len", "1024", "--chat-template", TEMPLATE,
+                        "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3").wait_ready()
+    yield srv
+    assert srv.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+
+
+def _check(call, tool) -> dict:
+    assert call.type == "function" and call.id and call.function.name == tool["function"]["name"]
+    args = json.loads(call.function.arguments)
+    jsonschema.validate(args, tool["function"]["parameters"])
+    return args
+
+
+def test_named_tool_choice_always_gives_valid_arguments(client):
+    for seed in range(4):
+        resp = client.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER, TIME], temperature=1.0,
+                                              seed=seed, max_tokens=80,
+                                              tool_choice={"type": "function", "function": {"name": "get_time"}})
+        message = resp.choices[0].message
+        assert len(message.tool_calls) == 1 and resp.choices[0].finish_reason == "stop"
+        _check(message.tool_calls[0], TIME)
+
+
+def test_required_tool_choice_and_parallel_calls(client):
+    tools = {"get_weather": WEATHER, "get_time": TIME}
+    for seed, parallel in ((0, True), (1, False), (2, False)):
+        resp = client.chat.completions.create(model=MODEL, messages=CHAT, tools=list(tools.values()),
+                                              tool_choice="required", parallel_tool_calls=parallel, temperature=1.0,
+                                              seed=seed, max_tokens=200)
+        calls = resp.choices[0].message.tool_calls
+        assert calls and resp.choices[0].finish_reason == "tool_calls", resp
+        assert parallel or len(calls) == 1
+        for call in calls:
+            _check(call, tools[call.function.name])
+    stream = client.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], tool_choice="required",
+                                            parallel_tool_calls=False, temperature=1.0, seed=5, max_tokens=200,
+                                            stream=True)
+    chunks = [c for c in stream if c.choices]
+    deltas = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+    assert deltas and chunks[-1].choices[0].finish_reason == "tool_calls"
+    args = json.loads("".join(d.function.arguments for d in deltas if d.index == 0))
+    jsonschema.validate(args, WEATHER["function"]["parameters"])
+
+
+HERMES_REGEX = (r'<think>[a-z ]{1,20}</think>[A-Z][a-z]{1,8}\.<tool_call>\n\{"name": "get_weather", '
+                r'"arguments": \{"city": "(Paris|Oslo)", "days": [1-7]\}\}\n</tool_call>')
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_auto_tool_calls_and_reasoning_are_parsed_from_generated_text(client, stream):
+    kw = dict(model=MODEL, messages=CHAT, tools=[WEATHER], temperature=1.0, seed=3, max_tokens=200,
+              extra_body={"guided_regex": HERMES_REGEX})
+    if not stream:
+        resp = client.chat.completions.create(**kw)
+        message, finish = resp.choices[0].message, resp.choices[0].finish_reason
+        reasoning, content, calls = message.reasoning_content, message.content, message.tool_calls
+    else:
+        chunks = [c for c in client.chat.completions.create(stream=True, **kw) if c.choices]
+        reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks)
+        content = "".join(c.choices[0].delta.content or "" for c in chunks)
+        calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        finish = chunks[-1].choices[0].finish_reason
+    assert reasoning and set(reasoning) <= set("abcdefghijklmnopqrstuvwxyz ")
+    assert content and content.endswith(".") and "<" not in content
+    assert len(calls) == 1 and finish == "tool_calls"
+    _check(calls[0], WEATHER)
+
+
+def test_tool_choice_auto_without_parser_and_bad_tool_choice_are_400(model_dir, client):
+    with pytest.raises(openai.BadRequestError):
+        client.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], max_tokens=2,
+                                       tool_choice={"type": "function", "function": {"name": "nope"}})
+    srv = ServerProcess("--model", model_dir, "--served-model-name", MODEL, "--num-pages", "256").wait_ready()
+    try:
+        plain = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
+        with pytest.raises(openai.BadRequestError) as e:
+            plain.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], max_tokens=2)
+        assert e.value.body["param"] == "tool_choice" and "--tool-call-parser" in e.value.body["message"]
+        # tool_choice none: the tools are simply not used.
+        assert plain.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], tool_choice="none",
+                                             max_tokens=2).choices[0].message.tool_calls is None
+    finally:
+        assert srv.stop() == 0
+
+
+def test_tools_and_history_with_tool_calls_reach_the_template(client, model_dir):
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    history = CHAT + [
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather",
+                                                              "arguments": '{"city": "Paris", "days": 2}'}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"},
+    ]
+    resp = client.chat.completions.create(model=MODEL, messages=history, tools=[WEATHER], tool_choice="none",
+                                          max_tokens=1, extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    # The reference renders the arguments as a mapping, as vLLM hands them to templates.
+    expected = [dict(m) for m in history]
+    expected[1] = {**expected[1], "tool_calls": [{**expected[1]["tool_calls"][0], "function": {
+        "name": "get_weather", "arguments": {"city": "Paris", "days": 2}}}]}
+    ids = tok.apply_chat_template(expected, tools=None, chat_template=TEMPLATE, add_generation_prompt=True,
+                                  tokenize=True, enable_thinking=False)["input_ids"]
+    assert resp.usage.prompt_tokens == len(ids)
+    with_tools = client.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], max_tokens=1,
+                                                tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    ids = tok.apply_chat_template(CHAT, tools=[WEATHER], chat_template=TEMPLATE, add_generation_prompt=True,
+                                  tokenize=True)["input_ids"]
+    assert with_tools.usage.prompt_tokens == len(ids)
+
+
+def test_langchain_bind_tools_and_with_structured_output(server):
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+    from pydantic import BaseModel, Field
+
+    @tool
+    def get_weather(city: str, days: int) -> str:
+        """Weather of a city for some days."""
+        return "sunny"
+
+    llm = ChatOpenAI(base_url=server.url + "/v1", api_key="unused", model=MODEL, temperature=1.0, max_tokens=120,
+                     seed=1)
+    reply = llm.bind_tools([get_weather], tool_choice="get_weather").invoke("Weather in Paris for 2 days?")
+    assert len(reply.tool_calls) == 1 and reply.tool_calls[0]["name"] == "get_weather"
+    assert set(reply.tool_calls[0]["args"]) == {"city", "days"} and isinstance(reply.tool_calls[0]["args"]["days"], int)
+
+    class Verdict(BaseModel):
+        answer: str = Field(pattern=r"^(yes|no)$")
+        confidence: int = Field(ge=0, le=9)
+
+    for method in ("json_schema", "function_calling"):
+        verdict = llm.with_structured_output(Verdict, method=method).invoke("Is the sky blue?")
+        assert isinstance(verdict, Verdict) and verdict.answer in ("yes", "no")
