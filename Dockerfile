@@ -1,78 +1,111 @@
 # syntax=docker/dockerfile:1
 #
-# minisgl on NVIDIA GPUs.
+# minisgl's image. The defaults build the CUDA image:
 #   docker build -t minisgl .
 #   docker run --gpus all --ipc=host -p 1919:1919 -v hf:/cache/hf minisgl --model Qwen/Qwen3-8B
-# (README.md, section "Container", has the rest.)
+# The same steps build a CPU image from other build arguments (README.md, section "Container"):
+#   docker build -t minisgl-cpu --build-arg BASE_IMAGE=debian:12.12-slim \
+#     --build-arg RUNTIME_IMAGE=debian:12.12-slim --build-arg TORCH_VERSION=2.13.0 \
+#     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu \
+#     --build-arg EXTRAS= --build-arg KERNEL_ARCHS= .
 #
-# Versions, chosen together; change them together:
+# Versions of the CUDA image, chosen together; change them together:
 #   - CUDA 12.9.1: sgl-kernel's wheel on PyPI (0.3.21) is built for CUDA 12.9, and PyTorch publishes
 #     matching cu129 wheels. The host driver must support CUDA 12.9 (R575 or newer).
 #   - torch 2.9.1+cu129 from the PyTorch CUDA index: sgl-kernel 0.3.21 is compiled against the
 #     torch 2.9 ABI, and a torch from PyPI could be a build for another CUDA (or a newer torch with
 #     another ABI). tests/ run on the CPU build of a newer torch; minisgl asks only for torch>=2.5.
 #
-# Why the *devel* image in the final stage, not *runtime*: flashinfer-python (>= 0.6) ships no
-# compiled kernels. It JIT-compiles each attention kernel variant (head dim, dtype, page size, GPU
-# arch) the first time it is used, which needs nvcc, the CUDA headers and a host C++ compiler at
-# run time. The precompiled alternative, flashinfer-jit-cache, is not on PyPI, must match
-# flashinfer's exact version and CUDA, and still falls back to the JIT for variants it lacks. So the
-# toolkit stays in the image, and the JIT output goes to $FLASHINFER_WORKSPACE_BASE, a volume-to-be:
-# each kernel is then compiled once per GPU model, not at every container start.
-#
-# The two stages share one base, pinned by exact tag. To pin by digest as well, append
-# @sha256:<digest of the tag as pulled> to both FROM lines.
+# Two stages. The builder (CUDA's *devel* image: nvcc) makes the venv and compiles FlashInfer's
+# kernels into it (minisgl/prebuild.py lists them); the runtime stage (CUDA's smaller *runtime*
+# image, no nvcc) gets the venv. Both stages must be the same distribution release: the venv's
+# python is the distribution's python3 (3.12 on Ubuntu 24.04, 3.11 on Debian 12).
+# To pin the bases by digest as well, append @sha256:<digest> to BASE_IMAGE and RUNTIME_IMAGE.
 
-FROM nvidia/cuda:12.9.1-devel-ubuntu24.04 AS builder
+# checkov:skip=CKV_DOCKER_7:FROM takes a build argument, which checkov cannot resolve; tests/docker checks that its default is an exact tag
+ARG BASE_IMAGE=nvidia/cuda:12.9.1-devel-ubuntu24.04
+ARG RUNTIME_IMAGE=nvidia/cuda:12.9.1-runtime-ubuntu24.04
+
+FROM ${BASE_IMAGE} AS builder
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-# Ubuntu 24.04's own Python is 3.12; python3.12-dev for any dependency built from source.
+# GPU architectures FlashInfer's kernels are compiled for (FLASHINFER_CUDA_ARCH_LIST's format):
+# A100/A10/L4/L40 run the 8.0 code, H100/H200 9.0a, B200/GB200 10.0a (CUDA 12.8 and newer).
+# Empty for the CPU image: no kernels, no compiler.
+ARG KERNEL_ARCHS="8.0 9.0a 10.0a"
+
+# nvcc's host compiler and the Python headers only where kernels get compiled.
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        ca-certificates python3.12 python3.12-dev python3.12-venv \
+        ca-certificates python3 python3-venv ${KERNEL_ARCHS:+g++ python3-dev} \
     && rm -rf /var/lib/apt/lists/*
 
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
     PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
-RUN python3.12 -m venv "$VIRTUAL_ENV"
+RUN python3 -m venv "$VIRTUAL_ENV"
 
-# torch first, from the PyTorch index for this CUDA; the install below keeps it (torch==2.9.1 is
-# satisfied by 2.9.1+cu129), so pip never swaps in a build for another CUDA.
+# torch first, from the index of the base image's CUDA (or the CPU index), so that the
+# dependency install below keeps it: torch==2.9.1 is satisfied by 2.9.1+cu129, and the same pin
+# is a constraint there, so pip never swaps in a build for another CUDA. An empty
+# TORCH_INDEX_URL takes torch from pip's configured indexes.
 ARG TORCH_VERSION=2.9.1
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu129
-RUN pip install --no-cache-dir --index-url "$TORCH_INDEX_URL" "torch==${TORCH_VERSION}"
+RUN if [ -n "$TORCH_INDEX_URL" ]; then export PIP_INDEX_URL="$TORCH_INDEX_URL"; fi \
+    && pip install --no-cache-dir "torch==${TORCH_VERSION}"
 
-# The same install as the README's, with the GPU extra: `pip install ".[cuda]"`. The kernel
+# The project's dependencies (with the extras named here: `cuda` is FlashInfer and sgl-kernel)
+# before its code, in a layer of their own: a code change does not reinstall them. The kernel
 # packages are pinned to versions known to work with the torch and CUDA above.
+ARG EXTRAS=cuda
 ARG SGL_KERNEL_VERSION=0.3.21
 ARG FLASHINFER_VERSION=0.7.2.post1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml ./
+RUN printf 'torch==%s\nsgl-kernel==%s\nflashinfer-python==%s\n' \
+        "$TORCH_VERSION" "$SGL_KERNEL_VERSION" "$FLASHINFER_VERSION" > /tmp/constraints.txt \
+    && python -c 'import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; extras = [e for e in sys.argv[1].split(",") if e]; print("\n".join(p["dependencies"] + [d for e in extras for d in p["optional-dependencies"][e]]))' \
+        "$EXTRAS" > /tmp/requirements.txt \
+    && pip install --no-cache-dir -r /tmp/requirements.txt -c /tmp/constraints.txt \
+    && rm /tmp/requirements.txt /tmp/constraints.txt
+
+# FlashInfer's kernels, compiled now into the venv's flashinfer package as its ahead-of-time
+# modules: the runtime loads them without nvcc or ninja. No GPU is needed to compile. The script
+# is copied alone so that this long layer survives code changes; the device runs use it too
+# (`python -m minisgl.prebuild`).
+COPY minisgl/prebuild.py /tmp/prebuild.py
+RUN if [ -n "$KERNEL_ARCHS" ]; then \
+        CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-build \
+            python /tmp/prebuild.py --archs "$KERNEL_ARCHS" \
+        && rm -rf /tmp/flashinfer-build; \
+    fi \
+    && rm /tmp/prebuild.py
+
+# README.md is the package's long description: copied with the code, so that editing it does
+# not reinstall the dependencies.
+COPY README.md ./
 COPY minisgl ./minisgl
-RUN pip install --no-cache-dir "./[cuda]" \
-        "torch==${TORCH_VERSION}" \
-        "sgl-kernel==${SGL_KERNEL_VERSION}" \
-        "flashinfer-python==${FLASHINFER_VERSION}" \
+RUN pip install --no-cache-dir --no-deps . \
     && python -c "import minisgl.server.args"
 
 
-FROM nvidia/cuda:12.9.1-devel-ubuntu24.04 AS runtime
+FROM ${RUNTIME_IMAGE} AS runtime
 
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
-# Only the interpreter: the venv comes from the builder. g++ is nvcc's host compiler and
-# python3.12-dev its Python headers, both for FlashInfer's JIT (see the top of this file).
+# The interpreter (the venv comes from the builder). In the CUDA image also a C compiler and the
+# Python headers: Triton, which runs minisgl's Triton kernels, builds its small launcher module
+# with them on first use. nvcc is not needed: FlashInfer's kernels are in the venv.
+ARG KERNEL_ARCHS="8.0 9.0a 10.0a"
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        ca-certificates g++ python3.12 python3.12-dev \
+        ca-certificates python3 ${KERNEL_ARCHS:+gcc libc6-dev python3-dev} \
     && rm -rf /var/lib/apt/lists/*
 
-# A fixed, numeric non-root user (uid 1000 is Ubuntu's own "ubuntu" user), so that Kubernetes'
-# runAsNonRoot can verify it. The caches are created here, owned by that user: a named volume
-# mounted on them starts with this ownership.
+# A fixed, numeric non-root user, so that Kubernetes' runAsNonRoot can verify it. The caches are
+# created here, owned by that user: a named volume mounted on them starts with this ownership.
 RUN groupadd --system --gid 10001 minisgl \
     && useradd --system --uid 10001 --gid minisgl --create-home --home-dir /home/minisgl \
         --shell /usr/sbin/nologin minisgl \
@@ -82,26 +115,32 @@ RUN groupadd --system --gid 10001 minisgl \
 # The venv stays owned by root: the server cannot modify its own code.
 COPY --from=builder /opt/venv /opt/venv
 
-# CUDA_HOME: the toolkit FlashInfer's JIT compiles with (nvcc is also on the base image's PATH).
-# HF_HOME: downloaded models (the hub cache is $HF_HOME/hub).
-# FLASHINFER_WORKSPACE_BASE: FlashInfer's JIT builds ($FLASHINFER_WORKSPACE_BASE/.cache/flashinfer).
+# HF_HOME: downloaded models (the hub cache is $HF_HOME/hub); MINISGL_CACHE: the built-in demo
+# model, made at its first start, in the same volume. Triton and torch keep their caches under
+# HOME: with a read-only root filesystem, point HOME at a writable /tmp (the operator's pods do).
+# FLASHINFER_WORKSPACE_BASE: FlashInfer's own cache ($FLASHINFER_WORKSPACE_BASE/.cache/flashinfer).
+# FLASHINFER_DISABLE_JIT: a FlashInfer kernel missing from the prebuilt set is an error that names
+# it, not an attempt to run an nvcc this image does not have.
 ENV VIRTUAL_ENV=/opt/venv \
     PATH=/opt/venv/bin:$PATH \
-    CUDA_HOME=/usr/local/cuda \
     PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
     HOME=/home/minisgl \
     HF_HOME=/cache/hf \
-    FLASHINFER_WORKSPACE_BASE=/cache/flashinfer
+    MINISGL_CACHE=/cache/hf/minisgl \
+    FLASHINFER_WORKSPACE_BASE=/cache/flashinfer \
+    FLASHINFER_DISABLE_JIT=1
 VOLUME ["/cache/hf", "/cache/flashinfer"]
 
 ARG VERSION=0.1.0
 ARG REVISION=unknown
+ARG RUNTIME_IMAGE
 LABEL org.opencontainers.image.title="minisgl" \
-      org.opencontainers.image.description="A compact, fast LLM inference server with an OpenAI-compatible API (CUDA, FlashInfer)." \
+      org.opencontainers.image.description="A compact, fast LLM inference server with an OpenAI-compatible API." \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.licenses="Apache-2.0" \
-      org.opencontainers.image.base.name="docker.io/nvidia/cuda:12.9.1-devel-ubuntu24.04"
+      org.opencontainers.image.base.name="${RUNTIME_IMAGE}"
 
 USER 10001:10001
 WORKDIR /home/minisgl

@@ -1,29 +1,22 @@
-"""Build FlashInfer's JIT modules that minisgl uses besides attention (RMSNorm, SiLU-and-mul,
-rotary, sampling), in parallel, into $FLASHINFER_WORKSPACE_BASE. Run once on a machine whose
-cache lacks them; tar the cache afterwards to carry it to the next machine.
+"""Compile FlashInfer's kernels that minisgl uses, as the image's build does, on a device machine:
+a thin entry to minisgl.prebuild, which holds the one list of them. Same flags:
 
-    python benchmark/device/prebuild_flashinfer.py
+    python benchmark/device/prebuild_flashinfer.py                          # this machine's GPUs, all variants
+    python benchmark/device/prebuild_flashinfer.py --dtypes bfloat16 --head-dims 128   # Qwen3 shapes only
+    python benchmark/device/prebuild_flashinfer.py --list
+
+The modules land in the installed flashinfer package as its ahead-of-time modules; start the server
+afterwards with FLASHINFER_DISABLE_JIT=1 to prove that nothing compiles at run time.
 """
 
 from __future__ import annotations
 
-import time
-from concurrent.futures import ProcessPoolExecutor
+import sys
+from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-def build(name: str) -> tuple[str, float]:
-    from flashinfer.jit import activation, norm, rope, sampling
-
-    spec = {"norm": norm.gen_norm_module, "rope": rope.gen_rope_module, "sampling": sampling.gen_sampling_module,
-            "silu_and_mul": lambda: activation.gen_act_and_mul_module("silu")}[name]()
-    start = time.perf_counter()
-    spec.build_and_load()
-    return name, time.perf_counter() - start
-
+from minisgl.prebuild import main  # noqa: E402
 
 if __name__ == "__main__":
-    start = time.perf_counter()
-    with ProcessPoolExecutor(4) as pool:
-        for name, seconds in pool.map(build, ["rope", "sampling", "norm", "silu_and_mul"]):
-            print(f"flashinfer {name}: {seconds:.1f} s")
-    print(f"all built in {time.perf_counter() - start:.1f} s")
+    sys.exit(main())

@@ -18,13 +18,16 @@ import numpy as np
 import torch
 
 from minisgl.core import Batch, Context
+from minisgl.prebuild import ATTENTION_DTYPES, ATTENTION_HEAD_DIMS
 
 from .base import AttnShape, BaseAttnBackend, BaseAttnMetadata
 from .paging import batch_arrays, gather_pages, indptr, paged_layout, pinned
 
 WORKSPACE_BYTES = 256 << 20
 INT_WORKSPACE_BYTES = 8 << 20
-SUPPORTED_HEAD_DIMS = (64, 128, 256)
+# What the backend serves is what minisgl.prebuild compiles ahead of time (the image has no nvcc).
+SUPPORTED_HEAD_DIMS = ATTENTION_HEAD_DIMS
+SUPPORTED_DTYPES = tuple(getattr(torch, name) for name in ATTENTION_DTYPES)
 
 
 def flashinfer_available() -> bool:
@@ -35,8 +38,8 @@ def supports(shape: AttnShape, device: torch.device) -> str | None:
     """Why FlashInfer cannot serve this model here, or None."""
     if device.type != "cuda":
         return "FlashInfer needs a CUDA device"
-    if shape.dtype not in (torch.float16, torch.bfloat16):
-        return f"FlashInfer attention needs float16 or bfloat16, the model runs in {shape.dtype}"
+    if shape.dtype not in SUPPORTED_DTYPES:
+        return f"FlashInfer attention needs one of {', '.join(ATTENTION_DTYPES)}, the model runs in {shape.dtype}"
     if shape.head_dim not in SUPPORTED_HEAD_DIMS:
         return f"head_dim {shape.head_dim} is not one of {SUPPORTED_HEAD_DIMS}"
     if not flashinfer_available():

@@ -8,6 +8,7 @@ tests/tools/docker.sh; the paths here must stay in step with that script.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -56,7 +57,7 @@ class Stage:
         for c in self.all("ARG"):
             for item in c.value:
                 name, _, default = item.partition("=")
-                out[name] = default if "=" in item else None
+                out[name] = default.strip('"') if "=" in item else None
         return out
 
     def labels(self) -> dict[str, str]:
@@ -72,12 +73,32 @@ class Stage:
         return "\n".join(" ".join(c.value) for c in self.all("RUN"))
 
 
+def global_args(path: Path) -> dict[str, str | None]:
+    """The ARGs declared before the first FROM (the only ones FROM lines can use), with defaults."""
+    out: dict[str, str | None] = {}
+    for command in dockerfile.parse_file(str(path)):
+        if command.cmd == "FROM":
+            break
+        if command.cmd == "ARG":
+            for item in command.value:
+                name, _, default = item.partition("=")
+                out[name] = default.strip('"') if "=" in item else None
+    return out
+
+
+def resolve(value: str, args: dict[str, str | None]) -> str:
+    """A FROM/LABEL value with `${NAME}` replaced by the build argument's default."""
+    return re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1)) or "", value)
+
+
 def parse(path: Path) -> list[Stage]:
     """The build stages of a Dockerfile, in order."""
     stages: list[Stage] = []
     current: list[dockerfile.Command] = []
     header: tuple[str, str | None] | None = None
     for command in dockerfile.parse_file(str(path)):
+        if header is None and command.cmd == "ARG":
+            continue  # global build arguments: global_args()
         if command.cmd == "FROM":
             if header is not None:
                 stages.append(Stage(header[0], header[1], tuple(current)))

@@ -6,7 +6,7 @@ import re
 import shlex
 
 from minisgl.server import args as server_args
-from tests.docker.dockerfiles import GPU_DOCKERFILE, REPO, final_stage
+from tests.docker.dockerfiles import GPU_DOCKERFILE, REPO, final_stage, global_args, parse
 
 README = (REPO / "README.md").read_text()
 RUNTIME = final_stage(GPU_DOCKERFILE)
@@ -26,6 +26,22 @@ def shell_commands(text: str) -> list[list[str]]:
 
 def docker_runs() -> list[list[str]]:
     return [cmd for cmd in shell_commands(container_section()) if cmd[:2] == ["docker", "run"]]
+
+
+def cpu_build_args() -> dict[str, str]:
+    """The --build-arg values of the README's CPU image build (test_container.py builds it)."""
+    build = next(cmd for cmd in shell_commands(container_section()) if cmd[:4] == ["docker", "build", "-t", "minisgl-cpu"])
+    assert build[-1] == ".", "built from the repository root"
+    return dict(build[i + 1].split("=", 1) for i, arg in enumerate(build) if arg == "--build-arg")
+
+
+def test_cpu_image_is_the_same_dockerfile_with_other_build_arguments():
+    args = cpu_build_args()
+    declared = set(global_args(GPU_DOCKERFILE)) | {name for stage in parse(GPU_DOCKERFILE) for name in stage.args()}
+    assert set(args) <= declared, f"not build arguments of ./Dockerfile: {set(args) - declared}"
+    assert args["KERNEL_ARCHS"] == "" and args["EXTRAS"] == "", "no GPU kernels, no cuda extra"
+    assert args["TORCH_INDEX_URL"].endswith("/whl/cpu"), "PyTorch's CPU wheels: no CUDA libraries"
+    assert args["BASE_IMAGE"] == args["RUNTIME_IMAGE"], "one Debian for the venv and for running it"
 
 
 def test_builds_both_images_from_the_repository_root():
