@@ -6,6 +6,7 @@ can; the benchmark client (`minisgl.benchmark.sse_client`) drives it at rate inf
 client sustains here is the most it could ever report from a real server on this machine.
 
     python benchmark/online/client_ceiling.py --client-processes 1,2,4 --server-processes 2
+    python benchmark/online/client_ceiling.py --serve 8000 [--no-usage]   # only the canned server
 
 Writes JSON and a PNG (events/s per client-process count).
 """
@@ -35,7 +36,10 @@ def _chunk(data: bytes) -> bytes:
 
 
 class CannedStream(asyncio.Protocol):
-    """One keep-alive connection: each POST is answered with max_tokens canned events."""
+    """One keep-alive connection: each POST is answered with max_tokens canned events (and a usage
+    event unless `send_usage` is off, like servers that never report usage)."""
+
+    send_usage = True
 
     def connection_made(self, transport) -> None:
         self.transport, self.buf = transport, b""
@@ -66,10 +70,12 @@ class CannedStream(asyncio.Protocol):
             self.transport.write(event)
             await asyncio.sleep(0)
         usage = orjson.dumps({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}})
-        self.transport.write(_chunk(b"data: " + usage + b"\n\n") + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
+        end = _chunk(b"data: " + usage + b"\n\n") if self.send_usage else b""
+        self.transport.write(end + _chunk(b"data: [DONE]\n\n") + b"0\r\n\r\n")
 
 
-def serve_canned(port: int) -> None:
+def serve_canned(port: int, send_usage: bool = True) -> None:
+    CannedStream.send_usage = send_usage
     try:
         import uvloop
 
@@ -95,7 +101,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--num-requests", type=int, default=256)
     p.add_argument("--tokens", type=int, default=256, help="events streamed per request")
     p.add_argument("--out", default="results/client_ceiling.json", help="JSON path; the PNG goes beside it")
+    p.add_argument("--serve", type=int, metavar="PORT", help="only run the canned server on PORT (until killed)")
+    p.add_argument("--no-usage", action="store_true", help="with --serve: send no usage event")
     args = p.parse_args(argv)
+    if args.serve:
+        serve_canned(args.serve, send_usage=not args.no_usage)
+        return 0
     counts = [int(c) for c in args.client_processes.split(",")]
 
     port = free_port()

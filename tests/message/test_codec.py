@@ -1,0 +1,42 @@
+"""Messages travel between processes as msgpack arrays and come back as the same typed objects,
+nested ones included; several replies of one request merge into one."""
+
+from __future__ import annotations
+
+from minisgl.message import (
+    ReplyBatchMsg, Reply, StepOutput, TokenBatchMsg, TokenizeMsg, decode, encode, merge_by_request, merge_replies,
+)
+
+
+def test_a_batch_message_carries_typed_objects_both_ways():
+    outs = [StepOutput(1, 42, None, None, 7), StepOutput(2, None, "error", "too long", 9, None, None),
+            StepOutput(3, 5, "stop", None, 3, -0.25, [[5, -0.25], [6, -1.5]])]
+    back = decode(encode(TokenBatchMsg(outs)))
+    assert isinstance(back, TokenBatchMsg) and back.outputs == outs
+    assert all(type(o) is StepOutput for o in back.outputs)
+
+
+def test_plain_fields_keep_their_values():
+    msg = TokenizeMsg(7, {"temperature": 0.5, "stop": ["\u2028x"], "seed": None}, text="héllo 東京",
+                      messages=[{"role": "user", "content": "hi"}])
+    assert decode(encode(msg)) == msg
+
+
+def test_the_wire_has_no_field_names():
+    data = encode(ReplyBatchMsg([Reply(1, "text", 3)]))
+    assert b"completion_tokens" not in data and b"uid" not in data
+
+
+def test_replies_merge_text_logprobs_and_keep_the_last_end():
+    a = Reply(4, "He", 1, None, None, 10, [["He", -0.1, []]])
+    b = Reply(4, "llo", 2, None, None, 10, None)
+    c = Reply(4, "!", 3, "length", None, 10, [["!", -2.0, []]])
+    merged = merge_replies([a, b, c])
+    assert merged == Reply(4, "Hello!", 3, "length", None, 10, [["He", -0.1, []], ["!", -2.0, []]])
+
+
+def test_merge_by_request_keeps_request_order_and_lone_replies():
+    r = [Reply(1, "a", 1), Reply(2, "x", 1), Reply(1, "b", 2), Reply(3, "q", 1, "stop")]
+    merged = merge_by_request(r)
+    assert [(m.uid, m.text, m.completion_tokens) for m in merged] == [(1, "ab", 2), (2, "x", 1), (3, "q", 1)]
+    assert merged[2].finish_reason == "stop"
