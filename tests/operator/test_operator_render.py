@@ -178,7 +178,7 @@ def test_spec_args_the_server_would_refuse_are_a_spec_error(args, complaint):
 @pytest.mark.parametrize(
     "args, owned",
     [
-        (["--t", "8"], "--tp"),  # with tp: 2, the server would start 8 ranks on 2 GPUs
+        (["--tens", "8"], "--tp"),  # --tensor-parallel-size: with tp 2, the server would start 8 ranks on 2 GPUs
         (["--por", "8000"], "--port"),  # probes and the Service would miss the server
         (["--po=8000"], "--port"),
         (["--mod", "other/model"], "--model"),
