@@ -80,12 +80,17 @@ class Generation:
         return choice
 
     async def replies(self, firsts: list[Reply]) -> AsyncIterator[tuple[Choice, Reply]]:
-        """All replies of all choices, in arrival order."""
+        """All replies of all choices, in arrival order. Every stream is closed at the end, also one
+        whose first reply was its last (left suspended, it would count as in flight until garbage
+        collection: a drain would wait for it)."""
         if len(self.streams) == 1:  # the common case: no tasks, no queue between stream and client
-            yield self._take(0, firsts[0]), firsts[0]
-            if firsts[0].finish_reason is None:
-                async for reply in self.streams[0]:
-                    yield self._take(0, reply), reply
+            try:
+                yield self._take(0, firsts[0]), firsts[0]
+                if firsts[0].finish_reason is None:
+                    async for reply in self.streams[0]:
+                        yield self._take(0, reply), reply
+            finally:
+                await self.close()
             return
         queue: asyncio.Queue = asyncio.Queue()
 
@@ -111,6 +116,7 @@ class Generation:
             for t in tasks:
                 t.cancel()  # a disconnect lands here: each stream's own cleanup aborts its request
             await asyncio.gather(*tasks, return_exceptions=True)
+            await self.close()
 
     async def close(self) -> None:
         for s in self.streams:

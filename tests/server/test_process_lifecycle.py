@@ -62,6 +62,32 @@ def test_sigterm_exits_zero_with_no_child_left(model_dir):
         srv.stop()
 
 
+def test_finished_requests_leave_nothing_in_flight_so_sigterm_exits_at_once(model_dir):
+    """A request whose first reply is also its last (max_tokens 1) is closed when it ends, not at
+    garbage collection: after hundreds of them an idle server's drain has nothing to wait for."""
+    import asyncio
+
+    srv = ServerProcess("--model", model_dir, *FAST, "--drain-timeout", "60").wait_ready()
+    body = {"prompt": [5, 6, 7], "max_tokens": 1}  # model may be left out: one is served
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=50)) as client:
+            async def one(stream: bool):
+                r = await client.post(srv.url + "/v1/completions", json={**body, "stream": stream})
+                return r.status_code
+            return await asyncio.gather(*(one(i % 2 == 0) for i in range(200)))
+
+    try:
+        assert asyncio.run(burst()) == [200] * 200
+        start = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(30) == 0
+        assert time.monotonic() - start < 2.0
+        assert "draining: 0 request(s) in flight" in srv.output()
+    finally:
+        srv.stop()
+
+
 def test_killing_the_scheduler_makes_the_server_exit_nonzero(model_dir):
     srv = ServerProcess("--model", model_dir, *FAST).wait_ready()
     scheduler = srv.worker_pid("scheduler")
