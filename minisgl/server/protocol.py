@@ -14,7 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from minisgl.core.params import MAX_LOGPROBS
 
-StopField = str | Annotated[list[str], Field(max_length=4)] | None
+# Per-request cost is bounded at the door: every stop string is matched against each new piece of
+# text, and the parameters travel through every process.
+MAX_STOP_CHARS = 1024
+MAX_STOP_TOKEN_IDS = 1024
+StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
+StopField = StopString | Annotated[list[StopString], Field(max_length=4)] | None
 INT32_MAX = 2**31 - 1
 TokenId = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]  # strict: JSON true/false are not token ids
 Text = Annotated[str, Field(min_length=1)]
@@ -83,8 +88,9 @@ class SamplingFields(BaseModel):
     top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="extension: keep the k most likely tokens")
     min_p: float | None = Field(None, ge=0, le=1, description="extension")
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
-    stop: StopField = Field(None, description="a string or up to 4; generation ends before any of them")
-    stop_token_ids: list[TokenId] | None = Field(None, description="extension")
+    stop: StopField = Field(None, description=f"a string or up to 4, each up to {MAX_STOP_CHARS} characters; generation ends before any of them")
+    stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKEN_IDS)] | None = Field(
+        None, description=f"extension: up to {MAX_STOP_TOKEN_IDS}")
     ignore_eos: bool | None = Field(False, description="extension: keep generating past end-of-sequence")
     n: int | None = Field(1, ge=1, le=INT32_MAX)
     stream: bool | None = False

@@ -201,6 +201,11 @@ BAD_REQUESTS = [
     ("wrong type", "/v1/chat/completions", {"model": MODEL, "messages": MESSAGES, "max_tokens": "many"}, 400),
     ("max_tokens < 1", "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 0}, 400),
     ("temperature < 0", "/v1/completions", {"model": MODEL, "prompt": "hi", "temperature": -1}, 400),
+    # Bounded cost per request: a stop string is matched against every new piece of text.
+    ("stop string too long", "/v1/completions", {"model": MODEL, "prompt": "hi", "stop": "q" * 1025}, 400),
+    ("stop list item too long", "/v1/completions", {"model": MODEL, "prompt": "hi", "stop": ["a", "q" * 1025]}, 400),
+    ("too many stop_token_ids", "/v1/completions", {"model": MODEL, "prompt": "hi",
+                                                     "stop_token_ids": list(range(1025))}, 400),
     ("bad role", "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, 400),
     ("prompt too long", "/v1/completions", {"model": MODEL, "prompt": [7] * 600, "max_tokens": 5}, 400),
     ("prompt + max_tokens too long", "/v1/completions", {"model": MODEL, "prompt": [7] * 500, "max_tokens": 50}, 400),
