@@ -43,3 +43,27 @@ def wait_for(condition, timeout: float = 30, what: str = "condition") -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
         time.sleep(0.2)
+
+
+def tiny_qwen3_server(*server_args: str):
+    """Module-scoped fixtures `model_dir`, `server` (the real server on a tiny random Qwen3 with
+    `server_args`, stopped cleanly at the end) and `client` (the official openai client on it).
+    A test module takes them as `model_dir, server, client = tiny_qwen3_server(...)`."""
+    import openai
+    import pytest
+
+    @pytest.fixture(scope="module")
+    def model_dir(tiny_model_dir):
+        return tiny_model_dir("Qwen3ForCausalLM")
+
+    @pytest.fixture(scope="module")
+    def server(model_dir):
+        srv = ServerProcess("--model", model_dir, *server_args).wait_ready()
+        yield srv
+        assert srv.stop() == 0
+
+    @pytest.fixture(scope="module")
+    def client(server):
+        return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+
+    return model_dir, server, client

@@ -15,28 +15,14 @@ from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from tests.server.serving import ServerProcess
+from tests.server.serving import tiny_qwen3_server
 
 MODEL = "tiny-qwen3"
 SERVER_ARGS = ["--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "4096",
                "--max-running-requests", "64", "--max-seq-len", "512"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("Qwen3ForCausalLM")
-
-
-@pytest.fixture(scope="module")
-def server(model_dir):
-    srv = ServerProcess("--model", model_dir, *SERVER_ARGS).wait_ready()
-    yield srv
-    assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+model_dir, server, client = tiny_qwen3_server(*SERVER_ARGS)
 
 
 @pytest.fixture(scope="module")

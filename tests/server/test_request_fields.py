@@ -14,7 +14,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from minisgl.server.protocol import REFUSED_UNLESS
-from tests.server.serving import ServerProcess
+from tests.server.serving import ServerProcess, tiny_qwen3_server
 
 MODEL = "tiny-qwen3"
 SERVER_ARGS = ["--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048",
@@ -22,21 +22,7 @@ SERVER_ARGS = ["--served-model-name", MODEL, "--dtype", "float32", "--page-size"
 CHAT = [{"role": "user", "content": "What is a radix tree?"}]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("Qwen3ForCausalLM")
-
-
-@pytest.fixture(scope="module")
-def server(model_dir):
-    srv = ServerProcess("--model", model_dir, *SERVER_ARGS).wait_ready()
-    yield srv
-    assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+model_dir, server, client = tiny_qwen3_server(*SERVER_ARGS)
 
 
 @pytest.fixture(scope="module")
