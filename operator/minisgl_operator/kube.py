@@ -174,16 +174,12 @@ class KubernetesApi:
     def apply(self, obj: Obj) -> Obj:
         api, suffix = self._typed(obj["kind"])
         meta = obj["metadata"]
-        response = self._call(
-            getattr(api, f"patch_{suffix}"),
-            meta["name"],
-            meta["namespace"],
-            body=obj,
-            field_manager=c.FIELD_MANAGER,
-            force=True,
-            _content_type=APPLY_CONTENT_TYPE,
-            _preload_content=False,
-        )
+        return self._server_side_apply(getattr(api, f"patch_{suffix}"), obj, meta["name"], meta["namespace"])
+
+    def _server_side_apply(self, patch, obj: dict, *names: str) -> dict:
+        """`obj` applied by the operator's field manager, taking over conflicting fields."""
+        response = self._call(patch, *names, body=obj, field_manager=c.FIELD_MANAGER, force=True,
+                              _content_type=APPLY_CONTENT_TYPE, _preload_content=False)
         return self._json(response)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
@@ -229,13 +225,5 @@ class KubernetesApi:
     def apply_crd(self, crd: Obj) -> Obj:
         """Server-side apply the CustomResourceDefinition (the chart's upgrade hook: Helm installs
         a chart's crds/ once and never upgrades them)."""
-        response = self._call(
-            self._api("ApiextensionsV1Api").patch_custom_resource_definition,
-            crd["metadata"]["name"],
-            body=crd,
-            field_manager=c.FIELD_MANAGER,
-            force=True,
-            _content_type=APPLY_CONTENT_TYPE,
-            _preload_content=False,
-        )
-        return self._json(response)
+        return self._server_side_apply(self._api("ApiextensionsV1Api").patch_custom_resource_definition, crd,
+                                       crd["metadata"]["name"])
