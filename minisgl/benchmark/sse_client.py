@@ -155,7 +155,7 @@ async def _drive(target: Target, reqs: list[tuple[int, BenchRequest]], start_at:
     import aiohttp
 
     sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-    connector = aiohttp.TCPConnector(limit=0, force_close=False)
+    connector = aiohttp.TCPConnector(limit=0)  # no cap on connections: the arrival process decides
 
     async def one(i: int, req: BenchRequest) -> tuple[int, RequestResult]:
         delay = start_at + req.arrival_s - time.monotonic()
@@ -183,7 +183,8 @@ def _use_uvloop() -> None:
 
 
 def _client_process(target: Target, reqs: list[tuple[int, BenchRequest]], max_concurrency: int | None,
-                    go: mp.Event, start_at, out: mp.Queue) -> None:
+                    go, start_at, out) -> None:
+    """One client process: report ready, wait for `go`, send its share from `start_at.value`."""
     _use_uvloop()
     out.put(("ready", None))
     go.wait()

@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 
 from minisgl.constrained import GrammarCompilerPool, GrammarState
 from minisgl.constrained.grammar import allocate_bitmask
-
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.kvcache import create_prefix_cache
@@ -119,18 +118,25 @@ class Scheduler:
         req = self.reqs.get(uid)
         if req is None or req.finished:
             return
-        waiting = next((i for i, (r, _) in enumerate(self.compiling) if r is req), None)
-        if waiting is not None:
-            del self.compiling[waiting]
-        if waiting is not None or req in self.prefill.waiting:
-            if waiting is None:
-                self.prefill.waiting.remove(req)
+        if self._unqueue(req):  # never admitted: no pages or table row to give back
             req.finish_reason = "abort"
             self._count_finish(req)
             del self.reqs[uid]
         else:
             self._finish(req, "abort")
         self._early.append(StepOutput(uid, None, "abort", prompt_tokens=req.prompt_len))
+
+    def _unqueue(self, req: Req) -> bool:
+        """Take a request that was not admitted yet out of its queue (grammar compiling, or
+        waiting for prefill); False when it was admitted."""
+        compiling = next((i for i, (r, _) in enumerate(self.compiling) if r is req), None)
+        if compiling is not None:
+            del self.compiling[compiling]
+            return True
+        if req in self.prefill.waiting:
+            self.prefill.waiting.remove(req)
+            return True
+        return False
 
     @property
     def has_work(self) -> bool:

@@ -47,7 +47,7 @@ class FrontendClient:
         self.to_tokenizers = [AsyncPushSocket(addr) for addr in tokenizer_addresses(addrs)]
         self.inbox = AsyncPullSocket(addrs["api"])
         self.streams: dict[int, ReplyStream] = {}
-        self.unstarted = 0  # streams created but not yet iterated (their queue is not registered yet)
+        self.unstarted = 0  # streams created but not yet iterated (not in self.streams yet)
         self._uids = itertools.count(1)
         self._reader: asyncio.Task | None = None
 
@@ -58,7 +58,7 @@ class FrontendClient:
 
     def created(self, n: int) -> None:
         """Count `n` streams created but not started yet (negative: that many started, or will
-        never start). Until a stream starts, its queue is not registered."""
+        never start). Until a stream starts, it is not in self.streams."""
         self.unstarted += n
 
     def start(self) -> None:

@@ -152,12 +152,13 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
     from minisgl.scheduler.io import run_scheduler
     from minisgl.tokenizer.routing import tokenizer_name
     from minisgl.tokenizer.worker import run_detokenizer, run_tokenizer
+    from minisgl.utils.zmq import ipc_addresses
 
     from .args import load_chat_template
-    from minisgl.utils.zmq import ipc_addresses
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
     tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)]
+    chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
     addrs = ipc_addresses(ADDRESS_NAMES + tokenizers)
     status = ctx.Queue()
     dist_addr = rendezvous_addr()  # rendezvous of the tensor-parallel ranks
@@ -167,7 +168,7 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
         for rank in range(args.tp)
     ] + [
         ctx.Process(target=run_tokenizer, name=name,
-                    args=(model_path, addrs, status, name, load_chat_template(args.chat_template)))
+                    args=(model_path, addrs, status, name, chat_template))
         for name in tokenizers
     ] + [
         ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),

@@ -246,7 +246,7 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
 
     readers = [output.reader() for _ in gen.choices]
 
-    async def events() -> AsyncIterator[str]:
+    async def events() -> AsyncIterator[bytes]:
         if kind == "chat":
             for c in gen.choices:
                 yield _sse(chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""},

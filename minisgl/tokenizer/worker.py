@@ -10,14 +10,12 @@ from minisgl.message import (
     AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
     merge_by_request,
 )
-from minisgl.utils.logger import get_logger
 from minisgl.utils.process import ParentWatch, run_worker
 from minisgl.utils.zmq import PullSocket, PushSocket
 
 from .chat_template import render_chat
 from .detokenizer import Detokenizer
 
-logger = get_logger(__name__)
 PROMPT_TAIL = 4  # prompt tokens given to the detokenizer so the first output token is spaced right
 
 

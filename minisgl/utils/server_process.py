@@ -16,7 +16,7 @@ class ServerProcess:
                  ready_paths: tuple[str, ...] = ("/ready",)):
         """`args`: minisgl's flags, or with `command` the whole command line of another server.
         Ready when the first of `ready_paths` that the server has (not 404) answers 200."""
-        self.url, self.log_path, self.ready_paths, self.foreign = url, log_path, ready_paths, command
+        self.url, self.log_path, self.ready_paths, self.reap_group = url, log_path, ready_paths, command
         os.makedirs(os.path.dirname(os.path.abspath(log_path)), exist_ok=True)
         self.log = open(log_path, "w")
         argv = list(args) if command else [sys.executable, "-m", "minisgl", *args]
@@ -55,7 +55,7 @@ class ServerProcess:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(timeout)
-                if self.foreign:  # another server's workers must not outlive it (they hold the GPU)
+                if self.reap_group:  # a launched command's leftover workers must not outlive it (GPU memory)
                     os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
