@@ -30,36 +30,10 @@ def fp8_gemm_problem(device: torch.device, dtype: torch.dtype) -> str | None:
 @functools.cache
 def _triton_quantizer():
     try:
-        import triton
-        import triton.language as tl
+        from .triton_fp8 import quantize_per_token
     except ImportError:
         return None
-
-    @triton.jit
-    def per_token_fp8(x_ptr, q_ptr, s_ptr, stride_x, K, BLOCK: tl.constexpr, LIMIT: tl.constexpr):
-        row = tl.program_id(0).to(tl.int64)
-        amax = tl.full((), 0.0, tl.float32)
-        for start in range(0, K, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            x = tl.load(x_ptr + row * stride_x + offs, mask=offs < K, other=0.0).to(tl.float32)
-            amax = tl.maximum(amax, tl.max(tl.abs(x), 0))
-        scale = tl.maximum(amax / LIMIT, 1e-12)
-        tl.store(s_ptr + row, scale)
-        for start in range(0, K, BLOCK):
-            offs = start + tl.arange(0, BLOCK)
-            x = tl.load(x_ptr + row * stride_x + offs, mask=offs < K, other=0.0).to(tl.float32)
-            q = tl.clamp(x / scale, -LIMIT, LIMIT)
-            tl.store(q_ptr + row * K + offs, q.to(q_ptr.dtype.element_ty), mask=offs < K)
-
-    def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        rows, k = x.shape
-        q = torch.empty((rows, k), dtype=FP8, device=x.device)
-        s = torch.empty((rows, 1), dtype=torch.float32, device=x.device)
-        if rows:
-            per_token_fp8[(rows,)](x, q, s, x.stride(0), k, BLOCK=1024, LIMIT=FP8_MAX, num_warps=4)
-        return q, s
-
-    return quantize
+    return quantize_per_token
 
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,5 +54,7 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
         x2 = x2.contiguous()
     xq, xs = quantize_per_token(x2)
     # weight.t() is column-major, as the FP8 GEMM wants its second operand.
-    y = torch._scaled_mm(xq, weight.t(), scale_a=xs, scale_b=weight_scale, bias=bias, out_dtype=x.dtype)
+    y = torch._scaled_mm(xq, weight.t(), scale_a=xs, scale_b=weight_scale, out_dtype=x.dtype)
+    if bias is not None:  # added here: not every torch takes a bias with row-wise scales
+        y = y + bias
     return y.reshape(*x.shape[:-1], weight.shape[0])
