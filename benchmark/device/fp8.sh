@@ -17,11 +17,13 @@
 # New kernels: FlashInfer decode and FA2 prefill for bf16 queries over e4m3 pages, head_dim 128
 # (the first FP8 step compiles them unless the carried workspace has them). Sections can be
 # skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_KL (e.g. to split the call).
-# Results go to $OUT/results (logs, JSON, PNG); the FlashInfer JIT workspace is saved in $OUT in
-# pieces under 16 MiB (carry them back as .device-kit/fiws.tgz.part-* to skip compiling next time).
+# Results (logs, JSON, PNG) go to /tmp/fp8-results, packed after every section into
+# $OUT/fp8-results.tgz (one file: a call returns at most 8); the FlashInfer JIT workspace is saved
+# in $OUT in pieces under 16 MiB (carry them back as .device-kit/fiws.tgz.part-*).
 set -uo pipefail
-RES=${RES:-${OUT:-/tmp}/results}
+RES=/tmp/fp8-results
 mkdir -p "$RES"
+pack() { tar czf "${OUT:-/tmp}/fp8-results.tgz" -C /tmp fp8-results; }
 step() { echo; echo "=== $* ($(date +%T))"; }
 QWEN=$PWD/.bench-models/qwen3-0.6b
 LLAMA=$PWD/.bench-models/llama-3.1-8b
@@ -41,6 +43,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
         -q -rs -p no:cacheprovider > "$RES/tests.log" 2>&1
     echo "pytest exit $?"; tail -15 "$RES/tests.log"
     save_workspace  # the FP8 kernels, compiled once
+    pack
 fi
 
 if [ -z "${SKIP_OFFLINE:-}" ]; then
@@ -79,12 +82,14 @@ if rows:
         print(f"| {label} | {r['tokens_per_s']:,.0f} | {kv} | {ratio} |")
     json.dump({k: v["tokens_per_s"] for k, v in rows.items()}, open(os.path.join(res, "offline-summary.json"), "w"), indent=2)
 PY
+pack
 
 if [ -z "${SKIP_LATENCY:-}" ]; then
     step "Llama-3.1-8B shapes, batch 1, FP8 weights (--quantization fp8)"
     timeout "${LATENCY_TIMEOUT:-240}" python benchmark/offline/latency.py --model "$LLAMA" --dummy-weight \
         --quantization fp8 --out "$RES/latency-llama-fp8.json" > "$RES/latency-llama-fp8.log" 2>&1
     echo "exit $?"; quiet < "$RES/latency-llama-fp8.log" | grep -E "weights:|TPOT|Error|error" | tail -4
+    pack
 fi
 
 if [ -z "${SKIP_KL:-}" ]; then
@@ -94,9 +99,11 @@ if [ -z "${SKIP_KL:-}" ]; then
         timeout "${KL_TIMEOUT:-240}" python benchmark/offline/fp8_accuracy.py --model "$model" --attn flashinfer \
             --prompts "${KL_PROMPTS:-64}" --prompt-len 512 --out "$RES/kl-$name.json" > "$RES/kl-$name.log" 2>&1
         echo "exit $?"; quiet < "$RES/kl-$name.log" | grep -vE "INFO|prompts of" | tail -10
+        pack
     done
 fi
 
 step "save the JIT workspace"
 save_workspace
+pack
 ls -la "${OUT:-.}" "$RES"
