@@ -135,10 +135,13 @@ class Engine:
 
     def _kv_scales(self) -> tuple[list[float], list[float]] | tuple[()]:
         """Per-layer (k, v) scales of an FP8 cache: the checkpoint's, 1.0 for layers without."""
-        if self.kv_dtype == self.dtype:
-            return ()
         layers = [layer.self_attn.attn for layer in self.model.model.layers]
         found = sum(a.k_scale is not None for a in layers)
+        if self.kv_dtype == self.dtype:
+            if found:
+                logger.info("the checkpoint's k_scale/v_scale apply to an FP8 KV cache (--kv-cache-dtype fp8_e4m3); "
+                            "unused with a %s cache", _dtype_name(self.kv_dtype))
+            return ()
         logger.info("KV cache %s: per-tensor k/v scales %s", self.config.kv_cache_dtype,
                     f"from the checkpoint ({found} of {len(layers)} layers, 1.0 for the rest)" if found
                     else "1.0 (the checkpoint has no k_scale/v_scale)")

@@ -65,6 +65,8 @@ def quantize_model(model: nn.Module, checkpoint: CheckpointQuant | None, online:
         torch.cuda.empty_cache()  # the bf16 copies: give the KV cache their memory
     if gemm:
         how = f"FP8 GEMMs (row-wise scales, torch._scaled_mm) in {gemm} of {len(layers)} linear layers"
+        if checkpoint is not None and checkpoint.static_activations:
+            how += "; the static input scales are unused: activations are quantized per token"
     else:
         how = f"dequantized to {str(dtype).removeprefix('torch.')} at load ({problem})"
     return f"weights: {source}: {how}"
