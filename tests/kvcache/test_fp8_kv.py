@@ -126,3 +126,21 @@ def test_the_fp8_store_saturates_instead_of_overflowing():
     k, v = cache.read_kv(0, torch.tensor([1]), torch.float32)
     assert k.tolist() == [[[224.0, -224.0, 1.0, 0.0]]]  # 448 * 0.5
     assert v.tolist() == [[[448.0, -448.0, 1.0, 0.0]]]
+
+
+def test_an_fp8_cache_gets_more_pages_from_the_same_memory_and_the_report_says_so(tiny_model_dir, monkeypatch):
+    """Sized from memory, a float32 model's FP8 cache has 4x the pages (bf16: 2x), and the
+    start-up line names the factor."""
+    import minisgl.engine.engine as engine_module
+
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    per_page_f32 = MHAKVCache.bytes_per_page(2, 4, 2, 16, torch.float32)
+    monkeypatch.setattr(engine_module, "_available_ram", lambda: 100 * per_page_f32)  # a fixed budget
+    pages, notes = {}, {}
+    for kv in ("auto", "fp8_e4m3"):
+        e = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_req=512,
+                                memory_ratio=1.0, max_seq_len_override=16, kv_cache_dtype=kv))
+        pages[kv], notes[kv] = e.num_pages, e._kv_dtype_note()
+        e.shutdown()
+    assert pages == {"auto": 100, "fp8_e4m3": 400}
+    assert notes["fp8_e4m3"] == "float8_e4m3fn: 4x the pages of a float32 cache"

@@ -15,21 +15,22 @@ FP8 = torch.float8_e4m3fn
 FP8_MAX = 448.0
 LINEAR = (".q_proj.weight", ".k_proj.weight", ".v_proj.weight", ".o_proj.weight", ".gate_proj.weight",
           ".up_proj.weight", ".down_proj.weight")
+
+
+def _compressed_tensors(weights: str, activations: dict) -> dict:
+    fp8 = {"num_bits": 8, "type": "float", "symmetric": True}
+    return {"quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
+            "ignore": ["lm_head"], "kv_cache_scheme": None,
+            "config_groups": {"group_0": {"targets": ["Linear"],
+                                          "weights": {**fp8, "strategy": weights, "dynamic": False},
+                                          "input_activations": {**fp8, **activations}}}}
+
+
 # config.json's quantization_config for each layout, as the published checkpoints write it.
 QUANT_CONFIGS = {
     "fp8-block": {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
-    "ct-tensor-static": {
-        "quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
-        "ignore": ["lm_head"], "kv_cache_scheme": None,
-        "config_groups": {"group_0": {"targets": ["Linear"],
-                                      "weights": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True},
-                                      "input_activations": {"num_bits": 8, "type": "float", "strategy": "tensor", "dynamic": False, "symmetric": True}}}},
-    "ct-channel-dynamic": {
-        "quant_method": "compressed-tensors", "format": "float-quantized", "quantization_status": "compressed",
-        "ignore": ["lm_head"], "kv_cache_scheme": None,
-        "config_groups": {"group_0": {"targets": ["Linear"],
-                                      "weights": {"num_bits": 8, "type": "float", "strategy": "channel", "dynamic": False, "symmetric": True},
-                                      "input_activations": {"num_bits": 8, "type": "float", "strategy": "token", "dynamic": True, "symmetric": True}}}},
+    "ct-tensor-static": _compressed_tensors("tensor", {"strategy": "tensor", "dynamic": False}),
+    "ct-channel-dynamic": _compressed_tensors("channel", {"strategy": "token", "dynamic": True}),
 }
 
 
