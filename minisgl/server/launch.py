@@ -23,6 +23,7 @@ import torch
 
 from minisgl.distributed import DistributedInfo
 from minisgl.scheduler import SchedulerConfig
+from minisgl.utils.gc_freeze import freeze_startup_objects
 from minisgl.utils.logger import get_logger
 from minisgl.utils.net import rendezvous_addr
 
@@ -224,6 +225,7 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
                 exit_code = 1
             server.should_exit = True
             return
+        freeze_startup_objects()
         state.ready = True
         logger.info("minisgl ready: serving %s as '%s' at http://%s:%d", model_path, args.model_name,
                     args.host, args.port)
