@@ -24,16 +24,11 @@ set -uo pipefail
 RES=/tmp/fp8-results
 mkdir -p "$RES"
 pack() { tar czf "${OUT:-/tmp}/fp8-results.tgz" -C /tmp fp8-results; }
-step() { echo; echo "=== $* ($(date +%T))"; }
+. benchmark/device/lib.sh  # step, restore_jit_cache, save_jit_cache
 QWEN=$PWD/.bench-models/qwen3-0.6b
 LLAMA=$PWD/.bench-models/llama-3.1-8b
 SIZE=(--num-requests "${NREQ:-256}" --max-input-len 1024 --max-output-len "${NOUT:-1024}")
-if ls .device-kit/fiws.tgz.part-* > /dev/null 2>&1; then cat .device-kit/fiws.tgz.part-* | tar xzf - -C /; fi
-# ninja rebuilds an object older than its sources, and pip just gave FlashInfer's sources fresh
-# times: date the carried workspace one hour ahead so its kernels load without compiling.
-find /tmp/fiws -exec touch -h -d "@$(( $(date +%s) + 3600 ))" {} +
-export TRITON_CACHE_DIR=/tmp/fiws/triton  # saved with the FlashInfer workspace below
-save_workspace() { rm -f "${OUT:-.}"/fiws.tgz.part-*; (cd / && tar czf - tmp/fiws) | split -b 15M - "${OUT:-.}/fiws.tgz.part-"; }
+restore_jit_cache
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 quiet() { grep -vE "it/s\]|s/it\]|tensor/s\]|Loading weights|Writing model"; }
 
@@ -42,7 +37,7 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     timeout "${TESTS_TIMEOUT:-300}" python -m pytest tests/quantization/test_fp8_cuda.py tests/attention/test_flashinfer_cuda.py \
         -q -rs -p no:cacheprovider > "$RES/tests.log" 2>&1
     echo "pytest exit $?"; tail -15 "$RES/tests.log"
-    save_workspace  # the FP8 kernels, compiled once
+    save_jit_cache  # the FP8 kernels, compiled once
     pack
 fi
 
@@ -104,6 +99,6 @@ if [ -z "${SKIP_KL:-}" ]; then
 fi
 
 step "save the JIT workspace"
-save_workspace
+save_jit_cache
 pack
 ls -la "${OUT:-.}" "$RES"
