@@ -17,3 +17,21 @@ save_jit_cache() {
 }
 
 step() { echo; echo "=== $* ($(date +%T))"; }
+
+# FlashInfer's kernels as ahead-of-time modules (python -m minisgl.prebuild), carried as
+# .device-kit/aot.tgz.part-*: loaded without ninja or nvcc. (The JIT workspace above did not spare
+# a fresh machine its compiles: each process rebuilt decode and prefill, 20-90 s.)
+restore_aot_kernels() {
+    local data
+    data=$(python -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("flashinfer").origin) + "/data")')
+    if ls .device-kit/aot.tgz.part-* > /dev/null 2>&1; then cat .device-kit/aot.tgz.part-* | tar xzf - -C "$data"; fi
+    ls "$data/aot" 2>/dev/null | sed 's/^/aot module: /'
+}
+
+# Pack the installed AOT modules into $OUT, to be carried back as .device-kit/aot.tgz.part-*.
+save_aot_kernels() {
+    local data
+    data=$(python -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("flashinfer").origin) + "/data")')
+    rm -f "${OUT:-.}"/aot.tgz.part-*
+    (cd "$data" && tar czf - aot) | split -b 15M - "${OUT:-.}/aot.tgz.part-"
+}
