@@ -4,7 +4,7 @@ The tensor-parallel linear layers (attention q/k/v and output, MLP gate/up and d
 ones FP8 checkpoints quantize; embeddings, the LM head, norms and MoE experts and routers stay in
 the model's dtype (an FP8 MoE checkpoint's experts are dequantized at load).
 - Where FP8 GEMMs run (Hopper, bfloat16): each weight is re-quantized per output channel and the
-  layer's `gemm` becomes `fp8_linear`. Per-tensor and per-channel checkpoint scales survive
+  layer's `gemm` becomes `fp8_linear` (gemm.py). Per-tensor and per-channel checkpoint scales survive
   this exactly; 128x128 block scales are folded into per-row ones (one more rounding to e4m3).
 - Elsewhere the weights stay dequantized in the model's dtype; with `--quantization fp8` of a
   plain checkpoint they are first rounded through per-row FP8, so the numbers are FP8's anywhere.
@@ -64,7 +64,8 @@ def quantize_model(model: nn.Module, checkpoint: CheckpointQuant | None, online:
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the bf16 copies: give the KV cache their memory
     if gemm:
-        how = f"FP8 GEMMs (row-wise scales, torch._scaled_mm) in {gemm} of {len(layers)} linear layers"
+        how = (f"FP8 GEMMs in {gemm} of {len(layers)} linear layers (per-channel scales; Triton weight streaming "
+               "at <= 16 rows, torch._scaled_mm above)")
         if checkpoint is not None and checkpoint.static_activations:
             how += "; the static input scales are unused: activations are quantized per token"
     else:
