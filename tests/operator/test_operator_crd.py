@@ -156,8 +156,14 @@ def with_spec(**changes) -> dict:
 @pytest.mark.parametrize(
     "obj, problem",
     [
-        (with_spec(tp=3), "spec.tp: 3 is not one of [1, 2, 4, 8]"),
-        (with_spec(tp=16), "spec.tp: 16 is not one of [1, 2, 4, 8]"),
+        (with_spec(tp=3), "spec.tp: 3 is not one of [1, 2, 4, 8, 16, 32, 64]"),
+        (with_spec(tp=128), "spec.tp: 128 is not one of [1, 2, 4, 8, 16, 32, 64]"),
+        (with_spec(tp=16, gpusPerNode=16), "spec.gpusPerNode: 16 is not one of [1, 2, 4, 8]"),
+        (with_spec(autoscaling={"maxReplicas": 2, "keda": {"prometheusAddress": "http://p", "target": "four"}}),
+         "spec.autoscaling.keda.target: 'four' does not match"),
+        (with_spec(autoscaling={"maxReplicas": 2, "keda": {"prometheusAddress": "http://p", "target": "4", "metric": "gpu"}}),
+         "spec.autoscaling.keda.metric: 'gpu' is not one of"),
+        (with_spec(router={"canary": {"inferenceService": "b", "weight": 101}}), "spec.router.canary.weight: 101 is greater than"),
         ({**MINIMAL, "spec": {"tp": 2}}, "spec: 'model' is a required property"),
         (with_spec(model=""), "spec.model: '' should be non-empty"),
         (with_spec(replicas=-1), "spec.replicas: -1 is less than the minimum of 0"),

@@ -546,7 +546,7 @@ def test_render_explains_a_bad_file_and_fails(tmp_path):
     result = _cli("render", str(path))
     assert result.returncode == 1
     assert result.stdout == ""
-    assert "spec.tp: 3 is not one of [1, 2, 4, 8]" in result.stderr
+    assert "spec.tp: 3 is not one of [1, 2, 4, 8, 16, 32, 64]" in result.stderr
     assert "'model' is a required property" in result.stderr
 
 
