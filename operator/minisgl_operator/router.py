@@ -165,7 +165,7 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
         ],
         "livenessProbe": _grpc_probe(10),
         "readinessProbe": _grpc_probe(2),
-        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"memory": "4Gi"}},
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
