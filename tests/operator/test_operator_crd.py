@@ -202,6 +202,8 @@ def test_every_cel_rule_has_a_python_twin():
     assert not any("oldSelf" in rule for rule in spec.CEL_TWINS)
 
 
+KEDA = {"prometheusAddress": "http://prometheus:9090", "target": "4"}
+
 REJECTED = [
         ({**MINIMAL, "metadata": {"name": "Chat_Bot"}}, crd.NAME_RULE, "DNS-1035"),
         ({**MINIMAL, "metadata": {"name": "1chat"}}, crd.NAME_RULE, "DNS-1035"),
@@ -225,6 +227,15 @@ REJECTED = [
         (with_spec(replicas=2, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce model cache"),
         (with_spec(autoscaling={"maxReplicas": 3}, modelCache={"size": "1Gi", "accessModes": ["ReadWriteOnce"]}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
         (with_spec(rollout={"maxSurge": 1, "maxUnavailable": 0}, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
+        # A multi-node replica's pods sit on several nodes: a ReadWriteOnce cache cannot follow.
+        (with_spec(tp=16, gpusPerNode=8, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
+        (with_spec(tp=16), crd.MULTI_NODE_RULE, "set spec.gpusPerNode"),
+        (with_spec(autoscaling={"minReplicas": 0, "maxReplicas": 2}), crd.SCALE_TO_ZERO_RULE, "needs autoscaling.keda and router"),
+        (with_spec(autoscaling={"minReplicas": 0, "maxReplicas": 2, "keda": KEDA}), crd.SCALE_TO_ZERO_RULE, "needs autoscaling.keda and router"),
+        (with_spec(autoscaling={"minReplicas": 0, "maxReplicas": 2}, router={}), crd.SCALE_TO_ZERO_RULE, "needs autoscaling.keda and router"),
+        (with_spec(router={"canary": {"inferenceService": "other", "weight": 5}}), crd.CANARY_GATEWAY_RULE, "needs spec.router.gateway"),
+        (with_spec(router={"gateway": {"name": "gw"}, "canary": {"inferenceService": MINIMAL["metadata"]["name"], "weight": 5}}),
+         crd.CANARY_NAME_RULE, "another InferenceService"),
 ]
 
 
@@ -243,6 +254,11 @@ ACCEPTED = [
         with_spec(replicas=1, modelCache={"size": "1Ti"}),  # the default rollout has no surge pod
         with_spec(args=["--max-running-requests", "8", "--served-model-name=tp"], rollout={"maxSurge": 1, "maxUnavailable": 0}),
         with_spec(startupTimeoutSeconds=7200, rollout={"progressDeadlineSeconds": 7201}),
+        with_spec(tp=16, gpusPerNode=8, replicas=2, modelCache={"claimName": "models"}),
+        with_spec(tp=8, gpusPerNode=8, modelCache={"size": "1Gi"}),  # one node: one pod
+        with_spec(router={"gateway": {"name": "gw"}, "canary": {"inferenceService": "other", "weight": 5}},
+                  autoscaling={"minReplicas": 0, "maxReplicas": 2, "keda": KEDA}),
+        with_spec(router={}),
 ]
 
 
