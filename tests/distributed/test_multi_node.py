@@ -1,6 +1,7 @@
-"""Multi-node serving on the CPU: two separate `python -m minisgl` launches play two nodes on
-loopback (gloo over TCP, --tp 2 split 1 + 1), and the API on node 0 gives TP=1's greedy tokens.
-Node 1 runs only its engine rank: no HTTP server, and it exits once node 0 is gone."""
+"""Multi-node serving: two separate `python -m minisgl` launches play two nodes on loopback (TCP
+rendezvous, --tp 2 split 1 + 1; gloo on the CPU, and NCCL with one GPU per node on a machine with
+two), and the API on node 0 gives TP=1's greedy tokens. Node 1 runs only its engine rank: no HTTP
+server, and it exits once node 0 is gone."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ import tempfile
 
 import openai
 import pytest
+import torch
 
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
 from minisgl.server.args import parse_args
 from minisgl.server.nodes import NodePlacement
 from minisgl.utils.net import free_port
@@ -20,18 +24,24 @@ from tests.distributed.test_tensor_parallel import PROMPTS, single_rank_texts
 from tests.server.serving import ServerProcess
 
 COMMON = ("--tp", "2", "--nnodes", "2", "--dtype", "float32", "--page-size", "4", "--num-pages", "512")
+# Each "node" its own device: gloo on the CPU; on a 2-GPU machine one GPU each, NCCL between them
+# as between two hosts (CUDA_VISIBLE_DEVICES hides the other node's GPU).
+DEVICES = [
+    "cpu",
+    pytest.param("cuda", marks=pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")),
+]
 
 
 class WorkerNode:
     """Node 1: `python -m minisgl --node-rank 1 ...` in its own session, killed with its
     children whatever happens to the test."""
 
-    def __init__(self, *args: str):
+    def __init__(self, *args: str, env: dict | None = None):
         self.log_path = tempfile.NamedTemporaryFile(prefix="minisgl-node1-", suffix=".log", delete=False).name
         self.log = open(self.log_path, "w")
         self.proc = subprocess.Popen([sys.executable, "-m", "minisgl", "--device", "cpu", *args], stdout=self.log,
                                      stderr=subprocess.STDOUT, start_new_session=True,
-                                     env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                     env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
 
     def output(self) -> str:
         with open(self.log_path) as f:
@@ -41,24 +51,34 @@ class WorkerNode:
         return self.proc.wait(timeout)
 
     def kill(self) -> None:
-        if self.proc.poll() is None:
+        try:  # the launcher and any worker it left behind: the test must leave no process
             os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait()
-        else:
-            try:  # a worker the launcher left behind must not outlive the test either
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
         self.log.close()
 
 
-def test_two_nodes_on_loopback_match_tp1(tiny_model_dir):
+def single_node_texts(model_dir: str, device: str) -> list[str]:
+    if device == "cpu":
+        return single_rank_texts(model_dir)
+    llm = LLM(model_dir, device="cuda", dtype=torch.float32, num_page_override=512, page_size=4)
+    try:
+        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+        return [o["text"] for o in outs]
+    finally:
+        llm.shutdown()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_two_nodes_on_loopback_match_tp1(tiny_model_dir, device):
     model_dir = tiny_model_dir("Qwen3ForCausalLM")
     rendezvous = f"127.0.0.1:{free_port()}"
-    flags = ("--model", model_dir, *COMMON, "--dist-init-addr", rendezvous)
+    flags = ("--model", model_dir, *COMMON, "--dist-init-addr", rendezvous, "--device", device)
+    gpu = (lambda i: {"CUDA_VISIBLE_DEVICES": str(i)}) if device == "cuda" else (lambda i: None)
     # Node 1 first: its rank waits for node 0's rendezvous to open, as a worker pod does.
-    worker = WorkerNode(*flags, "--node-rank", "1")
-    head = ServerProcess(*flags, "--node-rank", "0", "--served-model-name", "m")
+    worker = WorkerNode(*flags, "--node-rank", "1", env=gpu(1))
+    head = ServerProcess(*flags, "--node-rank", "0", "--served-model-name", "m", env=gpu(0))
     try:
         head.wait_ready(240)
         client = openai.OpenAI(base_url=head.url + "/v1", api_key="x")
@@ -73,7 +93,7 @@ def test_two_nodes_on_loopback_match_tp1(tiny_model_dir):
     finally:
         head.stop()
         worker.kill()
-    assert served == single_rank_texts(model_dir)
+    assert served == single_node_texts(model_dir, device)
 
 
 def test_the_ranks_split_evenly_and_in_order_over_the_nodes():
