@@ -284,7 +284,7 @@ class Reconciler:
         previous = body.get("status") or {}
         new = status.compute(
             url=render.service_url(meta["name"], meta["namespace"], port),
-            selector=render.selector_string(meta["name"]),
+            selector=render.scale_selector(isvc) if isvc else render.selector_string(meta["name"]),
             generation=meta.get("generation", 0),
             desired_replicas=desired if isinstance(desired, int) and not isinstance(desired, bool) else 0,
             deployment=deployment,

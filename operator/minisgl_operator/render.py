@@ -62,7 +62,7 @@ def owner_reference(isvc: InferenceService) -> Obj:
     }
 
 
-def _metadata(isvc: InferenceService, name: str) -> Obj:
+def child_metadata(isvc: InferenceService, name: str) -> Obj:
     return {
         "name": name,
         "namespace": isvc.namespace,
@@ -252,11 +252,17 @@ def serving_selector(isvc: InferenceService) -> dict[str, str]:
     return selector_labels(isvc)
 
 
+def scale_selector(isvc: InferenceService) -> str:
+    """status.selector, which the HPA averages its per-pod metric over: the pods that serve (and
+    export /metrics), so a multi-node group's workers do not count as idle pods."""
+    return ",".join(f"{k}={v}" for k, v in sorted(serving_selector(isvc).items()))
+
+
 def deployment(isvc: InferenceService) -> Obj:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "replicas": isvc.replicas,
             "selector": {"matchLabels": selector_labels(isvc)},
@@ -278,7 +284,7 @@ def leader_worker_set(isvc: InferenceService) -> Obj:
     surge, unavailable = (
         (0, max(isvc.replicas, 1)) if rollout.strategy == c.ROLLOUT_RECREATE else (rollout.max_surge, rollout.max_unavailable)
     )
-    meta = _metadata(isvc, isvc.name)
+    meta = child_metadata(isvc, isvc.name)
     if isvc.exclusive_topology:
         # Each group in a topology domain of its own (a rack, an NVLink domain): all its pods inside it.
         meta["annotations"] = {c.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION: isvc.exclusive_topology}
@@ -312,7 +318,7 @@ def service(isvc: InferenceService) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "type": "ClusterIP",
             "selector": serving_selector(isvc),
@@ -342,7 +348,7 @@ def persistent_volume_claim(isvc: InferenceService) -> Obj | None:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(isvc, isvc.pvc_name),
+        "metadata": child_metadata(isvc, isvc.pvc_name),
         "spec": pvc_spec,
     }
 
@@ -356,7 +362,7 @@ def horizontal_pod_autoscaler(isvc: InferenceService) -> Obj | None:
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "scaleTargetRef": {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": isvc.name},
             "minReplicas": scaling.min_replicas,
@@ -442,7 +448,7 @@ def scaled_object(isvc: InferenceService) -> Obj | None:
     return {
         "apiVersion": c.KEDA_API_VERSION,
         "kind": "ScaledObject",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "scaleTargetRef": {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": isvc.name},
             "minReplicaCount": scaling.min_replicas,
@@ -472,7 +478,7 @@ def pod_disruption_budget(isvc: InferenceService) -> Obj | None:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "maxUnavailable": 1,
             "selector": {"matchLabels": selector_labels(isvc)},

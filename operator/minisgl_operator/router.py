@@ -19,7 +19,7 @@ import json
 
 from . import constants as c
 from . import server
-from .render import Obj, _metadata, labels, serving_selector
+from .render import Obj, child_metadata, labels, serving_selector
 from .spec import InferenceService
 
 POOL_GROUP = c.INFERENCE_POOL_API_VERSION.split("/")[0]
@@ -77,9 +77,8 @@ def endpoint_picker_config(isvc: InferenceService) -> Obj:
 
 
 def _epp_metadata(isvc: InferenceService) -> Obj:
-    meta = _metadata(isvc, epp_name(isvc))
-    meta["labels"] = {**epp_selector(isvc), **{k: v for k, v in labels(isvc).items() if k not in epp_selector(isvc)}}
-    meta["labels"][c.LABEL_COMPONENT] = c.EPP_COMPONENT
+    meta = child_metadata(isvc, epp_name(isvc))
+    meta["labels"] = {**labels(isvc), **epp_selector(isvc), c.LABEL_COMPONENT: c.EPP_COMPONENT}
     return meta
 
 
@@ -222,7 +221,7 @@ def inference_pool(isvc: InferenceService) -> Obj:
     return {
         "apiVersion": c.INFERENCE_POOL_API_VERSION,
         "kind": "InferencePool",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "selector": {"matchLabels": serving_selector(isvc)},
             "targetPorts": [{"number": isvc.port}],
@@ -262,7 +261,7 @@ def http_route(isvc: InferenceService) -> Obj | None:
     return {
         "apiVersion": c.HTTPROUTE_API_VERSION,
         "kind": "HTTPRoute",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": spec,
     }
 
