@@ -103,6 +103,9 @@ def test_growing_past_one_node_replaces_the_deployment_with_a_leader_worker_set(
         lws["status"] = {"observedGeneration": lws["metadata"]["generation"], "replicas": 1, "readyReplicas": 1,
                          "updatedReplicas": 1}  # fmt: skip
         handlers._get_reconciler().reconcile(fake.inferenceservice("ds"))
-        assert fake.inferenceservice("ds")["status"]["phase"] == c.PHASE_READY
+        status = fake.inferenceservice("ds")["status"]
+        assert status["phase"] == c.PHASE_READY
+        # The HPA averages over status.selector's pods: the leaders, which export the metrics.
+        assert f"{c.LWS_WORKER_INDEX_LABEL}=0" in status["selector"].split(",")
     finally:
         handlers._reconciler = None
