@@ -23,6 +23,7 @@ import torch
 
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import SamplingParams
+from minisgl.kvcache import KV_CACHE_DTYPES
 from minisgl.llm import LLM
 
 
@@ -35,6 +36,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--decode-steps", type=int, default=256)
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"])
     p.add_argument("--attn", default="auto")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES))
+    p.add_argument("--quantization", default=None, choices=["fp8"],
+                   help="FP8 weights (the floor is then the FP8 weights' bytes)")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--compare-eager", action="store_true", help="repeat with CUDA graphs off")
     p.add_argument("--out", default="results/latency.json")
@@ -63,7 +67,8 @@ def measure(args, graphs: bool) -> dict:
     max_len = args.prompt_len + args.decode_steps + 16
     start = time.perf_counter()
     llm = LLM(args.model, dtype=dtype, use_dummy_weight=args.dummy_weight, max_running_req=max(args.batch, 8),
-              max_seq_len_override=max_len, attention_backend=args.attn,
+              max_seq_len_override=max_len, attention_backend=args.attn, kv_cache_dtype=args.kv_cache_dtype,
+              quantization=args.quantization,
               cuda_graph_max_bs=args.cuda_graph_max_bs if graphs else 0)
     init_s = time.perf_counter() - start
     s = llm.scheduler
@@ -86,7 +91,7 @@ def measure(args, graphs: bool) -> dict:
         gaps = [b - a for a, b in itertools.pairwise(stamps)]
         tpot = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
         cfg = e.model_config
-        kv_token = 2 * cfg.num_layers * e.num_kv_heads * cfg.head_dim * e.dtype.itemsize
+        kv_token = 2 * cfg.num_layers * e.num_kv_heads * cfg.head_dim * e.kv_dtype.itemsize
         mean_len = args.prompt_len + args.decode_steps / 2
         return {"cuda_graphs": e.graph_runner is not None, "attention": type(e.attn_backend).__name__,
                 "init_s": init_s, "ttft_s": stamps[0] - begin, "tpot_s": tpot,
@@ -111,6 +116,7 @@ def main() -> None:
         r["floor_s"] = floor
         r["tpot_over_floor"] = r["tpot_s"] / floor
     result = {"benchmark": "latency", "device": device_name(), "model": args.model, "dummy_weight": args.dummy_weight,
+              "quantization": args.quantization, "kv_cache_dtype": args.kv_cache_dtype,
               "batch": args.batch, "prompt_len": args.prompt_len, "decode_steps": args.decode_steps,
               "copy_bandwidth_bytes_per_s": bw, "runs": runs}
     for r in runs:
