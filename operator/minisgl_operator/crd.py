@@ -74,6 +74,12 @@ SCALE_TO_ZERO_RULE = (
 )
 # A canary's share needs a route to split; the route's other backend is another InferenceService.
 CANARY_GATEWAY_RULE = "!has(self.canary) || has(self.gateway)"
+HOSTNAMES_RULE = "!has(self.hostnames) || has(self.gateway)"
+# Fields that mean something only with another: refused alone rather than silently ignored.
+EXCLUSIVE_TOPOLOGY_RULE = (
+    f"!has(self.exclusiveTopology) || (has(self.gpusPerNode) && (has(self.tp) ? self.tp : {c.DEFAULT_TP}) > self.gpusPerNode)"
+)
+KEDA_TARGET_RULE = "!has(self.keda) || !has(self.targetWaitingRequests)"
 CANARY_NAME_RULE = (
     "!has(self.spec.router) || !has(self.spec.router.canary) || "
     "self.spec.router.canary.inferenceService != self.metadata.name"
@@ -152,7 +158,12 @@ def _router_schema() -> dict[str, Any]:
                 ),
                 "required": ["inferenceService", "weight"],
                 "properties": {
-                    "inferenceService": {"type": "string", "minLength": 1, "maxLength": DNS_1035_MAX},
+                    "inferenceService": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": DNS_1035_MAX,
+                        "description": "Another InferenceService of this namespace.",
+                    },
                     "weight": {"type": "integer", "minimum": 0, "maximum": 100},
                 },
             },
@@ -163,7 +174,10 @@ def _router_schema() -> dict[str, Any]:
                 "description": "What the gateway does when the endpoint picker is down: refuse, or pick a pod itself.",
             },
         },
-        "x-kubernetes-validations": [{"rule": CANARY_GATEWAY_RULE, "message": "canary needs gateway: the route carries the split"}],
+        "x-kubernetes-validations": [
+            {"rule": CANARY_GATEWAY_RULE, "message": "canary needs gateway: the route carries the split"},
+            {"rule": HOSTNAMES_RULE, "message": "hostnames need gateway: they are the route's"},
+        ],
     }
 
 
@@ -481,15 +495,18 @@ def spec_schema() -> dict[str, Any]:
                     "targetWaitingRequests": {
                         "type": "integer",
                         "minimum": 1,
-                        "default": c.DEFAULT_TARGET_WAITING_REQUESTS,
-                        "description": "Average waiting requests per pod that the HPA aims for.",
+                        "description": (
+                            f"Average waiting requests per pod that the HPA aims for (default "
+                            f"{c.DEFAULT_TARGET_WAITING_REQUESTS}); with keda, keda.target instead."
+                        ),
                     },
                 },
                 "x-kubernetes-validations": [
                     {
                         "rule": AUTOSCALING_RULE,
                         "message": "minReplicas must not exceed maxReplicas",
-                    }
+                    },
+                    {"rule": KEDA_TARGET_RULE, "message": "targetWaitingRequests is the HPA's: with keda, set keda.target"},
                 ],
             },
         },
@@ -503,6 +520,7 @@ def spec_schema() -> dict[str, Any]:
             },
             {"rule": PROGRESS_RULE, "message": "rollout.progressDeadlineSeconds must exceed startupTimeoutSeconds"},
             {"rule": MULTI_NODE_RULE, "message": f"tp above {c.MAX_SINGLE_POD_TP} spans several nodes: set gpusPerNode"},
+            {"rule": EXCLUSIVE_TOPOLOGY_RULE, "message": "exclusiveTopology places multi-node groups: it needs tp above gpusPerNode"},
             {
                 "rule": SCALE_TO_ZERO_RULE,
                 "message": (

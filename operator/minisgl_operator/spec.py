@@ -306,6 +306,28 @@ def _check_canary_gateway(obj: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _check_hostnames(obj: Mapping[str, Any]) -> list[str]:
+    router = _spec(obj).get("router") or {}
+    if "hostnames" in router and "gateway" not in router:
+        return ["spec.router.hostnames: need spec.router.gateway (they are the route's)"]
+    return []
+
+
+def _check_exclusive_topology(obj: Mapping[str, Any]) -> list[str]:
+    spec = _spec(obj)
+    multi_node = "gpusPerNode" in spec and spec.get("tp", c.DEFAULT_TP) > spec["gpusPerNode"]
+    if "exclusiveTopology" in spec and not multi_node:
+        return ["spec.exclusiveTopology: places multi-node groups only: it needs tp above gpusPerNode"]
+    return []
+
+
+def _check_keda_target(obj: Mapping[str, Any]) -> list[str]:
+    scaling = _spec(obj).get("autoscaling") or {}
+    if "keda" in scaling and "targetWaitingRequests" in scaling:
+        return ["spec.autoscaling.targetWaitingRequests: the HPA's target; with keda, set keda.target"]
+    return []
+
+
 def _check_canary_name(obj: Mapping[str, Any]) -> list[str]:
     canary = (_spec(obj).get("router") or {}).get("canary") or {}
     if canary.get("inferenceService") == obj.get("metadata", {}).get("name"):
@@ -328,6 +350,9 @@ CEL_TWINS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     crd.SCALE_TO_ZERO_RULE: _check_scale_to_zero,
     crd.CANARY_GATEWAY_RULE: _check_canary_gateway,
     crd.CANARY_NAME_RULE: _check_canary_name,
+    crd.HOSTNAMES_RULE: _check_hostnames,
+    crd.EXCLUSIVE_TOPOLOGY_RULE: _check_exclusive_topology,
+    crd.KEDA_TARGET_RULE: _check_keda_target,
 }
 
 

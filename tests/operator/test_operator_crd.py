@@ -236,6 +236,11 @@ REJECTED = [
         (with_spec(router={"canary": {"inferenceService": "other", "weight": 5}}), crd.CANARY_GATEWAY_RULE, "needs spec.router.gateway"),
         (with_spec(router={"gateway": {"name": "gw"}, "canary": {"inferenceService": MINIMAL["metadata"]["name"], "weight": 5}}),
          crd.CANARY_NAME_RULE, "another InferenceService"),
+        # Fields that would otherwise be ignored.
+        (with_spec(router={"hostnames": ["llm.example.com"]}), crd.HOSTNAMES_RULE, "need spec.router.gateway"),
+        (with_spec(tp=8, gpusPerNode=8, exclusiveTopology="rack"), crd.EXCLUSIVE_TOPOLOGY_RULE, "needs tp above gpusPerNode"),
+        (with_spec(exclusiveTopology="rack"), crd.EXCLUSIVE_TOPOLOGY_RULE, "needs tp above gpusPerNode"),
+        (with_spec(autoscaling={"maxReplicas": 2, "targetWaitingRequests": 3, "keda": KEDA}), crd.KEDA_TARGET_RULE, "set keda.target"),
 ]
 
 

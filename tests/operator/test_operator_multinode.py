@@ -76,7 +76,7 @@ def test_workers_serve_no_http_so_only_leaders_are_probed_and_selected():
 
 
 def test_tp_within_one_node_stays_a_deployment():
-    objs = by_kind({**SPEC, "tp": 8})
+    objs = by_kind({**{k: v for k, v in SPEC.items() if k != "exclusiveTopology"}, "tp": 8})
     assert "LeaderWorkerSet" not in objs and objs["Deployment"]["spec"]["template"]["spec"]["containers"][0]["args"].count("--nnodes") == 0
 
 
@@ -91,7 +91,8 @@ def test_spec_args_may_not_set_the_node_flags():
 def test_growing_past_one_node_replaces_the_deployment_with_a_leader_worker_set(fake):
     handlers.configure(fake, default_image="registry.example/minisgl:1")
     try:
-        body = fake.create_inferenceservice("ds", {**SPEC, "tp": 8, "replicas": 1})
+        single_node = {k: v for k, v in SPEC.items() if k != "exclusiveTopology"}
+        body = fake.create_inferenceservice("ds", {**single_node, "tp": 8, "replicas": 1})
         handlers._get_reconciler().reconcile(body)
         assert ("Deployment", "ds") in fake.children()
         body = fake.update_spec("ds", lambda spec: spec.update(tp=16))
