@@ -101,7 +101,7 @@ def check_model(args: ServerArgs, model_path: str) -> None:
     if model_path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model_path)):
         raise ValueError(f"model directory {model_path} does not exist")
     config = load_model_config(model_path)
-    validate_tp(config, args.tp, resolve_device(args.device))
+    validate_tp(config, args.tp, resolve_device(args.device), NodePlacement.of(args).ranks_per_node)
     if args.max_seq_len and args.max_seq_len > config.max_position_embeddings:
         raise ValueError(f"--max-seq-len {args.max_seq_len} is above the model's context length of "
                          f"{config.max_position_embeddings} tokens")
