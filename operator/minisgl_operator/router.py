@@ -156,7 +156,8 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "args": args,
-        "env": [_field_env("NAMESPACE", "metadata.namespace"), _field_env("POD_NAME", "metadata.name")],
+        "env": [_field_env("NAMESPACE", "metadata.namespace"), _field_env("POD_NAME", "metadata.name"),
+                {"name": "HOME", "value": c.TMP_MOUNT}],
         "ports": [
             {"name": "grpc", "containerPort": c.EPP_GRPC_PORT, "protocol": "TCP"},
             {"name": "grpc-health", "containerPort": c.EPP_HEALTH_PORT, "protocol": "TCP"},
@@ -171,7 +172,9 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
             "runAsNonRoot": True,
             "capabilities": {"drop": ["ALL"]},
         },
-        "volumeMounts": [{"name": "config", "mountPath": c.EPP_CONFIG_MOUNT, "readOnly": True}],
+        # The root filesystem is read-only: whatever the picker caches goes to /tmp.
+        "volumeMounts": [{"name": "config", "mountPath": c.EPP_CONFIG_MOUNT, "readOnly": True},
+                         {"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT}],
     }
     selector = epp_selector(isvc)
     return {
@@ -192,7 +195,8 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
                     "securityContext": {"runAsNonRoot": True, "runAsUser": c.RUN_AS_USER, "runAsGroup": c.RUN_AS_USER,
                                         "seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [container],
-                    "volumes": [{"name": "config", "configMap": {"name": epp_name(isvc)}}],
+                    "volumes": [{"name": "config", "configMap": {"name": epp_name(isvc)}},
+                                {"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}],
                 },
             },
         },

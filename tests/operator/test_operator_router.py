@@ -82,8 +82,8 @@ def test_the_picker_runs_the_chart_image_on_this_pool_with_the_mounted_config():
     assert args[args.index("--pool-name") + 1] == "chat" and args[args.index("--pool-namespace") + 1] == "llm"
     assert args[args.index("--pool-group") + 1] == "inference.networking.k8s.io"
     config_path = args[args.index("--config-file") + 1]
-    (mount,) = ctr["volumeMounts"]
-    (volume,) = pod["volumes"]
+    mount = next(m for m in ctr["volumeMounts"] if m["name"] == "config")
+    volume = next(v for v in pod["volumes"] if v["name"] == "config")
     assert volume["configMap"]["name"] == "chat-epp" and config_path.startswith(mount["mountPath"] + "/")
     assert config_path.rsplit("/", 1)[1] in objs[("ConfigMap", "chat-epp")]["data"]
     # One picker: its prefix index is in memory.
