@@ -15,8 +15,6 @@ import openai
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
-from minisgl.llm import LLM
 from minisgl.server.args import parse_args
 from minisgl.server.nodes import NodePlacement
 from minisgl.utils.net import free_port
@@ -59,17 +57,6 @@ class WorkerNode:
         self.log.close()
 
 
-def single_node_texts(model_dir: str, device: str) -> list[str]:
-    if device == "cpu":
-        return single_rank_texts(model_dir)
-    llm = LLM(model_dir, device="cuda", dtype=torch.float32, num_page_override=512, page_size=4)
-    try:
-        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
-        return [o["text"] for o in outs]
-    finally:
-        llm.shutdown()
-
-
 @pytest.mark.parametrize("device", DEVICES)
 def test_two_nodes_on_loopback_match_tp1(tiny_model_dir, device):
     model_dir = tiny_model_dir("Qwen3ForCausalLM")
@@ -93,7 +80,7 @@ def test_two_nodes_on_loopback_match_tp1(tiny_model_dir, device):
     finally:
         head.stop()
         worker.kill()
-    assert served == single_node_texts(model_dir, device)
+    assert served == single_rank_texts(model_dir, device)
 
 
 def test_the_ranks_split_evenly_and_in_order_over_the_nodes():

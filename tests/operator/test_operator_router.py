@@ -11,7 +11,7 @@ import pytest
 
 import operator_crds
 from minisgl_operator import constants as c
-from minisgl_operator import handlers, kube, render, router
+from minisgl_operator import handlers, kube, render
 from minisgl_operator.kube import ApiError
 from minisgl_operator.spec import parse
 
