@@ -207,7 +207,10 @@ def _keda_schema() -> dict[str, Any]:
 def spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
-        "description": "A model served by minisgl: one Deployment of GPU pods behind one Service.",
+        "description": (
+            "A model served by minisgl: GPU pods behind one Service (a Deployment, or a LeaderWorkerSet when "
+            "tp spans several nodes), optionally behind the Gateway API Inference Extension's router."
+        ),
         "required": ["model"],
         "properties": {
             "model": {
