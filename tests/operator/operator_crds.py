@@ -4,7 +4,8 @@ their versions (crds/README.md says where each comes from), and a validator for 
 No API server runs here; what one would check on a custom resource, its CRD's structural schema,
 is checked with a real JSON Schema validator after the same conversion the operator's own CRD
 goes through (minisgl_operator.schema.to_json_schema), strict: an unknown field is an error, as
-``kubectl apply --validate=strict`` makes it. Core kinds go to kubernetes-validate (the official
+``kubectl apply --validate=strict`` makes it; then the CRD's CEL rules (x-kubernetes-validations)
+run in cel-python on the object with the schema's defaults filled in, as the API server runs them. Core kinds go to kubernetes-validate (the official
 OpenAPI schemas of Kubernetes), so :func:`validate` covers every object the operator renders.
 """
 
@@ -49,9 +50,57 @@ def is_custom(obj: dict[str, Any]) -> bool:
 
 
 def custom_errors(obj: dict[str, Any]) -> list[str]:
-    """Every violation of its published CRD's schema, as 'path: problem' lines."""
+    """Every violation of its published CRD's schema and CEL rules, as 'path: problem' lines."""
     found = _validator(obj["apiVersion"], obj["kind"]).iter_errors(obj)
-    return sorted(f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in found)
+    problems = sorted(f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in found)
+    if problems:  # the API server runs the CEL rules only on an object of the right shape
+        return problems
+    node = published()[(obj["apiVersion"], obj["kind"])]
+    return _cel_problems(node, defaulted(node, obj), obj["kind"])
+
+
+def defaulted(node: dict[str, Any], value: Any) -> Any:
+    """``value`` with its schema's defaults filled in, as the API server stores it before validating."""
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        return [defaulted(node["items"], item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = dict(value)
+    for name, sub in (node.get("properties") or {}).items():
+        if name not in out and "default" in sub:
+            out[name] = sub["default"]
+        if name in out:
+            out[name] = defaulted(sub, out[name])
+    return out
+
+
+def _cel_problems(node: dict[str, Any], value: Any, path: str) -> list[str]:
+    """The CRD's x-kubernetes-validations, evaluated by cel-python where their field is set. A rule
+    cel-python cannot evaluate is a problem too: it is never skipped."""
+    import celpy
+
+    problems = []
+    for rule in node.get("x-kubernetes-validations", []):
+        try:
+            env = celpy.Environment()
+            ok = env.program(env.compile(rule["rule"])).evaluate({"self": celpy.json_to_cel(value)})
+        except Exception as exc:  # noqa: BLE001 - any failure to evaluate is reported, not passed
+            problems.append(f"{path}: cannot evaluate {rule['rule']!r}: {exc}")
+            continue
+        if not bool(ok):
+            problems.append(f"{path}: {rule.get('message') or rule['rule']}")
+    if isinstance(value, dict):
+        for name, sub in (node.get("properties") or {}).items():
+            if name in value:
+                problems += _cel_problems(sub, value[name], f"{path}.{name}")
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            for name, item in value.items():
+                problems += _cel_problems(extra, item, f"{path}.{name}")
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        for i, item in enumerate(value):
+            problems += _cel_problems(node["items"], item, f"{path}[{i}]")
+    return problems
 
 
 def validate(obj: dict[str, Any]) -> None:

@@ -200,3 +200,18 @@ def test_the_fake_api_server_refuses_a_pool_its_crd_refuses(fake):
     pool["spec"]["endpointPickerRef"]["failureMode"] = "FailSometimes"
     with pytest.raises(ApiError, match="is not one of"):
         fake.apply(pool)
+
+
+def test_the_fake_api_server_runs_the_crds_cel_rules_too(fake):
+    # InferencePool's own rules: an endpoint picker Service needs a port; each target port once.
+    pool = rendered()[("InferencePool", "chat")]
+    del pool["spec"]["endpointPickerRef"]["port"]
+    with pytest.raises(ApiError, match="port is required when kind is 'Service'"):
+        fake.apply(pool)
+    pool = rendered()[("InferencePool", "chat")]
+    del pool["spec"]["endpointPickerRef"]["kind"]  # defaulted to Service first, as the API server does
+    del pool["spec"]["endpointPickerRef"]["port"]
+    assert operator_crds.custom_errors(pool) != []
+    pool = rendered()[("InferencePool", "chat")]
+    pool["spec"]["targetPorts"] *= 2
+    assert operator_crds.custom_errors(pool) == ["InferencePool.spec.targetPorts: port number must be unique"]
