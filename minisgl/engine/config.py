@@ -24,6 +24,7 @@ class EngineConfig:
     max_seq_len_override: int | None = None
     num_page_override: int | None = None
     distributed_addr: str = "tcp://127.0.0.1:23333"
+    disable_custom_all_reduce: bool = False  # True: NCCL for every all-reduce (see minisgl.distributed.custom_allreduce)
 
 
 def resolve_device(name: str) -> torch.device:

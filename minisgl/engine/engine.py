@@ -54,6 +54,7 @@ class Engine:
     def __init__(self, config: EngineConfig):
         t_start = time.perf_counter()
         self.config = config
+        self.graph_runner: GraphRunner | None = None
         self.device = resolve_device(config.device)
         self.tp = config.tp_info
         cuda = self.device.type == "cuda"
@@ -63,7 +64,18 @@ class Engine:
         self.ctx = Context(device=self.device, tp=self.tp,
                            moe_backend=resolve_moe_backend(config.moe_backend, self.device))
         set_global_ctx(self.ctx)
-        init_process_group(self.tp, config.distributed_addr, self.device)
+        init_process_group(self.tp, config.distributed_addr, self.device,
+                           custom_all_reduce=not config.disable_custom_all_reduce)
+        try:
+            self._build(config, t_start)
+        except BaseException:
+            # Leave nothing behind for the next engine in this process (a test's next case, a
+            # retry): the process group's peers are gone with this engine.
+            self.shutdown()
+            raise
+
+    def _build(self, config: EngineConfig, t_start: float) -> None:
+        cuda = self.device.type == "cuda"
         # Same seed on every rank: unseeded sampling then draws the same tokens everywhere.
         torch.manual_seed(0)
 
@@ -108,7 +120,6 @@ class Engine:
                     cfg.architecture, self.device, str(self.dtype).removeprefix("torch."),
                     _backend_name(self.attn_backend), self.num_pages, self.page_size, self.max_seq_len)
 
-        self.graph_runner: GraphRunner | None = None
         sizes = graph_batch_sizes(config.cuda_graph_max_bs, config.max_running_req, config.cuda_graph_bs) if cuda else []
         if sizes and not self.attn_backend.supports_cuda_graph:
             logger.info("CUDA graphs off: the %s attention backend cannot be captured", _backend_name(self.attn_backend))

@@ -1,20 +1,36 @@
-"""On a machine with two or more GPUs: TP=2 over NCCL gives TP=1's greedy tokens (dense and MoE).
-Skipped without them: CI has no GPU; the device runs it (see benchmark/NOTES.md)."""
+"""On a machine with two or more GPUs: TP over NCCL (and the custom NVLink all-reduce for small
+messages) gives TP=1's greedy tokens for every architecture in float32, with CUDA graphs; bf16 TP
+runs complete. TP sizes come from the GPU count (2, and 4 where four GPUs exist: the tiny models'
+2 KV heads are then replicated), or from MINISGL_TEST_TP (e.g. "2,4").
+
+Each case runs in its own process session (tests/distributed/isolation.py): its own process group
+and rendezvous, and a failed case's ranks are killed rather than left to break the next case.
+Skipped without two GPUs: CI has none; benchmark/device/tp.sh runs it (see benchmark/NOTES.md).
+"""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 import torch
 
 from minisgl.core import SamplingParams
-from minisgl.llm import LLM
+from tests.conftest import ARCHITECTURES
+from tests.distributed.isolation import run_isolated
 
-pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
+GPUS = torch.cuda.device_count()
+pytestmark = pytest.mark.skipif(GPUS < 2, reason="needs 2 CUDA devices")
+TP_SIZES = ([int(t) for t in os.environ["MINISGL_TEST_TP"].split(",")] if os.environ.get("MINISGL_TEST_TP")
+            else [t for t in (2, 4) if t <= GPUS])
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [300], [7] * 20]
 
 
-def greedy(model_dir: str, tp: int) -> list[list[int]]:
-    llm = LLM(model_dir, tp=tp, device="cuda", dtype=torch.float32, num_page_override=512, page_size=16)
+def greedy(model_dir: str, tp: int, dtype: torch.dtype = torch.float32, options: dict | None = None) -> list[list[int]]:
+    """Runs in the case's own process (run_isolated): `options` are further LLM keyword arguments."""
+    from minisgl.llm import LLM
+
+    llm = LLM(model_dir, tp=tp, device="cuda", dtype=dtype, num_page_override=512, page_size=16, **(options or {}))
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True), use_tqdm=False)
         return [o["token_ids"] for o in outs]
@@ -22,11 +38,34 @@ def greedy(model_dir: str, tp: int) -> list[list[int]]:
         llm.shutdown()
 
 
-@pytest.mark.parametrize("architecture", ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM"])
-def test_nccl_tp2_matches_tp1(tiny_model_dir, architecture):
+def first_differences(got: list[list[int]], want: list[list[int]]) -> dict[int, int]:
+    """Where each prompt first diverges, so a failure on the device says more than "lists differ"."""
+    return {i: next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y)))
+            for i, (x, y) in enumerate(zip(got, want)) if x != y}
+
+
+@pytest.mark.parametrize("tp", TP_SIZES)
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_tensor_parallel_matches_tp1_in_float32(tiny_model_dir, architecture, tp):
     model_dir = tiny_model_dir(architecture)
-    tp2, tp1 = greedy(model_dir, tp=2), greedy(model_dir, tp=1)
-    # Where each prompt first diverges, so a failure on the device says more than "lists differ".
-    diverged = {i: next((j for j, (a, b) in enumerate(zip(x, y)) if a != b), min(len(x), len(y)))
-                for i, (x, y) in enumerate(zip(tp2, tp1)) if x != y}
-    assert not diverged, f"first differing token per prompt: {diverged}; tp2={tp2}; tp1={tp1}"
+    want = run_isolated(greedy, model_dir, 1)
+    got = run_isolated(greedy, model_dir, tp)
+    diverged = first_differences(got, want)
+    assert not diverged, f"first differing token per prompt: {diverged}; tp{tp}={got}; tp1={want}"
+
+
+@pytest.mark.parametrize("moe_backend", ["fused", "grouped"])
+def test_qwen3_moe_tp2_matches_tp1_with_each_gpu_moe_path_and_nccl_only(tiny_model_dir, moe_backend):
+    """Both GPU MoE paths inside the decode CUDA graphs, with every all-reduce on NCCL."""
+    model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
+    want = run_isolated(greedy, model_dir, 1)
+    got = run_isolated(greedy, model_dir, 2, torch.float32,
+                       {"moe_backend": moe_backend, "disable_custom_all_reduce": True})
+    assert not first_differences(got, want), f"tp2={got}; tp1={want}"
+
+
+@pytest.mark.parametrize("tp", TP_SIZES)
+@pytest.mark.parametrize("architecture", ["Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "LlamaForCausalLM"])
+def test_bf16_tensor_parallel_runs_complete(tiny_model_dir, architecture, tp):
+    outs = run_isolated(greedy, tiny_model_dir(architecture), tp, torch.bfloat16)
+    assert [len(o) for o in outs] == [24] * len(PROMPTS)

@@ -1,0 +1,79 @@
+"""Small all-reduces over NVLink without NCCL: PyTorch's symmetric memory (CUDA IPC buffers that
+every rank maps), whose one-shot kernel reads all peers' copies and sums them in one launch and
+whose two-shot kernel reduce-scatters then all-gathers. A decode step's all-reduces carry a few
+KiB to a few MiB, where NCCL's fixed latency (35-57 µs per call measured on an H200 pair)
+dominates; these kernels take a few µs there. Above `TWO_SHOT_MAX_BYTES` NCCL is used.
+
+Both kernels synchronise with the peers through signal pads on the device, at the start and the
+end, so one staging buffer serves every call in stream order and the calls are captured in CUDA
+graphs. No NVLink multicast: only peer loads and stores (PyTorch's multimem kernels are not used,
+so this runs with TORCH_SYMM_MEM_DISABLE_MULTICAST=1 / NCCL_NVLS_ENABLE=0).
+
+Imported lazily, on CUDA with tensor parallelism only; `--disable-custom-all-reduce` keeps NCCL.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from minisgl.utils.logger import get_logger
+
+logger = get_logger(__name__)
+
+# Message sizes by which one-shot, two-shot and NCCL are chosen; measured on an H200 pair by
+# benchmark/offline/allreduce.py (see benchmark/NOTES.md).
+ONE_SHOT_MAX_BYTES = 512 << 10
+TWO_SHOT_MAX_BYTES = 8 << 20
+WORLD_SIZES = (2, 4, 8)  # the sizes PyTorch's two-shot kernel is built for
+
+
+class SymmMemAllReduce:
+    def __init__(self, group: dist.ProcessGroup, device: torch.device, max_bytes: int = TWO_SHOT_MAX_BYTES,
+                 one_shot_max_bytes: int = ONE_SHOT_MAX_BYTES):
+        import torch.distributed._symmetric_memory as symm_mem
+
+        self.group_name = group.group_name
+        self.max_bytes = max_bytes
+        self.one_shot_max_bytes = one_shot_max_bytes
+        self.buffer = symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
+        symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank maps every buffer
+
+    def takes(self, x: torch.Tensor) -> bool:
+        nbytes = x.numel() * x.element_size()
+        return (x.dtype in (torch.bfloat16, torch.float16, torch.float32) and x.is_contiguous()
+                and 0 < nbytes <= self.max_bytes and nbytes % 16 == 0)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        """Sum x over the ranks, in place (x must pass `takes`)."""
+        flat = x.view(-1)
+        staging = self.buffer.view(x.dtype)[: flat.numel()]
+        if flat.numel() * x.element_size() <= self.one_shot_max_bytes:
+            # Copies x into this rank's buffer, then each rank sums all buffers into x.
+            torch.ops.symm_mem.one_shot_all_reduce_copy_out(staging, flat, "sum", self.group_name, flat)
+        else:
+            staging.copy_(flat)
+            torch.ops.symm_mem.two_shot_all_reduce_out(staging, "sum", self.group_name, flat)
+        return x
+
+
+def create(group: dist.ProcessGroup, device: torch.device) -> SymmMemAllReduce | None:
+    """The custom all-reduce for `group`, or None (with the reason logged) where it cannot run:
+    a world size the kernels lack, GPUs without peer access, or a PyTorch without the ops. Every
+    rank reaches the same answer before the collective rendezvous."""
+    world = dist.get_world_size(group)
+    if world not in WORLD_SIZES:
+        logger.info("custom all-reduce off: no kernels for %d ranks; NCCL for all sizes", world)
+        return None
+    count = torch.cuda.device_count()
+    local = list(range(count))[:world] if count >= world else []
+    if not local or not all(torch.cuda.can_device_access_peer(a, b) for a in local for b in local if a != b):
+        logger.info("custom all-reduce off: the GPUs have no peer access; NCCL for all sizes")
+        return None
+    if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out"):
+        logger.info("custom all-reduce off: this PyTorch (%s) lacks symmetric-memory all-reduce", torch.__version__)
+        return None
+    custom = SymmMemAllReduce(group, device)
+    logger.info("custom all-reduce: symmetric memory, one-shot up to %d KiB, two-shot up to %d MiB, NCCL above",
+                custom.one_shot_max_bytes >> 10, custom.max_bytes >> 20)
+    return custom
