@@ -90,6 +90,8 @@ class Engine:
             load_weights(self.model, _local_path(config.model_path), self.device, self.dtype)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self.timings = {"load_s": time.perf_counter() - t_start}
+        if cuda:
+            self._warm_up_layers()
 
         cfg = self.model_config
         self.max_seq_len = min(cfg.max_position_embeddings, config.max_seq_len_override or cfg.max_position_embeddings)
@@ -130,6 +132,18 @@ class Engine:
         self.timings["init_s"] = time.perf_counter() - t_start
         if cuda:
             self._report_memory()
+
+    def _warm_up_layers(self) -> None:
+        """Layers with a `warm_up` (the fused MoE) build their kernels now, before the graphs are
+        captured and before the first request, not during it. Kernels are built once per shape,
+        so this costs one build plus a few launches per layer."""
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for module in self.model.modules():
+                if hasattr(module, "warm_up"):
+                    module.warm_up()
+        torch.cuda.synchronize(self.device)
+        self.timings["kernel_warm_up_s"] = time.perf_counter() - start
 
     # -- sizing -------------------------------------------------------------------------------
 

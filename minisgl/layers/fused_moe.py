@@ -66,7 +66,7 @@ def route_topk(logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[tor
     return weights, ids
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pairs", "capacity"])  # one build for every batch size
 def _align_kernel(ids_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, pairs, capacity, E_P: tl.constexpr,
                   BLOCK_M: tl.constexpr, CHUNK: tl.constexpr):
     experts = tl.arange(0, E_P)
@@ -134,7 +134,7 @@ def align_to_blocks(expert_ids: torch.Tensor, num_experts: int, block_m: int) ->
     return Alignment(sorted_pairs, block_experts, num_padded, block_m)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pairs"])
 def _gate_up_kernel(x_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, pairs, hidden, inter,
                     stride_x, stride_we, stride_wn, stride_out, TOP_K: tl.constexpr, BLOCK_M: tl.constexpr,
                     BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
@@ -175,7 +175,7 @@ def _gate_up_kernel(x_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padde
     tl.store(dst, h.to(out_ptr.dtype.element_ty), mask=valid[:, None] & col_ok[None, :])
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["pairs"])
 def _down_kernel(h_ptr, w_ptr, out_ptr, weights_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, pairs, hidden,
                  inter, stride_h, stride_we, stride_wn, stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
@@ -218,15 +218,29 @@ class TileConfig:
     num_stages: int
 
 
+# (rows per expert up to, tiles): decode batches give each active expert a few rows (small
+# BLOCK_M, long K steps: the weights are the traffic); prefill fills 64-row tiles.
+TILE_CONFIGS = ((16, TileConfig(16, 64, 128, 4, 4)), (48, TileConfig(32, 64, 64, 4, 4)),
+                (None, TileConfig(64, 64, 64, 4, 3)))
+
+
 def tile_config(tokens: int, num_experts: int, top_k: int) -> TileConfig:
-    """Tiles by the expected rows per expert: decode batches give each active expert a few rows
-    (small BLOCK_M, wide K steps: the weights are the traffic); prefill fills 64-row tiles."""
     rows_per_expert = tokens * top_k / num_experts
-    if rows_per_expert <= 16:
-        return TileConfig(16, 64, 128, 4, 4)
-    if rows_per_expert <= 48:
-        return TileConfig(32, 64, 64, 4, 4)
-    return TileConfig(64, 64, 64, 4, 3)
+    return next(cfg for limit, cfg in TILE_CONFIGS if limit is None or rows_per_expert <= limit)
+
+
+def warm_up(w13: torch.Tensor, w2: torch.Tensor, top_k: int, renormalize: bool) -> None:
+    """Build every kernel variant these weights will use (one per tile config) now, at start,
+    rather than on the first request that needs it."""
+    num_experts, _, hidden = w13.shape
+    previous = 0
+    for limit, _ in TILE_CONFIGS:
+        # The most tokens within this config's rows per expert; past the last limit, a few more.
+        tokens = max(1, limit * num_experts // top_k if limit is not None else previous + -(-num_experts // top_k))
+        previous = tokens
+        x = torch.zeros(tokens, hidden, dtype=w13.dtype, device=w13.device)
+        logits = torch.zeros(tokens, num_experts, dtype=w13.dtype, device=w13.device)
+        fused_experts(x, logits, w13, w2, top_k, renormalize)
 
 
 def fused_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int,

@@ -65,6 +65,13 @@ class MoELayer(nn.Module):
                              f"{tuple(param.data[expert].shape)}")
         param.data[expert].copy_(cols)
 
+    def warm_up(self) -> None:
+        """Build the fused path's Triton kernels at start (the engine calls this on CUDA)."""
+        if get_global_ctx().moe_backend in ("fused", "auto") and self.w13.is_cuda:
+            from .fused_moe import warm_up
+
+            warm_up(self.w13, self.w2, self.top_k, self.norm_topk_prob)
+
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         probs = F.softmax(self.gate(x), dim=-1, dtype=torch.float32)
         weights, experts = torch.topk(probs, self.top_k, dim=-1)
