@@ -46,18 +46,29 @@ class SymmMemAllReduce:
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         """Sum x over the ranks, in place (x must pass `takes`)."""
+        if x.numel() * x.element_size() <= self.one_shot_max_bytes:
+            return self.one_shot(x)
+        return self.two_shot(x)
+
+    def one_shot(self, x: torch.Tensor) -> torch.Tensor:
+        """One launch: x is copied into this rank's buffer, then every rank sums all buffers into x."""
         flat = x.view(-1)
         staging = self.buffer.view(x.dtype)[: flat.numel()]
-        if flat.numel() * x.element_size() <= self.one_shot_max_bytes:
-            # Copies x into this rank's buffer, then each rank sums all buffers into x.
-            torch.ops.symm_mem.one_shot_all_reduce_copy_out(staging, flat, "sum", self.group_name, flat)
-        else:
-            staging.copy_(flat)
-            torch.ops.symm_mem.two_shot_all_reduce_out(staging, "sum", self.group_name, flat)
+        torch.ops.symm_mem.one_shot_all_reduce_copy_out(staging, flat, "sum", self.group_name, flat)
+        return x
+
+    def two_shot(self, x: torch.Tensor) -> torch.Tensor:
+        """Each rank sums its 1/world slice of all buffers, then gathers the others' sums into x:
+        less traffic per rank than one-shot for larger messages."""
+        flat = x.view(-1)
+        staging = self.buffer.view(x.dtype)[: flat.numel()]
+        staging.copy_(flat)
+        torch.ops.symm_mem.two_shot_all_reduce_out(staging, "sum", self.group_name, flat)
         return x
 
 
-def create(group: dist.ProcessGroup, device: torch.device) -> SymmMemAllReduce | None:
+def create(group: dist.ProcessGroup, device: torch.device, max_bytes: int = TWO_SHOT_MAX_BYTES
+           ) -> SymmMemAllReduce | None:
     """The custom all-reduce for `group`, or None (with the reason logged) where it cannot run:
     a world size the kernels lack, GPUs without peer access, or a PyTorch without the ops. Every
     rank reaches the same answer before the collective rendezvous."""
@@ -70,10 +81,12 @@ def create(group: dist.ProcessGroup, device: torch.device) -> SymmMemAllReduce |
     if not local or not all(torch.cuda.can_device_access_peer(a, b) for a in local for b in local if a != b):
         logger.info("custom all-reduce off: the GPUs have no peer access; NCCL for all sizes")
         return None
-    if not hasattr(torch.ops.symm_mem, "one_shot_all_reduce_copy_out"):
+    import torch.distributed._symmetric_memory  # noqa: F401  (loads the symm_mem ops)
+
+    if not all(hasattr(torch.ops.symm_mem, op) for op in ("one_shot_all_reduce_copy_out", "two_shot_all_reduce_out")):
         logger.info("custom all-reduce off: this PyTorch (%s) lacks symmetric-memory all-reduce", torch.__version__)
         return None
-    custom = SymmMemAllReduce(group, device)
+    custom = SymmMemAllReduce(group, device, max_bytes)
     logger.info("custom all-reduce: symmetric memory, one-shot up to %d KiB, two-shot up to %d MiB, NCCL above",
                 custom.one_shot_max_bytes >> 10, custom.max_bytes >> 20)
     return custom
