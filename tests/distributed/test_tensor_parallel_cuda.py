@@ -10,6 +10,7 @@ Skipped without two GPUs: CI has none; benchmark/device/tp.sh runs it (see bench
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -27,15 +28,22 @@ PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [300], [7] * 20]
 
 
 def greedy(model_dir: str, tp: int, dtype: torch.dtype = torch.float32, options: dict | None = None) -> list[list[int]]:
-    """Runs in the case's own process (run_isolated): `options` are further LLM keyword arguments."""
+    """Runs in the case's own process (run_isolated): `options` are further LLM keyword arguments.
+    Graphs up to batch 8 (the 4 prompts decode inside them) keep each start short."""
     from minisgl.llm import LLM
 
-    llm = LLM(model_dir, tp=tp, device="cuda", dtype=dtype, num_page_override=512, page_size=16, **(options or {}))
+    llm = LLM(model_dir, tp=tp, device="cuda", dtype=dtype, num_page_override=512, page_size=16,
+              **{"cuda_graph_max_bs": 8, **(options or {})})
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True), use_tqdm=False)
         return [o["token_ids"] for o in outs]
     finally:
         llm.shutdown()
+
+
+@functools.cache
+def tp1_reference(model_dir: str) -> list[list[int]]:
+    return run_isolated(greedy, model_dir, 1)
 
 
 def first_differences(got: list[list[int]], want: list[list[int]]) -> dict[int, int]:
@@ -48,7 +56,7 @@ def first_differences(got: list[list[int]], want: list[list[int]]) -> dict[int, 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_tensor_parallel_matches_tp1_in_float32(tiny_model_dir, architecture, tp):
     model_dir = tiny_model_dir(architecture)
-    want = run_isolated(greedy, model_dir, 1)
+    want = tp1_reference(model_dir)
     got = run_isolated(greedy, model_dir, tp)
     diverged = first_differences(got, want)
     assert not diverged, f"first differing token per prompt: {diverged}; tp{tp}={got}; tp1={want}"
@@ -58,7 +66,7 @@ def test_tensor_parallel_matches_tp1_in_float32(tiny_model_dir, architecture, tp
 def test_qwen3_moe_tp2_matches_tp1_with_each_gpu_moe_path_and_nccl_only(tiny_model_dir, moe_backend):
     """Both GPU MoE paths inside the decode CUDA graphs, with every all-reduce on NCCL."""
     model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
-    want = run_isolated(greedy, model_dir, 1)
+    want = tp1_reference(model_dir)
     got = run_isolated(greedy, model_dir, 2, torch.float32,
                        {"moe_backend": moe_backend, "disable_custom_all_reduce": True})
     assert not first_differences(got, want), f"tp2={got}; tp1={want}"

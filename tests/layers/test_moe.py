@@ -16,21 +16,23 @@ from minisgl.layers import MoELayer
 from minisgl.layers import fused_moe
 from tests.helpers import EngineDriver, hf_greedy
 
+# The GPU paths on the GPU where there is one (the device runs this file too), else on the CPU.
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 CASES = [(1, 8, 2), (37, 8, 2), (64, 16, 4), (5, 4, 4), (40, 128, 8)]  # tokens, experts, top-k
 
 
 @pytest.fixture
 def moe_layer():
     """moe_layer(tokens, experts, top_k) -> (layer with random weights, input, its Context)."""
-    ctx = Context(device=torch.device("cpu"), tp=DistributedInfo())
+    ctx = Context(device=DEVICE, tp=DistributedInfo())
     set_global_ctx(ctx)
 
     def build(tokens: int, experts: int, top_k: int, norm_topk_prob: bool = True):
         torch.manual_seed(tokens * experts + top_k)
-        layer = MoELayer(64, 32, experts, top_k, norm_topk_prob=norm_topk_prob)
+        layer = MoELayer(64, 32, experts, top_k, norm_topk_prob=norm_topk_prob).to(DEVICE)
         for p in layer.parameters():
             p.data.normal_(std=0.1)
-        return layer, torch.randn(tokens, 64), ctx
+        return layer, torch.randn(tokens, 64, device=DEVICE), ctx
 
     yield build
     set_global_ctx(None)
@@ -62,7 +64,7 @@ def test_the_cpu_suite_runs_triton_kernels_under_the_interpreter():
 
 def test_fused_routing_matches_softmax_topk():
     torch.manual_seed(0)
-    logits = torch.randn(33, 128)
+    logits = torch.randn(33, 128, device=DEVICE)
     weights, ids = fused_moe.route_topk(logits, 8, renormalize=True)
     probs = torch.softmax(logits, dim=-1)
     want_w, want_ids = torch.topk(probs, 8, dim=-1)
@@ -76,7 +78,7 @@ def test_alignment_puts_each_pair_once_in_blocks_of_one_expert(tokens, experts, 
     sentinel, each used block holds pairs of the one expert it names, and the used length is a
     device tensor equal to the sum of the per-expert counts rounded up to the block size."""
     torch.manual_seed(tokens)
-    ids = torch.stack([torch.randperm(experts)[:top_k] for _ in range(tokens)]).to(torch.int32)
+    ids = torch.stack([torch.randperm(experts)[:top_k] for _ in range(tokens)]).to(DEVICE, torch.int32)
     align = fused_moe.align_to_blocks(ids, experts, block_m)
     pairs = tokens * top_k
     capacity = fused_moe.align_capacity(pairs, experts, block_m)
