@@ -224,9 +224,12 @@ TILE_CONFIGS = ((16, TileConfig(16, 64, 128, 4, 4)), (48, TileConfig(32, 64, 64,
                 (None, TileConfig(64, 64, 64, 4, 3)))
 
 
-def tile_config(tokens: int, num_experts: int, top_k: int) -> TileConfig:
+def tile_config(tokens: int, num_experts: int, top_k: int, dtype: torch.dtype = torch.bfloat16) -> TileConfig:
     rows_per_expert = tokens * top_k / num_experts
-    return next(cfg for limit, cfg in TILE_CONFIGS if limit is None or rows_per_expert <= limit)
+    cfg = next(cfg for limit, cfg in TILE_CONFIGS if limit is None or rows_per_expert <= limit)
+    if dtype == torch.float32:  # twice the bytes per tile: stay within shared memory (227 KiB on Hopper)
+        cfg = TileConfig(cfg.block_m, cfg.block_n, min(cfg.block_k, 64), cfg.num_warps, min(cfg.num_stages, 3))
+    return cfg
 
 
 def warm_up(w13: torch.Tensor, w2: torch.Tensor, top_k: int, renormalize: bool) -> None:
@@ -253,7 +256,7 @@ def fused_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tenso
     if tokens == 0:
         return out
     x = x.contiguous()
-    cfg = tile_config(tokens, num_experts, top_k)
+    cfg = tile_config(tokens, num_experts, top_k, x.dtype)
     weights, ids = route_topk(router_logits, top_k, renormalize)
     align = align_to_blocks(ids, num_experts, cfg.block_m)
     pairs = tokens * top_k
