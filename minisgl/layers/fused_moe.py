@@ -9,10 +9,10 @@ decode CUDA graph captures it.
    are padded to one (padding entries hold the sentinel `pairs`), `expert_ids` names the expert
    of each block and `num_padded` (a device tensor) how many entries are real blocks. Every
    block then holds one expert's rows, so a GEMM tile never mixes experts.
-3. `_gate_up_kernel`: one launch over (block, column tile): gathers the block's token rows of x,
-   multiplies by that expert's gate and up rows together and stores silu(gate) * up.
-4. `_down_kernel`: one launch over (block, column tile) multiplies by the expert's down
-   projection and by each pair's routing weight; the k slots of a token are then summed.
+3. `_expert_gemm_kernel` for gate_up: one launch over (block, column tile) gathers the block's
+   token rows of x, multiplies by that expert's gate and up rows together, stores silu(gate) * up.
+4. the same kernel for down: one launch multiplies by the expert's down projection and by each
+   pair's routing weight; the k slots of a token are then summed.
 
 Blocks past `num_padded` return at once; the grid itself is sized for the worst case so it is
 the same for every batch of a given size. Float32 runs the dots in IEEE precision (no TF32), so
@@ -135,77 +135,50 @@ def align_to_blocks(expert_ids: torch.Tensor, num_experts: int, block_m: int) ->
 
 
 @triton.jit(do_not_specialize=["pairs"])
-def _gate_up_kernel(x_ptr, w_ptr, out_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, pairs, hidden, inter,
-                    stride_x, stride_we, stride_wn, stride_out, TOP_K: tl.constexpr, BLOCK_M: tl.constexpr,
-                    BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
+def _expert_gemm_kernel(a_ptr, w_ptr, out_ptr, weights_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, pairs, n, k,
+                        stride_a, stride_we, stride_wn, stride_out, A_ROW_DIV: tl.constexpr, GATED: tl.constexpr,
+                        WEIGHTED: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        IEEE: tl.constexpr):
+    """out[pair, :n] = a[pair // A_ROW_DIV, :k] @ W[expert of the pair][:n, :k].T for the pairs of one
+    block and one column tile. GATED: W holds [gate; up] (2n rows) and out is silu(gate) * up.
+    WEIGHTED: out is scaled by each pair's routing weight."""
     pid = tl.program_id(0)
-    n_tiles = tl.cdiv(inter, BLOCK_N)
+    n_tiles = tl.cdiv(n, BLOCK_N)
     block = pid // n_tiles
     if block * BLOCK_M >= tl.load(num_padded_ptr):
         return
     expert = tl.load(expert_ids_ptr + block).to(tl.int64)
     rows = tl.load(sorted_ptr + block * BLOCK_M + tl.arange(0, BLOCK_M))
     valid = rows < pairs
-    tokens = (rows // TOP_K).to(tl.int64)
     cols = (pid % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < inter
+    col_ok = cols < n
     ks = tl.arange(0, BLOCK_K)
-    a_ptrs = x_ptr + tokens[:, None] * stride_x + ks[None, :]
-    # [BLOCK_K, BLOCK_N] views of this expert's gate rows and up rows (W is [2I, H]).
-    g_ptrs = w_ptr + expert * stride_we + cols[None, :].to(tl.int64) * stride_wn + ks[:, None]
-    u_ptrs = g_ptrs + inter * stride_wn
-    acc_g = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    acc_u = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(0, hidden, BLOCK_K):
-        k_ok = ks < hidden - k0
-        a = tl.load(a_ptrs, mask=valid[:, None] & k_ok[None, :], other=0.0)
-        g = tl.load(g_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        u = tl.load(u_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
-        if IEEE:
-            acc_g = tl.dot(a, g, acc_g, input_precision="ieee")
-            acc_u = tl.dot(a, u, acc_u, input_precision="ieee")
-        else:
-            acc_g = tl.dot(a, g, acc_g)
-            acc_u = tl.dot(a, u, acc_u)
-        a_ptrs += BLOCK_K
-        g_ptrs += BLOCK_K
-        u_ptrs += BLOCK_K
-    h = acc_g / (1.0 + tl.exp(-acc_g)) * acc_u
-    dst = out_ptr + rows[:, None].to(tl.int64) * stride_out + cols[None, :]
-    tl.store(dst, h.to(out_ptr.dtype.element_ty), mask=valid[:, None] & col_ok[None, :])
-
-
-@triton.jit(do_not_specialize=["pairs"])
-def _down_kernel(h_ptr, w_ptr, out_ptr, weights_ptr, sorted_ptr, expert_ids_ptr, num_padded_ptr, pairs, hidden,
-                 inter, stride_h, stride_we, stride_wn, stride_out, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr, IEEE: tl.constexpr):
-    pid = tl.program_id(0)
-    n_tiles = tl.cdiv(hidden, BLOCK_N)
-    block = pid // n_tiles
-    if block * BLOCK_M >= tl.load(num_padded_ptr):
-        return
-    expert = tl.load(expert_ids_ptr + block).to(tl.int64)
-    rows = tl.load(sorted_ptr + block * BLOCK_M + tl.arange(0, BLOCK_M))
-    valid = rows < pairs
-    rows64 = rows.to(tl.int64)
-    cols = (pid % n_tiles) * BLOCK_N + tl.arange(0, BLOCK_N)
-    col_ok = cols < hidden
-    ks = tl.arange(0, BLOCK_K)
-    a_ptrs = h_ptr + rows64[:, None] * stride_h + ks[None, :]
-    b_ptrs = w_ptr + expert * stride_we + cols[None, :].to(tl.int64) * stride_wn + ks[:, None]  # W2 is [H, I]
+    a_ptrs = a_ptr + (rows // A_ROW_DIV).to(tl.int64)[:, None] * stride_a + ks[None, :]
+    # [BLOCK_K, BLOCK_N] view of this expert's rows `cols` (and of its up rows, n further on).
+    w_ptrs = w_ptr + expert * stride_we + cols[None, :].to(tl.int64) * stride_wn + ks[:, None]
     acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    for k0 in range(0, inter, BLOCK_K):
-        k_ok = ks < inter - k0
+    acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    for k0 in range(0, k, BLOCK_K):
+        k_ok = ks < k - k0
         a = tl.load(a_ptrs, mask=valid[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(b_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+        w = tl.load(w_ptrs, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
         if IEEE:
-            acc = tl.dot(a, b, acc, input_precision="ieee")
+            acc = tl.dot(a, w, acc, input_precision="ieee")
         else:
-            acc = tl.dot(a, b, acc)
+            acc = tl.dot(a, w, acc)
+        if GATED:
+            up = tl.load(w_ptrs + n * stride_wn, mask=k_ok[:, None] & col_ok[None, :], other=0.0)
+            if IEEE:
+                acc_up = tl.dot(a, up, acc_up, input_precision="ieee")
+            else:
+                acc_up = tl.dot(a, up, acc_up)
         a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K
-    acc = acc * tl.load(weights_ptr + rows64, mask=valid, other=0.0)[:, None]
-    dst = out_ptr + rows64[:, None] * stride_out + cols[None, :]
+        w_ptrs += BLOCK_K
+    if GATED:
+        acc = acc / (1.0 + tl.exp(-acc)) * acc_up
+    if WEIGHTED:
+        acc = acc * tl.load(weights_ptr + rows, mask=valid, other=0.0)[:, None]
+    dst = out_ptr + rows.to(tl.int64)[:, None] * stride_out + cols[None, :]
     tl.store(dst, acc.to(out_ptr.dtype.element_ty), mask=valid[:, None] & col_ok[None, :])
 
 
@@ -261,15 +234,16 @@ def fused_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tenso
     align = align_to_blocks(ids, num_experts, cfg.block_m)
     pairs = tokens * top_k
     blocks = align.expert_ids.numel()
-    ieee = x.dtype == torch.float32
     h = torch.empty(pairs, inter, dtype=x.dtype, device=x.device)
-    _gate_up_kernel[(blocks * triton.cdiv(inter, cfg.block_n),)](
-        x, w13, h, align.sorted_pairs, align.expert_ids, align.num_padded, pairs, hidden, inter,
-        x.stride(0), w13.stride(0), w13.stride(1), h.stride(0), TOP_K=top_k, BLOCK_M=cfg.block_m,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, IEEE=ieee, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     y = torch.empty(pairs, hidden, dtype=x.dtype, device=x.device)
-    _down_kernel[(blocks * triton.cdiv(hidden, cfg.block_n),)](
+    tiles = {"BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "IEEE": x.dtype == torch.float32,
+             "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+    # gate_up: token rows of x (pair // k) through [gate; up], SiLU-and-mul fused: h [pairs, inter].
+    _expert_gemm_kernel[(blocks * triton.cdiv(inter, cfg.block_n),)](
+        x, w13, h, weights, align.sorted_pairs, align.expert_ids, align.num_padded, pairs, inter, hidden,
+        x.stride(0), w13.stride(0), w13.stride(1), h.stride(0), A_ROW_DIV=top_k, GATED=True, WEIGHTED=False, **tiles)
+    # down: pair rows of h through the down projection, times each pair's routing weight.
+    _expert_gemm_kernel[(blocks * triton.cdiv(hidden, cfg.block_n),)](
         h, w2, y, weights, align.sorted_pairs, align.expert_ids, align.num_padded, pairs, hidden, inter,
-        h.stride(0), w2.stride(0), w2.stride(1), y.stride(0), BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, IEEE=ieee, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        h.stride(0), w2.stride(0), w2.stride(1), y.stride(0), A_ROW_DIV=1, GATED=False, WEIGHTED=True, **tiles)
     return torch.sum(y.view(tokens, top_k, hidden), dim=1, out=out)
