@@ -3,12 +3,14 @@
 Implementations, chosen by `Context.moe_backend`:
 - "loop": one matmul pair per expert that received tokens. The CPU default and the reference.
 - "grouped": tokens sorted by expert and every expert's matmul in one `torch.nn.functional.
-  grouped_mm` call (a fused grouped GEMM on Hopper GPUs), with no host sync.
+  grouped_mm` call: a fused grouped GEMM with no host sync for bf16 on Hopper; for other dtypes
+  PyTorch loops over the groups, reading their offsets on the host (no CUDA graph then).
 - "fused": the Triton path of `minisgl.layers.fused_moe` (fused top-k routing, tokens aligned to
   expert blocks, one launch for gate_up and one for down), with no host sync.
-- "auto" (the GPU default): "fused" for batches of up to FUSED_MAX_TOKENS tokens, "grouped" above:
-  whichever measured faster at that size (benchmark/offline/moe_layer.py; see benchmark/NOTES.md).
-Every GPU path runs inside the decode CUDA graphs.
+- "auto" (the GPU default): "fused" for batches of up to FUSED_MAX_TOKENS tokens, "grouped" above
+  (bf16 only: else "fused" throughout): whichever measured faster at that size
+  (benchmark/offline/moe_layer.py; see benchmark/NOTES.md). Decode batches, captured in CUDA
+  graphs, are all within FUSED_MAX_TOKENS.
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ class MoELayer(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         backend = get_global_ctx().moe_backend
         if backend == "auto":
-            backend = "fused" if x.shape[0] <= FUSED_MAX_TOKENS else "grouped"
+            backend = "grouped" if x.shape[0] > FUSED_MAX_TOKENS and x.dtype == torch.bfloat16 else "fused"
         if backend == "fused":
             from .fused_moe import fused_experts
 
