@@ -5,6 +5,8 @@ TRITON_INTERPRET=1 where no GPU is, which runs its kernels on CPU tensors); and 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -97,6 +99,50 @@ def test_alignment_puts_each_pair_once_in_blocks_of_one_expert(tokens, experts, 
             assert int(align.expert_ids[b]) == -1 and entries.numel() == 0
         else:
             assert entries.numel() > 0 and torch.all(flat[entries] == align.expert_ids[b])
+
+
+# Builds every kernel variant of the fused path for Hopper with Triton's compiler (no GPU needed),
+# outside the interpreter, and checks each fits the 227 KiB of shared memory a block may use there.
+HOPPER_BUILD = r"""
+import inspect, torch, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from minisgl.layers import fused_moe as fm
+
+INT_PTRS = {"ids_ptr", "sorted_ptr", "expert_ids_ptr", "num_padded_ptr"}
+
+def build(kernel, dtype, consts, num_warps=4, num_stages=3):
+    sig = {}
+    for name in inspect.signature(kernel.fn).parameters:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name.endswith("_ptr"):
+            sig[name] = "*i32" if name in INT_PTRS else "*fp32" if name == "weights_ptr" else dtype
+        else:
+            sig[name] = "i32"
+    compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
+                              options={"num_warps": num_warps, "num_stages": num_stages})
+    assert compiled.metadata.shared <= 227 * 1024, (kernel.fn.__name__, consts, compiled.metadata.shared)
+
+build(fm._route_kernel, "*bf16", {"E": 128, "E_P": 128, "K": 8, "K_P": 8, "RENORM": True})
+build(fm._align_kernel, "*bf16", {"E_P": 128, "BLOCK_M": 16, "CHUNK": 128}, num_warps=8)
+for torch_dtype, dtype in ((torch.bfloat16, "*bf16"), (torch.float32, "*fp32")):
+    for tokens in (1, 700, 5000):  # one per tile config at Qwen3-30B-A3B's 128 experts, top-8
+        cfg = fm.tile_config(tokens, 128, 8, torch_dtype)
+        for gated in (True, False):
+            build(fm._expert_gemm_kernel, dtype,
+                  {"A_ROW_DIV": 8 if gated else 1, "GATED": gated, "WEIGHTED": not gated, "BLOCK_M": cfg.block_m,
+                   "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "IEEE": torch_dtype == torch.float32},
+                  cfg.num_warps, cfg.num_stages)
+print("built")
+"""
+
+
+def test_fused_kernels_build_for_hopper_within_its_shared_memory():
+    """So a kernel or tile that cannot build or fit fails here, not at a GPU server's start."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "built" in proc.stdout, proc.stderr[-4000:]
 
 
 def test_qwen3_moe_with_grouped_experts_matches_hf(tiny_model_dir):
