@@ -192,8 +192,10 @@ class TileConfig:
 
 
 # (rows per expert up to, tiles): decode batches give each active expert a few rows (small
-# BLOCK_M, long K steps: the weights are the traffic); prefill fills 64-row tiles.
-TILE_CONFIGS = ((16, TileConfig(16, 64, 128, 4, 4)), (48, TileConfig(32, 64, 64, 4, 4)),
+# BLOCK_M, long K steps: the weights are the traffic; narrow N tiles, so that the few active
+# experts still spread over all SMs: at batch 1, top-8 and 768 columns, 8 x 24 programs); prefill
+# fills 64-row tiles.
+TILE_CONFIGS = ((16, TileConfig(16, 32, 128, 4, 4)), (48, TileConfig(32, 64, 64, 4, 4)),
                 (None, TileConfig(64, 64, 64, 4, 3)))
 
 
