@@ -14,6 +14,8 @@ Imported lazily, on CUDA with tensor parallelism only; `--disable-custom-all-red
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 import torch.distributed as dist
 
@@ -36,6 +38,9 @@ class SymmMemAllReduce:
         self.group_name = group.group_name
         self.max_bytes = max_bytes
         self.one_shot_max_bytes = one_shot_max_bytes
+        with warnings.catch_warnings():  # needed before PyTorch 2.8 or so, deprecated (a no-op) after
+            warnings.simplefilter("ignore", FutureWarning)
+            symm_mem.enable_symm_mem_for_group(self.group_name)
         self.buffer = symm_mem.empty(max_bytes, dtype=torch.uint8, device=device)
         symm_mem.rendezvous(self.buffer, self.group_name)  # collective: every rank maps every buffer
 
