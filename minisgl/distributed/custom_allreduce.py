@@ -91,7 +91,26 @@ def create(group: dist.ProcessGroup, device: torch.device, max_bytes: int = TWO_
     if not all(hasattr(torch.ops.symm_mem, op) for op in ("one_shot_all_reduce_copy_out", "two_shot_all_reduce_out")):
         logger.info("custom all-reduce off: this PyTorch (%s) lacks symmetric-memory all-reduce", torch.__version__)
         return None
-    custom = SymmMemAllReduce(group, device, max_bytes)
+    try:
+        custom = SymmMemAllReduce(group, device, max_bytes)
+        _probe(custom, dist.get_rank(group), world, device)
+    except Exception as e:  # e.g. CUDA IPC handles that cannot be shared on this machine
+        logger.warning("custom all-reduce off: symmetric memory failed here (%s); NCCL for all sizes", e)
+        custom = None
+    # All ranks use it or none does: a rank on NCCL would wait forever for one on symmetric memory.
+    agreed = torch.tensor([custom is not None], dtype=torch.int32, device=device)
+    dist.all_reduce(agreed, op=dist.ReduceOp.MIN, group=group)
+    if not agreed.item():
+        return None
     logger.info("custom all-reduce: symmetric memory, one-shot up to %d KiB, two-shot up to %d MiB, NCCL above",
                 custom.one_shot_max_bytes >> 10, custom.max_bytes >> 20)
     return custom
+
+
+def _probe(custom: SymmMemAllReduce, rank: int, world: int, device: torch.device) -> None:
+    """Both kernels sum a known tensor right, or the custom all-reduce is not used."""
+    want = world * (world + 1) / 2
+    for method in (custom.one_shot, custom.two_shot):
+        x = torch.full((4, 256), float(rank + 1), device=device)
+        if not torch.all(method(x) == want):
+            raise RuntimeError(f"{method.__name__} summed {x.flatten()[0].item()}, not {want}")
