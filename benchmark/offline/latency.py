@@ -15,6 +15,7 @@ With --compare-eager the same run repeats with CUDA graphs off. Writes JSON (and
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import itertools
 import os
@@ -27,6 +28,7 @@ from minisgl.benchmark.floor import active_weight_bytes, copy_bandwidth, kv_byte
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
+from minisgl.message import UserMsg
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,7 +54,8 @@ def measure(args, graphs: bool) -> dict:
     max_len = args.prompt_len + args.decode_steps + 16
     start = time.perf_counter()
     llm = LLM(args.model, tp=args.tp, dtype=dtype, moe_backend=args.moe_backend,
-              disable_custom_all_reduce=args.disable_custom_all_reduce, use_dummy_weight=args.dummy_weight, max_running_req=max(args.batch, 8),
+              disable_custom_all_reduce=args.disable_custom_all_reduce, use_dummy_weight=args.dummy_weight,
+              max_running_req=max(args.batch, 8),
               max_seq_len_override=max_len, attention_backend=args.attn,
               cuda_graph_max_bs=args.cuda_graph_max_bs if graphs else 0)
     init_s = time.perf_counter() - start
@@ -64,15 +67,20 @@ def measure(args, graphs: bool) -> dict:
     params = SamplingParams(temperature=0, max_tokens=args.decode_steps, ignore_eos=True)
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
     try:
+        # Through the scheduler server, as LLM.generate goes, so tensor-parallel followers get the
+        # requests too; a timestamp per step that produced tokens.
         first = 10**9
         for i, p in enumerate(prompts):
-            s.add_request(first + i, p, params)
-        stamps: list[float] = []  # one per step that produced tokens
+            llm.inbox.put(UserMsg(first + i, p, dataclasses.asdict(params)))
+        stamps: list[float] = []
+        finished = 0
         begin = time.perf_counter()
-        while s.has_work:
-            outs = s.step()
+        while finished < len(prompts):
+            llm.server.run_once()
+            outs, llm._outputs[:] = list(llm._outputs), []
             if any(o.token_id is not None for o in outs):
                 stamps.append(time.perf_counter())
+            finished += sum(1 for o in outs if o.finish_reason)
         gaps = [b - a for a, b in itertools.pairwise(stamps)]
         tpot = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
         kv_token = kv_bytes_per_token(e)
