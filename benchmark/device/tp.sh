@@ -19,23 +19,19 @@
 #   python benchmark/prepare_model.py ../shared/models/qwen3-8b .bench-models/qwen3-8b
 #   python benchmark/prepare_model.py ../shared/models/qwen3-30b-a3b .bench-models/qwen3-30b-a3b
 # NVLink multicast stays off (KINDS.md): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1.
-# Results: $OUT/results.tgz (JSON, PNG, logs) and the Triton kernel cache as $OUT/triton-cache.tgz
-# (copy it to .device-kit/ to skip compiling the MoE kernels next time).
+# Results: $OUT/results.tgz (JSON, PNG, logs); the FlashInfer + Triton JIT cache as $OUT/fiws.tgz.part-*
+# (carry them back as .device-kit/fiws.tgz.part-* to skip compiling next time; benchmark/device/lib.sh).
 set -uo pipefail
 mode=${1:?usage: tp.sh test|8b|30b|moe}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 RES=${RES:-/tmp/results}
 mkdir -p "$RES"
-step() { echo; echo "=== $* ($(date +%T))"; }
-# ninja rebuilds an object older than its sources, and pip just gave FlashInfer's sources fresh
-# times: date the kit's JIT workspace an hour ahead so its kernels load without compiling.
-[ -d /tmp/fiws ] && find /tmp/fiws -exec touch -h -d "@$(( $(date +%s) + 3600 ))" {} +
-export TRITON_CACHE_DIR=/tmp/triton-cache
-mkdir -p "$TRITON_CACHE_DIR"
-if [ -f .device-kit/triton-cache.tgz ]; then tar xzf .device-kit/triton-cache.tgz -C /tmp; fi
+. benchmark/device/lib.sh  # step, restore_jit_cache / save_jit_cache (FlashInfer and Triton), AOT kernels
+restore_jit_cache
+restore_aot_kernels
 finish() {
     tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .
-    tar czf "${OUT:-/tmp}/triton-cache.tgz" -C /tmp triton-cache
+    save_jit_cache  # with the MoE Triton kernels: carry back as .device-kit/fiws.tgz.part-*
 }
 trap finish EXIT
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader

@@ -27,6 +27,7 @@ import torch
 from minisgl.benchmark.floor import active_weight_bytes, copy_bandwidth, kv_bytes_per_token
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import SamplingParams
+from minisgl.kvcache import KV_CACHE_DTYPES
 from minisgl.llm import LLM
 from minisgl.message import UserMsg
 
@@ -40,6 +41,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--decode-steps", type=int, default=256)
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"])
     p.add_argument("--attn", default="auto")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES))
+    p.add_argument("--quantization", default=None, choices=["fp8"],
+                   help="FP8 weights (the floor is then the FP8 weights' bytes)")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per GPU)")
     p.add_argument("--disable-custom-all-reduce", action="store_true", help="NCCL for every all-reduce")
@@ -55,8 +59,8 @@ def measure(args, graphs: bool) -> dict:
     start = time.perf_counter()
     llm = LLM(args.model, tp=args.tp, dtype=dtype, moe_backend=args.moe_backend,
               disable_custom_all_reduce=args.disable_custom_all_reduce, use_dummy_weight=args.dummy_weight,
-              max_running_req=max(args.batch, 8),
-              max_seq_len_override=max_len, attention_backend=args.attn,
+              max_running_req=max(args.batch, 8), max_seq_len_override=max_len, attention_backend=args.attn,
+              kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization,
               cuda_graph_max_bs=args.cuda_graph_max_bs if graphs else 0)
     init_s = time.perf_counter() - start
     s = llm.scheduler
@@ -109,7 +113,9 @@ def main() -> None:
         r["floor_s"] = floor
         r["tpot_over_floor"] = r["tpot_s"] / floor
     result = {"benchmark": "latency", "device": device_name(), "model": args.model, "dummy_weight": args.dummy_weight,
-              "tp": args.tp, "custom_all_reduce": not args.disable_custom_all_reduce, "batch": args.batch, "prompt_len": args.prompt_len, "decode_steps": args.decode_steps,
+              "quantization": args.quantization, "kv_cache_dtype": args.kv_cache_dtype, "tp": args.tp,
+              "custom_all_reduce": not args.disable_custom_all_reduce,
+              "batch": args.batch, "prompt_len": args.prompt_len, "decode_steps": args.decode_steps,
               "copy_bandwidth_bytes_per_s": bw, "runs": runs}
     for r in runs:
         print(f"{'graphs' if r['cuda_graphs'] else 'eager '}: TPOT {r['tpot_s'] * 1e3:.2f} ms (median "

@@ -43,7 +43,7 @@ def active_weight_bytes(engine, batch: int) -> float:
 
 def kv_bytes_per_token(engine) -> int:
     cfg = engine.model_config
-    return 2 * cfg.num_layers * engine.num_kv_heads * cfg.head_dim * engine.dtype.itemsize
+    return 2 * cfg.num_layers * engine.num_kv_heads * cfg.head_dim * engine.kv_dtype.itemsize
 
 
 def decode_floor_s(engine, input_lens: list[int], output_lens: list[int], bandwidth: float) -> float:

@@ -14,6 +14,8 @@ class EngineConfig:
     dtype: torch.dtype | None = None  # None: the checkpoint's dtype
     device: str = "auto"  # auto: CUDA when present, else CPU
     page_size: int = 16
+    kv_cache_dtype: str = "auto"  # auto (the model's dtype), fp8_e4m3 or fp8_e5m2: minisgl.kvcache.KV_CACHE_DTYPES
+    quantization: str | None = None  # "fp8": quantize plain weights at load (minisgl.quantization)
     max_running_req: int = 256
     attention_backend: str = "auto"  # a name, or "prefill,decode"
     moe_backend: str = "auto"  # auto (per batch size on CUDA, loop on the CPU), loop, grouped or fused

@@ -39,6 +39,14 @@ class ServerArgs:
     dtype: str = _flag("Weight and activation dtype: auto, bfloat16, float16 (half) or float32 (float).", "auto")
     device: str = _flag("Device to run on: auto (CUDA when present, else CPU), cuda or cpu.", "auto")
     page_size: int = _flag("Tokens per KV-cache page.", 16)
+    kv_cache_dtype: str = _flag(
+        "KV-cache element type: auto (the model's dtype) or FP8 (fp8_e4m3, fp8_e5m2), one byte per element: "
+        "twice the pages in the same memory. Scaled per layer by the checkpoint's k_scale/v_scale, else 1.0.",
+        "auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
+    quantization: str | None = _flag(
+        "Quantize a checkpoint's weights at load: fp8 (per output channel, activations per token; FP8 GEMMs "
+        "on Hopper, FP8-rounded weights elsewhere). FP8 checkpoints (quant_method fp8 or compressed-tensors) "
+        "need no flag.", choices=["fp8"])
     max_running_requests: int = _flag("Most requests decoding at once.", 256)
     max_prefill_length: int = _flag(
         "Most prompt tokens computed in one step; longer prompts are split (chunked prefill).", 8192
