@@ -12,7 +12,10 @@
 # 8b / 30b: all-reduce per decode step (NCCL vs the custom one-/two-shot all-reduce, in CUDA
 # graphs), offline throughput and start-up (TP=2 with the custom all-reduce, TP=2 NCCL only,
 # TP=1), batch-1 TPOT (same three). TP sizes of `test` come from the GPU count (MINISGL_TEST_TP
-# overrides, e.g. 2,4). On nvidia-h200-x4, TP4=1 adds TP=4 runs to 8b / 30b.
+# overrides, e.g. 4 alone on nvidia-h200-x4 to stay within one call).
+#
+#   bash benchmark/device/tp.sh scale-8b    # nvidia-h200-x4: TP=1, 2 and 4 (those the GPUs allow) in one
+#   bash benchmark/device/tp.sh scale-30b   # call: all-reduce per step, offline tok/s, start-up, batch-1 TPOT
 #
 # Run after the kit preamble (../shared/device/kit.sh) with carry [".device-kit", ".bench-models"],
 # the model configs staged by
@@ -22,7 +25,7 @@
 # Results: $OUT/results.tgz (JSON, PNG, logs); the FlashInfer + Triton JIT cache as $OUT/fiws.tgz.part-*
 # (carry them back as .device-kit/fiws.tgz.part-* to skip compiling next time; benchmark/device/lib.sh).
 set -uo pipefail
-mode=${1:?usage: tp.sh test|8b|30b|moe}
+mode=${1:?usage: tp.sh test|8b|30b|moe|scale-8b|scale-30b}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 RES=${RES:-/tmp/results}
 mkdir -p "$RES"
@@ -63,16 +66,25 @@ bench_pair() {  # $1 name, $2 model dir: TP=2 custom, TP=2 NCCL, then TP=1 throu
         --out "$RES/latency-$name-tp1.json" > "$RES/latency-$name-tp1.log" 2>&1) &
     wait
     summary "$RES/offline-$name-tp1.log" "$RES/latency-$name-tp1.log"
-    if [ "${TP4:-0}" = 1 ]; then
-        step "$name: TP=4"
-        timeout 120 python benchmark/offline/allreduce.py --config "$model" --tp 4 --out "$RES/allreduce-$name-tp4.json" \
-            2>&1 | grep -vE "Warn|warn" | tail -12
-        timeout 200 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 4 --dtype bfloat16 \
-            "${SIZE[@]}" --out "$RES/offline-$name-tp4.json" > "$RES/offline-$name-tp4.log" 2>&1
-        timeout 150 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 4 \
-            --out "$RES/latency-$name-tp4.json" > "$RES/latency-$name-tp4.log" 2>&1
-        summary "$RES/offline-$name-tp4.log" "$RES/latency-$name-tp4.log"
-    fi
+}
+
+scale() {  # $1 name, $2 model dir: TP = 1, 2, 4 (as many as there are GPUs), custom all-reduce; for nvidia-h200-x4
+    local name=$1 model=$2 gpus
+    gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
+    for tp in 1 2 4; do
+        [ "$tp" -le "$gpus" ] || continue
+        if [ "$tp" -gt 1 ]; then
+            step "$name: all-reduce per decode step at TP=$tp"
+            timeout 90 python benchmark/offline/allreduce.py --config "$model" --tp "$tp" --batches 1,8,64,256 \
+                --out "$RES/allreduce-$name-tp$tp.json" 2>&1 | grep -vE "Warn|warn" | tail -5
+        fi
+        step "$name: offline throughput + start-up, then batch-1 TPOT, TP=$tp"
+        timeout 170 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp "$tp" --dtype bfloat16 \
+            "${SIZE[@]}" --out "$RES/offline-$name-tp$tp.json" > "$RES/offline-$name-tp$tp.log" 2>&1
+        timeout 120 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp "$tp" \
+            --out "$RES/latency-$name-tp$tp.json" > "$RES/latency-$name-tp$tp.log" 2>&1
+        summary "$RES/offline-$name-tp$tp.log" "$RES/latency-$name-tp$tp.log"
+    done
 }
 
 case "$mode" in
@@ -89,6 +101,8 @@ test)
     ;;
 8b) bench_pair qwen3-8b .bench-models/qwen3-8b ;;
 30b) bench_pair qwen3-30b-a3b .bench-models/qwen3-30b-a3b ;;
+scale-8b) scale qwen3-8b .bench-models/qwen3-8b ;;
+scale-30b) scale qwen3-30b-a3b .bench-models/qwen3-30b-a3b ;;
 moe)
     export CUDA_VISIBLE_DEVICES=0
     step "MoE layer per token count: fused Triton vs grouped GEMM vs loop (Qwen3-30B-A3B, TP=1 and one TP=2 share)"
