@@ -145,12 +145,13 @@ def test_fused_kernels_build_for_hopper_within_its_shared_memory():
     assert proc.returncode == 0 and "built" in proc.stdout, proc.stderr[-4000:]
 
 
-def test_qwen3_moe_with_grouped_experts_matches_hf(tiny_model_dir):
+@pytest.mark.parametrize("moe_backend", ["grouped", "fused"])
+def test_qwen3_moe_with_gpu_moe_paths_matches_hf(tiny_model_dir, moe_backend):
     model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", moe_backend="grouped",
+    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", moe_backend=moe_backend,
                                  num_page_override=64, max_running_req=2))
     try:
-        assert engine.ctx.moe_backend == "grouped"
+        assert engine.ctx.moe_backend == moe_backend
         driver = EngineDriver(engine)
         prompt = [5, 17, 42, 99, 3, 8]
         req = driver.add(prompt)
