@@ -50,7 +50,9 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
         max_running_req=args.max_running_requests,
         attention_backend=args.attn,
         cuda_graph_max_bs=args.cuda_graph_max_bs,
-        disable_custom_all_reduce=args.disable_custom_all_reduce,
+        # The custom all-reduce maps peers' memory through CUDA IPC: one node only. Across nodes
+        # every all-reduce is NCCL's (the probe would fail there too, but only after trying).
+        disable_custom_all_reduce=args.disable_custom_all_reduce or NodePlacement.of(args).nnodes > 1,
         memory_ratio=args.memory_ratio,
         use_dummy_weight=args.dummy_weight,
         max_seq_len_override=args.max_seq_len,

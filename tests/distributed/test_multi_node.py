@@ -103,3 +103,12 @@ def test_bad_node_flags_are_refused_in_one_line(argv, problem, capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert problem in err and err.count("\n") == 1
+
+
+def test_ranks_over_several_nodes_never_use_the_single_node_custom_all_reduce():
+    from minisgl.server.launch import scheduler_config
+
+    one_node = parse_args(["--tp", "2"])
+    two_nodes = parse_args(["--tp", "2", "--nnodes", "2", "--dist-init-addr", "h:1"])
+    assert not scheduler_config(one_node, "m").disable_custom_all_reduce
+    assert scheduler_config(two_nodes, "m").disable_custom_all_reduce
