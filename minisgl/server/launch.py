@@ -188,7 +188,10 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
     from .frontend import FrontendClient
     from .metrics import ServerMetrics
 
+    from .connections import connection_limit, raise_open_file_limit, uvicorn_http_protocol
+
     args, model_path = resolve_model(args)
+    open_files = raise_open_file_limit()  # before the workers start: they inherit it
     workers = start_workers(args, model_path, scheduler_target)
     state = ServerState()
     client = FrontendClient(workers.addrs)
@@ -207,7 +210,10 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
             yield
 
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                   timeout_graceful_shutdown=5, access_log=False))
+                                   timeout_graceful_shutdown=5, access_log=False,
+                                   http=uvicorn_http_protocol(args.header_timeout),
+                                   # uvicorn counts the connection asking too: N served, the N+1st refused
+                                   limit_concurrency=connection_limit(args.max_connections, open_files) + 1))
     exit_code = 0
     stopping = asyncio.Event()
 
