@@ -20,6 +20,7 @@ from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
 from .generation_defaults import sampling_defaults
 from .parsers import ChatOutputFormat
+from .request_cost import request_cost_problem
 from .tokenize_api import add_tokenize_routes
 from .protocol import (
     ChatCompletionRequest,
@@ -120,6 +121,9 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         if choices // body.n > args.max_n:
             raise APIError(400, f"{choices // body.n} prompts in one request; this server takes at most {args.max_n}",
                            param="prompt")
+        too_costly = request_cost_problem(body)
+        if too_costly:
+            raise APIError(400, too_costly[1], param=too_costly[0], code="request_too_large")
         unsupported = body.unsupported_field(args.allow_unknown_fields)
         if unsupported:
             raise APIError(400, f"{unsupported} is not supported by this server", param=unsupported,

@@ -103,6 +103,15 @@ def check_model(args: ServerArgs, model_path: str) -> None:
                          f"{config.max_position_embeddings} tokens")
 
 
+def prompt_token_limit(args: ServerArgs, model_path: str) -> int:
+    """Most prompt tokens a request may have: --max-prompt-tokens, else the context length (the
+    engine may allow less; the scheduler has the last word)."""
+    from minisgl.models import load_model_config
+
+    context = min(args.max_seq_len or 1 << 62, load_model_config(model_path).max_position_embeddings)
+    return min(args.max_prompt_tokens or context, context)
+
+
 @dataclass
 class Workers:
     procs: list[mp.process.BaseProcess]
@@ -168,7 +177,7 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
         for rank in range(args.tp)
     ] + [
         ctx.Process(target=run_tokenizer, name=name,
-                    args=(model_path, addrs, status, name, chat_template))
+                    args=(model_path, addrs, status, name, chat_template, prompt_token_limit(args, model_path)))
         for name in tokenizers
     ] + [
         ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),
