@@ -38,6 +38,24 @@ def scheduler_params(params: dict) -> dict:
     return {k: v for k, v in params.items() if k not in NOT_FOR_SCHEDULER}
 
 
+class RepeatedPrompt:
+    """The choices of one request (n > 1) reach a tokenizer one after another with the same
+    prompt: it is tokenized (or its chat template rendered) once, not once per choice."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.ids: list[int] = []
+
+    def encode(self, tokenizer, msg: TokenizeMsg) -> list[int]:
+        if msg.input_ids is not None:
+            return list(msg.input_ids)
+        key = (msg.text, msg.messages, msg.params.get("template"))
+        if key != self.key:
+            self.key, self.ids = None, encode_request(tokenizer, msg)  # a failure leaves nothing stale
+            self.key = key
+        return self.ids
+
+
 def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
     """The prompt's last tokens as decoding context, unless they end inside a UTF-8 character
     (then the decoder could not tell the prompt's text from the output's)."""
@@ -56,6 +74,7 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: s
         if chat_template:
             tokenizer.chat_template = chat_template
         limit = PromptLimit(max_prompt_tokens, tokenizer.backend_tokenizer)
+        repeated = RepeatedPrompt()
         inbox = PullSocket(addrs[name])
         to_scheduler, to_detok, to_api = (PushSocket(addrs[n]) for n in ("scheduler", "detokenizer", "api"))
         watch = ParentWatch()
@@ -69,7 +88,7 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: s
                     continue
                 try:
                     problem = limit.check_bytes(msg.text, msg.messages) if msg.input_ids is None else None
-                    ids = encode_request(tokenizer, msg) if problem is None else []
+                    ids = repeated.encode(tokenizer, msg) if problem is None else []
                     problem = problem or limit.check_tokens(len(ids))
                     if problem:
                         to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", problem)]))

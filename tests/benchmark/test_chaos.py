@@ -8,18 +8,14 @@ import httpx
 import pytest
 
 from minisgl.benchmark import chaos
-from tests.server.serving import ServerProcess, wait_for
+from tests.server.serving import tiny_qwen3_server, wait_for
 
 ARGS = ["--dtype", "float32", "--page-size", "4", "--num-pages", "4096", "--max-seq-len", "256",
         "--max-running-requests", "128", "--header-timeout", "2"]
 MB = 2**20
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir):
-    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), *ARGS).wait_ready()
-    yield srv
-    assert srv.stop() == 0
+model_dir, server, client = tiny_qwen3_server(*ARGS)
 
 
 @pytest.fixture(scope="module")

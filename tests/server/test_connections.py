@@ -14,25 +14,17 @@ import httpx
 import psutil
 import pytest
 
+from minisgl.benchmark import chaos
 from minisgl.server.args import parse_args
 from minisgl.utils.net import free_port
 from minisgl.utils.server_process import ServerProcess as CommandProcess
-from tests.server.serving import ServerProcess
+from tests.server.serving import ServerProcess, tiny_qwen3_server
 
 FAST = ["--num-pages", "256", "--max-seq-len", "256"]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("Qwen3ForCausalLM")
-
-
-@pytest.fixture(scope="module")
-def server(model_dir):
-    srv = ServerProcess("--model", model_dir, *FAST, "--header-timeout", "2", "--body-timeout", "2",
-                        "--max-connections", "64").wait_ready()
-    yield srv
-    assert srv.stop() == 0
+model_dir, server, client = tiny_qwen3_server(*FAST, "--header-timeout", "2", "--body-timeout", "2",
+                                              "--max-connections", "64")
 
 
 def connect(url: str) -> socket.socket:
@@ -66,32 +58,13 @@ def closed_by_server(sock: socket.socket) -> bytes | None:
 
 
 def test_slow_request_heads_are_closed_after_the_header_timeout_while_health_answers(server):
-    """20 clients send their request head one byte every 0.4 s or so (each byte resets uvicorn's own
+    """20 clients send their request head one byte every 0.4 s (each byte resets uvicorn's own
     keep-alive timer): all are closed about --header-timeout (2 s) after connecting, and /health
-    answers at once the whole time."""
-    head = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Slow: " + b"a" * 100
-    socks = [connect(server.url) for _ in range(20)]
-    start, cut_at, sent = time.monotonic(), {}, 0
-    while time.monotonic() - start < 8 and len(cut_at) < len(socks):
-        for i, s in enumerate(socks):
-            if i in cut_at:
-                continue
-            try:
-                s.send(head[sent:sent + 1])
-            except (BrokenPipeError, ConnectionResetError):
-                cut_at[i] = time.monotonic() - start
-                continue
-            if closed_by_server(s) is not None:
-                cut_at[i] = time.monotonic() - start
-        t = time.monotonic()
-        assert httpx.get(server.url + "/health", timeout=5).status_code == 200
-        assert time.monotonic() - t < 1, "/health slow while slow connections are held"
-        sent += 1
-        time.sleep(0.4)
-    for s in socks:
-        s.close()
-    assert len(cut_at) == len(socks), f"{len(socks) - len(cut_at)} slow connections still open after 8 s"
-    assert all(1.5 < t < 4.5 for t in cut_at.values()), sorted(cut_at.values())
+    answers the whole time (the chaos scenario minisgl.benchmark.chaos.slowloris)."""
+    result = chaos.slowloris(server.url, connections=20, seconds=8, byte_every_s=0.4)
+    assert result["cut"] == 20, f"{20 - result['cut']} slow connections still open after 8 s"
+    assert all(1.5 < t < 4.5 for t in result["cut_after_s"]), result["cut_after_s"]
+    assert result["health_failures"] == 0
 
 
 def test_a_slowly_sent_body_gets_408_after_the_body_timeout(server):
