@@ -9,10 +9,14 @@ four 1024-character stop strings cost milliseconds per token)."""
 
 from __future__ import annotations
 
+from array import array
+from functools import lru_cache
 
-def _failure(pattern: str) -> list[int]:
+
+@lru_cache(maxsize=256)  # the n choices of a request (and most requests) share their stop strings
+def _failure(pattern: str) -> array:
     """fail[i]: length of the longest proper prefix of pattern[:i + 1] that is also its suffix."""
-    fail, k = [0] * len(pattern), 0
+    fail, k = array("i", bytes(4 * len(pattern))), 0
     for i in range(1, len(pattern)):
         while k and pattern[i] != pattern[k]:
             k = fail[k - 1]
