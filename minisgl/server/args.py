@@ -39,6 +39,14 @@ class ServerArgs:
     dtype: str = _flag("Weight and activation dtype: auto, bfloat16, float16 (half) or float32 (float).", "auto")
     device: str = _flag("Device to run on: auto (CUDA when present, else CPU), cuda or cpu.", "auto")
     page_size: int = _flag("Tokens per KV-cache page.", 16)
+    kv_cache_dtype: str = _flag(
+        "KV-cache element type: auto (the model's dtype) or FP8 (fp8_e4m3, fp8_e5m2), one byte per element: "
+        "twice the pages in the same memory. Scaled per layer by the checkpoint's k_scale/v_scale, else 1.0.",
+        "auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
+    quantization: str | None = _flag(
+        "Quantize a checkpoint's weights at load: fp8 (per output channel, activations per token; FP8 GEMMs "
+        "on Hopper, FP8-rounded weights elsewhere). FP8 checkpoints (quant_method fp8 or compressed-tensors) "
+        "need no flag.", choices=["fp8"])
     max_running_requests: int = _flag("Most requests decoding at once.", 256)
     max_prefill_length: int = _flag(
         "Most prompt tokens computed in one step; longer prompts are split (chunked prefill).", 8192
@@ -49,6 +57,9 @@ class ServerArgs:
     attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
                       "auto")
     cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
+    disable_custom_all_reduce: bool = _flag(
+        "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
+        "(PyTorch symmetric memory) for small messages.", False)
     memory_ratio: float = _flag("Fraction of device memory for weights, graphs and KV cache.", 0.9,
                                 aliases=["--gpu-memory-utilization"])
     num_pages: int | None = _flag("Fix the number of KV pages instead of sizing from memory.")

@@ -23,6 +23,7 @@ import torch
 
 from minisgl.distributed import DistributedInfo
 from minisgl.scheduler import SchedulerConfig
+from minisgl.utils.gc_freeze import freeze_startup_objects
 from minisgl.utils.logger import get_logger
 from minisgl.utils.net import rendezvous_addr
 
@@ -43,9 +44,12 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
         dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
         device=args.device,
         page_size=args.page_size,
+        kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization,
         max_running_req=args.max_running_requests,
         attention_backend=args.attn,
         cuda_graph_max_bs=args.cuda_graph_max_bs,
+        disable_custom_all_reduce=args.disable_custom_all_reduce,
         memory_ratio=args.memory_ratio,
         use_dummy_weight=args.dummy_weight,
         max_seq_len_override=args.max_seq_len,
@@ -237,6 +241,7 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
                 exit_code = 1
             server.should_exit = True
             return
+        freeze_startup_objects()
         state.ready = True
         logger.info("minisgl ready: serving %s as '%s' at http://%s:%d", model_path, args.model_name,
                     args.host, args.port)

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from multiprocessing.queues import Queue
 from typing import Any
 
+from .gc_freeze import freeze_startup_objects
+
 
 def run_worker(name: str, status: Queue, body: Callable[[Callable[[], None]], Any]) -> None:
     """Run `body(ready)` in a child process. `ready()` tells the launcher start-up is done; an
@@ -17,7 +19,7 @@ def run_worker(name: str, status: Queue, body: Callable[[Callable[[], None]], An
     # Ctrl-C reaches the whole process group; the launcher alone decides how to shut down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        body(lambda: status.put(("ready", name, "")))
+        body(lambda: (freeze_startup_objects(), status.put(("ready", name, ""))))
     except Exception:
         trace = traceback.format_exc()
         print(f"minisgl worker {name} failed:\n{trace}", file=sys.stderr, flush=True)
