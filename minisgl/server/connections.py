@@ -60,8 +60,10 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float) -> type
             self._arm_head_deadline()
 
         def on_response_complete(self) -> None:
-            super().on_response_complete()
+            # Armed with the finished cycle before uvicorn may start a pipelined next one, which
+            # then counts as the head having come.
             self._arm_head_deadline()
+            super().on_response_complete()
 
         def connection_lost(self, exc) -> None:
             self._disarm_head_deadline()
