@@ -262,7 +262,7 @@ class Scheduler:
 
     def _finish_reason(self, r: Req, token: int) -> str | None:
         p = r.sampling_params
-        if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids:
+        if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_set:
             return "stop"
         if len(r.output_ids) >= p.max_tokens or r.prompt_len + len(r.output_ids) >= self.engine.max_seq_len:
             return "length"

@@ -110,6 +110,15 @@ def check_model(args: ServerArgs, model_path: str) -> None:
                          f"{config.max_position_embeddings} tokens")
 
 
+def prompt_token_limit(args: ServerArgs, model_path: str) -> int:
+    """Most prompt tokens a request may have: --max-prompt-tokens, else the context length (the
+    engine may allow less; the scheduler has the last word)."""
+    from minisgl.models import load_model_config
+
+    context = min(args.max_seq_len or 1 << 62, load_model_config(model_path).max_position_embeddings)
+    return min(args.max_prompt_tokens or context, context)
+
+
 @dataclass
 class Workers:
     procs: list[mp.process.BaseProcess]
@@ -179,7 +188,7 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
         chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
         procs += [
             ctx.Process(target=run_tokenizer, name=name,
-                        args=(model_path, addrs, status, name, chat_template))
+                        args=(model_path, addrs, status, name, chat_template, prompt_token_limit(args, model_path)))
             for name in tokenizers
         ] + [
             ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),
@@ -201,7 +210,10 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
 
     if not NodePlacement.of(args).is_head:
         return serve_engine_ranks(args, scheduler_target)
+    from .connections import connection_limit, raise_open_file_limit, uvicorn_http_protocol
+
     args, model_path = resolve_model(args)
+    open_files = raise_open_file_limit()  # before the workers start: they inherit it
     workers = start_workers(args, model_path, scheduler_target)
     state = ServerState()
     client = FrontendClient(workers.addrs)
@@ -220,7 +232,10 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
             yield
 
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                   timeout_graceful_shutdown=5, access_log=False))
+                                   timeout_graceful_shutdown=5, access_log=False,
+                                   http=uvicorn_http_protocol(args.header_timeout),
+                                   # uvicorn counts the connection asking too: N served, the N+1st refused
+                                   limit_concurrency=connection_limit(args.max_connections, open_files) + 1))
     exit_code = 0
     stopping = asyncio.Event()
 

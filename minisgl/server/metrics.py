@@ -28,6 +28,7 @@ Where the numbers come from, and why no multiprocess mode:
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -64,6 +65,14 @@ def minisgl_version() -> str:
         return "unknown"
 
 
+def public_model_label(model: str, model_name: str) -> str:
+    """What the info metric shows as `model`: a hub id as given, but never a local directory (a
+    filesystem path says how the host is laid out to whoever can scrape /metrics): then the served
+    name."""
+    local = os.path.isabs(model) or model.startswith((".", "~")) or os.path.exists(model)
+    return model_name if local else model
+
+
 class ServerMetrics:
     """The metrics of one server, in a registry of its own (several apps in one test process must
     not collide in prometheus_client's global one)."""
@@ -72,7 +81,7 @@ class ServerMetrics:
         # In the text format every counter and histogram would get a separate `_created` gauge:
         # twice the series, used by no dashboard. vLLM turns them off the same way.
         disable_created_metrics()
-        self.model_name, self.model, self.tp = model_name, model, tp
+        self.model_name, self.model, self.tp = model_name, public_model_label(model, model_name), tp
         r = self.registry = CollectorRegistry(auto_describe=True)
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # process_*, python_*
             r.register(collector)
