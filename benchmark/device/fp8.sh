@@ -29,6 +29,7 @@ QWEN=$PWD/.bench-models/qwen3-0.6b
 LLAMA=$PWD/.bench-models/llama-3.1-8b
 SIZE=(--num-requests "${NREQ:-256}" --max-input-len 1024 --max-output-len "${NOUT:-1024}")
 restore_jit_cache
+restore_aot_kernels  # .device-kit/aot.tgz.part-* when carried
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 quiet() { grep -vE "it/s\]|s/it\]|tensor/s\]|Loading weights|Writing model"; }
 

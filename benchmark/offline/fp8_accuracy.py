@@ -37,11 +37,12 @@ VARIANTS = {
 
 
 def last_logits(model: str, prompts: list[list[int]], batch: int, attn: str, **config) -> torch.Tensor:
+    pages = len(prompts) * (-(-(len(prompts[0]) + 1) // 16))  # exactly what the prompts need: the
     engine = Engine(EngineConfig(model, dtype=torch.bfloat16, use_dummy_weight=True, cuda_graph_max_bs=0,
                                  max_running_req=len(prompts), max_seq_len_override=len(prompts[0]) + 8,
-                                 attention_backend=attn, **config))
+                                 num_page_override=pages, attention_backend=attn, **config))
+    driver = EngineDriver(engine)  # (rest of the device stays free for the next variant's engine)
     try:
-        driver = EngineDriver(engine)
         out = []
         for start in range(0, len(prompts), batch):
             reqs = [driver.add(p, max_len=len(p) + 1) for p in prompts[start : start + batch]]
@@ -49,8 +50,8 @@ def last_logits(model: str, prompts: list[list[int]], batch: int, attn: str, **c
         return torch.cat(out)
     finally:
         engine.shutdown()
-        del engine
-        gc.collect()
+        del driver, engine
+        gc.collect()  # the engine's reference cycles hold its weights until collected
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

@@ -27,14 +27,14 @@ SUPPORTED_HEAD_DIMS = (64, 96, 128, 256)
 
 def supports(shape: AttnShape, device: torch.device) -> str | None:
     """Why sgl-kernel's FA3 cannot serve this model here, or None."""
+    if shape.cache_dtype != shape.dtype:
+        return "it reads a KV cache of the model's dtype only (no FP8 KV cache)"
     if device.type != "cuda":
         return "it needs a CUDA device"
     if torch.cuda.get_device_capability(device)[0] != 9:
         return "its FA3 kernels are built for Hopper GPUs (sm90) only"
     if shape.dtype not in (torch.float16, torch.bfloat16):
         return f"it needs float16 or bfloat16, the model runs in {shape.dtype}"
-    if shape.cache_dtype != shape.dtype:
-        return "it reads a KV cache of the model's dtype only (no FP8 KV cache)"
     if shape.head_dim not in SUPPORTED_HEAD_DIMS:
         return f"head_dim {shape.head_dim} is not one of {SUPPORTED_HEAD_DIMS}"
     if importlib.util.find_spec("sgl_kernel") is None:

@@ -1,7 +1,10 @@
-"""FP8 GEMMs on Hopper: weights in e4m3 with one float32 scale per output channel, activations
-quantized per token at run time (one Triton kernel), and `torch._scaled_mm`'s row-wise scaled
-FP8 GEMM with bfloat16 output. Activations are always quantized dynamically: a checkpoint's
-static per-tensor input scale is coarser than a per-token one, so it is not used.
+"""FP8 GEMMs on Hopper: weights in e4m3 with one float32 scale per output channel. Above 16 rows,
+activations are quantized per token at run time (one Triton kernel) and `torch._scaled_mm`'s
+row-wise scaled FP8 GEMM writes bfloat16; at 16 rows and fewer (decode at small batch, where
+reading the weight is the whole cost and the tensor-core GEMM leaves most SMs idle) a Triton
+kernel streams the FP8 weight with K split over all SMs and keeps the activations in bf16.
+Activations are always quantized dynamically: a checkpoint's static per-tensor input scale is
+coarser than a per-token one, so it is not used.
 
 Everything GPU-specific (triton, the CUDA capability) is looked at only when asked."""
 
@@ -28,19 +31,19 @@ def fp8_gemm_problem(device: torch.device, dtype: torch.dtype) -> str | None:
 
 
 @functools.cache
-def _triton_quantizer():
+def _triton():
     try:
-        from .triton_fp8 import quantize_per_token
+        from . import triton_fp8
     except ImportError:
         return None
-    return quantize_per_token
+    return triton_fp8
 
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """x [rows, K] (last dim contiguous) -> (e4m3 [rows, K], float32 scales [rows, 1])."""
-    kernel = _triton_quantizer() if x.is_cuda else None
-    if kernel is not None:
-        return kernel(x)
+    kernels = _triton() if x.is_cuda else None
+    if kernels is not None:
+        return kernels.quantize_per_token(x)
     scale = (x.float().abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp_(min=1e-12)
     return (x.float() / scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8), scale
 
@@ -52,9 +55,14 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     x2 = x.reshape(-1, x.shape[-1])
     if x2.stride(-1) != 1:
         x2 = x2.contiguous()
-    xq, xs = quantize_per_token(x2)
-    # weight.t() is column-major, as the FP8 GEMM wants its second operand.
-    y = torch._scaled_mm(xq, weight.t(), scale_a=xs, scale_b=weight_scale, out_dtype=x.dtype)
+    kernels = _triton()
+    if kernels is not None and x2.shape[0] <= kernels.SMALL_M and x.dtype == torch.bfloat16:
+        # Decode at small batch: stream the FP8 weight through all SMs, x stays bf16.
+        y = kernels.fp8_weight_gemm(x2, weight, weight_scale.view(-1))
+    else:
+        xq, xs = quantize_per_token(x2)
+        # weight.t() is column-major, as the FP8 GEMM wants its second operand.
+        y = torch._scaled_mm(xq, weight.t(), scale_a=xs, scale_b=weight_scale, out_dtype=x.dtype)
     if bias is not None:  # added here: not every torch takes a bias with row-wise scales
         y = y + bias
     return y.reshape(*x.shape[:-1], weight.shape[0])

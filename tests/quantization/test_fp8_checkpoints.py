@@ -88,6 +88,10 @@ def _with_quantization(base_dir: str, out: str, quantization_config: dict) -> st
     ({"quant_method": "awq", "bits": 4}, "unsupported quantization method 'awq'"),
     ({"quant_method": "fp8", "fmt": "e5m2"}, "only the e4m3 format"),
     ({"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {}}, "float-quantized"),
+    ({**QUANT_CONFIGS["ct-channel-dynamic"], "config_groups": {"group_0": {"weights": {
+        "num_bits": 8, "type": "float", "strategy": "group", "group_size": 128}}}}, "weight strategy 'group'"),
+    ({**QUANT_CONFIGS["ct-channel-dynamic"], "config_groups": {"group_0": {"weights": {
+        "num_bits": 4, "type": "int", "strategy": "channel"}}}}, "weights must be static 8-bit floats"),
 ])
 def test_unsupported_quantization_is_refused_when_the_engine_starts(base_dir, tmp_path, config, message):
     model_dir = _with_quantization(base_dir, str(tmp_path / "m"), config)
