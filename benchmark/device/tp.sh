@@ -96,7 +96,7 @@ quick)  # the essentials in one ~6 min call on nvidia-h200-x2, for a short devic
     tail -3 "$RES/moe_test.log"
     step "custom all-reduce vs NCCL; TP=2 vs TP=1 greedy-equal, every architecture, float32"
     timeout 300 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/distributed/test_custom_allreduce_cuda.py \
-        tests/distributed/test_tensor_parallel_cuda.py -k "custom or float32 or grouped" > "$RES/tp_cuda_test.log" 2>&1
+        tests/distributed/test_tensor_parallel_cuda.py -k "custom or float32 or nccl or grouped" > "$RES/tp_cuda_test.log" 2>&1
     echo "exit $?"; grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$RES/tp_cuda_test.log" | tail -20
     step "all-reduce per decode step, Qwen3-8B shapes: NCCL vs one-/two-shot"
     timeout 90 python benchmark/offline/allreduce.py --config .bench-models/qwen3-8b --tp 2 \
