@@ -51,8 +51,9 @@ def resolve_moe_backend(name: str, device: torch.device) -> str:
     return name
 
 
-def validate_tp(model_config, tp_size: int, device: torch.device) -> None:
-    """Fail at start, with the reason, when the model cannot be split over `tp_size` ranks."""
+def validate_tp(model_config, tp_size: int, device: torch.device, local_ranks: int | None = None) -> None:
+    """Fail at start, with the reason, when the model cannot be split over `tp_size` ranks, of which
+    `local_ranks` (default: all) run on this machine and need a GPU here."""
     cfg = model_config
     if tp_size < 1:
         raise ValueError("tensor-parallel size must be >= 1")
@@ -64,5 +65,7 @@ def validate_tp(model_config, tp_size: int, device: torch.device) -> None:
     for name, size in (("intermediate size", cfg.intermediate_size), ("MoE intermediate size", cfg.moe_intermediate_size)):
         if size % tp_size:
             raise ValueError(f"--tp {tp_size} must divide the model's {name} {size}")
-    if device.type == "cuda" and tp_size > torch.cuda.device_count():
-        raise ValueError(f"--tp {tp_size} needs {tp_size} GPUs but {torch.cuda.device_count()} are visible")
+    here = tp_size if local_ranks is None else local_ranks
+    if device.type == "cuda" and here > torch.cuda.device_count():
+        raise ValueError(f"{here} tensor-parallel ranks on this node need {here} GPUs but "
+                         f"{torch.cuda.device_count()} are visible")

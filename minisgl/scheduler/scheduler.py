@@ -247,7 +247,7 @@ class Scheduler:
             reason = self._finish_reason(r, token)
             if r.grammar is not None and not reason:
                 if not r.grammar.accept(token):
-                    reason = "error"  # cannot happen: the token was sampled under the grammar's mask
+                    reason = "error"  # the grammar allowed no token of this vocabulary (the mask was empty)
                 elif r.grammar.finished:
                     reason = "stop"
             if reason:

@@ -34,6 +34,13 @@ class ServerArgs:
         "weights is served on the CPU (its output is random text)."
     )
     tp: int = _flag("Tensor-parallel size: one engine process per rank.", 1, aliases=["--tensor-parallel-size"])
+    nnodes: int = _flag("Nodes the tensor-parallel ranks span (multi-node serving): each runs --tp / --nnodes ranks.", 1)
+    node_rank: int = _flag(
+        "This node's index, 0 to --nnodes - 1. Node 0 runs the API, tokenizers, detokenizer and scheduler with "
+        "ranks 0..k-1; every other node runs only its engine ranks (no HTTP).", 0)
+    dist_init_addr: str | None = _flag(
+        "HOST:PORT where node 0 hosts the torch.distributed rendezvous (TCP), reachable from every node; "
+        "needed with --nnodes > 1.")
     host: str = _flag("Address to listen on (use 0.0.0.0 inside a container).", DEFAULT_HOST)
     port: int = _flag("Port to listen on.", DEFAULT_PORT)
     dtype: str = _flag("Weight and activation dtype: auto, bfloat16, float16 (half) or float32 (float).", "auto")
@@ -182,6 +189,9 @@ def fail(problem: str) -> None:
 def validate(args: ServerArgs) -> str | None:
     if args.tp < 1:
         return "--tp must be >= 1"
+    problem = _check_nodes(args)
+    if problem:
+        return problem
     if not 0 < args.port < 65536:
         return "--port must be in 1..65535"
     if args.page_size < 1:
@@ -212,6 +222,27 @@ def validate(args: ServerArgs) -> str | None:
         return f"--allowed-origins: not a JSON list: {e}"
     if args.generation_config not in ("auto", "none") and not os.path.isdir(args.generation_config):
         return f"--generation-config must be auto, none or a directory; no directory {args.generation_config}"
+    return None
+
+
+def _check_nodes(args: ServerArgs) -> str | None:
+    if args.nnodes < 1:
+        return "--nnodes must be >= 1"
+    if not 0 <= args.node_rank < args.nnodes:
+        return f"--node-rank must be in 0..{args.nnodes - 1} (--nnodes {args.nnodes})"
+    if args.tp % args.nnodes:
+        return f"--tp {args.tp} must be a multiple of --nnodes {args.nnodes} (each node runs the same number of ranks)"
+    if args.nnodes == 1:
+        if args.dist_init_addr is not None:
+            return "--dist-init-addr needs --nnodes > 1 (one node uses a local rendezvous)"
+        return None
+    if args.dist_init_addr is None:
+        return "--nnodes > 1 needs --dist-init-addr HOST:PORT (node 0's rendezvous)"
+    host, _, port = args.dist_init_addr.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"--dist-init-addr {args.dist_init_addr!r}: give HOST:PORT, e.g. leader.svc:29500"
+    if args.shell and args.node_rank:
+        return "--shell runs on node 0 only (the other nodes serve nothing themselves)"
     return None
 
 

@@ -116,6 +116,11 @@ class ServerMetrics:
         self.kv_pages = gauge("kv_cache_pages", "KV cache pages in the pool.")
         self.ready = gauge("server_ready", "1 while /ready answers 200 (model loaded, not draining), else 0.")
         self.info = Info(PREFIX + "model", "The served model and how it runs; the value is always 1.", registry=r)
+        # The KV cache's layout, as vLLM's cache_config_info and SGLang's give it: the Gateway API
+        # Inference Extension's endpoint picker reads page_size and num_pages from these labels to
+        # size its prefix-cache index per pod (the operator maps the names in its picker config).
+        self.cache_config = Info(PREFIX + "cache_config", "The KV cache's page_size (tokens per page) and "
+                                 "num_pages (pages in the pool), as labels; the value is always 1.", registry=r)
         self._scheduler_pid: int | None = None
         self._last_heard: float | None = None
 
@@ -182,6 +187,8 @@ class ServerMetrics:
         if msg.info:
             self.info.info({"model_name": self.model_name, "model": self.model, "tp": str(self.tp),
                             "version": minisgl_version(), **{k: str(v) for k, v in msg.info.items()}})
+            self.cache_config.info({"model_name": self.model_name, "page_size": str(msg.info.get("page_size", "")),
+                                    "num_pages": str(msg.num_pages)})
         self.prefix_queries.inc(msg.prefix_queried_tokens)
         self.prefix_hits.inc(msg.prefix_hit_tokens)
         for seconds in msg.queue_times:

@@ -22,8 +22,8 @@ from tests.server.serving import ServerProcess
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [300], [7] * 20]
 
 
-def single_rank_texts(model_dir: str) -> list[str]:
-    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+def single_rank_texts(model_dir: str, device: str = "cpu") -> list[str]:
+    llm = LLM(model_dir, device=device, dtype=torch.float32, num_page_override=512, page_size=4)
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
         return [o["text"] for o in outs]
