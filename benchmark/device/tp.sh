@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism and the Qwen3-MoE GPU paths on lent GPUs, one mode per call (each < 9 min):
 #
+#   bash benchmark/device/tp.sh quick  # nvidia-h200-x2, ~6 min: the essentials of the modes below (tests,
+#                                      # all-reduce NCCL vs custom, MoE layer fused vs grouped)
 #   bash benchmark/device/tp.sh test   # nvidia-h200-x2 (or -x4): TP vs TP=1 greedy-equal, every
 #                                      # architecture, float32; bf16 TP runs; fused MoE kernels vs the loop;
 #                                      # the custom all-reduce vs NCCL, eager and in CUDA graphs
@@ -25,7 +27,7 @@
 # Results: $OUT/results.tgz (JSON, PNG, logs); the FlashInfer + Triton JIT cache as $OUT/fiws.tgz.part-*
 # (carry them back as .device-kit/fiws.tgz.part-* to skip compiling next time; benchmark/device/lib.sh).
 set -uo pipefail
-mode=${1:?usage: tp.sh test|8b|30b|moe|scale-8b|scale-30b}
+mode=${1:?usage: tp.sh quick|test|8b|30b|moe|scale-8b|scale-30b}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
 RES=${RES:-/tmp/results}
 mkdir -p "$RES"
@@ -88,6 +90,21 @@ scale() {  # $1 name, $2 model dir: TP = 1, 2, 4 (as many as there are GPUs), cu
 }
 
 case "$mode" in
+quick)  # the essentials in one ~6 min call on nvidia-h200-x2, for a short device budget
+    step "fused MoE kernels on the GPU vs the per-expert loop"
+    timeout 100 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/layers/test_moe.py > "$RES/moe_test.log" 2>&1
+    tail -3 "$RES/moe_test.log"
+    step "custom all-reduce vs NCCL; TP=2 vs TP=1 greedy-equal, every architecture, float32"
+    timeout 300 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/distributed/test_custom_allreduce_cuda.py \
+        tests/distributed/test_tensor_parallel_cuda.py -k "custom or float32 or nccl or grouped" > "$RES/tp_cuda_test.log" 2>&1
+    echo "exit $?"; grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$RES/tp_cuda_test.log" | tail -20
+    step "all-reduce per decode step, Qwen3-8B shapes: NCCL vs one-/two-shot"
+    timeout 90 python benchmark/offline/allreduce.py --config .bench-models/qwen3-8b --tp 2 \
+        --out "$RES/allreduce-qwen3-8b-tp2.json" 2>&1 | grep -vE "Warn|warn" | tail -10
+    step "MoE layer, Qwen3-30B-A3B shapes: fused vs grouped vs loop (GPU 0)"
+    CUDA_VISIBLE_DEVICES=0 timeout 100 python benchmark/offline/moe_layer.py --config .bench-models/qwen3-30b-a3b \
+        --tokens 1,4,16,64,256,1024,4096 --out "$RES/moe_layer-tp1.json" 2>&1 | grep -E "tokens:|fused|Error"
+    ;;
 test)
     step "fused MoE kernels on the GPU vs the per-expert loop"
     timeout 120 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/layers/test_moe.py > "$RES/moe_test.log" 2>&1
