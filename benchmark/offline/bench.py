@@ -45,6 +45,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--dump-workload", help="also write the workload (prompt ids, max_tokens) to this JSON "
                                            "(benchmark/offline/reference_offline.py replays it)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per GPU)")
+    p.add_argument("--disable-custom-all-reduce", action="store_true", help="NCCL for every all-reduce")
+    p.add_argument("--moe-backend", default="auto", help="auto, fused, grouped or loop")
+    p.add_argument("--floor", action="store_true",
+                   help="also report the decode floor: weights used + KV read per step at the measured copy rate")
     p.add_argument("--compare-hf", action="store_true", help="also run HF transformers generate_batch")
     p.add_argument("--hf-requests", type=int, default=16, help="requests in the HF comparison subset")
     p.add_argument("--hf-output-len", type=int, default=64, help="fixed output length in the HF comparison")
@@ -83,8 +87,13 @@ def main() -> None:
     args = parse_args()
     model = args.model or demo_model_dir()
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    bandwidth = None
+    if args.floor:
+        from minisgl.benchmark.floor import copy_bandwidth
+
+        bandwidth = copy_bandwidth()
     start = time.perf_counter()
-    llm = LLM(model, tp=args.tp, dtype=dtype, device=args.device, use_dummy_weight=args.dummy_weight, page_size=args.page_size,
+    llm = LLM(model, tp=args.tp, moe_backend=args.moe_backend, disable_custom_all_reduce=args.disable_custom_all_reduce, dtype=dtype, device=args.device, use_dummy_weight=args.dummy_weight, page_size=args.page_size,
               max_running_req=args.max_running_requests, max_extend_tokens=args.max_prefill_length,
               cuda_graph_max_bs=args.cuda_graph_max_bs, attention_backend=args.attn,
               kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization)
@@ -111,6 +120,19 @@ def main() -> None:
         "overlap": llm.scheduler.overlap, "attention": type(llm.scheduler.engine.attn_backend).__name__,
         "cuda_graphs": getattr(llm.scheduler.engine.graph_runner, "batch_sizes", None),
     }
+    if bandwidth:
+        from minisgl.benchmark.floor import decode_floor_s
+
+        floor_s = decode_floor_s(llm.scheduler.engine, [len(p) for p in prompts], [p.max_tokens for p in params],
+                                 bandwidth)
+        result["floor"] = {"copy_bandwidth_bytes_per_s": bandwidth, "decode_floor_s": floor_s,
+                           "tokens_per_s": runs[1]["output_tokens"] / floor_s,
+                           "fraction": runs[1]["tokens_per_s"] * floor_s / runs[1]["output_tokens"]}
+        print(f"floor: decode alone at {bandwidth / 1e12:.2f} TB/s reading the weights used + KV takes "
+              f"{floor_s:.2f} s = {result['floor']['tokens_per_s']:.0f} tok/s; measured is "
+              f"{result['floor']['fraction']:.0%} of it")
+    result["custom_all_reduce"] = not args.disable_custom_all_reduce
+    result["moe_backend"] = llm.scheduler.engine.ctx.moe_backend
     print("start-up: " + ", ".join(f"{k} {v:.2f}" for k, v in startup.items()))
     print(f"minisgl: {runs[1]['output_tokens']} tokens in {runs[1]['seconds']:.2f} s = "
           f"{runs[1]['tokens_per_s']:.1f} tok/s (second run) on {result['device']}")

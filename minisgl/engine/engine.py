@@ -55,6 +55,7 @@ class Engine:
     def __init__(self, config: EngineConfig):
         t_start = time.perf_counter()
         self.config = config
+        self.graph_runner: GraphRunner | None = None
         self.device = resolve_device(config.device)
         self.tp = config.tp_info
         cuda = self.device.type == "cuda"
@@ -64,7 +65,18 @@ class Engine:
         self.ctx = Context(device=self.device, tp=self.tp,
                            moe_backend=resolve_moe_backend(config.moe_backend, self.device))
         set_global_ctx(self.ctx)
-        init_process_group(self.tp, config.distributed_addr, self.device)
+        init_process_group(self.tp, config.distributed_addr, self.device,
+                           custom_all_reduce=not config.disable_custom_all_reduce)
+        try:
+            self._build(config, t_start)
+        except BaseException:
+            # Leave nothing behind for the next engine in this process (a test's next case, a
+            # retry): the process group's peers are gone with this engine.
+            self.shutdown()
+            raise
+
+    def _build(self, config: EngineConfig, t_start: float) -> None:
+        cuda = self.device.type == "cuda"
         # Same seed on every rank: unseeded sampling then draws the same tokens everywhere.
         torch.manual_seed(0)
 
@@ -88,6 +100,8 @@ class Engine:
             logger.info("%s", weights)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self.timings = {"load_s": time.perf_counter() - t_start}
+        if cuda:
+            self._warm_up_layers()
 
         cfg = self.model_config
         self.max_seq_len = min(cfg.max_position_embeddings, config.max_seq_len_override or cfg.max_position_embeddings)
@@ -119,7 +133,6 @@ class Engine:
                     cfg.architecture, self.device, _dtype_name(self.dtype), _backend_name(self.attn_backend),
                     self.num_pages, self.page_size, self._kv_dtype_note(), self.max_seq_len)
 
-        self.graph_runner: GraphRunner | None = None
         sizes = graph_batch_sizes(config.cuda_graph_max_bs, config.max_running_req, config.cuda_graph_bs) if cuda else []
         if sizes and not self.attn_backend.supports_cuda_graph:
             logger.info("CUDA graphs off: the %s attention backend cannot be captured", _backend_name(self.attn_backend))
@@ -130,6 +143,18 @@ class Engine:
         self.timings["init_s"] = time.perf_counter() - t_start
         if cuda:
             self._report_memory()
+
+    def _warm_up_layers(self) -> None:
+        """Layers with a `warm_up` (the fused MoE) build their kernels now, before the graphs are
+        captured and before the first request, not during it. Kernels are built once per shape,
+        so this costs one build plus a few launches per layer."""
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for module in self.model.modules():
+                if hasattr(module, "warm_up"):
+                    module.warm_up()
+        torch.cuda.synchronize(self.device)
+        self.timings["kernel_warm_up_s"] = time.perf_counter() - start
 
     # -- sizing -------------------------------------------------------------------------------
 
