@@ -117,7 +117,6 @@ class ServerMetrics:
         self.ready = gauge("server_ready", "1 while /ready answers 200 (model loaded, not draining), else 0.")
         self.info = Info(PREFIX + "model", "The served model and how it runs; the value is always 1.", registry=r)
         self._scheduler_pid: int | None = None
-        self._last_heard: float | None = None
 
     # -- exposition ---------------------------------------------------------------------------
 
@@ -167,13 +166,7 @@ class ServerMetrics:
 
     # -- scheduler stats (from the scheduler process) -----------------------------------------
 
-    def scheduler_silent_s(self) -> float:
-        """Seconds since the scheduler's last message (it sends one at least every second
-        between steps); 0 before the first."""
-        return time.monotonic() - self._last_heard if self._last_heard is not None else 0.0
-
     def apply(self, msg: SchedulerStatsMsg) -> None:
-        self._last_heard = time.monotonic()
         if msg.pid != self._scheduler_pid:
             if self._scheduler_pid is not None:
                 logger.warning("scheduler process changed (pid %s -> %s): continuing its metrics",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from multiprocessing.queues import Queue
-
 from transformers import AutoTokenizer
 
 from minisgl.message import (
     AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
     merge_by_request,
 )
+from minisgl.utils.liveness import WorkerLink
 from minisgl.utils.process import ParentWatch, run_worker
 from minisgl.utils.zmq import PullSocket, PushSocket
 
@@ -36,16 +35,15 @@ def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
     return [] if "\ufffd" in tokenizer.decode(tail) else tail
 
 
-def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: str = "tokenizer",
-                  chat_template: str | None = None) -> None:
+def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat_template: str | None = None) -> None:
     """`chat_template`: replaces the tokenizer's own (--chat-template)."""
     def body(ready):
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         if chat_template:
             tokenizer.chat_template = chat_template
-        inbox = PullSocket(addrs[name])
+        inbox = PullSocket(addrs[link.name])
         to_scheduler, to_detok, to_api = (PushSocket(addrs[n]) for n in ("scheduler", "detokenizer", "api"))
-        watch = ParentWatch()
+        watch = ParentWatch(link.heartbeat)
         ready()
         while watch.alive():
             for msg in inbox.recv_all(timeout_ms=200):
@@ -64,16 +62,16 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: s
                 to_detok.send(info)
                 to_scheduler.send(UserMsg(msg.uid, ids, msg.params))
 
-    run_worker(name, status, body)
+    run_worker(link, body)
 
 
-def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> None:
+def run_detokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink) -> None:
     def body(ready):
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         inbox = PullSocket(addrs["detokenizer"])
         to_api, to_scheduler = PushSocket(addrs["api"]), PushSocket(addrs["scheduler"])
         detokenizer = Detokenizer(tokenizer.backend_tokenizer, to_scheduler.send)
-        watch = ParentWatch()
+        watch = ParentWatch(link.heartbeat)
         ready()
         while watch.alive():
             replies: list[Reply] = []
@@ -88,4 +86,4 @@ def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> No
             if replies:
                 to_api.send(ReplyBatchMsg(merge_by_request(replies)))
 
-    run_worker("detokenizer", status, body)
+    run_worker(link, body)

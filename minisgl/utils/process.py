@@ -1,4 +1,4 @@
-"""What every worker process does the same way: report start-up, notice an orphaned state."""
+"""What every worker process does the same way: report start-up, notice an orphaned state, beat."""
 
 from __future__ import annotations
 
@@ -7,29 +7,43 @@ import signal
 import sys
 import traceback
 from collections.abc import Callable
-from multiprocessing.queues import Queue
 from typing import Any
 
+from .liveness import Heartbeat, WorkerLink
 
-def run_worker(name: str, status: Queue, body: Callable[[Callable[[], None]], Any]) -> None:
+
+def run_worker(link: WorkerLink, body: Callable[[Callable[[], None]], Any]) -> None:
     """Run `body(ready)` in a child process. `ready()` tells the launcher start-up is done; an
     exception is reported with its traceback instead of dying silently."""
     # Ctrl-C reaches the whole process group; the launcher alone decides how to shut down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The launcher stops a worker with SIGTERM. Exiting through SystemExit runs the worker's
+    # `finally` blocks and multiprocessing's exit handlers, which release the named semaphores it
+    # created (tqdm's lock, say): killed by the signal's default action it would leave them to the
+    # resource tracker, which warns of "leaked semaphore objects" when the server exits.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     try:
-        body(lambda: status.put(("ready", name, "")))
+        body(link.ready)
     except Exception:
         trace = traceback.format_exc()
-        print(f"minisgl worker {name} failed:\n{trace}", file=sys.stderr, flush=True)
-        status.put(("error", name, trace))
+        print(f"minisgl worker {link.name} failed:\n{trace}", file=sys.stderr, flush=True)
+        link.failed(trace)
         raise SystemExit(1) from None
 
 
-class ParentWatch:
-    """True while the process that started us lives; workers exit when their launcher is gone."""
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(0)
 
-    def __init__(self) -> None:
+
+class ParentWatch:
+    """True while the process that started us lives; workers exit when their launcher is gone.
+    A worker's loop asks every turn, so the same call beats its heartbeat (minisgl.utils.liveness)."""
+
+    def __init__(self, heartbeat: Heartbeat | None = None) -> None:
         self.parent = os.getppid()
+        self.heartbeat = heartbeat
 
     def alive(self) -> bool:
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
         return os.getppid() == self.parent
