@@ -258,7 +258,9 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
     except SystemExit as e:  # uvicorn exits this way when it cannot bind
         exit_code = e.code if isinstance(e.code, int) and e.code else 1
     finally:
-        workers.stop(grace=0.5 if supervisor.forced else 5.0)
+        # After a worker's death the others may be blocked on it (a collective, a full socket)
+        # and never act on SIGTERM: no long wait for them.
+        workers.stop(grace=1.0 if supervisor.forced or supervisor.exit_code else 5.0)
     exit_code = exit_code or supervisor.exit_code
     if not server.started and exit_code == 0 and not supervisor.stopping.is_set():
         exit_code = 1
@@ -283,7 +285,8 @@ def run_shell(args: ServerArgs) -> int:
     try:
         print("loading the model ...", file=sys.stderr)
         workers.wait_ready()
-        return asyncio.run(chat_shell(FrontendClient(workers.addrs), workers))
+        return asyncio.run(chat_shell(FrontendClient(workers.addrs), workers, args.shell_temperature,
+                                      args.shell_max_tokens))
     except RuntimeError as e:
         logger.error("%s", e)
         return 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,11 @@ def run_worker(link: WorkerLink, body: Callable[[Callable[[], None]], Any]) -> N
     # created (tqdm's lock, say): killed by the signal's default action it would leave them to the
     # resource tracker, which warns of "leaked semaphore objects" when the server exits.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # tqdm (weight loading) guards its bars with a multiprocessing lock, a named semaphore that a
+    # killed worker could never release; a worker's bars are its own, so a thread lock is enough.
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
     try:
         body(link.ready)
     except Exception:
