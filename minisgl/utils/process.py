@@ -18,13 +18,9 @@ def run_worker(link: WorkerLink, body: Callable[[Callable[[], None]], Any]) -> N
     exception is reported with its traceback instead of dying silently."""
     # Ctrl-C reaches the whole process group; the launcher alone decides how to shut down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    # The launcher stops a worker with SIGTERM. Exiting through SystemExit runs the worker's
-    # `finally` blocks and multiprocessing's exit handlers, which release the named semaphores it
-    # created (tqdm's lock, say): killed by the signal's default action it would leave them to the
-    # resource tracker, which warns of "leaked semaphore objects" when the server exits.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    # tqdm (weight loading) guards its bars with a multiprocessing lock, a named semaphore that a
-    # killed worker could never release; a worker's bars are its own, so a thread lock is enough.
+    # tqdm (weight loading) guards its bars with a multiprocessing lock: a named semaphore that a
+    # worker stopped by SIGTERM (or killed) never releases, so the resource tracker warns of a
+    # "leaked semaphore" when the server exits. A worker's bars are its own: a thread lock will do.
     from tqdm import tqdm
 
     tqdm.set_lock(threading.RLock())
@@ -35,10 +31,6 @@ def run_worker(link: WorkerLink, body: Callable[[Callable[[], None]], Any]) -> N
         print(f"minisgl worker {link.name} failed:\n{trace}", file=sys.stderr, flush=True)
         link.failed(trace)
         raise SystemExit(1) from None
-
-
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(0)
 
 
 class ParentWatch:
