@@ -115,17 +115,24 @@ def test_bad_flags_fail_with_a_message():
 
 
 PROMPT = "\x1b[0m>"  # prompt_toolkit draws the "> " prompt after resetting attributes
+LINE_ACCEPTED = "\x1b[?2004l"  # prompt_toolkit leaves bracketed-paste mode: the line is read, the terminal given back
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 
 
-def test_shell_streams_answers_and_resets(model_dir):
-    child = pexpect.spawn(sys.executable, ["-m", "minisgl", "--shell", "--model", model_dir, "--device", "cpu",
-                                           *FAST], encoding="utf-8", timeout=120, dimensions=(40, 200))
+def test_shell_streams_answers_and_resets(tiny_model_dir):
+    # Greedy on weights that do not end their answer at once: the answer is never empty (sampled,
+    # it could be a lone end-of-text or whitespace).
+    rambling = tiny_model_dir("Qwen3ForCausalLM", seed=5)
+    child = pexpect.spawn(sys.executable, ["-m", "minisgl", "--shell", "--model", rambling, "--device", "cpu",
+                                           "--shell-temperature", "0", "--shell-max-tokens", "16", *FAST],
+                          encoding="utf-8", timeout=120, dimensions=(40, 200))
     try:
         child.expect_exact("/reset clears the conversation")
         child.expect_exact(PROMPT)
         child.sendline("Hello there")
         child.expect_exact("Hello there")
+        # The line accepted (prompt_toolkit may redraw the prompt and the line before that).
+        child.expect_exact(LINE_ACCEPTED)
         child.expect_exact(PROMPT, timeout=60)  # the answer streamed, then a new prompt
         answer = ANSI.sub("", child.before).strip()
         assert answer, "no answer was printed"
@@ -137,3 +144,43 @@ def test_shell_streams_answers_and_resets(model_dir):
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def test_shell_ctrl_c_stops_the_answer_not_the_shell_and_its_sampling_comes_from_flags(tiny_model_dir):
+    """A long answer (--shell-max-tokens 900, greedy with --shell-temperature 0, on weights whose
+    greedy answer runs past 300 tokens without an end) is stopped by Ctrl-C: the shell says so and
+    asks again; Ctrl-D leaves with 0."""
+    rambling = tiny_model_dir("Qwen3ForCausalLM", seed=5)
+    child = pexpect.spawn(sys.executable, ["-m", "minisgl", "--shell", "--model", rambling, "--device", "cpu",
+                                           "--num-pages", "256", "--max-seq-len", "1024",
+                                           "--shell-temperature", "0", "--shell-max-tokens", "900"],
+                          encoding="utf-8", timeout=120, dimensions=(40, 200))
+    try:
+        child.expect_exact("Ctrl-C stops an answer")
+        child.expect_exact(PROMPT)
+        child.sendline("Tell me a long story")
+        child.expect_exact("Tell me a long story")
+        child.expect_exact(LINE_ACCEPTED)
+        child.expect(r"[^\r\n]{20}", timeout=60)  # the answer is streaming
+        child.sendintr()
+        child.expect_exact("(answer cancelled)", timeout=30)
+        child.expect_exact(PROMPT)
+        assert child.isalive()
+        child.sendline("/reset")
+        child.expect_exact("(conversation cleared)")
+        child.expect_exact(PROMPT)
+        child.sendeof()
+        child.expect(pexpect.EOF, timeout=30)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
+
+
+def test_shell_sampling_flags_are_checked_before_anything_starts():
+    import subprocess
+
+    for argv, message in ((["--shell-temperature", "-1"], "--shell-temperature must be in [0, 2]"),
+                          (["--shell-max-tokens", "0"], "--shell-max-tokens must be >= 1")):
+        out = subprocess.run([sys.executable, "-m", "minisgl", "--shell", *argv], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 2 and message in out.stderr
