@@ -75,10 +75,10 @@ def test_finished_requests_leave_nothing_in_flight_so_sigterm_exits_at_once(mode
             async def one(stream: bool):
                 r = await client.post(srv.url + "/v1/completions", json={**body, "stream": stream})
                 return r.status_code
-            return await asyncio.gather(*(one(i % 2 == 0) for i in range(200)))
+            return await asyncio.gather(*(one(i % 2 == 0) for i in range(400)))
 
     try:
-        assert asyncio.run(burst()) == [200] * 200
+        assert asyncio.run(burst()) == [200] * 400  # the form: 200 streaming, 200 not
         start = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(30) == 0
