@@ -3,6 +3,7 @@ interactive shell driven through a pseudo-terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -119,23 +120,20 @@ LINE_ACCEPTED = "\x1b[?2004l"  # prompt_toolkit leaves bracketed-paste mode: the
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 
 
-def test_shell_streams_answers_and_resets(tiny_model_dir):
-    # Greedy on weights that do not end their answer at once: the answer is never empty (sampled,
-    # it could be a lone end-of-text or whitespace).
+@contextlib.contextmanager
+def greedy_shell(tiny_model_dir, max_tokens: int):
+    """The shell in a pseudo-terminal, greedy, on weights whose greedy answer runs past 300 tokens
+    without an end (sampled, an answer could be a lone end-of-text). The test talks to it; at the
+    end /reset, then Ctrl-D must leave with status 0."""
     rambling = tiny_model_dir("Qwen3ForCausalLM", seed=5)
     child = pexpect.spawn(sys.executable, ["-m", "minisgl", "--shell", "--model", rambling, "--device", "cpu",
-                                           "--shell-temperature", "0", "--shell-max-tokens", "16", *FAST],
-                          encoding="utf-8", timeout=120, dimensions=(40, 200))
+                                           "--shell-temperature", "0", "--shell-max-tokens", str(max_tokens),
+                                           *FAST, "--max-seq-len", "1024"], encoding="utf-8", timeout=120,
+                          dimensions=(40, 200))
     try:
         child.expect_exact("/reset clears the conversation")
         child.expect_exact(PROMPT)
-        child.sendline("Hello there")
-        child.expect_exact("Hello there")
-        # The line accepted (prompt_toolkit may redraw the prompt and the line before that).
-        child.expect_exact(LINE_ACCEPTED)
-        child.expect_exact(PROMPT, timeout=60)  # the answer streamed, then a new prompt
-        answer = ANSI.sub("", child.before).strip()
-        assert answer, "no answer was printed"
+        yield child
         child.sendline("/reset")
         child.expect_exact("(conversation cleared)")
         child.expect_exact(PROMPT)
@@ -146,34 +144,31 @@ def test_shell_streams_answers_and_resets(tiny_model_dir):
     assert child.exitstatus == 0
 
 
-def test_shell_ctrl_c_stops_the_answer_not_the_shell_and_its_sampling_comes_from_flags(tiny_model_dir):
-    """A long answer (--shell-max-tokens 900, greedy with --shell-temperature 0, on weights whose
-    greedy answer runs past 300 tokens without an end) is stopped by Ctrl-C: the shell says so and
-    asks again; Ctrl-D leaves with 0."""
-    rambling = tiny_model_dir("Qwen3ForCausalLM", seed=5)
-    child = pexpect.spawn(sys.executable, ["-m", "minisgl", "--shell", "--model", rambling, "--device", "cpu",
-                                           "--num-pages", "256", "--max-seq-len", "1024",
-                                           "--shell-temperature", "0", "--shell-max-tokens", "900"],
-                          encoding="utf-8", timeout=120, dimensions=(40, 200))
-    try:
-        child.expect_exact("Ctrl-C stops an answer")
-        child.expect_exact(PROMPT)
-        child.sendline("Tell me a long story")
-        child.expect_exact("Tell me a long story")
-        child.expect_exact(LINE_ACCEPTED)
+def ask(child, line: str) -> None:
+    child.sendline(line)
+    child.expect_exact(line)
+    # The line accepted (prompt_toolkit may redraw the prompt and the line before that).
+    child.expect_exact(LINE_ACCEPTED)
+
+
+def test_shell_streams_answers_and_resets(tiny_model_dir):
+    with greedy_shell(tiny_model_dir, max_tokens=16) as child:
+        ask(child, "Hello there")
+        child.expect_exact(PROMPT, timeout=60)  # the answer streamed, then a new prompt
+        answer = ANSI.sub("", child.before).strip()
+        assert answer, "no answer was printed"
+
+
+def test_shell_ctrl_c_stops_the_answer_not_the_shell(tiny_model_dir):
+    """A long answer (--shell-max-tokens 900) is stopped by Ctrl-C: the request is aborted, the
+    shell says so and asks again."""
+    with greedy_shell(tiny_model_dir, max_tokens=900) as child:
+        ask(child, "Tell me a long story")
         child.expect(r"[^\r\n]{20}", timeout=60)  # the answer is streaming
         child.sendintr()
         child.expect_exact("(answer cancelled)", timeout=30)
         child.expect_exact(PROMPT)
         assert child.isalive()
-        child.sendline("/reset")
-        child.expect_exact("(conversation cleared)")
-        child.expect_exact(PROMPT)
-        child.sendeof()
-        child.expect(pexpect.EOF, timeout=30)
-    finally:
-        child.close()
-    assert child.exitstatus == 0
 
 
 def test_shell_sampling_flags_are_checked_before_anything_starts():
