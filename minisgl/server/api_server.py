@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from minisgl.utils.logger import get_logger
 
 from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
-from .frontend import FrontendClient
+from .frontend import UNAVAILABLE, FrontendClient
 from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
 from .generation_defaults import sampling_defaults
@@ -159,7 +159,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
         async def one_token():
             async for reply in client.generate(params, input_ids=[0]):
-                if reply.finish_reason == "error":
+                if reply.finish_reason in ("error", UNAVAILABLE):
                     raise RuntimeError(reply.error)
 
         try:

@@ -90,3 +90,15 @@ def group_processes(pgid: int) -> list[psutil.Process]:
         except (ProcessLookupError, psutil.Error):
             pass
     return found
+
+
+def leave_early(url: str, streams: int = 3) -> None:
+    """Clients that go away mid-answer: streams closed after their first event, and a
+    non-streaming request given up after half a second. The server must take it in its stride."""
+    for _ in range(streams):
+        with httpx.stream("POST", url + "/v1/completions", json={**LONG, "stream": True}, timeout=60) as resp:
+            assert next(resp.iter_lines()).startswith("data: ")
+    try:
+        httpx.post(url + "/v1/completions", json=LONG, timeout=0.5)
+    except httpx.TimeoutException:
+        pass
