@@ -8,11 +8,13 @@ GPU needed) and installs each result as one of FlashInfer's ahead-of-time module
 Dockerfile runs it at build time; on a machine, run it once after installing flashinfer.
 
 What minisgl's defaults run (`--attn auto`, minisgl/attention/):
-  - attention for each dtype the FlashInfer backend accepts (the model's; the KV cache has the
-    same dtype: minisgl has no FP8 KV cache) and each head size it accepts:
+  - attention for each dtype the FlashInfer backend accepts (the model's) and each head size it
+    accepts, over a KV cache of the model's dtype:
       decode       the paged decode kernel (CUDA cores; GQA groups under 4),
       prefill-fa2  FA2 paged prefill, also decode with tensor cores (GQA groups of 4 and more),
       prefill-fa3  FA3 paged prefill, Hopper's default prefill (only for 9.x architectures);
+    and over an FP8 KV cache (--kv-cache-dtype fp8_e4m3 / fp8_e5m2) decode and prefill-fa2 (FA3's
+    templates take no bf16 queries over FP8 pages, so FP8 KV prefills with FA2 on Hopper too);
     the page size, the batch and the sequence lengths are run-time arguments of these kernels,
     so every --page-size uses the same ones;
   - RMSNorm and add+RMSNorm, SiLU-and-mul, rotary embedding (minisgl/layers/fused.py);
@@ -39,25 +41,34 @@ from pathlib import Path
 # Read by minisgl/attention/flashinfer.py: the backend serves exactly what is prebuilt.
 ATTENTION_DTYPES = ("bfloat16", "float16")
 ATTENTION_HEAD_DIMS = (64, 128, 256)
+# FP8 KV caches the backend reads (torch dtype names; --kv-cache-dtype fp8_e4m3 and fp8_e5m2).
+ATTENTION_FP8_KV_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 # FLASHINFER_CUDA_ARCH_LIST's format. 8.0 code runs on every 8.x GPU (A100, A10, L4, L40);
 # 9.0a is H100/H200 and 10.0a B200/GB200, each only there ("a": architecture-specific).
 DEFAULT_ARCHS = ("8.0", "9.0a", "10.0a")
 OTHER_KERNELS = ("norm", "silu_and_mul", "rope", "sampling")
+_BUILD_ORDER = ("prefill-fa3", "prefill-fa2", "sampling", "decode", "rope", "norm", "silu_and_mul")  # longest first
 
 
 @dataclass(frozen=True)
 class Kernel:
-    """One compiled module: an attention kind at a dtype and head size, or one of OTHER_KERNELS."""
+    """One compiled module: an attention kind at a dtype, KV dtype and head size, or one of
+    OTHER_KERNELS."""
 
     kind: str
     dtype: str | None = None
     head_dim: int | None = None
+    kv_dtype: str | None = None  # None: the same as dtype
 
     def __str__(self) -> str:
-        return self.kind if self.dtype is None else f"{self.kind} {self.dtype} head_dim={self.head_dim}"
+        if self.dtype is None:
+            return self.kind
+        kv = f" kv={self.kv_dtype}" if self.kv_dtype else ""
+        return f"{self.kind} {self.dtype}{kv} head_dim={self.head_dim}"
 
 
-def kernels(archs=DEFAULT_ARCHS, dtypes=ATTENTION_DTYPES, head_dims=ATTENTION_HEAD_DIMS) -> list[Kernel]:
+def kernels(archs=DEFAULT_ARCHS, dtypes=ATTENTION_DTYPES, head_dims=ATTENTION_HEAD_DIMS,
+            fp8_kv_dtypes=ATTENTION_FP8_KV_DTYPES) -> list[Kernel]:
     """The modules minisgl needs on GPUs of `archs` for models of these dtypes and head sizes."""
     hopper = any(arch.startswith("9.") for arch in archs)
     out = [Kernel(kind) for kind in OTHER_KERNELS]
@@ -66,6 +77,8 @@ def kernels(archs=DEFAULT_ARCHS, dtypes=ATTENTION_DTYPES, head_dims=ATTENTION_HE
             out += [Kernel("decode", dtype, head_dim), Kernel("prefill-fa2", dtype, head_dim)]
             if hopper:
                 out.append(Kernel("prefill-fa3", dtype, head_dim))
+            for kv_dtype in fp8_kv_dtypes:
+                out += [Kernel("decode", dtype, head_dim, kv_dtype), Kernel("prefill-fa2", dtype, head_dim, kv_dtype)]
     return out
 
 
@@ -80,10 +93,11 @@ def jit_spec(kernel: Kernel):
     if kernel.kind in others:
         return others[kernel.kind]()
     dtype = getattr(torch, kernel.dtype)
+    kv_dtype = getattr(torch, kernel.kv_dtype or kernel.dtype)
     # dtype q, kv, out; int32 page indices; head dims qk, vo; no position encoding, no sliding
     # window, no soft-cap (and for prefill, no fp16 q@k reduction): what BatchDecode/Prefill
     # wrappers ask for with minisgl's plan() arguments.
-    args = (dtype, dtype, dtype, torch.int32, kernel.head_dim, kernel.head_dim, 0, False, False)
+    args = (dtype, kv_dtype, dtype, torch.int32, kernel.head_dim, kernel.head_dim, 0, False, False)
     if kernel.kind == "decode":
         return modules.gen_batch_decode_module(*args)
     if kernel.kind == "prefill-fa2":
@@ -118,21 +132,25 @@ def _detected_archs() -> tuple[str, ...]:
 
 
 def prebuild(archs, dtypes=ATTENTION_DTYPES, head_dims=ATTENTION_HEAD_DIMS, jobs: int | None = None,
-             force: bool = False) -> list[Path]:
+             force: bool = False, fp8_kv_dtypes=ATTENTION_FP8_KV_DTYPES) -> list[Path]:
     """Compile and install the modules; prints a line per module and a heartbeat while it waits."""
     # FlashInfer reads the target architectures once, when it is imported.
     os.environ["FLASHINFER_CUDA_ARCH_LIST"] = " ".join(archs)
     from flashinfer.jit import env as jit_env
 
-    todo = [(k, jit_spec(k)) for k in kernels(archs, dtypes, head_dims)]
+    todo = [(k, jit_spec(k)) for k in kernels(archs, dtypes, head_dims, fp8_kv_dtypes)]
     done = [(k, s) for k, s in todo if not force and (jit_env.FLASHINFER_AOT_DIR / s.name / f"{s.name}.so").exists()]
     todo = [item for item in todo if item not in done]
     for kernel, spec in done:
         print(f"already installed: {kernel} ({spec.name})", flush=True)
     cpus = os.cpu_count() or 1
     workers = max(1, min(jobs or cpus, len(todo) or 1))
-    # Modules build side by side; each one's ninja gets a share of the cores.
-    os.environ.setdefault("MAX_JOBS", str(max(1, cpus // workers)))
+    # Modules build side by side and each one's ninja may use every core: most modules are one to
+    # three files, while an FA3 prefill module is many and alone takes most of the time (with a
+    # share of the cores each, 16 cores for 10 modules, FA3 took over 6 minutes on an H100's host).
+    # The biggest start first. MAX_JOBS set by the caller wins (a build machine short of memory).
+    os.environ.setdefault("MAX_JOBS", str(cpus))
+    todo.sort(key=lambda item: _BUILD_ORDER.index(item[0].kind))
     print(f"compiling {len(todo)} FlashInfer modules for {' '.join(archs)} ({workers} at a time, "
           f"{os.environ['MAX_JOBS']} compiler jobs each) into {jit_env.FLASHINFER_AOT_DIR}", flush=True)
     start = time.perf_counter()
@@ -183,21 +201,24 @@ def main(argv: list[str] | None = None) -> int:
                              "default: this machine's GPUs.")
     parser.add_argument("--dtypes", type=_csv(str), default=ATTENTION_DTYPES, help="Attention dtypes.")
     parser.add_argument("--head-dims", type=_csv(int), default=ATTENTION_HEAD_DIMS, help="Attention head sizes.")
+    parser.add_argument("--fp8-kv-dtypes", type=_csv(str), default=ATTENTION_FP8_KV_DTYPES,
+                        help="FP8 KV-cache dtypes ('' for none).")
     parser.add_argument("--jobs", type=int, default=None, help="Modules compiled at once (default: one per core).")
     parser.add_argument("--force", action="store_true", help="Rebuild modules that are already installed.")
     parser.add_argument("--list", action="store_true", help="Print the modules and exit; compile nothing.")
     args = parser.parse_args(argv)
-    unknown = set(args.dtypes) - set(ATTENTION_DTYPES) or set(args.head_dims) - set(ATTENTION_HEAD_DIMS)
+    unknown = (set(args.dtypes) - set(ATTENTION_DTYPES) or set(args.head_dims) - set(ATTENTION_HEAD_DIMS)
+               or set(args.fp8_kv_dtypes) - set(ATTENTION_FP8_KV_DTYPES))
     if unknown:
         parser.error(f"minisgl's FlashInfer backend never runs {sorted(unknown)}")
     archs = args.archs if args.archs is not None else (DEFAULT_ARCHS if args.list else _detected_archs())
     if not archs:
         parser.error("no CUDA GPU here: name the architectures with --archs")
     if args.list:
-        for kernel in kernels(archs, args.dtypes, args.head_dims):
+        for kernel in kernels(archs, args.dtypes, args.head_dims, args.fp8_kv_dtypes):
             print(kernel)
         return 0
-    prebuild(archs, args.dtypes, args.head_dims, jobs=args.jobs, force=args.force)
+    prebuild(archs, args.dtypes, args.head_dims, jobs=args.jobs, force=args.force, fp8_kv_dtypes=args.fp8_kv_dtypes)
     return 0
 
 

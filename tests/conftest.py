@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+if not torch.cuda.is_available():
+    # Without a GPU, Triton kernels run under Triton's interpreter on CPU tensors, so the CPU suite
+    # checks them too (tests/layers/test_moe.py). Triton reads this when a kernel is decorated,
+    # i.e. at import, and the imports below already load triton: it must be set first.
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model
 

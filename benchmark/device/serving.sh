@@ -5,21 +5,17 @@
 #   2. minisgl's server at Poisson rates 8, 32, 128 and inf (chat API, the same workload), then
 #      Mini-SGLang's server (from the git-ignored .ref/mini-sglang, --attn fi) with the same requests
 #      once minisgl's is stopped, so each has the GPU alone: one table with both and the ratio.
-# Run after the kit preamble (../shared/device/kit.sh) with .device-kit, .bench-models
+# NO_COMPARE=1 drives minisgl alone; NO_SAVE_JIT=1 leaves the JIT workspace unsaved. Run after the kit preamble (../shared/device/kit.sh) with .device-kit, .bench-models
 # (benchmark/prepare_model.py ../shared/models/qwen3-0.6b .bench-models/qwen3-0.6b) and .ref carried.
 # Results go to $OUT/results (logs, JSON, PNG); the FlashInfer JIT workspace is saved in $OUT in pieces under 16 MiB
 # (carry them back as .device-kit/fiws-*.part to skip compiling next time).
 set -uo pipefail
 RES=${RES:-${OUT:-/tmp}/results}
 mkdir -p "$RES"
-step() { echo; echo "=== $* ($(date +%T))"; }
+. benchmark/device/lib.sh
 MODEL=$PWD/.bench-models/qwen3-0.6b
 SIZE=(--num-requests "${NREQ:-256}" --max-input-len 1024 --max-output-len "${NOUT:-256}")
-if ls .device-kit/fiws.tgz.part-* > /dev/null 2>&1; then cat .device-kit/fiws.tgz.part-* | tar xzf - -C /; fi
-# ninja rebuilds an object older than its sources, and pip just gave FlashInfer's sources fresh
-# times: date the carried workspace one hour ahead so its kernels load without compiling.
-find /tmp/fiws -exec touch -h -d "@$(( $(date +%s) + 3600 ))" {} +
-export TRITON_CACHE_DIR=/tmp/fiws/triton  # saved with the FlashInfer workspace below
+restore_jit_cache
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
 if [ -z "${SKIP_OFFLINE:-}" ]; then
@@ -27,7 +23,7 @@ if [ -z "${SKIP_OFFLINE:-}" ]; then
     timeout "${OFFLINE_TIMEOUT:-200}" python benchmark/offline/bench.py --model "$MODEL" --dummy-weight "${SIZE[@]}" \
         --out "$RES/offline.json" > "$RES/offline.log" 2>&1
     grep -vE "it/s\]|s/it\]" "$RES/offline.log" | tail -6
-    (cd / && tar czf - tmp/fiws) | split -b 15M - "${OUT:-.}/fiws.tgz.part-"  # kernels compiled so far
+    save_jit_cache  # kernels compiled so far
 fi
 [ -n "${SKIP_ONLINE:-}" ] && exit 0
 
@@ -51,6 +47,7 @@ else
              --compare-launch "bash -c 'cd .ref/mini-sglang && PYTHONPATH=python:/tmp/site exec ${REF_CMD[*]}'")
     SERVER_FLAGS=()
 fi
+[ -n "${NO_COMPARE:-}" ] && COMPARE=()  # minisgl alone
 timeout "${ONLINE_TIMEOUT:-420}" python benchmark/online/bench.py --launch --api chat --rates "${RATES:-8,32,128,inf}" \
     "${SIZE[@]}" --client-processes 4 --ready-timeout 300 --no-progress --out "$RES/online.json" "${COMPARE[@]}" \
     -- --model "$MODEL" --dummy-weight "${SERVER_FLAGS[@]}" > "$RES/online.log" 2>&1
@@ -58,8 +55,8 @@ echo "exit $?"
 tail -32 "$RES/online.log"
 [ -n "${REF_PID:-}" ] && kill "$REF_PID"
 
+[ -n "${NO_SAVE_JIT:-}" ] && exit 0
 step "save the JIT workspace"
 du -sh ~/.cache/* 2>/dev/null | sort -h | tail -5  # other JIT caches (the reference's kernels)
-rm -f "${OUT:-.}"/fiws.tgz.part-*
-(cd / && tar czf - tmp/fiws) | split -b 15M - "${OUT:-.}/fiws.tgz.part-"
+save_jit_cache
 ls -la "${OUT:-.}"

@@ -20,6 +20,7 @@ import torch
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.workload import offline_workload
 from minisgl.core import SamplingParams
+from minisgl.kvcache import KV_CACHE_DTYPES
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
 
@@ -39,7 +40,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-prefill-length", type=int, default=8192)
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
     p.add_argument("--attn", default="auto")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES))
+    p.add_argument("--quantization", default=None, choices=["fp8"], help="quantize the weights at load")
+    p.add_argument("--dump-workload", help="also write the workload (prompt ids, max_tokens) to this JSON "
+                                           "(benchmark/offline/reference_offline.py replays it)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per GPU)")
+    p.add_argument("--disable-custom-all-reduce", action="store_true", help="NCCL for every all-reduce")
+    p.add_argument("--moe-backend", default="auto", help="auto, fused, grouped or loop")
+    p.add_argument("--floor", action="store_true",
+                   help="also report the decode floor: weights used + KV read per step at the measured copy rate")
     p.add_argument("--compare-hf", action="store_true", help="also run HF transformers generate_batch")
     p.add_argument("--hf-requests", type=int, default=16, help="requests in the HF comparison subset")
     p.add_argument("--hf-output-len", type=int, default=64, help="fixed output length in the HF comparison")
@@ -78,15 +87,24 @@ def main() -> None:
     args = parse_args()
     model = args.model or demo_model_dir()
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
+    bandwidth = None
+    if args.floor:
+        from minisgl.benchmark.floor import copy_bandwidth
+
+        bandwidth = copy_bandwidth()
     start = time.perf_counter()
-    llm = LLM(model, tp=args.tp, dtype=dtype, device=args.device, use_dummy_weight=args.dummy_weight, page_size=args.page_size,
+    llm = LLM(model, tp=args.tp, moe_backend=args.moe_backend, disable_custom_all_reduce=args.disable_custom_all_reduce, dtype=dtype, device=args.device, use_dummy_weight=args.dummy_weight, page_size=args.page_size,
               max_running_req=args.max_running_requests, max_extend_tokens=args.max_prefill_length,
-              cuda_graph_max_bs=args.cuda_graph_max_bs, attention_backend=args.attn)
+              cuda_graph_max_bs=args.cuda_graph_max_bs, attention_backend=args.attn,
+              kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization)
     startup = {"llm_init_s": time.perf_counter() - start, **llm.scheduler.engine.timings}
     vocab = llm.scheduler.engine.model_config.vocab_size
     workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
     prompts = [r.prompt_ids for r in workload]
     params = [SamplingParams(temperature=args.temperature, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+    if args.dump_workload:
+        write_json(args.dump_workload, {"temperature": args.temperature, "prompts": prompts,
+                                        "max_tokens": [r.max_tokens for r in workload]})
 
     start = time.perf_counter()
     llm.generate(prompts[:2], params[:2], use_tqdm=False)  # warm-up
@@ -94,13 +112,27 @@ def main() -> None:
     runs = [timed_generate(llm, prompts, params) for _ in range(2)]
     result = {
         "benchmark": "offline", "device": device_name(), "model": model, "dummy_weight": args.dummy_weight,
-        "dtype": str(llm.scheduler.engine.dtype), "tp": args.tp, "workload": {k: getattr(args, k) for k in
+        "dtype": str(llm.scheduler.engine.dtype), "kv_cache_dtype": args.kv_cache_dtype,
+        "quantization": args.quantization, "tp": args.tp, "workload": {k: getattr(args, k) for k in
                                                                ("num_requests", "max_input_len", "max_output_len", "temperature")},
         "runs": runs, "tokens_per_s": runs[1]["tokens_per_s"], "startup": startup,
         "memory": getattr(llm.scheduler.engine, "memory", None),
         "overlap": llm.scheduler.overlap, "attention": type(llm.scheduler.engine.attn_backend).__name__,
         "cuda_graphs": getattr(llm.scheduler.engine.graph_runner, "batch_sizes", None),
     }
+    if bandwidth:
+        from minisgl.benchmark.floor import decode_floor_s
+
+        floor_s = decode_floor_s(llm.scheduler.engine, [len(p) for p in prompts], [p.max_tokens for p in params],
+                                 bandwidth)
+        result["floor"] = {"copy_bandwidth_bytes_per_s": bandwidth, "decode_floor_s": floor_s,
+                           "tokens_per_s": runs[1]["output_tokens"] / floor_s,
+                           "fraction": runs[1]["tokens_per_s"] * floor_s / runs[1]["output_tokens"]}
+        print(f"floor: decode alone at {bandwidth / 1e12:.2f} TB/s reading the weights used + KV takes "
+              f"{floor_s:.2f} s = {result['floor']['tokens_per_s']:.0f} tok/s; measured is "
+              f"{result['floor']['fraction']:.0%} of it")
+    result["custom_all_reduce"] = not args.disable_custom_all_reduce
+    result["moe_backend"] = llm.scheduler.engine.ctx.moe_backend
     print("start-up: " + ", ".join(f"{k} {v:.2f}" for k, v in startup.items()))
     print(f"minisgl: {runs[1]['output_tokens']} tokens in {runs[1]['seconds']:.2f} s = "
           f"{runs[1]['tokens_per_s']:.1f} tok/s (second run) on {result['device']}")

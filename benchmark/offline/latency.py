@@ -6,13 +6,16 @@ Runs `--batch` requests of `--prompt-len` random tokens for `--decode-steps` gre
 (ignore_eos) through the scheduler, after a warm-up, and times every step. Time per output
 token (TPOT) is the mean gap between consecutive tokens after the first; time to first token is
 reported beside it. The floor is the bytes every decode step must read (weights, plus the KV
-cache at the mean length) over the device-to-device copy bandwidth measured in the same run.
+cache at the mean length) over the device-to-device copy bandwidth measured in the same run; for
+a mixture of experts only the experts the batch is routed to (minisgl/benchmark/floor.py), and
+with --tp the figures of one rank (its weight and KV shares).
 With --compare-eager the same run repeats with CUDA graphs off. Writes JSON (and a PNG).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import itertools
 import os
@@ -21,9 +24,12 @@ import time
 
 import torch
 
+from minisgl.benchmark.floor import active_weight_bytes, copy_bandwidth, kv_bytes_per_token
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import SamplingParams
+from minisgl.kvcache import KV_CACHE_DTYPES
 from minisgl.llm import LLM
+from minisgl.message import UserMsg
 
 
 def parse_args() -> argparse.Namespace:
@@ -35,35 +41,26 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--decode-steps", type=int, default=256)
     p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"])
     p.add_argument("--attn", default="auto")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES))
+    p.add_argument("--quantization", default=None, choices=["fp8"],
+                   help="FP8 weights (the floor is then the FP8 weights' bytes)")
     p.add_argument("--cuda-graph-max-bs", type=int, default=None)
+    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per GPU)")
+    p.add_argument("--disable-custom-all-reduce", action="store_true", help="NCCL for every all-reduce")
+    p.add_argument("--moe-backend", default="auto", help="auto, fused, grouped or loop")
     p.add_argument("--compare-eager", action="store_true", help="repeat with CUDA graphs off")
     p.add_argument("--out", default="results/latency.json")
     return p.parse_args()
-
-
-def copy_bandwidth(nbytes: int = 2 << 30) -> float:
-    """Device-to-device copy rate (bytes read + written per second), median of 10."""
-    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(12):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        dst.copy_(src)
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    del src, dst
-    torch.cuda.empty_cache()
-    return 2 * nbytes / sorted(times[2:])[len(times[2:]) // 2]
 
 
 def measure(args, graphs: bool) -> dict:
     dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     max_len = args.prompt_len + args.decode_steps + 16
     start = time.perf_counter()
-    llm = LLM(args.model, dtype=dtype, use_dummy_weight=args.dummy_weight, max_running_req=max(args.batch, 8),
-              max_seq_len_override=max_len, attention_backend=args.attn,
+    llm = LLM(args.model, tp=args.tp, dtype=dtype, moe_backend=args.moe_backend,
+              disable_custom_all_reduce=args.disable_custom_all_reduce, use_dummy_weight=args.dummy_weight,
+              max_running_req=max(args.batch, 8), max_seq_len_override=max_len, attention_backend=args.attn,
+              kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization,
               cuda_graph_max_bs=args.cuda_graph_max_bs if graphs else 0)
     init_s = time.perf_counter() - start
     s = llm.scheduler
@@ -74,24 +71,29 @@ def measure(args, graphs: bool) -> dict:
     params = SamplingParams(temperature=0, max_tokens=args.decode_steps, ignore_eos=True)
     llm.generate(prompts, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)  # warm-up
     try:
+        # Through the scheduler server, as LLM.generate goes, so tensor-parallel followers get the
+        # requests too; a timestamp per step that produced tokens.
         first = 10**9
         for i, p in enumerate(prompts):
-            s.add_request(first + i, p, params)
-        stamps: list[float] = []  # one per step that produced tokens
+            llm.inbox.put(UserMsg(first + i, p, dataclasses.asdict(params)))
+        stamps: list[float] = []
+        finished = 0
         begin = time.perf_counter()
-        while s.has_work:
-            outs = s.step()
+        while finished < len(prompts):
+            llm.server.run_once()
+            outs, llm._outputs[:] = list(llm._outputs), []
             if any(o.token_id is not None for o in outs):
                 stamps.append(time.perf_counter())
+            finished += sum(1 for o in outs if o.finish_reason)
         gaps = [b - a for a, b in itertools.pairwise(stamps)]
         tpot = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
-        cfg = e.model_config
-        kv_token = 2 * cfg.num_layers * e.num_kv_heads * cfg.head_dim * e.dtype.itemsize
+        kv_token = kv_bytes_per_token(e)
         mean_len = args.prompt_len + args.decode_steps / 2
         return {"cuda_graphs": e.graph_runner is not None, "attention": type(e.attn_backend).__name__,
                 "init_s": init_s, "ttft_s": stamps[0] - begin, "tpot_s": tpot,
                 "tpot_median_s": sorted(gaps)[len(gaps) // 2], "steps": len(stamps),
-                "weight_bytes": e.weight_bytes, "kv_bytes_per_step": int(args.batch * mean_len * kv_token)}
+                "weight_bytes": e.weight_bytes, "active_weight_bytes": active_weight_bytes(e, args.batch),
+                "startup": e.timings, "kv_bytes_per_step": int(args.batch * mean_len * kv_token)}
     finally:
         llm.shutdown()
         del llm, s, e
@@ -106,17 +108,19 @@ def main() -> None:
     if args.compare_eager:
         runs.append(measure(args, graphs=False))
     # Memory moves about the copy rate (bytes read + written) whatever the mix: reading is the floor.
-    floor = (runs[0]["weight_bytes"] + runs[0]["kv_bytes_per_step"]) / bw
+    floor = (runs[0]["active_weight_bytes"] + runs[0]["kv_bytes_per_step"]) / bw
     for r in runs:
         r["floor_s"] = floor
         r["tpot_over_floor"] = r["tpot_s"] / floor
     result = {"benchmark": "latency", "device": device_name(), "model": args.model, "dummy_weight": args.dummy_weight,
+              "quantization": args.quantization, "kv_cache_dtype": args.kv_cache_dtype, "tp": args.tp,
+              "custom_all_reduce": not args.disable_custom_all_reduce,
               "batch": args.batch, "prompt_len": args.prompt_len, "decode_steps": args.decode_steps,
               "copy_bandwidth_bytes_per_s": bw, "runs": runs}
     for r in runs:
         print(f"{'graphs' if r['cuda_graphs'] else 'eager '}: TPOT {r['tpot_s'] * 1e3:.2f} ms (median "
               f"{r['tpot_median_s'] * 1e3:.2f}), TTFT {r['ttft_s'] * 1e3:.1f} ms, floor {floor * 1e3:.2f} ms "
-              f"({r['weight_bytes'] / 1e9:.1f} GB weights at {bw / 1e12:.2f} TB/s), "
+              f"({r['active_weight_bytes'] / 1e9:.2f} GB weights read at {bw / 1e12:.2f} TB/s), "
               f"{r['tpot_over_floor']:.2f}x floor; start-up {r['init_s']:.1f} s")
     write_json(args.out, result)
     png = os.path.splitext(args.out)[0] + ".png"

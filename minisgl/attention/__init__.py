@@ -2,7 +2,7 @@
 
 `--attn NAME` uses one backend for every batch; `--attn PREFILL,DECODE` uses one for prefill
 (extend) batches and another for decode batches. `auto` picks per device: torch on the CPU,
-FlashInfer on CUDA (FA3 prefill kernels on Hopper), torch where FlashInfer cannot run (float32,
+FlashInfer on CUDA (FA3 prefill kernels on Hopper, FA2 with an FP8 KV cache), torch where FlashInfer cannot run (float32,
 odd head sizes, package missing). `sgl-fa3` (sgl-kernel's FlashAttention-3, Hopper) is opt-in.
 GPU backends import their libraries only when created.
 """
@@ -85,7 +85,8 @@ def default_backend(ctx: Context, shape: AttnShape | None = None) -> str:
         logger.info("attention: torch backend on CUDA (%s)", problem)
         return "torch"
     hopper = torch.cuda.get_device_capability(ctx.device)[0] == 9
-    return "fa3,flashinfer" if hopper else "flashinfer"
+    # FA3 prefill needs queries and KV of one dtype: an FP8 cache prefills with FA2.
+    return "fa3,flashinfer" if hopper and shape.cache_dtype == shape.dtype else "flashinfer"
 
 
 def _create_one(name: str, ctx: Context, shape: AttnShape | None) -> BaseAttnBackend:

@@ -27,7 +27,12 @@ class AttnShape:
     num_qo_heads: int
     num_kv_heads: int
     head_dim: int
-    dtype: torch.dtype
+    dtype: torch.dtype  # queries and outputs
+    kv_dtype: torch.dtype | None = None  # what the KV cache stores; None: `dtype`
+
+    @property
+    def cache_dtype(self) -> torch.dtype:
+        return self.kv_dtype or self.dtype
 
 
 class BaseAttnBackend(ABC):

@@ -1,6 +1,7 @@
 """FlashInfer attention over the paged KV cache: paged prefill (FA2 or, on Hopper, FA3 kernels)
 and batch decode (CUDA-core kernel, or the tensor-core one for wide grouped-query attention),
-with fixed-buffer decode wrappers for CUDA graphs.
+with fixed-buffer decode wrappers for CUDA graphs. An FP8 KV cache is read by FA2 prefill and
+the decode kernels with its per-layer scales (FA3's templates have no bf16-query/FP8-KV form).
 
 flashinfer is imported when the backend is created, never at package import, so minisgl runs
 where it is not installed. Lengths and index pointers are computed on the host from the
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from minisgl.core import Batch, Context
-from minisgl.prebuild import ATTENTION_DTYPES, ATTENTION_HEAD_DIMS
+from minisgl.prebuild import ATTENTION_DTYPES, ATTENTION_FP8_KV_DTYPES, ATTENTION_HEAD_DIMS
 
 from .base import AttnShape, BaseAttnBackend, BaseAttnMetadata
 from .paging import batch_arrays, gather_pages, indptr, paged_layout, pinned
@@ -28,6 +29,7 @@ INT_WORKSPACE_BYTES = 8 << 20
 # What the backend serves is what minisgl.prebuild compiles ahead of time (the image has no nvcc).
 SUPPORTED_HEAD_DIMS = ATTENTION_HEAD_DIMS
 SUPPORTED_DTYPES = tuple(getattr(torch, name) for name in ATTENTION_DTYPES)
+SUPPORTED_FP8_KV_DTYPES = tuple(getattr(torch, name) for name in ATTENTION_FP8_KV_DTYPES)
 
 
 def flashinfer_available() -> bool:
@@ -40,6 +42,8 @@ def supports(shape: AttnShape, device: torch.device) -> str | None:
         return "FlashInfer needs a CUDA device"
     if shape.dtype not in SUPPORTED_DTYPES:
         return f"FlashInfer attention needs one of {', '.join(ATTENTION_DTYPES)}, the model runs in {shape.dtype}"
+    if shape.cache_dtype not in (shape.dtype, *SUPPORTED_FP8_KV_DTYPES):
+        return f"FlashInfer attention reads a KV cache of the model's dtype or {', '.join(ATTENTION_FP8_KV_DTYPES)}"
     if shape.head_dim not in SUPPORTED_HEAD_DIMS:
         return f"head_dim {shape.head_dim} is not one of {SUPPORTED_HEAD_DIMS}"
     if not flashinfer_available():
@@ -67,6 +71,10 @@ class FlashInferBackend(BaseAttnBackend):
         problem = supports(shape, ctx.device)
         if problem:
             raise RuntimeError(f"FlashInfer attention backend: {problem}")
+        if prefill_kernel == "fa3" and shape.cache_dtype != shape.dtype:
+            # FlashInfer's FA3 templates need q and KV of one dtype; FA2 reads FP8 pages with bf16 q.
+            raise RuntimeError("FlashInfer's FA3 prefill kernels cannot read an FP8 KV cache with "
+                               f"{str(shape.dtype).removeprefix('torch.')} queries; use --attn flashinfer (FA2 prefill)")
         self.fi = flashinfer
         self.ctx = ctx
         self.shape = shape
@@ -97,6 +105,9 @@ class FlashInferBackend(BaseAttnBackend):
         self.kv_views = [(kv.k_cache(i).view(shape4), kv.v_cache(i).view(shape4))
                          for i in range(kv.k_buffer.shape[0])]
         self.graph_wrappers: dict[int, Any] = {}
+        # FP8 pages: FlashInfer folds k_scale into the softmax scale and multiplies the output by
+        # v_scale; both are plain floats, so captured graphs replay them unchanged.
+        self.kv_scales = [dict(k_scale=k, v_scale=v) if kv.is_fp8 else {} for k, v in zip(kv.k_scales, kv.v_scales)]
 
     def _decode_wrapper(self, **graph_buffers):
         return self.fi.BatchDecodeWithPagedKVCacheWrapper(
@@ -123,17 +134,17 @@ class FlashInferBackend(BaseAttnBackend):
         rows, cached, device_lens = batch_arrays(batch)
         layout = paged_layout(rows, device_lens, self.page_size, self.table_width)
         pages = gather_pages(self.ctx.page_table, layout, self.page_size)
-        s, dtype = self.shape, self.shape.dtype
+        s, dtype, kv_dtype = self.shape, self.shape.dtype, self.shape.cache_dtype
         if batch.is_decode:
             wrapper = self.decode_wrapper
             self._plan(wrapper, pinned(layout.kv_indptr), pages, pinned(layout.last_page_len), s.num_qo_heads,
-                       s.num_kv_heads, s.head_dim, self.page_size, q_data_type=dtype, kv_data_type=dtype,
+                       s.num_kv_heads, s.head_dim, self.page_size, q_data_type=dtype, kv_data_type=kv_dtype,
                        sm_scale=self.sm_scale)
         else:
             wrapper = self.prefill_wrapper
             self._plan(wrapper, pinned(indptr(device_lens - cached)), pinned(layout.kv_indptr), pages,
                        pinned(layout.last_page_len), s.num_qo_heads, s.num_kv_heads, s.head_dim, self.page_size,
-                       causal=True, sm_scale=self.sm_scale, q_data_type=dtype, kv_data_type=dtype,
+                       causal=True, sm_scale=self.sm_scale, q_data_type=dtype, kv_data_type=kv_dtype,
                        seq_lens=pinned(device_lens.astype(np.int32)))
         batch.attn_metadata = FlashInferMetadata(extend_lens=(device_lens - cached).tolist(),
                                                  seq_lens=device_lens.tolist(), wrapper=wrapper)
@@ -142,9 +153,11 @@ class FlashInferBackend(BaseAttnBackend):
         if k is not None:
             self.ctx.kv_cache.store_kv(k, v, batch.out_loc, layer.layer_id)
         wrapper = batch.attn_metadata.wrapper
+        i = layer.layer_id
         if wrapper is self.prefill_wrapper:  # it would zero-fill a fresh output otherwise
-            return wrapper.run(q, self.kv_views[layer.layer_id], out=torch.empty_like(q, memory_format=torch.contiguous_format))
-        return wrapper.run(q, self.kv_views[layer.layer_id])
+            return wrapper.run(q, self.kv_views[i], out=torch.empty_like(q, memory_format=torch.contiguous_format),
+                               **self.kv_scales[i])
+        return wrapper.run(q, self.kv_views[i], **self.kv_scales[i])
 
     # -- CUDA graphs (decode) --------------------------------------------------------------------
 
@@ -165,7 +178,7 @@ class FlashInferBackend(BaseAttnBackend):
         wrapper = self.graph_wrappers[bs]
         s = self.shape
         self._plan(wrapper, pinned(layout.kv_indptr), pages, pinned(layout.last_page_len), s.num_qo_heads,
-                   s.num_kv_heads, s.head_dim, self.page_size, q_data_type=s.dtype, kv_data_type=s.dtype,
+                   s.num_kv_heads, s.head_dim, self.page_size, q_data_type=s.dtype, kv_data_type=s.cache_dtype,
                    sm_scale=self.sm_scale)
         batch.attn_metadata = FlashInferMetadata(extend_lens=[1] * len(batch.reqs),
                                                  seq_lens=seq_lens[: len(batch.reqs)].tolist(), wrapper=wrapper)

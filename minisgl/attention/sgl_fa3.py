@@ -27,6 +27,8 @@ SUPPORTED_HEAD_DIMS = (64, 96, 128, 256)
 
 def supports(shape: AttnShape, device: torch.device) -> str | None:
     """Why sgl-kernel's FA3 cannot serve this model here, or None."""
+    if shape.cache_dtype != shape.dtype:
+        return "it reads a KV cache of the model's dtype only (no FP8 KV cache)"
     if device.type != "cuda":
         return "it needs a CUDA device"
     if torch.cuda.get_device_capability(device)[0] != 9:

@@ -1,4 +1,5 @@
-"""Attention in plain torch over the paged cache: the CPU path, and the reference for GPU kernels."""
+"""Attention in plain torch over the paged cache: the CPU path, and the reference for GPU kernels.
+An FP8 cache is dequantized as it is read (MHAKVCache.read_kv)."""
 
 from __future__ import annotations
 
@@ -47,16 +48,14 @@ class TorchNativeBackend(BaseAttnBackend):
     def forward(self, q, k, v, layer, batch):
         kv = self.ctx.kv_cache
         kv.store_kv(k, v, batch.out_loc, layer.layer_id)
-        k_cache, v_cache = kv.k_cache(layer.layer_id), kv.v_cache(layer.layer_id)
         meta = batch.attn_metadata
         if isinstance(meta, TorchGraphMetadata):
-            return self._graph_decode(q, k_cache, v_cache, layer, meta)
+            return self._graph_decode(q, layer, meta)
         out = torch.empty_like(q)
         start = 0
         for ext, seq, slots in zip(meta.extend_lens, meta.seq_lens, meta.kv_slots):
             qr = q[start : start + ext].transpose(0, 1)  # [heads, ext, dim]
-            kr = k_cache[slots].transpose(0, 1)  # [kv_heads, seq, dim]
-            vr = v_cache[slots].transpose(0, 1)
+            kr, vr = (x.transpose(0, 1) for x in kv.read_kv(layer.layer_id, slots, q.dtype))  # [kv_heads, seq, dim]
             # Query i sits at position seq - ext + i and sees keys up to that position.
             mask = None
             if ext > 1:
@@ -70,12 +69,11 @@ class TorchNativeBackend(BaseAttnBackend):
 
     # -- CUDA graphs: dense decode over whole page-table rows -------------------------------------
 
-    def _graph_decode(self, q, k_cache, v_cache, layer, meta: TorchGraphMetadata):
+    def _graph_decode(self, q, layer, meta: TorchGraphMetadata):
         slots = self.ctx.page_table[meta.rows].long()  # [bs, width]
         width = slots.shape[1]
         visible = torch.arange(width, device=q.device).unsqueeze(0) < meta.lens.unsqueeze(1)
-        kr = k_cache[slots].transpose(1, 2)  # [bs, kv_heads, width, dim]
-        vr = v_cache[slots].transpose(1, 2)
+        kr, vr = (x.transpose(1, 2) for x in self.ctx.kv_cache.read_kv(layer.layer_id, slots, q.dtype))  # [bs, kv_heads, width, dim]
         o = F.scaled_dot_product_attention(q.unsqueeze(2), kr, vr, attn_mask=visible[:, None, None, :],
                                            scale=layer.scale, enable_gqa=layer.num_heads != layer.num_kv_heads)
         return o.squeeze(2)

@@ -147,8 +147,9 @@ class GrammarState:
             bitmask[row] &= self.also_allowed
 
     def accept(self, token: int) -> bool:
-        """Follow a sampled token; False if the grammar does not allow it (cannot happen for a
-        token sampled under this request's mask)."""
+        """Follow a sampled token; False if the grammar does not allow it: for a token sampled
+        under this request's mask, only when the mask allowed nothing (a grammar no token of the
+        vocabulary can spell, e.g. JSON with the benchmark models' synthetic tokenizers)."""
         return self.matcher.accept_token(token)
 
     @property

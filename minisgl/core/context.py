@@ -28,7 +28,7 @@ class Context:
     kv_cache: MHAKVCache | None = None
     attn_backend: BaseAttnBackend | None = None
     batch: Batch | None = None
-    moe_backend: str = "loop"  # loop | grouped: see minisgl.layers.moe
+    moe_backend: str = "loop"  # loop | grouped | fused | auto: see minisgl.layers.moe
 
     def current_batch(self) -> Batch:
         if self.batch is None:

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 
 MAX_LOGPROBS = 20  # most alternatives reported per token (OpenAI's top_logprobs limit)
@@ -79,6 +80,12 @@ class SamplingParams:
             if self.min_tokens:  # the grammar may allow nothing but its end, which min_tokens forbids
                 return "min_tokens cannot be combined with structured output (response_format, guided_*)"
         return None
+
+    @cached_property
+    def stop_token_set(self) -> frozenset[int]:
+        """stop_token_ids for the per-token membership test: up to 1024 ids, checked for every
+        sampled token of the request, must not be a tuple scan (issue 21)."""
+        return frozenset(self.stop_token_ids)
 
     @property
     def adjusts_logits(self) -> bool:

@@ -16,11 +16,25 @@ from .info import DistributedInfo
 FOLLOWER_WAIT = timedelta(days=365)
 
 
-def init_process_group(tp: DistributedInfo, addr: str, device: torch.device) -> None:
-    if tp.size == 1 or dist.is_initialized():
+# The custom all-reduce for small messages (minisgl.distributed.custom_allreduce), on CUDA only.
+_CUSTOM = None
+
+
+def init_process_group(tp: DistributedInfo, addr: str, device: torch.device, custom_all_reduce: bool = True) -> None:
+    """Join this rank's group at `addr` (a fresh rendezvous per engine start). A group left over
+    from an engine that failed to start is an error, not something to reuse: its peers are gone."""
+    global _CUSTOM
+    if tp.size == 1:
         return
+    if dist.is_initialized():
+        raise RuntimeError("a tensor-parallel process group is already initialized in this process "
+                           "(an engine that was not shut down?)")
     if device.type == "cuda":
         dist.init_process_group("nccl", init_method=addr, rank=tp.rank, world_size=tp.size)
+        if custom_all_reduce:
+            from . import custom_allreduce
+
+            _CUSTOM = custom_allreduce.create(dist.group.WORLD, device)
     else:
         dist.init_process_group("gloo", init_method=addr, rank=tp.rank, world_size=tp.size, timeout=FOLLOWER_WAIT)
 
@@ -30,6 +44,9 @@ def _active() -> bool:
 
 
 def all_reduce(x: torch.Tensor) -> torch.Tensor:
+    """Sum x over the ranks, in place: the custom all-reduce for messages it takes, else NCCL/gloo."""
+    if _CUSTOM is not None and _CUSTOM.takes(x):
+        return _CUSTOM(x)
     if _active():
         dist.all_reduce(x)
     return x
@@ -74,7 +91,7 @@ def all_reduce_min(value: int) -> int:
 
 
 def destroy() -> None:
-    global _CPU_GROUP
-    _CPU_GROUP = None
+    global _CPU_GROUP, _CUSTOM
+    _CPU_GROUP = _CUSTOM = None
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

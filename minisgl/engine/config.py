@@ -14,9 +14,11 @@ class EngineConfig:
     dtype: torch.dtype | None = None  # None: the checkpoint's dtype
     device: str = "auto"  # auto: CUDA when present, else CPU
     page_size: int = 16
+    kv_cache_dtype: str = "auto"  # auto (the model's dtype), fp8_e4m3 or fp8_e5m2: minisgl.kvcache.KV_CACHE_DTYPES
+    quantization: str | None = None  # "fp8": quantize plain weights at load (minisgl.quantization)
     max_running_req: int = 256
     attention_backend: str = "auto"  # a name, or "prefill,decode"
-    moe_backend: str = "auto"  # auto (grouped on CUDA, loop on the CPU), loop or grouped
+    moe_backend: str = "auto"  # auto (per batch size on CUDA, loop on the CPU), loop, grouped or fused
     cuda_graph_bs: tuple[int, ...] | None = None
     cuda_graph_max_bs: int | None = None  # 0 turns CUDA graphs off
     memory_ratio: float = 0.9
@@ -24,6 +26,7 @@ class EngineConfig:
     max_seq_len_override: int | None = None
     num_page_override: int | None = None
     distributed_addr: str = "tcp://127.0.0.1:23333"
+    disable_custom_all_reduce: bool = False  # True: NCCL for every all-reduce (see minisgl.distributed.custom_allreduce)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -37,15 +40,20 @@ def resolve_device(name: str) -> torch.device:
 
 
 def resolve_moe_backend(name: str, device: torch.device) -> str:
-    if name == "auto":
-        return "grouped" if device.type == "cuda" and hasattr(torch.nn.functional, "grouped_mm") else "loop"
-    if name not in ("loop", "grouped"):
-        raise ValueError(f"unknown MoE backend {name!r}; use auto, loop or grouped")
+    """auto: on CUDA the per-batch-size choice of fused Triton / grouped GEMM (see
+    minisgl.layers.moe), the per-expert loop on the CPU."""
+    from minisgl.layers.moe import BACKENDS
+
+    if name not in BACKENDS:
+        raise ValueError(f"unknown MoE backend {name!r}; use {', '.join(BACKENDS)}")
+    if name == "auto" and device.type != "cuda":
+        return "loop"
     return name
 
 
-def validate_tp(model_config, tp_size: int, device: torch.device) -> None:
-    """Fail at start, with the reason, when the model cannot be split over `tp_size` ranks."""
+def validate_tp(model_config, tp_size: int, device: torch.device, local_ranks: int | None = None) -> None:
+    """Fail at start, with the reason, when the model cannot be split over `tp_size` ranks, of which
+    `local_ranks` (default: all) run on this machine and need a GPU here."""
     cfg = model_config
     if tp_size < 1:
         raise ValueError("tensor-parallel size must be >= 1")
@@ -57,5 +65,7 @@ def validate_tp(model_config, tp_size: int, device: torch.device) -> None:
     for name, size in (("intermediate size", cfg.intermediate_size), ("MoE intermediate size", cfg.moe_intermediate_size)):
         if size % tp_size:
             raise ValueError(f"--tp {tp_size} must divide the model's {name} {size}")
-    if device.type == "cuda" and tp_size > torch.cuda.device_count():
-        raise ValueError(f"--tp {tp_size} needs {tp_size} GPUs but {torch.cuda.device_count()} are visible")
+    here = tp_size if local_ranks is None else local_ranks
+    if device.type == "cuda" and here > torch.cuda.device_count():
+        raise ValueError(f"{here} tensor-parallel ranks on this node need {here} GPUs but "
+                         f"{torch.cuda.device_count()} are visible")

@@ -15,8 +15,9 @@ from minisgl.attention import AttnShape, create_attention_backend
 from minisgl.attention.paging import batch_arrays, ragged_arange, to_device
 from minisgl.core import Batch, Context, set_global_ctx
 from minisgl.distributed import all_reduce_min, destroy, init_process_group
-from minisgl.kvcache import MHAKVCache
+from minisgl.kvcache import MHAKVCache, kv_storage_dtype
 from minisgl.models import create_model, init_dummy_weights, load_model_config, load_weights
+from minisgl.quantization import check_online_quantization, quantize_model
 from minisgl.utils.logger import get_logger
 
 from .config import EngineConfig, resolve_device, resolve_moe_backend
@@ -54,6 +55,7 @@ class Engine:
     def __init__(self, config: EngineConfig):
         t_start = time.perf_counter()
         self.config = config
+        self.graph_runner: GraphRunner | None = None
         self.device = resolve_device(config.device)
         self.tp = config.tp_info
         cuda = self.device.type == "cuda"
@@ -63,21 +65,43 @@ class Engine:
         self.ctx = Context(device=self.device, tp=self.tp,
                            moe_backend=resolve_moe_backend(config.moe_backend, self.device))
         set_global_ctx(self.ctx)
-        init_process_group(self.tp, config.distributed_addr, self.device)
+        init_process_group(self.tp, config.distributed_addr, self.device,
+                           custom_all_reduce=not config.disable_custom_all_reduce)
+        try:
+            self._build(config, t_start)
+        except BaseException:
+            # Leave nothing behind for the next engine in this process (a test's next case, a
+            # retry): the process group's peers are gone with this engine.
+            self.shutdown()
+            raise
+
+    def _build(self, config: EngineConfig, t_start: float) -> None:
+        cuda = self.device.type == "cuda"
         # Same seed on every rank: unseeded sampling then draws the same tokens everywhere.
         torch.manual_seed(0)
 
         self.model_config = load_model_config(config.model_path)
+        check_online_quantization(config.quantization)
         self.dtype = config.dtype or self.model_config.torch_dtype
+        if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # e.g. an FP8 checkpoint's own
+            self.dtype = torch.bfloat16
+        self.kv_dtype = kv_storage_dtype(config.kv_cache_dtype, self.dtype)
         with torch.device(self.device), _default_dtype(self.dtype):
             self.model = create_model(self.model_config)
         self.model.eval()
+        fp8_weights = None
         if config.use_dummy_weight:
             init_dummy_weights(self.model)
         else:
-            load_weights(self.model, _local_path(config.model_path), self.device, self.dtype)
+            fp8_weights = load_weights(self.model, _local_path(config.model_path), self.device, self.dtype)
+        weights = quantize_model(self.model, self.model_config.quantization, config.quantization, fp8_weights,
+                                 self.device, self.dtype)
+        if weights:
+            logger.info("%s", weights)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self.timings = {"load_s": time.perf_counter() - t_start}
+        if cuda:
+            self._warm_up_layers()
 
         cfg = self.model_config
         self.max_seq_len = min(cfg.max_position_embeddings, config.max_seq_len_override or cfg.max_position_embeddings)
@@ -89,7 +113,8 @@ class Engine:
         # On CUDA one more page than the scheduler hands out: the dummy page that padding requests
         # of CUDA-graph batches write to.
         self.kv_cache = MHAKVCache(cfg.num_layers, self.num_pages + (1 if cuda else 0), self.page_size,
-                                   self.num_kv_heads, cfg.head_dim, self.dtype, self.device)
+                                   self.num_kv_heads, cfg.head_dim, self.kv_dtype, self.device,
+                                   *self._kv_scales())
         # One row per running request plus a dummy row (padding for CUDA graphs); the page table
         # maps (row, position) to a KV slot, the token pool holds each row's token ids.
         table_width = -(-self.max_seq_len // self.page_size) * self.page_size
@@ -100,15 +125,14 @@ class Engine:
             dummy = self.num_pages * self.page_size + torch.arange(self.page_size, dtype=torch.int32)
             self.page_table[config.max_running_req, : self.page_size] = dummy.to(self.device)
         self.ctx.page_table, self.ctx.kv_cache = self.page_table, self.kv_cache
-        shape = AttnShape(attn.heads, attn.kv_heads, cfg.head_dim, self.dtype)
+        shape = AttnShape(attn.heads, attn.kv_heads, cfg.head_dim, self.dtype, self.kv_dtype)
         self.attn_backend = create_attention_backend(config.attention_backend, self.ctx, shape)
         self.ctx.attn_backend = self.attn_backend
         self.sampler = Sampler()
-        logger.info("engine: %s on %s (%s), %s attention, %d KV pages of %d tokens, max_seq_len %d",
-                    cfg.architecture, self.device, str(self.dtype).removeprefix("torch."),
-                    _backend_name(self.attn_backend), self.num_pages, self.page_size, self.max_seq_len)
+        logger.info("engine: %s on %s (%s), %s attention, %d KV pages of %d tokens (%s), max_seq_len %d",
+                    cfg.architecture, self.device, _dtype_name(self.dtype), _backend_name(self.attn_backend),
+                    self.num_pages, self.page_size, self._kv_dtype_note(), self.max_seq_len)
 
-        self.graph_runner: GraphRunner | None = None
         sizes = graph_batch_sizes(config.cuda_graph_max_bs, config.max_running_req, config.cuda_graph_bs) if cuda else []
         if sizes and not self.attn_backend.supports_cuda_graph:
             logger.info("CUDA graphs off: the %s attention backend cannot be captured", _backend_name(self.attn_backend))
@@ -120,13 +144,46 @@ class Engine:
         if cuda:
             self._report_memory()
 
+    def _warm_up_layers(self) -> None:
+        """Layers with a `warm_up` (the fused MoE) build their kernels now, before the graphs are
+        captured and before the first request, not during it. Kernels are built once per shape,
+        so this costs one build plus a few launches per layer."""
+        start = time.perf_counter()
+        with torch.inference_mode():
+            for module in self.model.modules():
+                if hasattr(module, "warm_up"):
+                    module.warm_up()
+        torch.cuda.synchronize(self.device)
+        self.timings["kernel_warm_up_s"] = time.perf_counter() - start
+
     # -- sizing -------------------------------------------------------------------------------
+
+    def _kv_scales(self) -> tuple[list[float], list[float]] | tuple[()]:
+        """Per-layer (k, v) scales of an FP8 cache: the checkpoint's, 1.0 for layers without."""
+        layers = [layer.self_attn.attn for layer in self.model.model.layers]
+        found = sum(a.k_scale is not None for a in layers)
+        if self.kv_dtype == self.dtype:
+            if found:
+                logger.info("the checkpoint's k_scale/v_scale apply to an FP8 KV cache (--kv-cache-dtype fp8_e4m3); "
+                            "unused with a %s cache", _dtype_name(self.kv_dtype))
+            return ()
+        logger.info("KV cache %s: per-tensor k/v scales %s", self.config.kv_cache_dtype,
+                    f"from the checkpoint ({found} of {len(layers)} layers, 1.0 for the rest)" if found
+                    else "1.0 (the checkpoint has no k_scale/v_scale)")
+        return [a.k_scale or 1.0 for a in layers], [a.v_scale or 1.0 for a in layers]
+
+    def _kv_dtype_note(self) -> str:
+        kv = _dtype_name(self.kv_dtype)
+        if self.kv_dtype.itemsize == self.dtype.itemsize:
+            return kv
+        return f"{kv}: {self.dtype.itemsize // self.kv_dtype.itemsize}x the pages of a {_dtype_name(self.dtype)} cache"
 
     def _num_pages(self) -> int:
         cfg, config = self.model_config, self.config
         if config.num_page_override:
             return config.num_page_override
-        per_page = MHAKVCache.bytes_per_page(cfg.num_layers, self.page_size, self.num_kv_heads, cfg.head_dim, self.dtype)
+        per_page = MHAKVCache.bytes_per_page(cfg.num_layers, self.page_size, self.num_kv_heads, cfg.head_dim,
+                                             self.kv_dtype)
         pages_per_req = -(-self.max_seq_len // self.page_size)
         if self.device.type == "cuda":
             # memory_ratio of the device is for weights (already loaded), KV cache, CUDA graphs and
@@ -164,12 +221,12 @@ class Engine:
         kv = 2 * self.kv_cache.k_buffer.numel() * self.kv_cache.k_buffer.element_size()
         graphs = self.graph_runner.memory_bytes if self.graph_runner else 0
         self.memory = {"total": total, "weights": self.weight_bytes, "kv_cache": kv, "graphs": graphs, "free": free,
-                       "kv_tokens": self.num_pages * self.page_size}
+                       "kv_tokens": self.num_pages * self.page_size, "kv_dtype": _dtype_name(self.kv_dtype)}
         gib = 2**30
-        logger.info("memory: %.1f GiB device, weights %.2f GiB, KV cache %.2f GiB (%d pages, %d tokens), "
+        logger.info("memory: %.1f GiB device, weights %.2f GiB, KV cache %.2f GiB (%d pages, %d tokens; %s), "
                     "CUDA graphs %.2f GiB, free %.2f GiB (memory_ratio %.2f); start-up %.1f s",
                     total / gib, self.weight_bytes / gib, kv / gib, self.num_pages, self.num_pages * self.page_size,
-                    graphs / gib, free / gib, self.config.memory_ratio, self.timings["init_s"])
+                    self._kv_dtype_note(), graphs / gib, free / gib, self.config.memory_ratio, self.timings["init_s"])
 
     # -- forward ------------------------------------------------------------------------------
 
@@ -258,6 +315,10 @@ class Engine:
         set_global_ctx(None)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
 
 
 def _to_host(t: torch.Tensor) -> torch.Tensor:

@@ -1,7 +1,7 @@
 """KV storage (the paged pool) and the prefix caches that share its pages between requests."""
 
 from .base import BasePrefixCache
-from .mha_pool import MHAKVCache
+from .mha_pool import FP8_DTYPES, KV_CACHE_DTYPES, MHAKVCache, kv_storage_dtype
 from .naive_cache import NaivePrefixCache
 from .radix_cache import RadixPrefixCache
 
@@ -14,5 +14,5 @@ def create_prefix_cache(kind: str, page_size: int) -> BasePrefixCache:
     return PREFIX_CACHES[kind](page_size)
 
 
-__all__ = ["BasePrefixCache", "MHAKVCache", "NaivePrefixCache", "RadixPrefixCache", "PREFIX_CACHES",
+__all__ = ["BasePrefixCache", "FP8_DTYPES", "KV_CACHE_DTYPES", "MHAKVCache", "kv_storage_dtype", "NaivePrefixCache", "RadixPrefixCache", "PREFIX_CACHES",
            "create_prefix_cache"]

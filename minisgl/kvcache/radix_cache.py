@@ -4,12 +4,19 @@ Each edge holds a run of whole pages (tokens and the KV pages that store them). 
 page by page and splits an edge where a prompt diverges inside it, so a match always ends on a
 node. Locks count along the path to the root; leaves with no lock are evicted least recently
 used first.
+
+Host memory: the tree lives as long as its KV pages, so it grows with the cache until the cache is
+full and eviction balances it (a soak with unique prompts sees the scheduler grow per request
+until then; issue 21 measured 1.5-2 KB per request). Tokens and page numbers are kept as C int32
+arrays (4 bytes each) rather than tuples and lists of Python ints (about 40 bytes each), so that
+growth is a tenth of what it was, and bounded by the cache size either way.
 """
 
 from __future__ import annotations
 
 import heapq
 import itertools
+from array import array
 
 from .base import BasePrefixCache
 
@@ -17,10 +24,10 @@ from .base import BasePrefixCache
 class RadixNode:
     __slots__ = ("key", "pages", "children", "parent", "lock_ref", "last_access")
 
-    def __init__(self, key: tuple[int, ...] = (), pages: list[int] | None = None, parent: RadixNode | None = None):
-        self.key = key  # tokens on the edge into this node, a whole number of pages
-        self.pages = pages or []
-        self.children: dict[tuple[int, ...], RadixNode] = {}  # keyed by the child's first page of tokens
+    def __init__(self, key: array | None = None, pages: array | None = None, parent: RadixNode | None = None):
+        self.key = key if key is not None else array("i")  # tokens on the edge into this node, whole pages
+        self.pages = pages if pages is not None else array("i")
+        self.children: dict[bytes, RadixNode] = {}  # keyed by the child's first page of tokens
         self.parent = parent
         self.lock_ref = 0
         self.last_access = 0
@@ -37,13 +44,14 @@ class RadixPrefixCache(BasePrefixCache):
 
     # -- helpers ------------------------------------------------------------------------------
 
-    def _first_page(self, tokens, start: int = 0) -> tuple[int, ...]:
-        return tuple(tokens[start : start + self.page_size])
+    def _first_page(self, tokens, start: int = 0) -> bytes:
+        page = tokens[start : start + self.page_size]
+        return (page if isinstance(page, array) else array("i", page)).tobytes()
 
-    def _common_pages(self, key: tuple[int, ...], tokens, start: int) -> int:
+    def _common_pages(self, key: array, tokens, start: int) -> int:
         p, n = self.page_size, 0
         while (n + 1) * p <= len(key) and start + (n + 1) * p <= len(tokens) and \
-                key[n * p : (n + 1) * p] == tuple(tokens[start + n * p : start + (n + 1) * p]):
+                key[n * p : (n + 1) * p] == array("i", tokens[start + n * p : start + (n + 1) * p]):
             n += 1
         return n
 
@@ -68,7 +76,7 @@ class RadixPrefixCache(BasePrefixCache):
             if n * self.page_size < len(child.key):
                 child = self._split(child, n)
             child.last_access = now
-            pages += child.pages
+            pages += child.pages.tolist()
             pos += len(child.key)
             node = child
         return node, pages, pos
@@ -84,7 +92,7 @@ class RadixPrefixCache(BasePrefixCache):
         node, _, pos = self._walk(tokens)
         already = pos // self.page_size
         if already < len(pages):
-            leaf = RadixNode(tuple(tokens[pos:]), list(pages[already:]), node)
+            leaf = RadixNode(array("i", tokens[pos:]), array("i", pages[already:]), node)
             leaf.last_access = next(self._clock)
             node.children[self._first_page(leaf.key)] = leaf
             self._total += len(leaf.pages)
@@ -114,7 +122,7 @@ class RadixPrefixCache(BasePrefixCache):
         freed: list[int] = []
         while leaves and len(freed) < num_pages:
             _, _, leaf = heapq.heappop(leaves)
-            freed += leaf.pages
+            freed += leaf.pages.tolist()
             self._evictable -= len(leaf.pages)
             self._total -= len(leaf.pages)
             parent = leaf.parent

@@ -24,6 +24,10 @@ class AttentionLayer(nn.Module):
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.scale = head_dim**-0.5
+        # Per-tensor FP8 KV-cache scales from the checkpoint (`self_attn.k_scale` / `v_scale`),
+        # None when it has none; the engine hands them to the KV pool.
+        self.k_scale: float | None = None
+        self.v_scale: float | None = None
 
     def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None,
                 rotary=None, q_norm=None, k_norm=None) -> torch.Tensor:
@@ -37,7 +41,8 @@ class AttentionLayer(nn.Module):
                 q = kernels.qk_norm_rope_store(
                     q, k, v, positions, rotary.cos_sin, batch.out_loc, kv.k_cache(self.layer_id),
                     kv.v_cache(self.layer_id), q_norm.weight if q_norm is not None else None,
-                    k_norm.weight if k_norm is not None else None, q_norm.eps if q_norm is not None else 1e-6)
+                    k_norm.weight if k_norm is not None else None, q_norm.eps if q_norm is not None else 1e-6,
+                    kv.k_scales[self.layer_id], kv.v_scales[self.layer_id])
                 return backend.forward(q, None, None, self, batch)
             if q_norm is not None:
                 q, k = q_norm(q), k_norm(k)

@@ -2,6 +2,8 @@
 
 Each parameter carries a `weight_loader(param, loaded, shard_id)` that copies this rank's slice
 of a full HF checkpoint tensor into it, so the weight loader never needs to know the layout.
+The parallel layers multiply through their `gemm` (F.linear; minisgl.quantization swaps in an
+FP8 GEMM for FP8 weights).
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class ColumnParallelLinear(nn.Module):
         out = sum(self.local_sizes)
         self.weight = nn.Parameter(torch.empty(out, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out), requires_grad=False) if bias else None
+        self.gemm = F.linear
         for param in (self.weight, self.bias):
             if param is not None:
                 param.weight_loader = self.weight_loader
@@ -81,7 +84,7 @@ class ColumnParallelLinear(nn.Module):
         _load_rows(param.data.narrow(0, offset, rows), loaded, start, rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.linear(x, self.weight, self.bias)
+        return self.gemm(x, self.weight, self.bias)
 
 
 class QKVParallelLinear(ColumnParallelLinear):
@@ -124,6 +127,7 @@ class RowParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, self.local_in), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
+        self.gemm = F.linear
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
         start = _tp().rank * self.local_in
@@ -133,5 +137,5 @@ class RowParallelLinear(nn.Module):
         param.data.copy_(loaded.narrow(1, start, self.local_in))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(F.linear(x, self.weight))
+        y = all_reduce(self.gemm(x, self.weight, None))
         return y if self.bias is None else y + self.bias

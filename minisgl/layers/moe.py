@@ -1,10 +1,16 @@
 """Mixture-of-experts feed-forward (Qwen3-MoE): softmax top-k routing over SwiGLU experts.
 
-Two implementations, chosen by `Context.moe_backend`:
+Implementations, chosen by `Context.moe_backend`:
 - "loop": one matmul pair per expert that received tokens. The CPU default and the reference.
 - "grouped": tokens sorted by expert and every expert's matmul in one `torch.nn.functional.
-  grouped_mm` call (a fused grouped GEMM on Hopper GPUs), with no host sync, so it also works
-  inside CUDA graphs. The GPU default.
+  grouped_mm` call: a fused grouped GEMM with no host sync for bf16 on Hopper; for other dtypes
+  PyTorch loops over the groups, reading their offsets on the host (no CUDA graph then).
+- "fused": the Triton path of `minisgl.layers.fused_moe` (fused top-k routing, tokens aligned to
+  expert blocks, one launch for gate_up and one for down), with no host sync.
+- "auto" (the GPU default): "fused" for batches of up to FUSED_MAX_TOKENS tokens, "grouped" above
+  (bf16 only: else "fused" throughout): whichever measured faster at that size
+  (benchmark/offline/moe_layer.py; see benchmark/NOTES.md). Decode batches, captured in CUDA
+  graphs, are all within FUSED_MAX_TOKENS.
 """
 
 from __future__ import annotations
@@ -18,6 +24,11 @@ from minisgl.distributed import all_reduce
 
 from .activation import silu_and_mul
 from .linear import ReplicatedLinear
+
+# Up to this many tokens in a batch the fused Triton path measured faster than the grouped GEMM on
+# an H200 with Qwen3-30B-A3B's shapes (benchmark/offline/moe_layer.py prints the crossover).
+FUSED_MAX_TOKENS = 1024
+BACKENDS = ("loop", "grouped", "fused", "auto")
 
 
 class MoELayer(nn.Module):
@@ -56,6 +67,13 @@ class MoELayer(nn.Module):
                              f"{tuple(param.data[expert].shape)}")
         param.data[expert].copy_(cols)
 
+    def warm_up(self) -> None:
+        """Build the fused path's Triton kernels at start (the engine calls this on CUDA)."""
+        if get_global_ctx().moe_backend in ("fused", "auto") and self.w13.is_cuda:
+            from .fused_moe import warm_up
+
+            warm_up(self.w13, self.w2, self.top_k, self.norm_topk_prob)
+
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         probs = F.softmax(self.gate(x), dim=-1, dtype=torch.float32)
         weights, experts = torch.topk(probs, self.top_k, dim=-1)
@@ -64,8 +82,15 @@ class MoELayer(nn.Module):
         return weights.to(x.dtype), experts
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        backend = get_global_ctx().moe_backend
+        if backend == "auto":
+            backend = "grouped" if x.shape[0] > FUSED_MAX_TOKENS and x.dtype == torch.bfloat16 else "fused"
+        if backend == "fused":
+            from .fused_moe import fused_experts
+
+            return all_reduce(fused_experts(x, self.gate(x), self.w13, self.w2, self.top_k, self.norm_topk_prob))
         weights, experts = self.route(x)
-        if get_global_ctx().moe_backend == "grouped":
+        if backend == "grouped":
             return all_reduce(self.grouped_experts(x, weights, experts))
         return all_reduce(self.loop_experts(x, weights, experts))
 
@@ -74,7 +99,9 @@ class MoELayer(nn.Module):
         flat = experts.flatten()
         order = flat.argsort(stable=True)  # (token, slot) pairs grouped by expert
         token_of = order // top_k
-        ends = torch.bincount(flat, minlength=self.num_experts).cumsum(0).to(torch.int32)
+        # scatter_add, not bincount: bincount reads its maximum back to the host (no CUDA graph).
+        counts = torch.zeros(self.num_experts, dtype=torch.int32, device=x.device)
+        ends = counts.scatter_add_(0, flat, torch.ones_like(flat, dtype=torch.int32)).cumsum(0, dtype=torch.int32)
         h = F.grouped_mm(x[token_of], self.w13.transpose(1, 2), offs=ends)
         h = F.grouped_mm(silu_and_mul(h), self.w2.transpose(1, 2), offs=ends)
         h = h * weights.flatten()[order].unsqueeze(1)

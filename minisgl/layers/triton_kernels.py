@@ -18,7 +18,7 @@ import triton.language as tl
 @triton.jit
 def _qk_norm_rope_store_kernel(
     q_ptr, k_ptr, v_ptr, q_out_ptr, qw_ptr, kw_ptr, cos_sin_ptr, pos_ptr, loc_ptr, kc_ptr, vc_ptr,
-    q_st, q_sh, k_st, k_sh, v_st, v_sh, eps,
+    q_st, q_sh, k_st, k_sh, v_st, v_sh, eps, k_inv_scale, v_inv_scale,
     HQ: tl.constexpr, HK: tl.constexpr, HQ_P: tl.constexpr, HK_P: tl.constexpr, D: tl.constexpr,
     NORM: tl.constexpr,
 ):
@@ -55,22 +55,24 @@ def _qk_norm_rope_store_kernel(
         y1 = y1 * r * tl.load(kw_ptr + offs).to(tl.float32)[None, :]
         y2 = y2 * r * tl.load(kw_ptr + HALF + offs).to(tl.float32)[None, :]
     dst = kc_ptr + loc * (HK * D) + hk * D + offs[None, :]
-    tl.store(dst, (y1 * cos - y2 * sin).to(kc_ptr.dtype.element_ty), mask=mk)
-    tl.store(dst + HALF, (y2 * cos + y1 * sin).to(kc_ptr.dtype.element_ty), mask=mk)
+    # An FP8 cache holds k / k_scale; the conversion saturates (satfinite) on Hopper.
+    tl.store(dst, ((y1 * cos - y2 * sin) * k_inv_scale).to(kc_ptr.dtype.element_ty), mask=mk)
+    tl.store(dst + HALF, ((y2 * cos + y1 * sin) * k_inv_scale).to(kc_ptr.dtype.element_ty), mask=mk)
 
-    # v -> the cache slot `loc`
+    # v -> the cache slot `loc` (times 1 / v_scale: exact for a cache of v's own dtype and scale 1)
     full = tl.arange(0, D)[None, :]
-    vals = tl.load(v_ptr + t * v_st + hk * v_sh + full, mask=mk)
-    tl.store(vc_ptr + loc * (HK * D) + hk * D + full, vals, mask=mk)
+    vals = tl.load(v_ptr + t * v_st + hk * v_sh + full, mask=mk).to(tl.float32)
+    tl.store(vc_ptr + loc * (HK * D) + hk * D + full, (vals * v_inv_scale).to(vc_ptr.dtype.element_ty), mask=mk)
 
 
 def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor,
                        cos_sin: torch.Tensor, out_loc: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                        q_weight: torch.Tensor | None = None, k_weight: torch.Tensor | None = None,
-                       eps: float = 1e-6) -> torch.Tensor:
+                       eps: float = 1e-6, k_scale: float = 1.0, v_scale: float = 1.0) -> torch.Tensor:
     """q [T, HQ, D], k/v [T, HK, D] (last dim contiguous, any token/head strides); cos_sin float32
-    [positions, D] (cos half, sin half); k_cache/v_cache [slots, HK, D] contiguous. Writes the
-    normed, rotated k and v at `out_loc`; returns the normed, rotated q as a new [T, HQ, D] tensor."""
+    [positions, D] (cos half, sin half); k_cache/v_cache [slots, HK, D] contiguous (of q's dtype or
+    FP8, which stores k / k_scale and v / v_scale). Writes the normed, rotated k and v at
+    `out_loc`; returns the normed, rotated q as a new [T, HQ, D] tensor."""
     tokens, hq, d = q.shape
     hk = k.shape[1]
     q_out = torch.empty((tokens, hq, d), dtype=q.dtype, device=q.device)
@@ -78,7 +80,8 @@ def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positi
         return q_out
     norm = q_weight is not None
     args = (q, k, v, q_out, q_weight if norm else q, k_weight if norm else k, cos_sin, positions, out_loc, k_cache,
-            v_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), eps)
+            v_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), eps,
+            1.0 / k_scale, 1.0 / v_scale)
     consts = {"HQ": hq, "HK": hk, "HQ_P": triton.next_power_of_2(hq), "HK_P": triton.next_power_of_2(hk), "D": d,
               "NORM": norm}
     _launch(_qk_norm_rope_store_kernel, (tokens, 1, 1), args, consts, num_warps=4)

@@ -15,9 +15,10 @@ from tqdm import tqdm
 from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
-from minisgl.distributed import DistributedInfo
+from minisgl.distributed import DistributedInfo, destroy
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
+from minisgl.utils.liveness import WorkerLink
 from minisgl.utils.net import rendezvous_addr
 from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
 
@@ -35,10 +36,16 @@ class LLM:
             status = ctx.Queue()
             for rank in range(1, tp):
                 rank_config = dataclasses.replace(config, tp_info=DistributedInfo(rank, tp))
-                p = ctx.Process(target=run_scheduler, args=(rank_config, {}, status), daemon=True)
+                link = WorkerLink(f"scheduler-rank{rank}", status)  # no watch here: no heartbeat
+                p = ctx.Process(target=run_scheduler, args=(rank_config, {}, link), daemon=True)
                 p.start()
                 self.followers.append(p)
-        self.scheduler = Scheduler(config)
+        try:
+            self.scheduler = Scheduler(config)
+        except BaseException:
+            destroy()  # the group's peers are about to go: no later LLM here may reuse it
+            self._stop_followers(grace=0)  # they may wait for rank 0 in a collective forever
+            raise
         self.inbox = LocalInbox()
         self._outputs: list[StepOutput] = []
         self.server = SchedulerServer(self.scheduler, self.inbox, self._outputs.extend)
@@ -97,11 +104,16 @@ class LLM:
         if self.followers:
             self.inbox.put(ExitMsg())
             self.server.run_once()  # broadcasts the exit to the other ranks
-            for p in self.followers:
-                p.join(30)
-                if p.is_alive():
-                    p.kill()
+            self._stop_followers(grace=30)
         self.scheduler.shutdown()
+
+    def _stop_followers(self, grace: float) -> None:
+        """Join the follower ranks, killing any still alive after `grace` seconds."""
+        for p in self.followers:
+            p.join(grace)
+            if p.is_alive():
+                p.kill()
+                p.join(10)
 
 
 def _load_tokenizer(model_path: str):

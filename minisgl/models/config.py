@@ -5,6 +5,8 @@ from dataclasses import dataclass
 import torch
 from transformers import PretrainedConfig
 
+from minisgl.quantization.config import CheckpointQuant, checkpoint_quant
+
 
 @dataclass(frozen=True)
 class RotaryConfig:
@@ -41,6 +43,7 @@ class ModelConfig:
     norm_topk_prob: bool = False
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
+    quantization: CheckpointQuant | None = None  # the checkpoint's FP8 weights, None for plain ones
 
     def is_moe_layer(self, layer_id: int) -> bool:
         return (
@@ -88,6 +91,7 @@ class ModelConfig:
             norm_topk_prob=bool(getattr(hf, "norm_topk_prob", False)),
             decoder_sparse_step=getattr(hf, "decoder_sparse_step", 1) or 1,
             mlp_only_layers=tuple(getattr(hf, "mlp_only_layers", ()) or ()),
+            quantization=checkpoint_quant(getattr(hf, "quantization_config", None)),
         )
 
 

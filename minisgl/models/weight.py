@@ -2,11 +2,13 @@
 
 HF stores q/k/v, gate/up and each MoE expert as separate tensors; minisgl merges them. The table
 below maps a checkpoint name onto (parameter name, shard id); the parameter's own
-`weight_loader` then copies this rank's slice.
+`weight_loader` then copies this rank's slice. FP8 weights arrive scaled up to float32
+(minisgl.quantization.dequantized); per-tensor KV-cache scales go to their attention layer.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -17,6 +19,7 @@ from safetensors import safe_open
 from torch import nn
 from tqdm import tqdm
 
+from minisgl.quantization import dequantized
 from minisgl.utils.logger import get_logger
 
 logger = get_logger(__name__)
@@ -32,6 +35,9 @@ STACKED = [
 EXPERT = re.compile(r"^(.*\.mlp)\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 # Tensors in checkpoints that minisgl recomputes itself.
 SKIPPED = ("rotary_emb.inv_freq",)
+# Per-tensor FP8 KV-cache scales: `self_attn.k_scale` (fp8 and compressed-tensors checkpoints) or
+# the older `self_attn.k_proj.output_scale`.
+KV_SCALE = re.compile(r"^(.*\.self_attn)\.(?:([kv])_scale|([kv])_proj\.output_scale)$")
 
 
 def checkpoint_files(path: str) -> list[str]:
@@ -46,18 +52,15 @@ def checkpoint_files(path: str) -> list[str]:
     return [os.path.join(path, f) for f in files]
 
 
-def iter_checkpoint(path: str) -> Iterator[tuple[str, torch.Tensor]]:
-    files = checkpoint_files(path)
-    total = 0
-    for file in files:  # headers only: cheap, and the bar can show tensors, not just files
-        with safe_open(file, framework="pt") as f:
-            total += len(f.keys())
-    with tqdm(total=total, desc="Loading weights", unit="tensor", mininterval=1.0) as bar:
-        for file in files:
-            with safe_open(file, framework="pt") as f:
-                for name in f.keys():
-                    yield name, f.get_tensor(name)
-                    bar.update(1)
+def iter_checkpoint(path: str, quant=None, device: torch.device | None = None
+                    ) -> Iterator[tuple[str, torch.Tensor, bool]]:
+    """(name, tensor, was_fp8) for each tensor, FP8 weights scaled up (see dequantized)."""
+    with contextlib.ExitStack() as stack:
+        # All files open at once: an FP8 weight's scale may sit in another file.
+        handles = [stack.enter_context(safe_open(file, framework="pt")) for file in checkpoint_files(path)]
+        where = {name: f for f in handles for name in f.keys()}
+        tensors = dequantized(where, lambda name: where[name].get_tensor(name), quant, device or torch.device("cpu"))
+        yield from tqdm(tensors, total=len(where), desc="Loading weights", unit="tensor", mininterval=1.0)
 
 
 def map_name(name: str) -> tuple[str, object]:
@@ -73,12 +76,19 @@ def map_name(name: str) -> tuple[str, object]:
     return name, None
 
 
-def load_weights(model: nn.Module, path: str, device: torch.device, dtype: torch.dtype) -> None:
+def load_weights(model: nn.Module, path: str, device: torch.device, dtype: torch.dtype) -> set[str]:
+    """Load the checkpoint; returns the names of the parameters loaded from FP8 tensors."""
     params = dict(model.named_parameters(remove_duplicate=False))
     tied = getattr(model.config, "tie_word_embeddings", False)
     loaded: set[str] = set()
-    for ckpt_name, tensor in iter_checkpoint(path):
+    fp8: set[str] = set()
+    for ckpt_name, tensor, was_fp8 in iter_checkpoint(path, model.config.quantization, device):
         if any(s in ckpt_name for s in SKIPPED) or (tied and ckpt_name == "lm_head.weight"):
+            continue
+        kv_scale = KV_SCALE.match(ckpt_name)
+        if kv_scale:
+            attn = model.get_submodule(kv_scale.group(1) + ".attn")
+            setattr(attn, f"{kv_scale.group(2) or kv_scale.group(3)}_scale", float(tensor.float().max()))
             continue
         name, shard = map_name(ckpt_name)
         if name not in params:
@@ -97,12 +107,15 @@ def load_weights(model: nn.Module, path: str, device: torch.device, dtype: torch
         except ValueError as e:
             raise ValueError(f"cannot load checkpoint tensor {ckpt_name!r}: {e}") from None
         loaded.add(f"{name}#{shard}")
+        if was_fp8:
+            fp8.add(name)
     missing = [n for n in expected_tensors(model) if n not in loaded]
     if missing:
         shown = ", ".join(m.replace("#None", "") for m in missing[:8])
         raise ValueError(f"checkpoint at {path} lacks {len(missing)} tensor(s) the model needs: {shown}"
                          + (" ..." if len(missing) > 8 else ""))
     logger.info("loaded %d tensors from %s", len(loaded), path)
+    return fp8
 
 
 def expected_tensors(model: nn.Module) -> list[str]:

@@ -247,7 +247,7 @@ class Scheduler:
             reason = self._finish_reason(r, token)
             if r.grammar is not None and not reason:
                 if not r.grammar.accept(token):
-                    reason = "error"  # cannot happen: the token was sampled under the grammar's mask
+                    reason = "error"  # the grammar allowed no token of this vocabulary (the mask was empty)
                 elif r.grammar.finished:
                     reason = "stop"
             if reason:
@@ -262,7 +262,7 @@ class Scheduler:
 
     def _finish_reason(self, r: Req, token: int) -> str | None:
         p = r.sampling_params
-        if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_ids:
+        if (token in self.eos_token_ids and not p.ignore_eos) or token in p.stop_token_set:
             return "stop"
         if len(r.output_ids) >= p.max_tokens or r.prompt_len + len(r.output_ids) >= self.engine.max_seq_len:
             return "length"

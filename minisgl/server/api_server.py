@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import asyncio
-import hmac
 import time
 from dataclasses import dataclass
 
-from fastapi import Depends, FastAPI, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from minisgl.utils.logger import get_logger
 
+from .auth import ApiKeyGate, guarded_paths
 from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
 from .frontend import UNAVAILABLE, FrontendClient
 from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
 from .generation_defaults import sampling_defaults
 from .parsers import ChatOutputFormat
+from .request_cost import request_cost_problem
 from .tokenize_api import add_tokenize_routes
 from .protocol import (
     ChatCompletionRequest,
@@ -97,16 +98,6 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         logger.exception("unhandled error in a request")
         return error_response(500, f"internal error: {type(e).__name__}", code="internal_error")
 
-    def check_key(request: Request) -> None:
-        if not args.api_key:
-            return
-        given = request.headers.get("authorization", "")
-        expected = f"Bearer {args.api_key}"
-        # Constant-time compare: response timing says nothing about the key.
-        if not hmac.compare_digest(given.encode(), expected.encode()):
-            raise APIError(401, "invalid or missing API key; send 'Authorization: Bearer <key>'",
-                           code="invalid_api_key")
-
     def check_serving(model: str | None = None) -> None:
         if state.failed:
             raise APIError(503, f"the server cannot take requests: {state.failed}", code="service_unavailable")
@@ -128,6 +119,9 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         if choices // body.n > args.max_n:
             raise APIError(400, f"{choices // body.n} prompts in one request; this server takes at most {args.max_n}",
                            param="prompt")
+        too_costly = request_cost_problem(body)
+        if too_costly:
+            raise APIError(400, too_costly[1], param=too_costly[0], code="request_too_large")
         unsupported = body.unsupported_field(args.allow_unknown_fields)
         if unsupported:
             raise APIError(400, f"{unsupported} is not supported by this server", param=unsupported,
@@ -138,7 +132,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
             raise APIError(429, f"the server is at its limit of {args.max_pending_requests} requests; retry later",
                            code="too_many_requests", headers={"Retry-After": "1"})
 
-    v1 = [Depends(check_key)]
+    v1: list = []  # the API key is checked before the body is read: auth.ApiKeyGate
 
     @app.get(LIVENESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health():
@@ -207,7 +201,9 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
                                       request)
 
     add_tokenize_routes(app, args, None, check_serving, v1)
-    app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes)
+    app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout)
+    if args.api_key:  # outside BodySizeLimit: a client without the key never gets its body read
+        app.add_middleware(ApiKeyGate, api_key=args.api_key, guarded=guarded_paths(app))
     if args.origins():
         from fastapi.middleware.cors import CORSMiddleware
 
@@ -233,11 +229,12 @@ def _document_model_name(app: FastAPI, names: tuple[str, ...]) -> None:
 
 
 class BodySizeLimit:
-    """Refuse request bodies over `max_bytes` with 413, whether or not they declare a length: the
-    body is read (up to the limit) before the app sees it, then handed on unchanged."""
+    """Refuse request bodies over `max_bytes` with 413, whether or not they declare a length, and
+    bodies not complete within `timeout` seconds with 408 (a client trickling its body holds a
+    connection and a buffer): the body is read before the app sees it, then handed on unchanged."""
 
-    def __init__(self, app, max_bytes: int):
-        self.app, self.max_bytes = app, max_bytes
+    def __init__(self, app, max_bytes: int, timeout: float = 30.0):
+        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -245,8 +242,14 @@ class BodySizeLimit:
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
         too_large = declared.isdigit() and int(declared) > self.max_bytes
         chunks, size, more = [], 0, not too_large
+        deadline = asyncio.get_running_loop().time() + self.timeout
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(receive(), deadline - asyncio.get_running_loop().time())
+            except asyncio.TimeoutError:
+                response = error_response(408, f"the request body did not arrive within {self.timeout:g} s",
+                                          code="request_timeout", headers={"Connection": "close"})
+                return await response(scope, receive, send)
             if message["type"] != "http.request":
                 return await self.app(scope, _replay([message], receive), send)  # client went away
             chunks.append(message.get("body", b""))

@@ -34,11 +34,26 @@ class ServerArgs:
         "weights is served on the CPU (its output is random text)."
     )
     tp: int = _flag("Tensor-parallel size: one engine process per rank.", 1, aliases=["--tensor-parallel-size"])
+    nnodes: int = _flag("Nodes the tensor-parallel ranks span (multi-node serving): each runs --tp / --nnodes ranks.", 1)
+    node_rank: int = _flag(
+        "This node's index, 0 to --nnodes - 1. Node 0 runs the API, tokenizers, detokenizer and scheduler with "
+        "ranks 0..k-1; every other node runs only its engine ranks (no HTTP).", 0)
+    dist_init_addr: str | None = _flag(
+        "HOST:PORT where node 0 hosts the torch.distributed rendezvous (TCP), reachable from every node; "
+        "needed with --nnodes > 1.")
     host: str = _flag("Address to listen on (use 0.0.0.0 inside a container).", DEFAULT_HOST)
     port: int = _flag("Port to listen on.", DEFAULT_PORT)
     dtype: str = _flag("Weight and activation dtype: auto, bfloat16, float16 (half) or float32 (float).", "auto")
     device: str = _flag("Device to run on: auto (CUDA when present, else CPU), cuda or cpu.", "auto")
     page_size: int = _flag("Tokens per KV-cache page.", 16)
+    kv_cache_dtype: str = _flag(
+        "KV-cache element type: auto (the model's dtype) or FP8 (fp8_e4m3, fp8_e5m2), one byte per element: "
+        "twice the pages in the same memory. Scaled per layer by the checkpoint's k_scale/v_scale, else 1.0.",
+        "auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
+    quantization: str | None = _flag(
+        "Quantize a checkpoint's weights at load: fp8 (per output channel, activations per token; FP8 GEMMs "
+        "on Hopper, FP8-rounded weights elsewhere). FP8 checkpoints (quant_method fp8 or compressed-tensors) "
+        "need no flag.", choices=["fp8"])
     max_running_requests: int = _flag("Most requests decoding at once.", 256)
     max_prefill_length: int = _flag(
         "Most prompt tokens computed in one step; longer prompts are split (chunked prefill).", 8192
@@ -49,13 +64,19 @@ class ServerArgs:
     attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
                       "auto")
     cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
+    disable_custom_all_reduce: bool = _flag(
+        "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
+        "(PyTorch symmetric memory) for small messages.", False)
     memory_ratio: float = _flag("Fraction of device memory for weights, graphs and KV cache.", 0.9,
                                 aliases=["--gpu-memory-utilization"])
     num_pages: int | None = _flag("Fix the number of KV pages instead of sizing from memory.")
     dummy_weight: bool = _flag("Random weights instead of loading a checkpoint (benchmarks).", False)
     served_model_name: tuple[str, ...] | None = _flag(
         "Model name(s) the API answers to; the first is reported (default: --model).", nargs="+")
-    api_key: str | None = _flag(f"Require 'Authorization: Bearer KEY' on /v1/* (also from ${API_KEY_ENV}).")
+    api_key: str | None = _flag(
+        f"Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize. Prefer ${API_KEY_ENV} or "
+        "--api-key-file: a flag's value is visible to every user of the machine in `ps`.")
+    api_key_file: str | None = _flag("A file holding the API key (its first line): the preferred way to pass it.")
     shell: bool = _flag("Open an interactive chat in the terminal instead of serving HTTP.", False)
     shell_temperature: float = _flag("Sampling temperature of the --shell's answers (0: greedy).", 0.7)
     shell_max_tokens: int = _flag("Most tokens of one --shell answer.", 512)
@@ -67,6 +88,13 @@ class ServerArgs:
         "turning (stopped, deadlocked, one step that long: a hung GPU or collective) before /health fails, so "
         "the orchestrator restarts the server.", 300.0)
     max_request_bytes: int = _flag("Largest request body accepted, in bytes (413 beyond).", 8 << 20)
+    header_timeout: float = _flag(
+        "Seconds a connection may take to send a complete request head (after connecting, or after its previous "
+        "response); slower ones are closed (slowloris).", 10.0)
+    body_timeout: float = _flag("Seconds a request may take to send its whole body; slower ones get 408.", 30.0)
+    max_connections: int = _flag(
+        "Open HTTP connections at once; requests arriving beyond it get 503 (the open-file limit is raised to the "
+        "system's hard limit at start, and this is capped below it).", 2048)
     max_prompt_tokens: int | None = _flag("Most prompt tokens per request (default: the context length).")
     max_new_tokens: int | None = _flag("Largest max_tokens a request may ask for (default: the context length).")
     max_n: int = _flag("Largest n (choices per request) and number of prompts per completion request.", 16)
@@ -155,6 +183,10 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
     parser = build_parser()
     ns = parser.parse_args(argv)
     values = vars(ns)
+    if values["api_key_file"] is not None:
+        if values["api_key"] is not None:
+            fail("give the API key once: --api-key or --api-key-file")
+        values["api_key"] = read_api_key_file(values["api_key_file"])
     if values["api_key"] is None:
         values["api_key"] = os.environ.get(API_KEY_ENV) or None
     values["dtype"] = DTYPE_ALIASES.get(values["dtype"], values["dtype"])
@@ -176,6 +208,9 @@ def fail(problem: str) -> None:
 def validate(args: ServerArgs) -> str | None:
     if args.tp < 1:
         return "--tp must be >= 1"
+    problem = _check_nodes(args)
+    if problem:
+        return problem
     if not 0 < args.port < 65536:
         return "--port must be in 1..65535"
     if args.page_size < 1:
@@ -186,7 +221,9 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-prefill-length must be >= 1"
     if not 0 < args.memory_ratio <= 1:
         return "--memory-ratio must be in (0, 1]"
-    for name in ("tokenizer_workers", "max_request_bytes", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
+    if args.header_timeout <= 0 or args.body_timeout <= 0:
+        return "--header-timeout and --body-timeout must be > 0"
+    for name in ("tokenizer_workers", "max_request_bytes", "max_connections", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"
@@ -213,6 +250,39 @@ def validate(args: ServerArgs) -> str | None:
     if args.generation_config not in ("auto", "none") and not os.path.isdir(args.generation_config):
         return f"--generation-config must be auto, none or a directory; no directory {args.generation_config}"
     return None
+
+
+def _check_nodes(args: ServerArgs) -> str | None:
+    if args.nnodes < 1:
+        return "--nnodes must be >= 1"
+    if not 0 <= args.node_rank < args.nnodes:
+        return f"--node-rank must be in 0..{args.nnodes - 1} (--nnodes {args.nnodes})"
+    if args.tp % args.nnodes:
+        return f"--tp {args.tp} must be a multiple of --nnodes {args.nnodes} (each node runs the same number of ranks)"
+    if args.nnodes == 1:
+        if args.dist_init_addr is not None:
+            return "--dist-init-addr needs --nnodes > 1 (one node uses a local rendezvous)"
+        return None
+    if args.dist_init_addr is None:
+        return "--nnodes > 1 needs --dist-init-addr HOST:PORT (node 0's rendezvous)"
+    host, _, port = args.dist_init_addr.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return f"--dist-init-addr {args.dist_init_addr!r}: give HOST:PORT, e.g. leader.svc:29500"
+    if args.shell and args.node_rank:
+        return "--shell runs on node 0 only (the other nodes serve nothing themselves)"
+    return None
+
+
+def read_api_key_file(path: str) -> str:
+    """The key in --api-key-file: its first line, without surrounding white space."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            key = f.readline().strip()
+    except OSError as e:
+        fail(f"--api-key-file: {e.strerror}: {path}")
+    if not key:
+        fail(f"--api-key-file: {path} is empty")
+    return key
 
 
 def load_chat_template(value: str | None) -> str | None:

@@ -23,6 +23,7 @@ import queue
 import shutil
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 
@@ -30,11 +31,12 @@ import torch
 
 from minisgl.distributed import DistributedInfo
 from minisgl.scheduler import SchedulerConfig
+from minisgl.utils.gc_freeze import freeze_startup_objects
 from minisgl.utils.liveness import Heartbeats, WorkerLink
 from minisgl.utils.logger import get_logger
-from minisgl.utils.net import rendezvous_addr
 
 from .args import ServerArgs
+from .nodes import NodePlacement
 
 logger = get_logger(__name__)
 # "stats": scheduler -> API process, the numbers /metrics exports (minisgl.server.metrics).
@@ -51,9 +53,14 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
         dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
         device=args.device,
         page_size=args.page_size,
+        kv_cache_dtype=args.kv_cache_dtype,
+        quantization=args.quantization,
         max_running_req=args.max_running_requests,
         attention_backend=args.attn,
         cuda_graph_max_bs=args.cuda_graph_max_bs,
+        # The custom all-reduce maps peers' memory through CUDA IPC: one node only. Across nodes
+        # every all-reduce is NCCL's (the probe would fail there too, but only after trying).
+        disable_custom_all_reduce=args.disable_custom_all_reduce or NodePlacement.of(args).nnodes > 1,
         memory_ratio=args.memory_ratio,
         use_dummy_weight=args.dummy_weight,
         max_seq_len_override=args.max_seq_len,
@@ -105,10 +112,19 @@ def check_model(args: ServerArgs, model_path: str) -> None:
     if model_path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model_path)):
         raise ValueError(f"model directory {model_path} does not exist")
     config = load_model_config(model_path)
-    validate_tp(config, args.tp, resolve_device(args.device))
+    validate_tp(config, args.tp, resolve_device(args.device), NodePlacement.of(args).ranks_per_node)
     if args.max_seq_len and args.max_seq_len > config.max_position_embeddings:
         raise ValueError(f"--max-seq-len {args.max_seq_len} is above the model's context length of "
                          f"{config.max_position_embeddings} tokens")
+
+
+def prompt_token_limit(args: ServerArgs, model_path: str) -> int:
+    """Most prompt tokens a request may have: --max-prompt-tokens, else the context length (the
+    engine may allow less; the scheduler has the last word)."""
+    from minisgl.models import load_model_config
+
+    context = min(args.max_seq_len or 1 << 62, load_model_config(model_path).max_position_embeddings)
+    return min(args.max_prompt_tokens or context, context)
 
 
 @dataclass
@@ -174,13 +190,15 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
     from .args import load_chat_template
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
-    tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)]
-    chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
+    placement = NodePlacement.of(args)
+    # Only the head node talks to clients: the other nodes run their engine ranks alone.
+    tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)] if placement.is_head else []
     addrs = ipc_addresses(ADDRESS_NAMES + tokenizers)
     status = ctx.Queue()
-    dist_addr = rendezvous_addr()  # rendezvous of the tensor-parallel ranks
-    schedulers = ["scheduler" if rank == 0 else f"scheduler-rank{rank}" for rank in range(args.tp)]
-    heartbeats = Heartbeats(schedulers + tokenizers + ["detokenizer"], ctx)
+    dist_addr = placement.rendezvous()  # rendezvous of the tensor-parallel ranks
+    schedulers = {rank: "scheduler" if rank == 0 else f"scheduler-rank{rank}" for rank in placement.local_ranks}
+    local = list(schedulers.values()) + tokenizers + (["detokenizer"] if placement.is_head else [])
+    heartbeats = Heartbeats(local, ctx)
 
     def link(name: str) -> WorkerLink:
         return WorkerLink(name, status, heartbeats.of(name))
@@ -188,13 +206,17 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
     procs = [
         ctx.Process(target=scheduler_target or run_scheduler, name=name,
                     args=(scheduler_config(args, model_path, rank, dist_addr), addrs, link(name)))
-        for rank, name in enumerate(schedulers)
-    ] + [
-        ctx.Process(target=run_tokenizer, name=name, args=(model_path, addrs, link(name), chat_template))
-        for name in tokenizers
-    ] + [
-        ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, link("detokenizer"))),
+        for rank, name in schedulers.items()
     ]
+    if placement.is_head:
+        chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
+        procs += [
+            ctx.Process(target=run_tokenizer, name=name,
+                        args=(model_path, addrs, link(name), chat_template, prompt_token_limit(args, model_path)))
+            for name in tokenizers
+        ] + [
+            ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, link("detokenizer"))),
+        ]
     for p in procs:
         p.daemon = True
         p.start()
@@ -211,7 +233,12 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
     from .metrics import ServerMetrics
     from .supervisor import Supervisor
 
+    if not NodePlacement.of(args).is_head:
+        return serve_engine_ranks(args, scheduler_target)
+    from .connections import connection_limit, raise_open_file_limit, uvicorn_http_protocol
+
     args, model_path = resolve_model(args)
+    open_files = raise_open_file_limit()  # before the workers start: they inherit it
     workers = start_workers(args, model_path, scheduler_target)
     state = ServerState()
     client = FrontendClient(workers.addrs)
@@ -232,10 +259,14 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
     # No lifespan: the app has no start-up or shutdown hooks, and a forced exit (a second signal)
     # would cancel the lifespan task with a traceback in the log.
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                   timeout_graceful_shutdown=5, access_log=False, lifespan="off"))
+                                   timeout_graceful_shutdown=5, access_log=False, lifespan="off",
+                                   http=uvicorn_http_protocol(args.header_timeout),
+                                   # uvicorn counts the connection asking too: N served, the N+1st refused
+                                   limit_concurrency=connection_limit(args.max_connections, open_files) + 1))
     supervisor = Supervisor(args, workers, state, client, server)
 
     def announce() -> None:
+        freeze_startup_objects()
         logger.info("minisgl ready: serving %s as '%s' at http://%s:%d", model_path, args.model_name,
                     args.host, args.port)
 
@@ -265,6 +296,38 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
     if not server.started and exit_code == 0 and not supervisor.stopping.is_set():
         exit_code = 1
     return exit_code
+
+
+def serve_engine_ranks(args: ServerArgs, scheduler_target=None) -> int:
+    """A node other than node 0: run this node's engine ranks until they end or SIGTERM/SIGINT.
+
+    The ranks follow rank 0's scheduler through torch.distributed; when node 0 stops or fails,
+    their next collective fails and they exit, and so does this node, non-zero (a LeaderWorkerSet
+    then restarts the whole group)."""
+    placement = NodePlacement.of(args)
+    args, model_path = resolve_model(args)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    workers = start_workers(args, model_path, scheduler_target)
+    try:
+        logger.info("node %d of %d: engine ranks %s, joining node 0 at %s", placement.node_rank, placement.nnodes,
+                    list(placement.local_ranks), args.dist_init_addr)
+        workers.wait_ready(stop.is_set)
+        logger.info("node %d ready: its ranks joined the tensor-parallel group", placement.node_rank)
+        while not stop.wait(0.25):
+            dead = workers.dead()
+            if dead:
+                logger.error("engine %s exited (node 0 stopped or failed); exiting", dead)
+                return 1
+        return 0
+    except RuntimeError as e:
+        if stop.is_set():
+            return 0
+        logger.error("%s", e)
+        return 1
+    finally:
+        workers.stop()
 
 
 def _run_event_loop(coro) -> None:

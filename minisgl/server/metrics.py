@@ -28,6 +28,7 @@ Where the numbers come from, and why no multiprocess mode:
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
@@ -64,6 +65,14 @@ def minisgl_version() -> str:
         return "unknown"
 
 
+def public_model_label(model: str, model_name: str) -> str:
+    """What the info metric shows as `model`: a hub id as given, but never a local directory (a
+    filesystem path says how the host is laid out to whoever can scrape /metrics): then the served
+    name."""
+    local = os.path.isabs(model) or model.startswith((".", "~")) or os.path.exists(model)
+    return model_name if local else model
+
+
 class ServerMetrics:
     """The metrics of one server, in a registry of its own (several apps in one test process must
     not collide in prometheus_client's global one)."""
@@ -72,7 +81,7 @@ class ServerMetrics:
         # In the text format every counter and histogram would get a separate `_created` gauge:
         # twice the series, used by no dashboard. vLLM turns them off the same way.
         disable_created_metrics()
-        self.model_name, self.model, self.tp = model_name, model, tp
+        self.model_name, self.model, self.tp = model_name, public_model_label(model, model_name), tp
         r = self.registry = CollectorRegistry(auto_describe=True)
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # process_*, python_*
             r.register(collector)
@@ -116,6 +125,11 @@ class ServerMetrics:
         self.kv_pages = gauge("kv_cache_pages", "KV cache pages in the pool.")
         self.ready = gauge("server_ready", "1 while /ready answers 200 (model loaded, not draining), else 0.")
         self.info = Info(PREFIX + "model", "The served model and how it runs; the value is always 1.", registry=r)
+        # The KV cache's layout, as vLLM's cache_config_info and SGLang's give it: the Gateway API
+        # Inference Extension's endpoint picker reads page_size and num_pages from these labels to
+        # size its prefix-cache index per pod (the operator maps the names in its picker config).
+        self.cache_config = Info(PREFIX + "cache_config", "The KV cache's page_size (tokens per page) and "
+                                 "num_pages (pages in the pool), as labels; the value is always 1.", registry=r)
         self._scheduler_pid: int | None = None
 
     # -- exposition ---------------------------------------------------------------------------
@@ -175,6 +189,8 @@ class ServerMetrics:
         if msg.info:
             self.info.info({"model_name": self.model_name, "model": self.model, "tp": str(self.tp),
                             "version": minisgl_version(), **{k: str(v) for k, v in msg.info.items()}})
+            self.cache_config.info({"model_name": self.model_name, "page_size": str(msg.info.get("page_size", "")),
+                                    "num_pages": str(msg.num_pages)})
         self.prefix_queries.inc(msg.prefix_queried_tokens)
         self.prefix_hits.inc(msg.prefix_hit_tokens)
         for seconds in msg.queue_times:

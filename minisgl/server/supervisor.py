@@ -51,8 +51,8 @@ class Supervisor:
                 self.exit_code = 1
             self.server.should_exit = True
             return
-        self.state.ready = True
         on_ready()
+        self.state.ready = True
         while not self.server.should_exit:
             dead = self.workers.dead()
             if dead:

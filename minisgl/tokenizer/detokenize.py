@@ -3,13 +3,15 @@
 Text is produced with the tokenizers library's DecodeStream, which holds back bytes until they
 form valid UTF-8, so a stream never shows a replacement character for a split multi-byte
 character. Stop strings are cut out: text that might be the start of a stop string is held back
-until it is clear it is not.
+until it is clear it is not (minisgl.tokenizer.stop_strings, linear in the text).
 """
 
 from __future__ import annotations
 
 from tokenizers import Tokenizer
 from tokenizers.decoders import DecodeStream
+
+from .stop_strings import StopStrings
 
 
 class IncrementalDetokenizer:
@@ -19,9 +21,10 @@ class IncrementalDetokenizer:
         self.skip_special_tokens = skip_special_tokens
         self.prompt_tail = prompt_tail
         self.ids: list[int] = []
-        self.stop = [s for s in stop if s]
-        self.text = ""  # everything decoded so far
-        self.sent = 0  # characters of `text` already handed out
+        self.stops = StopStrings(stop)
+        self.pieces: list[str] = []  # everything decoded so far (joined once, at the end)
+        self.held = ""  # decoded but not handed out yet: at most the longest stop string's length
+        self.sent = 0  # characters handed out
         self.stopped = False
 
     def add(self, token_id: int) -> str:
@@ -29,7 +32,7 @@ class IncrementalDetokenizer:
         self.ids.append(token_id)
         piece = self.stream.step(self.tokenizer, token_id)
         if piece:
-            self.text += piece
+            self._append(piece)
         return self._release(final=False)
 
     def finish(self) -> str:
@@ -37,30 +40,26 @@ class IncrementalDetokenizer:
         completed a character (shown as U+FFFD, exactly as a one-shot decode shows them)."""
         decode = lambda ids: self.tokenizer.decode(ids, skip_special_tokens=self.skip_special_tokens)  # noqa: E731
         whole = decode(self.prompt_tail + self.ids)[len(decode(self.prompt_tail)):]
-        if whole.startswith(self.text):
-            self.text = whole
+        text = "".join(self.pieces)
+        if len(whole) > len(text) and whole.startswith(text):
+            self._append(whole[len(text):])
         return self._release(final=True)
 
+    def _append(self, piece: str) -> None:
+        self.pieces.append(piece)
+        self.held += piece
+        self.stops.feed(piece)
+
     def _release(self, final: bool) -> str:
+        """Hand out what can no longer be part of a stop string. Text already handed out never
+        holds the start of one (it would have been held back), so only `held` is looked at."""
         if self.stopped:
             return ""
-        end = len(self.text)
-        for s in self.stop:
-            at = self.text.find(s, max(0, self.sent - len(s) + 1))
-            if at != -1 and at < end:
-                end, self.stopped = at, True
-        if not self.stopped and not final and self.stop:
-            end = max(self.sent, end - self._partial_stop_suffix())
-        out = self.text[self.sent : end]
+        end = self.stops.length
+        if self.stops.found_at is not None:
+            end, self.stopped = max(self.sent, self.stops.found_at), True
+        elif not final:
+            end -= self.stops.undecided()
+        out, self.held = self.held[: end - self.sent], self.held[end - self.sent :]
         self.sent = end
         return out
-
-    def _partial_stop_suffix(self) -> int:
-        """Length of the longest end of `text` that is a proper prefix of some stop string."""
-        best = 0
-        for s in self.stop:
-            for n in range(min(len(s) - 1, len(self.text)), 0, -1):
-                if self.text.endswith(s[:n]):
-                    best = max(best, n)
-                    break
-        return best

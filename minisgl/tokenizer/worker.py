@@ -14,6 +14,7 @@ from minisgl.utils.zmq import PullSocket, PushSocket
 
 from .chat_template import render_chat
 from .detokenizer import Detokenizer
+from .prompt_bound import PromptLimit
 
 PROMPT_TAIL = 4  # prompt tokens given to the detokenizer so the first output token is spaced right
 
@@ -26,6 +27,34 @@ def encode_request(tokenizer, msg: TokenizeMsg) -> list[int]:
     return tokenizer.encode(msg.text or "")
 
 
+# What only the tokenizer (the chat template's options) or only the detokenizer (stop strings, which
+# are matched on text) needs: not copied into the scheduler, which keeps a request's params for
+# its whole life.
+NOT_FOR_SCHEDULER = frozenset({"stop", "template"})
+
+
+def scheduler_params(params: dict) -> dict:
+    return {k: v for k, v in params.items() if k not in NOT_FOR_SCHEDULER}
+
+
+class RepeatedPrompt:
+    """The choices of one request (n > 1) reach a tokenizer one after another with the same
+    prompt: it is tokenized (or its chat template rendered) once, not once per choice."""
+
+    def __init__(self) -> None:
+        self.key: tuple | None = None
+        self.ids: list[int] = []
+
+    def encode(self, tokenizer, msg: TokenizeMsg) -> list[int]:
+        if msg.input_ids is not None:
+            return list(msg.input_ids)
+        key = (msg.text, msg.messages, msg.params.get("template"))
+        if key != self.key:
+            self.key, self.ids = None, encode_request(tokenizer, msg)  # a failure leaves nothing stale
+            self.key = key
+        return self.ids
+
+
 def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
     """The prompt's last tokens as decoding context, unless they end inside a UTF-8 character
     (then the decoder could not tell the prompt's text from the output's)."""
@@ -35,12 +64,16 @@ def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
     return [] if "\ufffd" in tokenizer.decode(tail) else tail
 
 
-def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat_template: str | None = None) -> None:
-    """`chat_template`: replaces the tokenizer's own (--chat-template)."""
+def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat_template: str | None = None,
+                  max_prompt_tokens: int | None = None) -> None:
+    """`chat_template`: replaces the tokenizer's own (--chat-template). `max_prompt_tokens`: longer
+    prompts are refused here, from their byte size when that proves it (no tokenizing megabytes)."""
     def body(ready):
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         if chat_template:
             tokenizer.chat_template = chat_template
+        limit = PromptLimit(max_prompt_tokens, tokenizer.backend_tokenizer)
+        repeated = RepeatedPrompt()
         inbox = PullSocket(addrs[link.name])
         to_scheduler, to_detok, to_api = (PushSocket(addrs[n]) for n in ("scheduler", "detokenizer", "api"))
         watch = ParentWatch(link.heartbeat)
@@ -53,14 +86,19 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat
                     to_scheduler.send(msg)
                     continue
                 try:
-                    ids = encode_request(tokenizer, msg)
+                    problem = limit.check_bytes(msg.text, msg.messages) if msg.input_ids is None else None
+                    ids = repeated.encode(tokenizer, msg) if problem is None else []
+                    problem = problem or limit.check_tokens(len(ids))
+                    if problem:
+                        to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", problem)]))
+                        continue
                     info = DetokenizeInfoMsg(msg.uid, list(msg.params.get("stop") or []),
                                              msg.params.get("skip_special_tokens", True), prompt_tail(tokenizer, ids))
                 except Exception as e:  # a bad request must never take the worker down
                     to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", f"cannot tokenize: {e}")]))
                     continue
                 to_detok.send(info)
-                to_scheduler.send(UserMsg(msg.uid, ids, msg.params))
+                to_scheduler.send(UserMsg(msg.uid, ids, scheduler_params(msg.params)))
 
     run_worker(link, body)
 

@@ -10,6 +10,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+from .gc_freeze import freeze_startup_objects
 from .liveness import Heartbeat, WorkerLink
 
 
@@ -25,7 +26,7 @@ def run_worker(link: WorkerLink, body: Callable[[Callable[[], None]], Any]) -> N
 
     tqdm.set_lock(threading.RLock())
     try:
-        body(link.ready)
+        body(lambda: (freeze_startup_objects(), link.ready()))
     except Exception:
         trace = traceback.format_exc()
         print(f"minisgl worker {link.name} failed:\n{trace}", file=sys.stderr, flush=True)

@@ -35,7 +35,7 @@ def _render(args: argparse.Namespace) -> int:
         if args.namespace:
             doc.setdefault("metadata", {}).setdefault("namespace", args.namespace)
         try:
-            objects += render.render(doc, args.image or config.default_server_image())
+            objects += render.render(doc, args.image or config.default_server_image(), config.endpoint_picker_image())
         except SpecError as exc:
             name = (doc.get("metadata") or {}).get("name", "?")
             print(f"{args.file}: {c.KIND} {name}:", file=sys.stderr)

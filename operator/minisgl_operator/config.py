@@ -15,3 +15,8 @@ def default_server_image() -> str:
 def resync_seconds() -> float:
     """How often every InferenceService is reconciled even when nothing announced a change."""
     return float(os.environ.get(c.RESYNC_SECONDS_ENV) or c.DEFAULT_RESYNC_SECONDS)
+
+
+def endpoint_picker_image() -> str:
+    """The image of the router's endpoint picker (chart value endpointPicker.image)."""
+    return os.environ.get(c.EPP_IMAGE_ENV) or c.DEFAULT_EPP_IMAGE

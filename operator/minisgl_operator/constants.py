@@ -16,8 +16,11 @@ SHORT_NAMES = ["misvc"]
 CATEGORIES = ["minisgl"]
 CRD_NAME = f"{PLURAL}.{GROUP}"
 
-# Tensor-parallel sizes a pod can run with (one GPU per rank, all ranks in one pod).
-TP_SIZES = (1, 2, 4, 8)
+# Tensor-parallel sizes: one GPU per rank. Up to 8 ranks fit one pod; more span several nodes,
+# one pod of gpusPerNode GPUs each (a LeaderWorkerSet group).
+TP_SIZES = (1, 2, 4, 8, 16, 32, 64)
+GPUS_PER_NODE = (1, 2, 4, 8)
+MAX_SINGLE_POD_TP = 8
 
 # Spec defaults (the CRD schema advertises the same values).
 DEFAULT_REPLICAS = 1
@@ -103,6 +106,63 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Autoscaling: the per-pod gauge the server exports on its metrics path, read through the
 # custom metrics API (needs a metrics adapter such as prometheus-adapter).
 WAITING_REQUESTS_METRIC = "minisgl_num_requests_waiting"
+# The other series the router's endpoint picker and KEDA's queries read (minisgl.server.metrics
+# defines them; tests/operator/test_operator_server_contract.py checks a real scrape has each).
+RUNNING_REQUESTS_METRIC = "minisgl_num_requests_running"
+KV_USAGE_METRIC = "minisgl_kv_cache_usage_ratio"
+CACHE_CONFIG_METRIC = "minisgl_cache_config_info"
+CACHE_PAGE_SIZE_LABEL = "page_size"
+CACHE_NUM_PAGES_LABEL = "num_pages"
+TTFT_BUCKET_METRIC = "minisgl_time_to_first_token_seconds_bucket"
+# The label the chart's PodMonitor copies from a pod's app.kubernetes.io/instance: which
+# InferenceService a series belongs to, for KEDA's Prometheus queries.
+PROMETHEUS_ISVC_LABEL = "inference_service"
+
+# KEDA (keda.sh/v1alpha1 ScaledObject): the Prometheus query each spec.autoscaling.keda.metric
+# names, and how the target compares with it (AverageValue: per replica; Value: as a whole).
+KEDA_API_VERSION = "keda.sh/v1alpha1"
+KEDA_METRIC_WAITING = "waitingRequests"
+KEDA_METRIC_KV = "kvCacheUtilization"
+KEDA_METRIC_TTFT = "ttftP90"
+KEDA_METRICS = (KEDA_METRIC_WAITING, KEDA_METRIC_KV, KEDA_METRIC_TTFT)
+KEDA_POLLING_SECONDS = 15
+# TTFT p90 over this window: long enough for a few requests, short enough to follow a burst.
+KEDA_RATE_WINDOW = "2m"
+# Scale down one pod at a time after this much calm (a GPU pod takes minutes to come back).
+SCALE_DOWN_STABILIZATION_SECONDS = 600
+SCALE_DOWN_PERIOD_SECONDS = 300
+SCALE_UP_STABILIZATION_SECONDS = 120
+
+# The router: Gateway API Inference Extension objects and the endpoint picker (EPP) that scores
+# the pods. The EPP now lives in llm-d's router (the extension keeps the InferencePool API).
+INFERENCE_POOL_API_VERSION = "inference.networking.k8s.io/v1"
+GATEWAY_API_GROUP = "gateway.networking.k8s.io"
+HTTPROUTE_API_VERSION = f"{GATEWAY_API_GROUP}/v1"
+EPP_SUFFIX = "-epp"
+EPP_COMPONENT = "endpoint-picker"
+EPP_IMAGE_ENV = "MINISGL_ENDPOINT_PICKER_IMAGE"
+DEFAULT_EPP_IMAGE = "ghcr.io/llm-d/llm-d-router-endpoint-picker:v0.10.0"
+EPP_GRPC_PORT = 9002
+EPP_HEALTH_PORT = 9003
+EPP_METRICS_PORT = 9090
+EPP_CONFIG_FILE = "epp-config.yaml"
+EPP_CONFIG_MOUNT = "/config"
+# The pod label the EPP's core-metrics-extractor reads to pick an engine's metric names.
+EPP_ENGINE_LABEL = "llm-d.ai/engine-type"
+EPP_ENGINE_NAME = "minisgl"
+# The EPP's own gauge of requests it holds (flow control): with no pod up, they wait there, which
+# is what lets KEDA scale from zero. Labelled by the pool's name.
+EPP_QUEUE_METRIC = "llm_d_epp_flow_control_queue_size"
+EPP_POOL_LABEL = "inference_pool"
+
+# Multi-node: LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) and the variables it gives each pod.
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
+LWS_WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
+LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
+LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+# The port rank 0 hosts torch.distributed's rendezvous on (the leader pod's).
+DIST_INIT_PORT = 29500
 
 # Probe timing. The startup probe's budget (failureThreshold * period) is spec.startupTimeoutSeconds.
 STARTUP_PERIOD_SECONDS = 10

@@ -58,9 +58,31 @@ SHARED_CACHE_RULE = (
     "!has(self.modelCache) || !has(self.modelCache.size) || (has(self.modelCache.perPod) && self.modelCache.perPod) || "
     f"(has(self.modelCache.accessModes) && self.modelCache.accessModes.exists(m, m in {_SHARED_MODES})) || ("
     f"(has(self.replicas) ? self.replicas : {c.DEFAULT_REPLICAS}) <= 1 && "
+    f"(!has(self.gpusPerNode) || (has(self.tp) ? self.tp : {c.DEFAULT_TP}) <= self.gpusPerNode) && "
     "(!has(self.autoscaling) || self.autoscaling.maxReplicas <= 1) && "
     f"(!has(self.rollout) || (has(self.rollout.strategy) && self.rollout.strategy == '{c.ROLLOUT_RECREATE}') || "
     "!has(self.rollout.maxSurge) || self.rollout.maxSurge == 0))"
+)
+# More than 8 ranks cannot share one pod's node: say how many GPUs a node has, and the operator
+# spreads the ranks over tp / gpusPerNode pods (a LeaderWorkerSet group).
+MULTI_NODE_RULE = f"(has(self.tp) ? self.tp : {c.DEFAULT_TP}) <= {c.MAX_SINGLE_POD_TP} || has(self.gpusPerNode)"
+# No pod, no metric and no server to queue in: only the router's endpoint picker (flow control)
+# holds requests while the InferenceService has no pod, and only KEDA activates from zero on it.
+SCALE_TO_ZERO_RULE = (
+    "!has(self.autoscaling) || !has(self.autoscaling.minReplicas) || self.autoscaling.minReplicas > 0 || "
+    "(has(self.autoscaling.keda) && has(self.router))"
+)
+# A canary's share needs a route to split; the route's other backend is another InferenceService.
+CANARY_GATEWAY_RULE = "!has(self.canary) || has(self.gateway)"
+HOSTNAMES_RULE = "!has(self.hostnames) || has(self.gateway)"
+# Fields that mean something only with another: refused alone rather than silently ignored.
+EXCLUSIVE_TOPOLOGY_RULE = (
+    f"!has(self.exclusiveTopology) || (has(self.gpusPerNode) && (has(self.tp) ? self.tp : {c.DEFAULT_TP}) > self.gpusPerNode)"
+)
+KEDA_TARGET_RULE = "!has(self.keda) || !has(self.targetWaitingRequests)"
+CANARY_NAME_RULE = (
+    "!has(self.spec.router) || !has(self.spec.router.canary) || "
+    "self.spec.router.canary.inferenceService != self.metadata.name"
 )
 # A PVC's spec is immutable but for growing its size: the CRD refuses the edits the API server would
 # refuse on the PVC later (a transition rule: it compares with the stored object, oldSelf).
@@ -102,10 +124,93 @@ def _local_object_ref(what: str) -> dict[str, Any]:
     }
 
 
+def _router_schema() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": (
+            "Prefix- and load-aware routing through the Gateway API Inference Extension: an InferencePool of "
+            "the pods, its endpoint picker (llm-d router; image: chart value endpointPicker.image), and, with "
+            "gateway, an HTTPRoute on that Gateway. Needs the InferencePool CRD, Gateway API and a gateway "
+            "implementation with inference extension support."
+        ),
+        "properties": {
+            "gateway": {
+                "type": "object",
+                "description": "The Gateway the HTTPRoute attaches to. Without it: pool and picker only (a canary target).",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "minLength": 1},
+                    "namespace": {"type": "string", "minLength": 1, "description": "Default: this namespace."},
+                    "sectionName": {"type": "string", "minLength": 1, "description": "One listener of the Gateway."},
+                },
+            },
+            "hostnames": {
+                "type": "array",
+                "maxItems": 16,
+                "items": {"type": "string", "minLength": 1, "maxLength": 253},
+                "description": "Host names the HTTPRoute matches (default: every host of the Gateway).",
+            },
+            "canary": {
+                "type": "object",
+                "description": (
+                    "Send weight percent of the route's requests to another InferenceService's pool (it needs "
+                    "router too, without gateway); the rest stays on this one."
+                ),
+                "required": ["inferenceService", "weight"],
+                "properties": {
+                    "inferenceService": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": DNS_1035_MAX,
+                        "description": "Another InferenceService of this namespace.",
+                    },
+                    "weight": {"type": "integer", "minimum": 0, "maximum": 100},
+                },
+            },
+            "failureMode": {
+                "type": "string",
+                "enum": ["FailClose", "FailOpen"],
+                "default": "FailClose",
+                "description": "What the gateway does when the endpoint picker is down: refuse, or pick a pod itself.",
+            },
+        },
+        "x-kubernetes-validations": [
+            {"rule": CANARY_GATEWAY_RULE, "message": "canary needs gateway: the route carries the split"},
+            {"rule": HOSTNAMES_RULE, "message": "hostnames need gateway: they are the route's"},
+        ],
+    }
+
+
+def _keda_schema() -> dict[str, Any]:
+    number = {"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$"}
+    return {
+        "type": "object",
+        "description": (
+            "Scale with a KEDA ScaledObject (needs KEDA and a Prometheus that scrapes the pods, e.g. the chart's "
+            f"PodMonitor) instead of the HPA: {c.KEDA_METRIC_WAITING} (queued requests per replica), "
+            f"{c.KEDA_METRIC_KV} (mean KV-cache use, 0-1) or {c.KEDA_METRIC_TTFT} (time to first token, seconds). "
+            "Scale-up waits for startupTimeoutSeconds after a pod starts (model load) before counting it."
+        ),
+        "required": ["prometheusAddress", "target"],
+        "properties": {
+            "prometheusAddress": {"type": "string", "minLength": 1, "description": "e.g. http://prometheus-operated.monitoring:9090"},
+            "metric": {"type": "string", "enum": list(c.KEDA_METRICS), "default": c.KEDA_METRIC_WAITING},
+            "target": {**number, "description": "The value to hold the metric at, e.g. '4', '0.8', '2.5'."},
+            "activationTarget": {
+                **number,
+                "description": "Above this, KEDA scales up from minReplicas 0 (default 0: any load).",
+            },
+        },
+    }
+
+
 def spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
-        "description": "A model served by minisgl: one Deployment of GPU pods behind one Service.",
+        "description": (
+            "A model served by minisgl: GPU pods behind one Service (a Deployment, or a LeaderWorkerSet when "
+            "tp spans several nodes), optionally behind the Gateway API Inference Extension's router."
+        ),
         "required": ["model"],
         "properties": {
             "model": {
@@ -120,8 +225,29 @@ def spec_schema() -> dict[str, Any]:
                 "type": "integer",
                 "enum": list(c.TP_SIZES),
                 "default": c.DEFAULT_TP,
-                "description": "Tensor-parallel size: GPUs per pod (nvidia.com/gpu limit).",
+                "description": (
+                    "Tensor-parallel size: GPUs per replica. Up to gpusPerNode (or 8) they share one pod; "
+                    "beyond, the replica is a LeaderWorkerSet group of tp / gpusPerNode pods."
+                ),
             },
+            "gpusPerNode": {
+                "type": "integer",
+                "enum": list(c.GPUS_PER_NODE),
+                "description": (
+                    "GPUs of one node. When tp exceeds it, each replica spans tp / gpusPerNode nodes: a "
+                    "LeaderWorkerSet (needs the LWS controller) whose leader pod runs the API and rank 0, and "
+                    "whose workers run only their engine ranks."
+                ),
+            },
+            "exclusiveTopology": {
+                "type": "string",
+                "minLength": 1,
+                "description": (
+                    "Multi-node only: a node label key (e.g. a rack or NVLink-domain label); each group gets one "
+                    "domain of its own, all its pods inside it (LWS exclusive topology)."
+                ),
+            },
+            "router": _router_schema(),
             "replicas": {
                 "type": "integer",
                 "format": "int32",
@@ -355,25 +481,35 @@ def spec_schema() -> dict[str, Any]:
                 "type": "object",
                 "description": (
                     f"An autoscaling/v2 HPA on the per-pod metric {c.WAITING_REQUESTS_METRIC} "
-                    "(requests queued, not yet running). Needs a custom metrics adapter such as "
-                    "prometheus-adapter."
+                    "(requests queued, not yet running; needs a custom metrics adapter such as "
+                    "prometheus-adapter), or with keda a KEDA ScaledObject on a Prometheus query."
                 ),
                 "required": ["maxReplicas"],
                 "properties": {
-                    "minReplicas": {"type": "integer", "format": "int32", "minimum": 1, "default": 1},
+                    "minReplicas": {
+                        "type": "integer",
+                        "format": "int32",
+                        "minimum": 0,
+                        "default": 1,
+                        "description": "0 (scale to zero) needs keda and router: the endpoint picker holds requests meanwhile.",
+                    },
+                    "keda": _keda_schema(),
                     "maxReplicas": {"type": "integer", "format": "int32", "minimum": 1},
                     "targetWaitingRequests": {
                         "type": "integer",
                         "minimum": 1,
-                        "default": c.DEFAULT_TARGET_WAITING_REQUESTS,
-                        "description": "Average waiting requests per pod that the HPA aims for.",
+                        "description": (
+                            f"Average waiting requests per pod that the HPA aims for (default "
+                            f"{c.DEFAULT_TARGET_WAITING_REQUESTS}); with keda, keda.target instead."
+                        ),
                     },
                 },
                 "x-kubernetes-validations": [
                     {
                         "rule": AUTOSCALING_RULE,
                         "message": "minReplicas must not exceed maxReplicas",
-                    }
+                    },
+                    {"rule": KEDA_TARGET_RULE, "message": "targetWaitingRequests is the HPA's: with keda, set keda.target"},
                 ],
             },
         },
@@ -386,6 +522,15 @@ def spec_schema() -> dict[str, Any]:
                 ),
             },
             {"rule": PROGRESS_RULE, "message": "rollout.progressDeadlineSeconds must exceed startupTimeoutSeconds"},
+            {"rule": MULTI_NODE_RULE, "message": f"tp above {c.MAX_SINGLE_POD_TP} spans several nodes: set gpusPerNode"},
+            {"rule": EXCLUSIVE_TOPOLOGY_RULE, "message": "exclusiveTopology places multi-node groups: it needs tp above gpusPerNode"},
+            {
+                "rule": SCALE_TO_ZERO_RULE,
+                "message": (
+                    "autoscaling.minReplicas 0 needs autoscaling.keda and router: only the router's endpoint picker "
+                    "holds requests while no pod runs, and only KEDA scales up from zero"
+                ),
+            },
         ],
     }
 
@@ -436,6 +581,7 @@ def openapi_schema() -> dict[str, Any]:
             "status": status_schema(),
         },
         "x-kubernetes-validations": [
+            {"rule": CANARY_NAME_RULE, "message": "spec.router.canary must name another InferenceService"},
             {
                 "rule": NAME_RULE,
                 "message": (

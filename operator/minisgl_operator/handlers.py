@@ -42,7 +42,7 @@ _locks_guard = threading.Lock()
 def configure(api: KubeApi, default_image: str | None = None, clock: Callable[[], str] = utc_now) -> Reconciler:
     """Set the API the handlers write through (the real client at startup, a fake in tests)."""
     global _reconciler
-    _reconciler = Reconciler(api, default_image or config.default_server_image(), clock)
+    _reconciler = Reconciler(api, default_image or config.default_server_image(), clock, config.endpoint_picker_image())
     return _reconciler
 
 

@@ -66,12 +66,30 @@ PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (c.GROUP, f"{c.PLURAL}/finalizers"): ("update",),
     # Children: server-side apply is authorized as patch, and as create when the object is new.
     # Deployments are also watched (status changes, deletions -> reconcile the owner).
-    ("apps", "deployments"): ("get", "list", "watch", "create", "patch"),
-    ("", "services"): ("get", "create", "patch"),
+    # Deleted too: the endpoint picker's when the router goes, the server's when it becomes a LeaderWorkerSet.
+    ("apps", "deployments"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("", "services"): ("get", "create", "patch", "delete"),
     ("", "persistentvolumeclaims"): ("get", "create", "patch"),
     # HPA and PDB are deleted again when the spec stops asking for them.
     ("autoscaling", "horizontalpodautoscalers"): ("get", "create", "patch", "delete"),
     ("policy", "poddisruptionbudgets"): ("get", "create", "patch", "delete"),
+    # Multi-node replicas (LeaderWorkerSet), KEDA, and the router's objects: each deleted again
+    # when the spec stops asking for it (the router's endpoint picker is a Deployment, Service,
+    # ConfigMap, ServiceAccount, Role and RoleBinding).
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): ("get", "create", "patch", "delete"),
+    ("keda.sh", "scaledobjects"): ("get", "create", "patch", "delete"),
+    ("inference.networking.k8s.io", "inferencepools"): ("get", "list", "watch", "create", "patch", "delete"),
+    (c.GATEWAY_API_GROUP, "httproutes"): ("get", "create", "patch", "delete"),
+    ("", "configmaps"): ("get", "create", "patch", "delete"),
+    ("", "serviceaccounts"): ("get", "create", "patch", "delete"),
+    ("rbac.authorization.k8s.io", "roles"): ("get", "create", "patch", "delete"),
+    ("rbac.authorization.k8s.io", "rolebindings"): ("get", "create", "patch", "delete"),
+    # A Role can grant only what its creator holds: these are what the endpoint picker's Role
+    # grants it (router.EPP_RULES), besides pods and inferencepools above.
+    ("inference.networking.x-k8s.io", "inferenceobjectives"): ("get", "list", "watch"),
+    ("inference.networking.x-k8s.io", "inferencemodelrewrites"): ("get", "list", "watch"),
+    ("llm-d.ai", "inferenceobjectives"): ("get", "list", "watch"),
+    ("llm-d.ai", "inferencemodelrewrites"): ("get", "list", "watch"),
     # Events, the operator's and kopf's own.
     ("", "events"): ("create",),
     # Pods are read (and watched, by label) for the reasons a rollout is stuck: Unschedulable,
@@ -95,6 +113,18 @@ _TYPED = {
     "PersistentVolumeClaim": ("CoreV1Api", "namespaced_persistent_volume_claim"),
     "HorizontalPodAutoscaler": ("AutoscalingV2Api", "namespaced_horizontal_pod_autoscaler"),
     "PodDisruptionBudget": ("PolicyV1Api", "namespaced_pod_disruption_budget"),
+    "ConfigMap": ("CoreV1Api", "namespaced_config_map"),
+    "ServiceAccount": ("CoreV1Api", "namespaced_service_account"),
+    "Role": ("RbacAuthorizationV1Api", "namespaced_role"),
+    "RoleBinding": ("RbacAuthorizationV1Api", "namespaced_role_binding"),
+}
+# Custom resources: kind -> (group, version, plural), through the CustomObjectsApi.
+_CUSTOM = {
+    c.KIND: (c.GROUP, c.VERSION, c.PLURAL),
+    "LeaderWorkerSet": (*c.LWS_API_VERSION.split("/"), "leaderworkersets"),
+    "ScaledObject": (*c.KEDA_API_VERSION.split("/"), "scaledobjects"),
+    "InferencePool": (*c.INFERENCE_POOL_API_VERSION.split("/"), "inferencepools"),
+    "HTTPRoute": (*c.HTTPROUTE_API_VERSION.split("/"), "httproutes"),
 }
 
 
@@ -156,11 +186,11 @@ class KubernetesApi:
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
-            if kind == c.KIND:
+            if kind in _CUSTOM:
                 return self._json(
                     self._call(
                         self._api("CustomObjectsApi").get_namespaced_custom_object,
-                        c.GROUP, c.VERSION, namespace, c.PLURAL, name,
+                        *_CUSTOM[kind][:2], namespace, _CUSTOM[kind][2], name,
                         _preload_content=False,
                     )
                 )  # fmt: skip
@@ -172,8 +202,12 @@ class KubernetesApi:
             raise
 
     def apply(self, obj: Obj) -> Obj:
-        api, suffix = self._typed(obj["kind"])
         meta = obj["metadata"]
+        if obj["kind"] in _CUSTOM and obj["kind"] != c.KIND:
+            group, version, plural = _CUSTOM[obj["kind"]]
+            patch = self._api("CustomObjectsApi").patch_namespaced_custom_object
+            return self._server_side_apply(patch, obj, group, version, meta["namespace"], plural, meta["name"])
+        api, suffix = self._typed(obj["kind"])
         return self._server_side_apply(getattr(api, f"patch_{suffix}"), obj, meta["name"], meta["namespace"])
 
     def _server_side_apply(self, patch, obj: dict, *names: str) -> dict:
@@ -183,8 +217,13 @@ class KubernetesApi:
         return self._json(response)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
-        api, suffix = self._typed(kind)
         try:
+            if kind in _CUSTOM and kind != c.KIND:
+                group, version, plural = _CUSTOM[kind]
+                self._call(self._api("CustomObjectsApi").delete_namespaced_custom_object, group, version, namespace,
+                           plural, name, propagation_policy="Background")
+                return
+            api, suffix = self._typed(kind)
             self._call(getattr(api, f"delete_{suffix}"), name, namespace, propagation_policy="Background")
         except ApiError as exc:
             if exc.status != 404:

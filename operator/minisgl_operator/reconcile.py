@@ -30,6 +30,10 @@ Obj = dict[str, Any]
 log = logging.getLogger(__name__)
 
 
+# What runs the server pods; the status follows it (both report replicas, updated and ready ones).
+WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+
+
 class RetryableError(Exception):
     """A transient API failure; the handler should run again later."""
 
@@ -149,9 +153,11 @@ def event(body: Mapping[str, Any], type_: str, reason: str, message: str, now: s
 
 
 class Reconciler:
-    def __init__(self, api: KubeApi, default_image: str = c.DEFAULT_SERVER_IMAGE, clock: Callable[[], str] = utc_now):
+    def __init__(self, api: KubeApi, default_image: str = c.DEFAULT_SERVER_IMAGE, clock: Callable[[], str] = utc_now,
+                 epp_image: str = c.DEFAULT_EPP_IMAGE):
         self.api = api
         self.default_image = default_image
+        self.epp_image = epp_image
         self.clock = clock
 
     def reconcile(self, body: Mapping[str, Any]) -> Outcome:
@@ -169,7 +175,7 @@ class Reconciler:
 
         deployment: Obj | None = None
         problems: list[status.Problem] = []
-        wanted = render.children(isvc)
+        wanted = render.children(isvc, self.epp_image)
         # One child refused (a PVC edit the API server forbids, a name taken) does not stop the
         # others: a new image or replica count still reaches the Deployment.
         for desired in wanted:
@@ -195,18 +201,18 @@ class Reconciler:
                     problems.append(status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}"))
                     continue
                 outcome.applied.append(_ref(desired))
-            if kind == "Deployment":
+            if kind in WORKLOAD_KINDS and name == isvc.name:
                 deployment = result
 
         if not problems:
-            wanted_kinds = {d["kind"] for d in wanted}
-            for kind in render.REMOVABLE_KINDS:
-                if kind in wanted_kinds:
+            wanted_refs = {(d["kind"], d["metadata"]["name"]) for d in wanted}
+            for kind, name in render.removable(isvc):
+                if (kind, name) in wanted_refs:
                     continue
-                current = self._get(kind, isvc.namespace, isvc.name)
+                current = self._get(kind, isvc.namespace, name)
                 if current is not None and owned_by(current, isvc.uid):
-                    self._delete(kind, isvc.namespace, isvc.name)
-                    outcome.deleted.append(f"{kind}/{isvc.name}")
+                    self._delete(kind, isvc.namespace, name)
+                    outcome.deleted.append(f"{kind}/{name}")
         deployment = deployment or self._owned_deployment(body)
         problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc))])
         outcome.problem = status.combine(problems)
@@ -251,12 +257,16 @@ class Reconciler:
             raise RetryableError(str(exc)) from exc
 
     def _owned_deployment(self, body: Mapping[str, Any]) -> Obj | None:
+        """The workload (Deployment or LeaderWorkerSet) this InferenceService owns, if any."""
         meta = body["metadata"]
-        try:
-            found = self.api.get("Deployment", meta["namespace"], meta["name"])
-        except ApiError:
-            return None
-        return found if found is not None and owned_by(found, meta.get("uid", "")) else None
+        for kind in WORKLOAD_KINDS:
+            try:
+                found = self.api.get(kind, meta["namespace"], meta["name"])
+            except ApiError:
+                continue
+            if found is not None and owned_by(found, meta.get("uid", "")):
+                return found
+        return None
 
     def _finish(
         self,
@@ -274,7 +284,7 @@ class Reconciler:
         previous = body.get("status") or {}
         new = status.compute(
             url=render.service_url(meta["name"], meta["namespace"], port),
-            selector=render.selector_string(meta["name"]),
+            selector=render.scale_selector(isvc) if isvc else render.selector_string(meta["name"]),
             generation=meta.get("generation", 0),
             desired_replicas=desired if isinstance(desired, int) and not isinstance(desired, bool) else 0,
             deployment=deployment,

@@ -62,7 +62,7 @@ def owner_reference(isvc: InferenceService) -> Obj:
     }
 
 
-def _metadata(isvc: InferenceService, name: str) -> Obj:
+def child_metadata(isvc: InferenceService, name: str) -> Obj:
     return {
         "name": name,
         "namespace": isvc.namespace,
@@ -95,11 +95,12 @@ def _env(isvc: InferenceService) -> list[Obj]:
 def _resources(isvc: InferenceService) -> Obj:
     requests = dict(isvc.resources.get("requests", {}))
     limits = dict(isvc.resources.get("limits", {}))
-    limits[c.GPU_RESOURCE] = isvc.tp
+    limits[c.GPU_RESOURCE] = isvc.gpus_per_pod
     # Never BestEffort: QoS counts only cpu and memory, so a GPU limit alone leaves a pod first in
     # line for eviction. A limit without a request makes the request equal to it, so only a
     # resource named in neither gets the default.
-    defaults = {"cpu": str(c.DEFAULT_CPU_PER_GPU * isvc.tp), "memory": f"{c.DEFAULT_MEMORY_GI_PER_GPU * isvc.tp}Gi"}
+    gpus = isvc.gpus_per_pod
+    defaults = {"cpu": str(c.DEFAULT_CPU_PER_GPU * gpus), "memory": f"{c.DEFAULT_MEMORY_GI_PER_GPU * gpus}Gi"}
     for name, value in defaults.items():
         if name not in requests and name not in limits:
             requests[name] = value
@@ -125,13 +126,27 @@ def _cache_volume(isvc: InferenceService) -> Obj:
     return {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": isvc.pvc_name}}
 
 
-def pod_template(isvc: InferenceService) -> Obj:
+def _server_args(isvc: InferenceService, role: str) -> list[str]:
+    """The server's flags in a pod; a multi-node group's pods add their place in the group: the
+    kubelet expands LWS's $(LWS_LEADER_ADDRESS) and $(LWS_WORKER_INDEX) (0 on the leader)."""
+    args = isvc.server_command_line
+    if role == SINGLE:
+        return args
+    rank = "0" if role == LEADER else f"$({c.LWS_WORKER_INDEX_ENV})"
+    return args + server.node_flags(isvc.nodes, rank, f"$({c.LWS_LEADER_ADDRESS_ENV}):{c.DIST_INIT_PORT}")
+
+
+# What a pod is: the only pod of a replica, or the leader or a worker of a multi-node group.
+SINGLE, LEADER, WORKER = "single", "leader", "worker"
+
+
+def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
     container: Obj = {
         "name": c.CONTAINER_NAME,
         "image": isvc.image,
         "imagePullPolicy": "IfNotPresent",
         "command": list(server.SERVER_COMMAND),
-        "args": isvc.server_command_line,
+        "args": _server_args(isvc, role),
         "ports": [{"name": c.PORT_NAME, "containerPort": isvc.port, "protocol": "TCP"}],
         "env": _env(isvc),
         "resources": _resources(isvc),
@@ -160,6 +175,15 @@ def pod_template(isvc: InferenceService) -> Obj:
     }
     if isvc.env_from:
         container["envFrom"] = [copy.deepcopy(dict(e)) for e in isvc.env_from]
+    if role != SINGLE:
+        # Rank 0 hosts torch.distributed's rendezvous on the leader; the workers connect to it.
+        container["ports"].append({"name": "dist-init", "containerPort": c.DIST_INIT_PORT, "protocol": "TCP"})
+    if role == WORKER:
+        # A worker node serves no HTTP: nothing to probe. Its ranks exit when the leader goes, and
+        # the group restarts as one (RecreateGroupOnPodRestart); the leader's /ready covers all ranks.
+        for key in ("startupProbe", "readinessProbe", "livenessProbe", "lifecycle"):
+            del container[key]
+        container["ports"] = [p for p in container["ports"] if p["name"] != c.PORT_NAME]
 
     pod_spec: Obj = {
         # The server never calls the Kubernetes API.
@@ -191,20 +215,20 @@ def pod_template(isvc: InferenceService) -> Obj:
     if isvc.affinity:
         pod_spec["affinity"] = copy.deepcopy(dict(isvc.affinity))
 
-    template = {
-        "metadata": {
-            "labels": labels(isvc),
-            "annotations": {
-                "prometheus.io/scrape": "true",
-                "prometheus.io/port": str(isvc.port),
-                "prometheus.io/path": server.METRICS_PATH,
-            },
-        },
-        "spec": pod_spec,
+    pod_labels = labels(isvc)
+    if isvc.router is not None:
+        pod_labels[c.EPP_ENGINE_LABEL] = c.EPP_ENGINE_NAME  # which metric names the endpoint picker reads
+    annotations = {} if role == WORKER else {
+        "prometheus.io/scrape": "true",
+        "prometheus.io/port": str(isvc.port),
+        "prometheus.io/path": server.METRICS_PATH,
     }
+    template = {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}
     template = merge.strategic_merge(template, dict(isvc.pod_template))
     # The Deployment and Service select the pods by these: an override must not change them.
-    template["metadata"]["labels"].update(labels(isvc))
+    template["metadata"]["labels"].update(pod_labels)
+    if not template["metadata"]["annotations"]:
+        del template["metadata"]["annotations"]
     return template
 
 
@@ -221,11 +245,24 @@ def _strategy(isvc: InferenceService) -> Obj:
     }
 
 
+def serving_selector(isvc: InferenceService) -> dict[str, str]:
+    """The pods that serve HTTP: all of them, or a multi-node group's leaders only."""
+    if isvc.multi_node:
+        return {**selector_labels(isvc), c.LWS_WORKER_INDEX_LABEL: "0"}
+    return selector_labels(isvc)
+
+
+def scale_selector(isvc: InferenceService) -> str:
+    """status.selector, which the HPA averages its per-pod metric over: the pods that serve (and
+    export /metrics), so a multi-node group's workers do not count as idle pods."""
+    return ",".join(f"{k}={v}" for k, v in sorted(serving_selector(isvc).items()))
+
+
 def deployment(isvc: InferenceService) -> Obj:
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "replicas": isvc.replicas,
             "selector": {"matchLabels": selector_labels(isvc)},
@@ -238,14 +275,53 @@ def deployment(isvc: InferenceService) -> Obj:
     }
 
 
+def leader_worker_set(isvc: InferenceService) -> Obj:
+    """A replica that spans several nodes: one LWS group of ``isvc.nodes`` pods. The leader (worker
+    index 0) runs the API and ranks 0..k-1, each worker only its k ranks; a pod that fails
+    restarts the whole group, since the ranks cannot rejoin one by one."""
+    rollout = isvc.rollout
+    # LWS rolls groups only; Recreate becomes "every group may go at once".
+    surge, unavailable = (
+        (0, max(isvc.replicas, 1)) if rollout.strategy == c.ROLLOUT_RECREATE else (rollout.max_surge, rollout.max_unavailable)
+    )
+    meta = child_metadata(isvc, isvc.name)
+    if isvc.exclusive_topology:
+        # Each group in a topology domain of its own (a rack, an NVLink domain): all its pods inside it.
+        meta["annotations"] = {c.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION: isvc.exclusive_topology}
+    return {
+        "apiVersion": c.LWS_API_VERSION,
+        "kind": "LeaderWorkerSet",
+        "metadata": meta,
+        "spec": {
+            "replicas": isvc.replicas,
+            "startupPolicy": "LeaderCreated",
+            "rolloutStrategy": {
+                "type": "RollingUpdate",
+                "rollingUpdateConfiguration": {"maxSurge": surge, "maxUnavailable": unavailable},
+            },
+            "leaderWorkerTemplate": {
+                "size": isvc.nodes,
+                "restartPolicy": "RecreateGroupOnPodRestart",
+                "leaderTemplate": pod_template(isvc, LEADER),
+                "workerTemplate": pod_template(isvc, WORKER),
+            },
+        },
+    }
+
+
+def workload(isvc: InferenceService) -> Obj:
+    """What runs the pods: a Deployment, or a LeaderWorkerSet when a replica spans several nodes."""
+    return leader_worker_set(isvc) if isvc.multi_node else deployment(isvc)
+
+
 def service(isvc: InferenceService) -> Obj:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "type": "ClusterIP",
-            "selector": selector_labels(isvc),
+            "selector": serving_selector(isvc),
             "ports": [
                 {
                     "name": c.PORT_NAME,
@@ -272,7 +348,7 @@ def persistent_volume_claim(isvc: InferenceService) -> Obj | None:
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolumeClaim",
-        "metadata": _metadata(isvc, isvc.pvc_name),
+        "metadata": child_metadata(isvc, isvc.pvc_name),
         "spec": pvc_spec,
     }
 
@@ -281,12 +357,12 @@ def horizontal_pod_autoscaler(isvc: InferenceService) -> Obj | None:
     """Scales the InferenceService itself (its scale subresource), not the Deployment: the HPA
     writes spec.replicas, and the operator carries it to the Deployment like any other change."""
     scaling = isvc.autoscaling
-    if scaling is None:
+    if scaling is None or scaling.keda is not None:
         return None
     return {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "scaleTargetRef": {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": isvc.name},
             "minReplicas": scaling.min_replicas,
@@ -300,13 +376,94 @@ def horizontal_pod_autoscaler(isvc: InferenceService) -> Obj | None:
                     },
                 }
             ],
-            # A GPU pod takes minutes to start: scale down one pod at a time, after a long calm.
-            "behavior": {
-                "scaleDown": {
-                    "stabilizationWindowSeconds": 600,
-                    "policies": [{"type": "Pods", "value": 1, "periodSeconds": 300}],
+            "behavior": _scaling_behavior(),
+        },
+    }
+
+
+def _scaling_behavior() -> Obj:
+    # A GPU pod takes minutes to start: scale down one pod at a time, after a long calm.
+    return {
+        "scaleDown": {
+            "stabilizationWindowSeconds": c.SCALE_DOWN_STABILIZATION_SECONDS,
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": c.SCALE_DOWN_PERIOD_SECONDS}],
+        }
+    }
+
+
+def _prometheus_query(isvc: InferenceService, metric: str) -> tuple[str, str]:
+    """The PromQL of a spec.autoscaling.keda.metric over this InferenceService's pods, and the
+    target type: AverageValue divides by the replicas (a per-replica target), Value does not."""
+    pods = f'{c.PROMETHEUS_ISVC_LABEL}="{isvc.name}",namespace="{isvc.namespace}"'
+    if metric == c.KEDA_METRIC_WAITING:
+        return f"sum({c.WAITING_REQUESTS_METRIC}{{{pods}}})", "AverageValue"
+    if metric == c.KEDA_METRIC_KV:
+        return f"avg({c.KV_USAGE_METRIC}{{{pods}}})", "Value"
+    return (
+        f"histogram_quantile(0.9, sum by (le) (rate({c.TTFT_BUCKET_METRIC}{{{pods}}}[{c.KEDA_RATE_WINDOW}])))",
+        "Value",
+    )
+
+
+def _keda_behavior(isvc: InferenceService) -> Obj:
+    """The HPA behaviour KEDA's HPA gets, with the model's load time in it. A pod that is still
+    loading adds no capacity, so the queue keeps rising meanwhile: a load must last
+    SCALE_UP_STABILIZATION_SECONDS to count, and the replicas at most double per that period.
+    Scale-down waits at least as long as a pod takes to load (startupTimeoutSeconds), so capacity
+    is never given back sooner than it could be had again."""
+    return {
+        "scaleUp": {
+            "stabilizationWindowSeconds": c.SCALE_UP_STABILIZATION_SECONDS,
+            "policies": [{"type": "Percent", "value": 100, "periodSeconds": c.SCALE_UP_STABILIZATION_SECONDS}],
+        },
+        "scaleDown": {
+            "stabilizationWindowSeconds": min(max(c.SCALE_DOWN_STABILIZATION_SECONDS, isvc.startup_timeout_seconds), 3600),
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": c.SCALE_DOWN_PERIOD_SECONDS}],
+        },
+    }
+
+
+def scaled_object(isvc: InferenceService) -> Obj | None:
+    """KEDA instead of the HPA: a Prometheus trigger on the chosen metric, scaling the
+    InferenceService's scale subresource. With minReplicas 0 a second trigger counts the requests
+    the router's endpoint picker holds while no pod runs: KEDA activates on it (0 -> 1)."""
+    scaling = isvc.autoscaling
+    if scaling is None or scaling.keda is None:
+        return None
+    keda = scaling.keda
+    query, metric_type = _prometheus_query(isvc, keda.metric)
+    trigger_meta = {"serverAddress": keda.prometheus_address, "query": query, "threshold": keda.target}
+    if keda.activation_target is not None:
+        trigger_meta["activationThreshold"] = keda.activation_target
+    triggers = [{"type": "prometheus", "name": keda.metric.lower(), "metricType": metric_type, "metadata": trigger_meta}]
+    if scaling.min_replicas == 0:
+        held = f'sum({c.EPP_QUEUE_METRIC}{{{c.EPP_POOL_LABEL}="{isvc.name}",namespace="{isvc.namespace}"}}) or vector(0)'
+        triggers.append({
+            "type": "prometheus",
+            "name": "held-by-router",
+            "metricType": "AverageValue",
+            "metadata": {"serverAddress": keda.prometheus_address, "query": held,
+                         "threshold": str(c.DEFAULT_TARGET_WAITING_REQUESTS), "activationThreshold": "0"},
+        })  # fmt: skip
+    return {
+        "apiVersion": c.KEDA_API_VERSION,
+        "kind": "ScaledObject",
+        "metadata": child_metadata(isvc, isvc.name),
+        "spec": {
+            "scaleTargetRef": {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": isvc.name},
+            "minReplicaCount": scaling.min_replicas,
+            "maxReplicaCount": scaling.max_replicas,
+            "pollingInterval": c.KEDA_POLLING_SECONDS,
+            # A new pod loads its model for up to startupTimeoutSeconds: do not scale back to zero
+            # before a scale-up could have served anything, nor right after the object appears.
+            "cooldownPeriod": max(c.SCALE_DOWN_STABILIZATION_SECONDS, isvc.startup_timeout_seconds),
+            "initialCooldownPeriod": isvc.startup_timeout_seconds,
+            "advanced": {
+                "horizontalPodAutoscalerConfig": {
+                    "behavior": _keda_behavior(isvc),
                 }
             },
+            "triggers": triggers,
         },
     }
 
@@ -321,7 +478,7 @@ def pod_disruption_budget(isvc: InferenceService) -> Obj | None:
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
-        "metadata": _metadata(isvc, isvc.name),
+        "metadata": child_metadata(isvc, isvc.name),
         "spec": {
             "maxUnavailable": 1,
             "selector": {"matchLabels": selector_labels(isvc)},
@@ -336,28 +493,42 @@ def config_hash(obj: Mapping[str, Any]) -> str:
 
 
 def _with_hash(obj: Obj) -> Obj:
-    obj["metadata"]["annotations"] = {c.ANNOTATION_CONFIG_HASH: config_hash(obj)}
+    obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), c.ANNOTATION_CONFIG_HASH: config_hash(obj)}
     return obj
 
 
-# The kinds the operator may create, in the order it applies them, and the ones it removes
-# again when the spec stops asking for them (a PVC is never removed that way: it holds data).
-CHILD_KINDS = ("PersistentVolumeClaim", "Deployment", "Service", "PodDisruptionBudget", "HorizontalPodAutoscaler")
-REMOVABLE_KINDS = ("PodDisruptionBudget", "HorizontalPodAutoscaler")
-
-
-def children(isvc: InferenceService) -> list[Obj]:
+def children(isvc: InferenceService, epp_image: str = c.DEFAULT_EPP_IMAGE) -> list[Obj]:
     """Every object the operator applies for ``isvc``, in apply order."""
+    from . import router  # router builds on this module's helpers
+
     built = [
         persistent_volume_claim(isvc),
-        deployment(isvc),
+        workload(isvc),
         service(isvc),
         pod_disruption_budget(isvc),
         horizontal_pod_autoscaler(isvc),
+        scaled_object(isvc),
+        *router.objects(isvc, epp_image),
     ]
     return [_with_hash(obj) for obj in built if obj is not None]
 
 
-def render(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -> list[Obj]:
+def removable(isvc: InferenceService) -> list[tuple[str, str]]:
+    """(kind, name) of every child the operator may create for ``isvc`` and deletes again when the
+    spec stops asking for it (a switch between Deployment and LeaderWorkerSet, HPA and KEDA, a
+    router that goes). Never the PVC: it holds data."""
+    from . import router
+
+    epp = router.epp_name(isvc)
+    return [
+        ("Deployment", isvc.name), ("LeaderWorkerSet", isvc.name), ("PodDisruptionBudget", isvc.name),
+        ("HorizontalPodAutoscaler", isvc.name), ("ScaledObject", isvc.name), ("HTTPRoute", isvc.name),
+        ("InferencePool", isvc.name), ("Service", epp), ("Deployment", epp), ("RoleBinding", epp), ("Role", epp),
+        ("ServiceAccount", epp), ("ConfigMap", epp),
+    ]  # fmt: skip
+
+
+def render(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE,
+           epp_image: str = c.DEFAULT_EPP_IMAGE) -> list[Obj]:
     """Parse an InferenceService object and render its children (raises spec.SpecError)."""
-    return children(spec_mod.parse(obj, default_image))
+    return children(spec_mod.parse(obj, default_image), epp_image)

@@ -36,9 +36,12 @@ FLAG_HOST = flag("host")
 FLAG_PORT = flag("port")
 FLAG_DRAIN_TIMEOUT = flag("drain_timeout")
 FLAG_SHELL = flag("shell")
+FLAG_NNODES = flag("nnodes")
+FLAG_NODE_RANK = flag("node_rank")
+FLAG_DIST_INIT_ADDR = flag("dist_init_addr")
 
 # Flags the operator sets from the spec; spec.args may not set them again.
-OWNED_FLAGS = (FLAG_MODEL, FLAG_TP, FLAG_HOST, FLAG_PORT)
+OWNED_FLAGS = (FLAG_MODEL, FLAG_TP, FLAG_HOST, FLAG_PORT, FLAG_NNODES, FLAG_NODE_RANK, FLAG_DIST_INIT_ADDR)
 # Flags that make no sense in a pod (no HTTP server to probe).
 FORBIDDEN_FLAGS = (FLAG_SHELL,)
 # Inside a pod the server must listen on every interface.
@@ -104,3 +107,9 @@ def parse_command_line(argv: Sequence[str]) -> server_args.ServerArgs:
 def command_line(model: str, tp: int, port: int, extra: Sequence[str]) -> list[str]:
     """The server's arguments in a pod: the spec's model, TP size and port, then spec.args."""
     return [FLAG_MODEL, model, FLAG_TP, str(tp), FLAG_HOST, POD_HOST, FLAG_PORT, str(port), *extra]
+
+
+def node_flags(nnodes: int, node_rank: str, dist_init_addr: str) -> list[str]:
+    """The flags that make one pod of a multi-node group: its place and node 0's rendezvous
+    (``node_rank`` and the address may be $(VAR) references the kubelet expands)."""
+    return [FLAG_NNODES, str(nnodes), FLAG_NODE_RANK, node_rank, FLAG_DIST_INIT_ADDR, dist_init_addr]

@@ -56,10 +56,44 @@ class Rollout:
 
 
 @dataclass(frozen=True)
+class Keda:
+    """A KEDA ScaledObject on a Prometheus query instead of the HPA."""
+
+    prometheus_address: str
+    metric: str
+    target: str
+    activation_target: str | None = None
+
+
+@dataclass(frozen=True)
 class Autoscaling:
     min_replicas: int
     max_replicas: int
     target_waiting_requests: int
+    keda: Keda | None = None
+
+
+@dataclass(frozen=True)
+class Gateway:
+    name: str
+    namespace: str | None = None
+    section_name: str | None = None
+
+
+@dataclass(frozen=True)
+class Canary:
+    inference_service: str
+    weight: int
+
+
+@dataclass(frozen=True)
+class Router:
+    """Gateway API Inference Extension routing: pool, endpoint picker and (with a gateway) a route."""
+
+    gateway: Gateway | None = None
+    hostnames: tuple[str, ...] = ()
+    canary: Canary | None = None
+    failure_mode: str = "FailClose"
 
 
 @dataclass(frozen=True)
@@ -85,6 +119,24 @@ class InferenceService:
     rollout: Rollout = Rollout()
     startup_timeout_seconds: int = c.DEFAULT_STARTUP_TIMEOUT_SECONDS
     pod_template: Mapping[str, Any] = field(default_factory=dict)
+    gpus_per_node: int | None = None
+    exclusive_topology: str | None = None
+    router: Router | None = None
+
+    @property
+    def nodes(self) -> int:
+        """Pods per replica: 1, or tp / gpusPerNode when the ranks span several nodes."""
+        if self.gpus_per_node is None or self.tp <= self.gpus_per_node:
+            return 1
+        return self.tp // self.gpus_per_node
+
+    @property
+    def multi_node(self) -> bool:
+        return self.nodes > 1
+
+    @property
+    def gpus_per_pod(self) -> int:
+        return self.tp // self.nodes
 
     @property
     def progress_deadline_seconds(self) -> int:
@@ -219,11 +271,67 @@ def _check_shared_cache(obj: Mapping[str, Any]) -> list[str]:
     strategy, surge, _ = _rollout_values(spec.get("rollout") or {})
     surging = strategy == c.ROLLOUT_ROLLING and surge > 0
     several = spec.get("replicas", c.DEFAULT_REPLICAS) > 1 or (spec.get("autoscaling") or {}).get("maxReplicas", 0) > 1
+    several = several or ("gpusPerNode" in spec and spec.get("tp", c.DEFAULT_TP) > spec["gpusPerNode"])
     if several or surging:
         return [
             "spec.modelCache: a ReadWriteOnce model cache attaches to one node: with more than one pod (replicas, "
-            "autoscaling.maxReplicas, rollout.maxSurge) use accessModes [ReadWriteMany], perPod, or a claimName"
+            "autoscaling.maxReplicas, rollout.maxSurge, tp over gpusPerNode) use accessModes [ReadWriteMany], perPod, "
+            "or a claimName"
         ]
+    return []
+
+
+def _check_multi_node(obj: Mapping[str, Any]) -> list[str]:
+    spec = _spec(obj)
+    if spec.get("tp", c.DEFAULT_TP) > c.MAX_SINGLE_POD_TP and "gpusPerNode" not in spec:
+        return [f"spec.tp: {spec['tp']} is above {c.MAX_SINGLE_POD_TP} and spans several nodes: set spec.gpusPerNode"]
+    return []
+
+
+def _check_scale_to_zero(obj: Mapping[str, Any]) -> list[str]:
+    spec = _spec(obj)
+    scaling = spec.get("autoscaling") or {}
+    if scaling.get("minReplicas", 1) == 0 and not ("keda" in scaling and "router" in spec):
+        return [
+            "spec.autoscaling.minReplicas: 0 needs autoscaling.keda and router: only the router's endpoint picker "
+            "holds requests while no pod runs, and only KEDA scales up from zero"
+        ]
+    return []
+
+
+def _check_canary_gateway(obj: Mapping[str, Any]) -> list[str]:
+    router = _spec(obj).get("router") or {}
+    if "canary" in router and "gateway" not in router:
+        return ["spec.router.canary: needs spec.router.gateway (the route carries the split)"]
+    return []
+
+
+def _check_hostnames(obj: Mapping[str, Any]) -> list[str]:
+    router = _spec(obj).get("router") or {}
+    if "hostnames" in router and "gateway" not in router:
+        return ["spec.router.hostnames: need spec.router.gateway (they are the route's)"]
+    return []
+
+
+def _check_exclusive_topology(obj: Mapping[str, Any]) -> list[str]:
+    spec = _spec(obj)
+    multi_node = "gpusPerNode" in spec and spec.get("tp", c.DEFAULT_TP) > spec["gpusPerNode"]
+    if "exclusiveTopology" in spec and not multi_node:
+        return ["spec.exclusiveTopology: places multi-node groups only: it needs tp above gpusPerNode"]
+    return []
+
+
+def _check_keda_target(obj: Mapping[str, Any]) -> list[str]:
+    scaling = _spec(obj).get("autoscaling") or {}
+    if "keda" in scaling and "targetWaitingRequests" in scaling:
+        return ["spec.autoscaling.targetWaitingRequests: the HPA's target; with keda, set keda.target"]
+    return []
+
+
+def _check_canary_name(obj: Mapping[str, Any]) -> list[str]:
+    canary = (_spec(obj).get("router") or {}).get("canary") or {}
+    if canary.get("inferenceService") == obj.get("metadata", {}).get("name"):
+        return ["spec.router.canary.inferenceService: must name another InferenceService, not this one"]
     return []
 
 
@@ -238,6 +346,13 @@ CEL_TWINS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     crd.ROLLOUT_RULE: _check_rollout,
     crd.PROGRESS_RULE: _check_progress,
     crd.SHARED_CACHE_RULE: _check_shared_cache,
+    crd.MULTI_NODE_RULE: _check_multi_node,
+    crd.SCALE_TO_ZERO_RULE: _check_scale_to_zero,
+    crd.CANARY_GATEWAY_RULE: _check_canary_gateway,
+    crd.CANARY_NAME_RULE: _check_canary_name,
+    crd.HOSTNAMES_RULE: _check_hostnames,
+    crd.EXCLUSIVE_TOPOLOGY_RULE: _check_exclusive_topology,
+    crd.KEDA_TARGET_RULE: _check_keda_target,
 }
 
 
@@ -322,6 +437,8 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
     cache = spec.get("modelCache")
     scaling = spec.get("autoscaling")
     rollout = spec.get("rollout") or {}
+    keda = (scaling or {}).get("keda")
+    router = spec.get("router")
     return InferenceService(
         name=meta["name"],
         namespace=meta.get("namespace") or "default",
@@ -354,6 +471,14 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
             min_replicas=scaling.get("minReplicas", 1),
             max_replicas=scaling["maxReplicas"],
             target_waiting_requests=scaling.get("targetWaitingRequests", c.DEFAULT_TARGET_WAITING_REQUESTS),
+            keda=None
+            if keda is None
+            else Keda(
+                prometheus_address=keda["prometheusAddress"],
+                metric=keda.get("metric", c.KEDA_METRIC_WAITING),
+                target=keda["target"],
+                activation_target=keda.get("activationTarget"),
+            ),
         ),
         rollout=Rollout(
             strategy=rollout.get("strategy", c.ROLLOUT_ROLLING),
@@ -363,4 +488,19 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
         ),
         startup_timeout_seconds=spec.get("startupTimeoutSeconds", c.DEFAULT_STARTUP_TIMEOUT_SECONDS),
         pod_template=copy.deepcopy(spec.get("podTemplate") or {}),
+        gpus_per_node=spec.get("gpusPerNode"),
+        exclusive_topology=spec.get("exclusiveTopology"),
+        router=None if router is None else _router(router),
+    )
+
+
+def _router(router: Mapping[str, Any]) -> Router:
+    gateway, canary = router.get("gateway"), router.get("canary")
+    return Router(
+        gateway=None
+        if gateway is None
+        else Gateway(name=gateway["name"], namespace=gateway.get("namespace"), section_name=gateway.get("sectionName")),
+        hostnames=tuple(router.get("hostnames", ())),
+        canary=None if canary is None else Canary(canary["inferenceService"], canary["weight"]),
+        failure_mode=router.get("failureMode", "FailClose"),
     )

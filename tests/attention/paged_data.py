@@ -10,19 +10,23 @@ from minisgl.attention.torch_native import TorchNativeBackend
 from minisgl.core import Batch, Context, Req, SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.kvcache import MHAKVCache
+from minisgl.kvcache.mha_pool import quantize
 from minisgl.layers import AttentionLayer
 
 PAGE, WIDTH, PAGES, HEAD_DIM = 16, 1024, 600, 128
 
 
-def setup_paged(heads: int, kv_heads: int, dtype=torch.bfloat16, rows: int = 9):
-    """A context with random KV in every slot and each row mapped onto random pages."""
+def setup_paged(heads: int, kv_heads: int, dtype=torch.bfloat16, rows: int = 9, kv_dtype=None,
+                kv_scales=(1.0, 1.0)):
+    """A context with random KV in every slot and each row mapped onto random pages (an FP8 cache
+    of `kv_dtype` with per-tensor (k, v) scales when given)."""
     dev = torch.device("cuda")
     ctx = Context(device=dev, tp=DistributedInfo())
     ctx.page_table = torch.zeros(rows, WIDTH, dtype=torch.int32, device=dev)
-    ctx.kv_cache = MHAKVCache(1, PAGES, PAGE, kv_heads, HEAD_DIM, dtype, dev)
-    ctx.kv_cache.k_buffer.normal_()
-    ctx.kv_cache.v_buffer.normal_()
+    scales = ([kv_scales[0]], [kv_scales[1]]) if kv_dtype is not None else ()
+    ctx.kv_cache = MHAKVCache(1, PAGES, PAGE, kv_heads, HEAD_DIM, kv_dtype or dtype, dev, *scales)
+    for buf in (ctx.kv_cache.k_buffer, ctx.kv_cache.v_buffer):
+        buf.copy_(torch.randn(buf.shape, device=dev).to(buf.dtype))
     perm = torch.randperm(PAGES - 1)  # the last page is the dummy row's
     per_row = WIDTH // PAGE
     for row in range(rows - 1):
@@ -30,17 +34,21 @@ def setup_paged(heads: int, kv_heads: int, dtype=torch.bfloat16, rows: int = 9):
         ctx.page_table[row] = (pages.repeat_interleave(PAGE) * PAGE + torch.arange(PAGE).repeat(per_row)).to(
             torch.int32).to(dev)
     ctx.page_table[rows - 1, :PAGE] = torch.arange((PAGES - 1) * PAGE, PAGES * PAGE, dtype=torch.int32, device=dev)
-    return ctx, AttnShape(heads, kv_heads, HEAD_DIM, dtype)
+    return ctx, AttnShape(heads, kv_heads, HEAD_DIM, dtype, kv_dtype)
 
 
 def reference(ctx: Context, reqs, q, k, v, layer, out_loc):
-    """The torch backend in float32 on a float32 copy of the cache."""
+    """The torch backend in float32 on a float32 copy of the cache (dequantized, with the new k
+    and v rounded as the cache stores them, when it is FP8)."""
     ref_ctx = Context(device=ctx.device, tp=ctx.tp, page_table=ctx.page_table)
     kv = ctx.kv_cache
     ref_ctx.kv_cache = MHAKVCache(1, kv.num_pages, kv.page_size, kv.k_buffer.shape[2], HEAD_DIM, torch.float32,
                                   ctx.device)
-    ref_ctx.kv_cache.k_buffer.copy_(kv.k_buffer)
-    ref_ctx.kv_cache.v_buffer.copy_(kv.v_buffer)
+    ref_ctx.kv_cache.k_buffer.copy_(kv.k_buffer.float() * kv.k_scales[0])
+    ref_ctx.kv_cache.v_buffer.copy_(kv.v_buffer.float() * kv.v_scales[0])
+    if kv.is_fp8:
+        k = quantize(k, kv.k_scales[0], kv.dtype).float() * kv.k_scales[0]
+        v = quantize(v, kv.v_scales[0], kv.dtype).float() * kv.v_scales[0]
     backend = TorchNativeBackend(ref_ctx)
     batch = Batch(reqs=reqs, phase="prefill", out_loc=out_loc)
     backend.prepare_metadata(batch)
@@ -66,11 +74,11 @@ def rel_err(out, ref):
     return ((out.float() - ref).norm() / ref.norm()).item()
 
 
-def prefill_error(make_backend, heads: int, kv_heads: int) -> float:
+def prefill_error(make_backend, heads: int, kv_heads: int, **cache) -> float:
     """Relative error of a prefill batch (fresh prompts, prompts behind a cached prefix, page
     aligned or not, single tokens, a long one) against the float32 reference."""
     torch.manual_seed(1)
-    ctx, shape = setup_paged(heads, kv_heads)
+    ctx, shape = setup_paged(heads, kv_heads, **cache)
     reqs = make_reqs(cached=[0, 32, 37, 0, 100, 500, 7], device=[13, 80, 38, 1, 300, 1000, 200])
     q, k, v, out_loc = make_inputs(ctx, reqs, shape)
     layer = AttentionLayer(0, heads, kv_heads, HEAD_DIM)
@@ -81,13 +89,13 @@ def prefill_error(make_backend, heads: int, kv_heads: int) -> float:
     return rel_err(out, reference(ctx, reqs, q, k, v, layer, out_loc))  # after the store: same cache
 
 
-def decode_errors(make_backend, heads: int, kv_heads: int) -> dict[str, float]:
+def decode_errors(make_backend, heads: int, kv_heads: int, **cache) -> dict[str, float]:
     """Relative errors of one decode batch run eagerly, through the graph buffers padded to 8
     with dummy requests, and inside a captured CUDA graph, against the float32 reference."""
     from minisgl.engine.graph import ffi_stream
 
     torch.manual_seed(2)
-    ctx, shape = setup_paged(heads, kv_heads)
+    ctx, shape = setup_paged(heads, kv_heads, **cache)
     lens = [1, 16, 17, 200, 1024, 555]
     n = len(lens)
     reqs = make_reqs(cached=[x - 1 for x in lens], device=lens)

@@ -15,7 +15,7 @@ import torch
 from minisgl import prebuild
 from minisgl.attention import FLASHINFER_PREFILL_KERNELS
 from minisgl.attention.base import AttnShape
-from minisgl.attention.flashinfer import SUPPORTED_DTYPES, SUPPORTED_HEAD_DIMS, supports
+from minisgl.attention.flashinfer import SUPPORTED_DTYPES, SUPPORTED_FP8_KV_DTYPES, SUPPORTED_HEAD_DIMS, supports
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
@@ -56,10 +56,34 @@ def test_default_architectures_name_ampere_hopper_and_blackwell():
 
 
 def test_list_prints_the_set_without_compiling():
-    out = run_cli("--list", "--archs", "9.0a", "--dtypes", "bfloat16", "--head-dims", "128")
+    out = run_cli("--list", "--archs", "9.0a", "--dtypes", "bfloat16", "--head-dims", "128", "--fp8-kv-dtypes",
+                  "float8_e4m3fn")
     assert out.returncode == 0, out.stderr
     assert out.stdout.splitlines() == ["norm", "silu_and_mul", "rope", "sampling", "decode bfloat16 head_dim=128",
-                                       "prefill-fa2 bfloat16 head_dim=128", "prefill-fa3 bfloat16 head_dim=128"]
+                                       "prefill-fa2 bfloat16 head_dim=128", "prefill-fa3 bfloat16 head_dim=128",
+                                       "decode bfloat16 kv=float8_e4m3fn head_dim=128",
+                                       "prefill-fa2 bfloat16 kv=float8_e4m3fn head_dim=128"]
+
+
+def test_every_fp8_kv_cache_the_backend_reads_has_decode_and_fa2_prefill_but_no_fa3():
+    """FA3's templates take no bfloat16 queries over FP8 pages: FP8 KV prefills with FA2."""
+    listed = {(k.kind, k.dtype, k.kv_dtype, k.head_dim) for k in prebuild.kernels(prebuild.DEFAULT_ARCHS)}
+    for dtype in SUPPORTED_DTYPES:
+        for kv in SUPPORTED_FP8_KV_DTYPES:
+            for head_dim in SUPPORTED_HEAD_DIMS:
+                names = (str(dtype).removeprefix("torch."), str(kv).removeprefix("torch."))
+                assert ("decode", *names, head_dim) in listed and ("prefill-fa2", *names, head_dim) in listed
+                assert ("prefill-fa3", *names, head_dim) not in listed
+
+
+def test_fp8_kv_shapes_are_accepted_and_others_refused():
+    device = torch.device("cuda")
+    shape = dict(num_qo_heads=8, num_kv_heads=8, head_dim=128, dtype=torch.bfloat16)
+    # supports() stops at the package check here (no flashinfer on the CPU machines): not at the dtype.
+    for kv in SUPPORTED_FP8_KV_DTYPES:
+        problem = supports(AttnShape(**shape, kv_dtype=kv), device)
+        assert problem is None or "not installed" in problem, problem
+    assert "KV cache" in supports(AttnShape(**shape, kv_dtype=torch.float16), device)
 
 
 @pytest.mark.parametrize("args, message", [

@@ -90,6 +90,12 @@ def test_refuses_machines_it_cannot_run_on_with_the_reason():
         create_attention_backend("sgl-fa3", _paged_ctx(), AttnShape(HEADS, KV_HEADS, DIM, torch.bfloat16))
 
 
+def test_refuses_an_fp8_kv_cache_with_the_reason():
+    shape = AttnShape(HEADS, KV_HEADS, DIM, torch.bfloat16, kv_dtype=torch.float8_e4m3fn)
+    with pytest.raises(RuntimeError, match="sgl-kernel FA3 attention backend: .*no FP8 KV cache"):
+        create_attention_backend("sgl-fa3", _paged_ctx(), shape)
+
+
 @pytest.mark.parametrize("phase,cached,device", [
     ("prefill", [0, 8, 13, 0, 40], [11, 30, 14, 1, 64]),  # fresh, behind page-aligned and odd prefixes
     ("decode", [0, 7, 16, 63, 30], [1, 8, 17, 64, 31]),

@@ -1,24 +1,29 @@
 """Tensor parallelism on the CPU (gloo): the real server with --tp 2 (and --tp 4, replicating KV
-heads) produces TP=1's greedy tokens for every architecture; bad splits fail at start."""
+heads) produces TP=1's greedy tokens for every architecture; bad splits fail at start; a failed
+multi-rank start or case leaves no ranks or process group behind to break the next one."""
 
 from __future__ import annotations
+
+import multiprocessing as mp
 
 import openai
 import pytest
 import torch
+import torch.distributed as dist
 
 from minisgl.core import SamplingParams
 from minisgl.engine.config import validate_tp
 from minisgl.llm import LLM
 from minisgl.models import load_model_config
 from tests.conftest import ARCHITECTURES
+from tests.distributed.isolation import CaseFailed, run_isolated, session_members
 from tests.server.serving import ServerProcess
 
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [300], [7] * 20]
 
 
-def single_rank_texts(model_dir: str) -> list[str]:
-    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+def single_rank_texts(model_dir: str, device: str = "cpu") -> list[str]:
+    llm = LLM(model_dir, device=device, dtype=torch.float32, num_page_override=512, page_size=4)
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
         return [o["text"] for o in outs]
@@ -73,3 +78,58 @@ def test_offline_llm_with_tp2_matches_tp1(tiny_model_dir):
         assert [e["token_id"] for e in o["logprobs"]] == o["token_ids"]
         assert all(e["top_logprobs"][0][0] == e["token_id"] for e in o["logprobs"])
     assert not any(p.is_alive() for p in llm.followers)
+
+
+def offline_texts(model_dir: str, tp: int) -> list[str]:
+    llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+    try:
+        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+        return [o["text"] for o in outs]
+    finally:
+        llm.shutdown()
+
+
+def test_a_failed_tp_start_leaves_no_ranks_or_process_group(tiny_model_dir):
+    """Both ranks fail after joining their group (an unknown attention backend): the error
+    reaches the caller, the follower is gone, this process holds no group, and the next TP=2
+    LLM in the same process works."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    with pytest.raises(ValueError, match="unknown attention backend"):
+        LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4,
+            attention_backend="no-such-backend")
+    assert not dist.is_initialized()
+    assert not mp.active_children()
+    assert offline_texts(model_dir, tp=2) == single_rank_texts(model_dir)
+
+
+def abandon_tp_llm(model_dir: str) -> None:
+    """A case that dies mid-way: TP=2 ranks up, then an error with no shutdown."""
+    LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+    raise RuntimeError("deliberate failure with the follower rank still waiting")
+
+
+def test_an_isolated_failing_case_is_reported_and_killed_then_the_next_case_passes(tiny_model_dir):
+    """tests/distributed/isolation.py, which the CUDA TP tests run each case through: the failing
+    case's error comes back, nothing of its session survives, and a good case runs after it."""
+    model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
+    ctx = mp.get_context("spawn")
+    with pytest.raises(CaseFailed, match="deliberate failure") as failed:
+        run_isolated(abandon_tp_llm, model_dir, timeout=300)
+    assert "RuntimeError" in str(failed.value)
+    assert not ctx.active_children()
+    assert run_isolated(offline_texts, model_dir, 2, timeout=300) == single_rank_texts(model_dir)
+
+
+def test_isolated_cases_leave_no_process_in_their_session():
+    sid = run_isolated(session_with_a_stray_sleeper)
+    assert session_members(sid) == []
+
+
+def session_with_a_stray_sleeper() -> int:
+    """Starts a process that would outlive the case (as a blocked follower would) and returns
+    the case's session id."""
+    import os
+    import subprocess
+
+    subprocess.Popen(["sleep", "300"])
+    return os.getsid(0)

@@ -123,3 +123,31 @@ def test_randomized_against_reference(page_size):
         cache.unlock(handle)
     assert cache.evictable_pages == cache.cached_pages
     assert len(cache.evict(10**9)) == len(ref.page_of)
+
+
+def test_host_memory_per_cached_token_is_small_and_freed_by_eviction():
+    """The tree lives as long as its KV pages, so its host memory is the scheduler's growth per
+    unique request until the pool fills (issue 21: 1.5-2 KB per request). Tokens and pages are C
+    int32 arrays: under 16 bytes per cached token, node overhead included (tuples of Python ints
+    cost about 50), and eviction gives it all back."""
+    import gc
+    import random
+    import tracemalloc
+
+    rng = random.Random(0)
+    cache = RadixPrefixCache(16)
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    for r in range(2000):
+        tokens = [rng.randrange(1000, 150_000) for _ in range(64)]
+        cache.insert(tokens, list(range(4 * r, 4 * r + 4)))
+        del tokens
+    gc.collect()
+    cached = tracemalloc.get_traced_memory()[0] - before
+    assert len(cache.evict(cache.evictable_pages)) == 8000 and cache.cached_pages == 0
+    gc.collect()
+    after_eviction = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+    assert cached / (2000 * 64) < 16, f"{cached / (2000 * 64):.1f} bytes per cached token"
+    assert after_eviction < cached / 10

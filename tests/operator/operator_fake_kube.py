@@ -4,7 +4,9 @@ It behaves like an API server where it matters to the reconciler:
 - ``apply`` creates or replaces the object, keeps uid/creationTimestamp/status, bumps
   resourceVersion, and bumps a Deployment's metadata.generation when its spec changed;
 - it refuses what a real API server refuses with 422 Invalid: a change to a PVC's spec other than
-  growing its storage request (the spec is immutable), a change to a Deployment's selector;
+  growing its storage request (the spec is immutable), a change to a Deployment's selector, a custom
+  resource (LeaderWorkerSet, ScaledObject, InferencePool, HTTPRoute) that its published CRD's schema
+  refuses (operator_crds.py, the vendored CRDs);
 - it fills in defaults the way the API server does (restartPolicy, terminationMessagePath,
   probe successThreshold and scheme, a Service's clusterIP, a PVC's default storage class, ...)
   and canonicalizes quantities (a limit of ``nvidia.com/gpu: 1`` comes back as ``"1"``,
@@ -35,12 +37,16 @@ import json
 from decimal import Decimal
 from typing import Any, Callable
 
+import operator_crds
 from minisgl_operator import constants as c
 from minisgl_operator.kube import ApiError
 
 Obj = dict[str, Any]
 WRITE_VERBS = ("apply", "delete", "patch_status", "create_event")
-KNOWN_KINDS = ("Deployment", "Service", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "PodDisruptionBudget")
+KNOWN_KINDS = (
+    "Deployment", "Service", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ConfigMap",
+    "ServiceAccount", "Role", "RoleBinding", "LeaderWorkerSet", "ScaledObject", "InferencePool", "HTTPRoute",
+)  # fmt: skip
 DEFAULT_STORAGE_CLASS = "standard"
 SINGLE_NODE_MODES = ("ReadWriteOnce", "ReadWriteOncePod")
 # A PVC in use by a pod is only deleted once no pod uses it.
@@ -166,6 +172,11 @@ class FakeKube:
         self._record("apply", obj["kind"], meta["namespace"], meta["name"])
         assert obj["kind"] in KNOWN_KINDS, f"the operator applied an unexpected kind {obj['kind']}"
         key = (obj["kind"], meta["namespace"], meta["name"])
+        if operator_crds.is_custom(obj):
+            # The API server validates a custom resource against its CRD's schema (422 Invalid).
+            problems = operator_crds.custom_errors(obj)
+            if problems:
+                raise ApiError(422, "Invalid", f'{obj["kind"]} "{meta["name"]}" is invalid: ' + "; ".join(problems))
         old = self.objects.get(key)
         new = copy.deepcopy(obj)
         _apply_defaults(new)

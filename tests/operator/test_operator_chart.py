@@ -260,7 +260,12 @@ def test_pod_and_service_monitors_scrape_the_inference_servers_metrics_path():
     objects = helm_template({**ALL_ON, "watchNamespaces": ["llm"]})
     (pm,) = by_kind(objects, "PodMonitor")
     (sm,) = by_kind(objects, "ServiceMonitor")
-    assert pm["spec"]["podMetricsEndpoints"] == [{"port": c.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s"}]
+    # The series carry their InferenceService's name: what KEDA's queries select on.
+    relabel = {"sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"], "targetLabel": c.PROMETHEUS_ISVC_LABEL}
+    assert c.LABEL_INSTANCE.replace(".", "_").replace("/", "_") in relabel["sourceLabels"][0]
+    assert pm["spec"]["podMetricsEndpoints"] == [
+        {"port": c.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s", "relabelings": [relabel]}
+    ]
     assert sm["spec"]["endpoints"] == [{"port": c.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s"}]
     labels = _pod_labels()
     for monitor in (pm, sm):

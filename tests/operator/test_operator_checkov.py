@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from minisgl_operator import constants as c
 from minisgl_operator import render
 from operator_chart_tools import NAMESPACE, helm_template
 
@@ -23,11 +24,24 @@ OPERATOR_DEPLOYMENT = f"Deployment.{NAMESPACE}."
 CRD_UPGRADE_JOB = f"Job.{NAMESPACE}."
 SERVER_NAMESPACE = "llm"
 
+
+
+def _endpoint_pickers() -> tuple[str, ...]:
+    """The resource ids of the examples' router endpoint pickers (spec.router)."""
+    ids = []
+    for path in sorted((REPO / "operator" / "examples").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc and "router" in doc["spec"]:
+                ids.append(f"Deployment.{SERVER_NAMESPACE}.{doc['metadata']['name']}{c.EPP_SUFFIX}")
+    return tuple(ids)
+
+
 # check id -> (prefix of the resource ids it may fail on, why)
 JUSTIFIED: dict[str, tuple[tuple[str, ...], str]] = {
     "CKV_K8S_38": (
-        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB),
-        "The operator and the CRD upgrade hook are Kubernetes API clients: their pods need their ServiceAccount token. "
+        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB, *_endpoint_pickers()),
+        "The operator, the CRD upgrade hook and the router's endpoint picker (it watches its InferencePool and "
+        "pods) are Kubernetes API clients: their pods need their ServiceAccount token. "
         "The inference server pods do not mount one (automountServiceAccountToken: false).",
     ),
     "CKV_K8S_15": (

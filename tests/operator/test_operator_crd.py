@@ -156,8 +156,14 @@ def with_spec(**changes) -> dict:
 @pytest.mark.parametrize(
     "obj, problem",
     [
-        (with_spec(tp=3), "spec.tp: 3 is not one of [1, 2, 4, 8]"),
-        (with_spec(tp=16), "spec.tp: 16 is not one of [1, 2, 4, 8]"),
+        (with_spec(tp=3), "spec.tp: 3 is not one of [1, 2, 4, 8, 16, 32, 64]"),
+        (with_spec(tp=128), "spec.tp: 128 is not one of [1, 2, 4, 8, 16, 32, 64]"),
+        (with_spec(tp=16, gpusPerNode=16), "spec.gpusPerNode: 16 is not one of [1, 2, 4, 8]"),
+        (with_spec(autoscaling={"maxReplicas": 2, "keda": {"prometheusAddress": "http://p", "target": "four"}}),
+         "spec.autoscaling.keda.target: 'four' does not match"),
+        (with_spec(autoscaling={"maxReplicas": 2, "keda": {"prometheusAddress": "http://p", "target": "4", "metric": "gpu"}}),
+         "spec.autoscaling.keda.metric: 'gpu' is not one of"),
+        (with_spec(router={"canary": {"inferenceService": "b", "weight": 101}}), "spec.router.canary.weight: 101 is greater than"),
         ({**MINIMAL, "spec": {"tp": 2}}, "spec: 'model' is a required property"),
         (with_spec(model=""), "spec.model: '' should be non-empty"),
         (with_spec(replicas=-1), "spec.replicas: -1 is less than the minimum of 0"),
@@ -196,6 +202,8 @@ def test_every_cel_rule_has_a_python_twin():
     assert not any("oldSelf" in rule for rule in spec.CEL_TWINS)
 
 
+KEDA = {"prometheusAddress": "http://prometheus:9090", "target": "4"}
+
 REJECTED = [
         ({**MINIMAL, "metadata": {"name": "Chat_Bot"}}, crd.NAME_RULE, "DNS-1035"),
         ({**MINIMAL, "metadata": {"name": "1chat"}}, crd.NAME_RULE, "DNS-1035"),
@@ -219,6 +227,20 @@ REJECTED = [
         (with_spec(replicas=2, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce model cache"),
         (with_spec(autoscaling={"maxReplicas": 3}, modelCache={"size": "1Gi", "accessModes": ["ReadWriteOnce"]}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
         (with_spec(rollout={"maxSurge": 1, "maxUnavailable": 0}, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
+        # A multi-node replica's pods sit on several nodes: a ReadWriteOnce cache cannot follow.
+        (with_spec(tp=16, gpusPerNode=8, modelCache={"size": "1Gi"}), crd.SHARED_CACHE_RULE, "ReadWriteOnce"),
+        (with_spec(tp=16), crd.MULTI_NODE_RULE, "set spec.gpusPerNode"),
+        (with_spec(autoscaling={"minReplicas": 0, "maxReplicas": 2}), crd.SCALE_TO_ZERO_RULE, "needs autoscaling.keda and router"),
+        (with_spec(autoscaling={"minReplicas": 0, "maxReplicas": 2, "keda": KEDA}), crd.SCALE_TO_ZERO_RULE, "needs autoscaling.keda and router"),
+        (with_spec(autoscaling={"minReplicas": 0, "maxReplicas": 2}, router={}), crd.SCALE_TO_ZERO_RULE, "needs autoscaling.keda and router"),
+        (with_spec(router={"canary": {"inferenceService": "other", "weight": 5}}), crd.CANARY_GATEWAY_RULE, "needs spec.router.gateway"),
+        (with_spec(router={"gateway": {"name": "gw"}, "canary": {"inferenceService": MINIMAL["metadata"]["name"], "weight": 5}}),
+         crd.CANARY_NAME_RULE, "another InferenceService"),
+        # Fields that would otherwise be ignored.
+        (with_spec(router={"hostnames": ["llm.example.com"]}), crd.HOSTNAMES_RULE, "need spec.router.gateway"),
+        (with_spec(tp=8, gpusPerNode=8, exclusiveTopology="rack"), crd.EXCLUSIVE_TOPOLOGY_RULE, "needs tp above gpusPerNode"),
+        (with_spec(exclusiveTopology="rack"), crd.EXCLUSIVE_TOPOLOGY_RULE, "needs tp above gpusPerNode"),
+        (with_spec(autoscaling={"maxReplicas": 2, "targetWaitingRequests": 3, "keda": KEDA}), crd.KEDA_TARGET_RULE, "set keda.target"),
 ]
 
 
@@ -237,6 +259,11 @@ ACCEPTED = [
         with_spec(replicas=1, modelCache={"size": "1Ti"}),  # the default rollout has no surge pod
         with_spec(args=["--max-running-requests", "8", "--served-model-name=tp"], rollout={"maxSurge": 1, "maxUnavailable": 0}),
         with_spec(startupTimeoutSeconds=7200, rollout={"progressDeadlineSeconds": 7201}),
+        with_spec(tp=16, gpusPerNode=8, replicas=2, modelCache={"claimName": "models"}),
+        with_spec(tp=8, gpusPerNode=8, modelCache={"size": "1Gi"}),  # one node: one pod
+        with_spec(router={"gateway": {"name": "gw"}, "canary": {"inferenceService": "other", "weight": 5}},
+                  autoscaling={"minReplicas": 0, "maxReplicas": 2, "keda": KEDA}),
+        with_spec(router={}),
 ]
 
 
@@ -338,6 +365,7 @@ def test_the_immutable_cache_transition_rule_agrees_with_its_twin(old, new, acce
 
 
 def test_the_readme_example_is_the_one_it_tells_you_to_apply():
-    (readme_example,) = _yaml_blocks(REPO / "README.md")
+    # The first one; the scaling-out examples after it are validated with the others (example_objects).
+    readme_example, *_ = _yaml_blocks(REPO / "README.md")
     shipped = yaml.safe_load((REPO / "operator" / "examples" / "inferenceservice.yaml").read_text())
     assert readme_example == shipped

@@ -105,6 +105,14 @@ def test_apply_is_a_forced_server_side_apply_as_the_operator(api, stub):
         ("PersistentVolumeClaim", "/api/v1/namespaces/llm/persistentvolumeclaims/chat"),
         ("HorizontalPodAutoscaler", "/apis/autoscaling/v2/namespaces/llm/horizontalpodautoscalers/chat"),
         ("PodDisruptionBudget", "/apis/policy/v1/namespaces/llm/poddisruptionbudgets/chat"),
+        ("ConfigMap", "/api/v1/namespaces/llm/configmaps/chat"),
+        ("ServiceAccount", "/api/v1/namespaces/llm/serviceaccounts/chat"),
+        ("Role", "/apis/rbac.authorization.k8s.io/v1/namespaces/llm/roles/chat"),
+        ("RoleBinding", "/apis/rbac.authorization.k8s.io/v1/namespaces/llm/rolebindings/chat"),
+        ("LeaderWorkerSet", "/apis/leaderworkerset.x-k8s.io/v1/namespaces/llm/leaderworkersets/chat"),
+        ("ScaledObject", "/apis/keda.sh/v1alpha1/namespaces/llm/scaledobjects/chat"),
+        ("InferencePool", "/apis/inference.networking.k8s.io/v1/namespaces/llm/inferencepools/chat"),
+        ("HTTPRoute", "/apis/gateway.networking.k8s.io/v1/namespaces/llm/httproutes/chat"),
     ],
 )
 def test_every_child_kind_goes_to_its_api(api, stub, kind, path):
@@ -113,6 +121,8 @@ def test_every_child_kind_goes_to_its_api(api, stub, kind, path):
     api.delete(kind, "llm", "chat")
     assert [(r["method"], r["path"]) for r in stub.requests] == [("PATCH", path), ("GET", path), ("DELETE", path)]
     assert stub.requests[0]["content_type"] == "application/apply-patch+yaml"
+    query = stub.requests[0]["query"]
+    assert query["fieldManager"] == [c.FIELD_MANAGER] and [v.lower() for v in query["force"]] == ["true"]
     assert stub.requests[2]["query"] == {"propagationPolicy": ["Background"]}
 
 

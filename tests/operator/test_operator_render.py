@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from minisgl.server import args as server_args
+import operator_crds
 from minisgl_operator import cli, render, server
 from minisgl_operator import constants as c
 from minisgl_operator.spec import PLACEHOLDER_UID, SpecError, parse
@@ -125,7 +126,20 @@ MATRIX = {
         "podTemplate": POD_TEMPLATE,
     },
     "recreate": {"model": "m", "modelCache": {"size": "100Gi"}, "rollout": {"strategy": "Recreate"}},
-}
+    "router-canary": {"model": "m", "router": {"gateway": {"name": "gw", "namespace": "infra", "sectionName": "https"},
+                                               "hostnames": ["llm.example.com"], "canary": {"inferenceService": "next", "weight": 25},
+                                               "failureMode": "FailOpen"}},
+    "router-no-gateway": {"model": "m", "router": {}},
+    "multi-node-recreate": {"model": "m", "tp": 32, "gpusPerNode": 8, "replicas": 2, "exclusiveTopology": "example.com/rack",
+                            "modelCache": {"claimName": "models"}, "rollout": {"strategy": "Recreate"}},
+    "multi-node-router-keda-kv": {"model": "m", "tp": 16, "gpusPerNode": 8, "router": {"gateway": {"name": "gw"}},
+                                  "autoscaling": {"minReplicas": 0, "maxReplicas": 3,
+                                                  "keda": {"prometheusAddress": "http://prom:9090",
+                                                           "metric": "kvCacheUtilization", "target": "0.8",
+                                                           "activationTarget": "0.1"}}},
+    "keda-waiting": {"model": "m", "autoscaling": {"minReplicas": 1, "maxReplicas": 3,
+                                                   "keda": {"prometheusAddress": "http://prom:9090", "target": "4"}}},
+}  # fmt: skip
 
 
 # --- GPUs, args and the server's own parser ----------------------------------------------------
@@ -444,10 +458,12 @@ def test_every_child_is_owned_labelled_and_hashed(case):
         assert meta["ownerReferences"] == [
             {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "chat", "uid": "uid-123", "controller": True, "blockOwnerDeletion": True}
         ]
+        # The router's endpoint picker is an app of its own: its pods must never match the servers' selectors.
+        picker = meta["name"] == "chat-epp"
         assert meta["labels"] == {
-            "app.kubernetes.io/name": "minisgl",
+            "app.kubernetes.io/name": "minisgl-epp" if picker else "minisgl",
             "app.kubernetes.io/instance": "chat",
-            "app.kubernetes.io/component": "inference-server",
+            "app.kubernetes.io/component": "endpoint-picker" if picker else "inference-server",
             "app.kubernetes.io/part-of": "minisgl",
             "app.kubernetes.io/managed-by": "minisgl-operator",
         }
@@ -497,18 +513,24 @@ def test_the_server_runs_unprivileged_with_a_read_only_root():
 @pytest.mark.parametrize("case", sorted(MATRIX))
 def test_every_rendered_object_is_valid_for_a_current_kubernetes(case):
     for obj in render.render(isvc(MATRIX[case])):
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
-        # ... and for the oldest the chart supports (Chart.yaml kubeVersion: the preStop sleep action).
-        kubernetes_validate.validate(obj, OLDEST_K8S, strict=True)
+        operator_crds.validate(obj)  # a core kind's schema, or its vendored CRD's
+        if not operator_crds.is_custom(obj):
+            # ... and for the oldest the chart supports (Chart.yaml kubeVersion: the preStop sleep action).
+            kubernetes_validate.validate(obj, OLDEST_K8S, strict=True)
+
+
+def example_docs(example: Path) -> list[dict]:
+    return [d for d in yaml.safe_load_all(example.read_text()) if d]
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
 def test_the_examples_render_to_valid_objects(example):
-    (doc,) = [d for d in yaml.safe_load_all(example.read_text()) if d]
-    rendered = render.render(doc)
-    assert {o["kind"] for o in rendered} >= {"Deployment", "Service"}
-    for obj in rendered:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    for doc in example_docs(example):
+        rendered = render.render(doc)
+        kinds = {o["kind"] for o in rendered}
+        assert "Service" in kinds and kinds & {"Deployment", "LeaderWorkerSet"}
+        for obj in rendered:
+            operator_crds.validate(obj)
 
 
 # --- the render command -------------------------------------------------------------------------
@@ -531,8 +553,7 @@ def test_render_prints_exactly_what_the_operator_applies(example):
     result = _cli("render", str(example))
     assert result.returncode == 0, result.stderr
     printed = list(yaml.safe_load_all(result.stdout))
-    (doc,) = [d for d in yaml.safe_load_all(example.read_text()) if d]
-    assert printed == render.children(parse(doc))
+    assert printed == [obj for doc in example_docs(example) for obj in render.children(parse(doc))]
     # A file has no uid yet: the ownerReference carries a placeholder the API server replaces.
     assert {o["metadata"]["ownerReferences"][0]["uid"] for o in printed} == {PLACEHOLDER_UID}
 
@@ -546,7 +567,7 @@ def test_render_explains_a_bad_file_and_fails(tmp_path):
     result = _cli("render", str(path))
     assert result.returncode == 1
     assert result.stdout == ""
-    assert "spec.tp: 3 is not one of [1, 2, 4, 8]" in result.stderr
+    assert "spec.tp: 3 is not one of [1, 2, 4, 8, 16, 32, 64]" in result.stderr
     assert "'model' is a required property" in result.stderr
 
 

@@ -77,3 +77,25 @@ def test_the_server_exports_the_gauge_the_hpa_scales_on():
 
     exposition = generate_latest(metrics.ServerMetrics("m", "m").registry).decode()
     assert f"# TYPE {constants.WAITING_REQUESTS_METRIC} gauge" in exposition
+
+
+def test_the_server_exports_what_the_endpoint_picker_and_keda_read():
+    """The router's EPP config and KEDA's queries name series of the server's /metrics: each exists
+    with the type its reader expects, and the cache info carries the labels the picker reads."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from minisgl.message import SchedulerStatsMsg
+    from minisgl.server.metrics import ServerMetrics
+    from minisgl_operator import constants
+    from minisgl_operator.router import ENGINE_METRICS
+
+    metrics = ServerMetrics("m", "m")
+    metrics.apply(SchedulerStatsMsg(pid=1, num_running=1, num_waiting=2, used_pages=3, num_pages=40,
+                                    info={"page_size": "16"}))
+    families = {f.name: f for f in text_string_to_metric_families(metrics.exposition()[0].decode())}
+    for key in ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec"):
+        assert families[ENGINE_METRICS[key]].type == "gauge", key
+    (info,) = families[ENGINE_METRICS["cacheInfoSpec"]].samples
+    assert info.labels[ENGINE_METRICS["cacheBlockSizeLabelName"]] == "16"
+    assert info.labels[ENGINE_METRICS["cacheNumBlocksLabelName"]] == "40"
+    assert families[constants.TTFT_BUCKET_METRIC.removesuffix("_bucket")].type == "histogram"

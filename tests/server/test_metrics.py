@@ -48,6 +48,7 @@ REQUIRED = {
     "minisgl_kv_cache_usage_ratio": "gauge",
     "minisgl_kv_cache_pages": "gauge",
     "minisgl_model_info": "gauge",  # prometheus_client's Info: `# TYPE ..._info gauge` in the text format
+    "minisgl_cache_config_info": "gauge",  # the endpoint picker's prefix scorer reads its labels
 }
 METRIC_NAME = re.compile(r"\bminisgl_[a-z0-9_]+")
 
@@ -242,7 +243,7 @@ def test_names_types_and_labels_follow_prometheus_conventions(server, traffic):
     assert reasons == set(FINISHED_REASONS)
 
 
-def test_scheduler_values_reach_the_api_process(server, traffic):
+def test_scheduler_values_reach_the_api_process(server, traffic, tiny_model_dir):
     n, _ = traffic
     families = parse(scrape(server))
     assert value(families, "minisgl_kv_cache_pages") == NUM_PAGES
@@ -260,7 +261,11 @@ def test_scheduler_values_reach_the_api_process(server, traffic):
     assert 0 < value(families, "minisgl_prefix_cache_hits_total") < prompt
     info = next(s.labels for s in families["minisgl_model_info"].samples)
     assert info["model_name"] == MODEL and info["tp"] == "1" and info["dtype"] == "float32"
+    # The model was loaded from a local directory: /metrics names it by its served name, not its path.
+    assert info["model"] == MODEL and tiny_model_dir("Qwen3ForCausalLM") not in scrape(server)
     assert info["attention_backend"] == "TorchNative" and info["device"] == "cpu" and info["version"]
+    cache = next(s.labels for s in families["minisgl_cache_config_info"].samples)
+    assert cache == {"model_name": MODEL, "page_size": "4", "num_pages": str(NUM_PAGES)}
     assert value(families, "minisgl_server_ready") == 1
 
 

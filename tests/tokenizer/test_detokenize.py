@@ -49,3 +49,48 @@ def test_trailing_incomplete_character_is_flushed_like_a_one_shot_decode(tok):
     detok = IncrementalDetokenizer(tok.backend_tokenizer, [], True, [])
     text = "".join(detok.add(i) for i in ids) + detok.finish()
     assert text == tok.decode(ids) and "\ufffd" in text
+
+
+def reference(tok, ids: list[int], stops: list[str]) -> str:
+    """What the client must see: the one-shot decode, cut at the first character that completes a
+    stop string, before the longest stop string ending there."""
+    text = tok.decode(ids)
+    for end in range(1, len(text) + 1):
+        starts = [end - len(s) for s in stops if s and text[:end].endswith(s)]
+        if starts:
+            return text[: min(starts)]
+    return text
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_streamed_text_with_stop_strings_equals_the_one_shot_decode_cut_at_the_first_stop(tok, seed):
+    """Random texts and stop strings taken from them (overlapping, repeated characters, spanning
+    tokens, several matching at once): the stream is always exactly the reference."""
+    import random
+
+    rng = random.Random(seed)
+    alphabet = rng.choice(["ab", "abc ", "aab.東", "xyz, ñ"])
+    text = "".join(rng.choice(alphabet) for _ in range(rng.randint(5, 80)))
+    stops = []
+    for _ in range(rng.randint(1, 4)):
+        at = rng.randrange(len(text))
+        stops.append(text[at : at + rng.randint(1, 12)] if rng.random() < 0.8 else "zz" + alphabet)
+    ids = tok.encode(text)
+    detok = IncrementalDetokenizer(tok.backend_tokenizer, stops, True, [])
+    pieces = [detok.add(i) for i in ids] + [detok.finish()]
+    assert "".join(pieces) == reference(tok, ids, stops), (text, stops)
+
+
+def test_held_back_text_never_exceeds_the_longest_stop_string(tok):
+    """Per-request state stays bounded however long the output: only text that may still turn out
+    to be a stop string is held (issue 21: four 1024-character stop strings made every token
+    rescan the whole text)."""
+    stops = ["a" * 1023 + "b", "q" * 1024, "ab" * 512, "xyz"]
+    ids = tok.encode("a" * 3000 + "x" * 50 + "a" * 2000)
+    detok = IncrementalDetokenizer(tok.backend_tokenizer, stops, True, [])
+    out = ""
+    for i in ids:
+        out += detok.add(i)
+        assert len(detok.held) <= 1024 + 8
+    out += detok.finish()
+    assert out == tok.decode(ids)

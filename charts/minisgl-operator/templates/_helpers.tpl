@@ -63,12 +63,41 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
   resources: ["inferenceservices/finalizers"]
   verbs: ["update"]
 # Children, written by server-side apply (patch; create when new). Deployments are also watched.
+# Deployments and Services are deleted too: the endpoint picker's when spec.router goes, the
+# server's Deployment when a replica starts spanning several nodes (LeaderWorkerSet).
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
-  resources: ["services", "persistentvolumeclaims"]
+  resources: ["services"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["persistentvolumeclaims"]
   verbs: ["get", "create", "patch"]
+# Multi-node replicas, KEDA autoscaling and the router's objects (its endpoint picker runs with a
+# ConfigMap, ServiceAccount, Role and RoleBinding of its own).
+- apiGroups: ["leaderworkerset.x-k8s.io"]
+  resources: ["leaderworkersets"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["keda.sh"]
+  resources: ["scaledobjects"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["inference.networking.k8s.io"]
+  resources: ["inferencepools"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["gateway.networking.k8s.io"]
+  resources: ["httproutes"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["configmaps", "serviceaccounts"]
+  verbs: ["get", "create", "patch", "delete"]
+- apiGroups: ["rbac.authorization.k8s.io"]
+  resources: ["roles", "rolebindings"]
+  verbs: ["get", "create", "patch", "delete"]
+# A Role grants only what its creator holds: what the endpoint picker's Role grants it.
+- apiGroups: ["inference.networking.x-k8s.io", "llm-d.ai"]
+  resources: ["inferenceobjectives", "inferencemodelrewrites"]
+  verbs: ["get", "list", "watch"]
 # HPA and PDB are deleted again when the spec stops asking for them.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# FP8 KV cache and FP8 weights on one lent H100, in one call (issue 16's "Verify on the device"):
+#   0. the CUDA tests: tests/quantization/test_fp8_cuda.py (FP8-KV FlashInfer prefill/decode/graphs
+#      against a float32 reference, the fused FP8 store, the FP8 GEMM, an FP8 engine) and the bf16
+#      FlashInfer tests the shared helpers touch;
+#   1. the field's offline workload (benchmark/offline/bench.py: Qwen3-0.6B shapes, dummy weights,
+#      256 requests, prompts <= 1024, outputs <= 1024, ignore_eos), bf16 KV then FP8 (e4m3) KV,
+#      then Mini-SGLang's offline LLM (bf16, --attn fi, from the git-ignored .ref/mini-sglang) on the
+#      very same requests; one table with the ratios;
+#   2. Llama-3.1-8B shapes, batch 1, `--quantization fp8` (dummy weights): TPOT against the FP8
+#      weight-read floor (benchmark/offline/latency.py);
+#   3. KL divergence of next-token distributions, FP8 (KV, weights, both) against bf16, on
+#      random-weight models of both shapes (benchmark/offline/fp8_accuracy.py).
+# Run after the kit preamble (../shared/device/kit.sh), carrying .device-kit, .bench-models and .ref:
+#   python benchmark/prepare_model.py ../shared/models/qwen3-0.6b .bench-models/qwen3-0.6b
+#   python benchmark/prepare_model.py ../shared/models/llama-3.1-8b .bench-models/llama-3.1-8b
+# New kernels: FlashInfer decode and FA2 prefill for bf16 queries over e4m3 pages, head_dim 128
+# (the first FP8 step compiles them unless the carried workspace has them). Sections can be
+# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_KL (e.g. to split the call).
+# Results (logs, JSON, PNG) go to /tmp/fp8-results, packed after every section into
+# $OUT/fp8-results.tgz (one file: a call returns at most 8); the FlashInfer JIT workspace is saved
+# in $OUT in pieces under 16 MiB (carry them back as .device-kit/fiws.tgz.part-*).
+set -uo pipefail
+RES=/tmp/fp8-results
+mkdir -p "$RES"
+pack() { tar czf "${OUT:-/tmp}/fp8-results.tgz" -C /tmp fp8-results; }
+. benchmark/device/lib.sh  # step, restore_jit_cache, save_jit_cache
+QWEN=$PWD/.bench-models/qwen3-0.6b
+LLAMA=$PWD/.bench-models/llama-3.1-8b
+SIZE=(--num-requests "${NREQ:-256}" --max-input-len 1024 --max-output-len "${NOUT:-1024}")
+restore_jit_cache
+restore_aot_kernels  # .device-kit/aot.tgz.part-* when carried
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+quiet() { grep -vE "it/s\]|s/it\]|tensor/s\]|Loading weights|Writing model"; }
+
+if [ -z "${SKIP_TESTS:-}" ]; then
+    step "CUDA tests (the first FP8 attention call compiles its kernels)"
+    timeout "${TESTS_TIMEOUT:-300}" python -m pytest tests/quantization/test_fp8_cuda.py tests/attention/test_flashinfer_cuda.py \
+        -q -rs -p no:cacheprovider > "$RES/tests.log" 2>&1
+    echo "pytest exit $?"; tail -15 "$RES/tests.log"
+    save_jit_cache  # the FP8 kernels, compiled once
+    pack
+fi
+
+if [ -z "${SKIP_OFFLINE:-}" ]; then
+    for kv in auto fp8_e4m3; do
+        step "offline workload, minisgl, KV cache $kv"
+        timeout "${OFFLINE_TIMEOUT:-200}" python benchmark/offline/bench.py --model "$QWEN" --dummy-weight "${SIZE[@]}" \
+            --kv-cache-dtype "$kv" --dump-workload "$RES/workload.json" --out "$RES/offline-$kv.json" \
+            > "$RES/offline-$kv.log" 2>&1
+        echo "exit $?"; quiet < "$RES/offline-$kv.log" | grep -E "engine:|memory:|KV cache|minisgl:|start-up|Error|error" | tail -6
+    done
+fi
+
+if [ -z "${SKIP_REF:-}" ] && [ -f "$RES/workload.json" ]; then
+    step "offline workload, Mini-SGLang (bf16, --attn fi), the same requests"
+    (cd .ref/mini-sglang && PYTHONPATH=python:/tmp/site timeout "${REF_TIMEOUT:-240}" python \
+        ../../benchmark/offline/reference_offline.py --model "$QWEN" --workload "$RES/workload.json" \
+        --out "$RES/offline-mini-sglang.json") > "$RES/offline-mini-sglang.log" 2>&1
+    echo "exit $?"; tail -3 "$RES/offline-mini-sglang.log"
+fi
+python - "$RES" <<'PY'
+import json, os, sys
+res = sys.argv[1]
+rows = {}
+for name, label in (("offline-auto", "minisgl, bf16 KV"), ("offline-fp8_e4m3", "minisgl, FP8 (e4m3) KV"),
+                    ("offline-mini-sglang", "Mini-SGLang (bf16)")):
+    path = os.path.join(res, name + ".json")
+    if os.path.exists(path):
+        rows[label] = json.load(open(path))
+if rows:
+    ref = rows.get("Mini-SGLang (bf16)", {}).get("tokens_per_s")
+    print("| engine | out tok/s (second run) | KV tokens | vs Mini-SGLang |")
+    print("| --- | --- | --- | --- |")
+    for label, r in rows.items():
+        kv = (r.get("memory") or {}).get("kv_tokens", "")
+        ratio = f"{r['tokens_per_s'] / ref:.2f}x" if ref else ""
+        print(f"| {label} | {r['tokens_per_s']:,.0f} | {kv} | {ratio} |")
+    json.dump({k: v["tokens_per_s"] for k, v in rows.items()}, open(os.path.join(res, "offline-summary.json"), "w"), indent=2)
+PY
+pack
+
+if [ -z "${SKIP_LATENCY:-}" ]; then
+    step "Llama-3.1-8B shapes, batch 1, FP8 weights (--quantization fp8)"
+    timeout "${LATENCY_TIMEOUT:-240}" python benchmark/offline/latency.py --model "$LLAMA" --dummy-weight \
+        --quantization fp8 --out "$RES/latency-llama-fp8.json" > "$RES/latency-llama-fp8.log" 2>&1
+    echo "exit $?"; quiet < "$RES/latency-llama-fp8.log" | grep -E "weights:|TPOT|Error|error" | tail -4
+    pack
+fi
+
+if [ -z "${SKIP_KL:-}" ]; then
+    for model in "$QWEN" "$LLAMA"; do
+        name=$(basename "$model")
+        step "KL(bf16 || FP8), random weights of $name's shapes"
+        timeout "${KL_TIMEOUT:-240}" python benchmark/offline/fp8_accuracy.py --model "$model" --attn flashinfer \
+            --prompts "${KL_PROMPTS:-64}" --prompt-len 512 --out "$RES/kl-$name.json" > "$RES/kl-$name.log" 2>&1
+        echo "exit $?"; quiet < "$RES/kl-$name.log" | grep -vE "INFO|prompts of" | tail -10
+        pack
+    done
+fi
+
+step "save the JIT workspace"
+save_jit_cache
+pack
+ls -la "${OUT:-.}" "$RES"

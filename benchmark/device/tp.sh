@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# Tensor parallelism and the Qwen3-MoE GPU paths on lent GPUs, one mode per call (each < 9 min):
+#
+#   bash benchmark/device/tp.sh test   # nvidia-h200-x2 (or -x4): TP vs TP=1 greedy-equal, every
+#                                      # architecture, float32; bf16 TP runs; fused MoE kernels vs the loop;
+#                                      # the custom all-reduce vs NCCL, eager and in CUDA graphs
+#   bash benchmark/device/tp.sh 8b     # nvidia-h200-x2: Qwen3-8B shapes, TP=2 vs TP=1
+#   bash benchmark/device/tp.sh 30b    # nvidia-h200-x2: Qwen3-30B-A3B shapes, TP=2 vs TP=1
+#   bash benchmark/device/tp.sh moe    # one H200 (GPU 0 of any kind): Qwen3-30B-A3B against its floors,
+#                                      # fused Triton vs grouped GEMM MoE per batch size
+#
+# 8b / 30b: all-reduce per decode step (NCCL vs the custom one-/two-shot all-reduce, in CUDA
+# graphs), offline throughput and start-up (TP=2 with the custom all-reduce, TP=2 NCCL only,
+# TP=1), batch-1 TPOT (same three). TP sizes of `test` come from the GPU count (MINISGL_TEST_TP
+# overrides, e.g. 4 alone on nvidia-h200-x4 to stay within one call).
+#
+#   bash benchmark/device/tp.sh scale-8b    # nvidia-h200-x4: TP=1, 2 and 4 (those the GPUs allow) in one
+#   bash benchmark/device/tp.sh scale-30b   # call: all-reduce per step, offline tok/s, start-up, batch-1 TPOT
+#
+# Run after the kit preamble (../shared/device/kit.sh) with carry [".device-kit", ".bench-models"],
+# the model configs staged by
+#   python benchmark/prepare_model.py ../shared/models/qwen3-8b .bench-models/qwen3-8b
+#   python benchmark/prepare_model.py ../shared/models/qwen3-30b-a3b .bench-models/qwen3-30b-a3b
+# NVLink multicast stays off (KINDS.md): NCCL_NVLS_ENABLE=0, TORCH_SYMM_MEM_DISABLE_MULTICAST=1.
+# Results: $OUT/results.tgz (JSON, PNG, logs); the FlashInfer + Triton JIT cache as $OUT/fiws.tgz.part-*
+# (carry them back as .device-kit/fiws.tgz.part-* to skip compiling next time; benchmark/device/lib.sh).
+set -uo pipefail
+mode=${1:?usage: tp.sh test|8b|30b|moe|scale-8b|scale-30b}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+RES=${RES:-/tmp/results}
+mkdir -p "$RES"
+. benchmark/device/lib.sh  # step, restore_jit_cache / save_jit_cache (FlashInfer and Triton), AOT kernels
+restore_jit_cache
+restore_aot_kernels
+finish() {
+    tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .
+    save_jit_cache  # with the MoE Triton kernels: carry back as .device-kit/fiws.tgz.part-*
+}
+trap finish EXIT
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "GPUs", torch.cuda.device_count(),
+"peer access 0<->1", torch.cuda.device_count() > 1 and torch.cuda.can_device_access_peer(0, 1))'
+SIZE=(--num-requests "${NREQ:-256}" --max-input-len 1024 --max-output-len "${NOUT:-256}")
+summary() { grep -hE "start-up|minisgl:|floor|TPOT|Error|error:|Traceback" "$@" | grep -v Warn; }
+
+bench_pair() {  # $1 name, $2 model dir: TP=2 custom, TP=2 NCCL, then TP=1 throughput and latency side by side
+    local name=$1 model=$2
+    step "$name: all-reduce per decode step, NCCL vs custom (TP=2)"
+    timeout 120 python benchmark/offline/allreduce.py --config "$model" --tp 2 --out "$RES/allreduce-$name-tp2.json" \
+        2>&1 | grep -vE "Warn|warn" | tail -12
+    for variant in custom nccl; do
+        local flag=(); [ "$variant" = nccl ] && flag=(--disable-custom-all-reduce)
+        step "$name: offline throughput + start-up, TP=2 ($variant all-reduce)"
+        timeout 200 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 2 --dtype bfloat16 "${flag[@]}" \
+            "${SIZE[@]}" --out "$RES/offline-$name-tp2-$variant.json" > "$RES/offline-$name-tp2-$variant.log" 2>&1
+        summary "$RES/offline-$name-tp2-$variant.log"
+        step "$name: batch-1 TPOT, TP=2 ($variant all-reduce)"
+        timeout 150 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 2 "${flag[@]}" \
+            --out "$RES/latency-$name-tp2-$variant.json" > "$RES/latency-$name-tp2-$variant.log" 2>&1
+        summary "$RES/latency-$name-tp2-$variant.log"
+    done
+    step "$name: TP=1 throughput on GPU 0 beside TP=1 batch-1 TPOT on GPU 1"
+    (CUDA_VISIBLE_DEVICES=0 timeout 200 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 1 \
+        --dtype bfloat16 "${SIZE[@]}" --floor --out "$RES/offline-$name-tp1.json" > "$RES/offline-$name-tp1.log" 2>&1) &
+    (CUDA_VISIBLE_DEVICES=1 timeout 150 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 1 \
+        --out "$RES/latency-$name-tp1.json" > "$RES/latency-$name-tp1.log" 2>&1) &
+    wait
+    summary "$RES/offline-$name-tp1.log" "$RES/latency-$name-tp1.log"
+}
+
+scale() {  # $1 name, $2 model dir: TP = 1, 2, 4 (as many as there are GPUs), custom all-reduce; for nvidia-h200-x4
+    local name=$1 model=$2 gpus
+    gpus=$(python -c 'import torch; print(torch.cuda.device_count())')
+    for tp in 1 2 4; do
+        [ "$tp" -le "$gpus" ] || continue
+        if [ "$tp" -gt 1 ]; then
+            step "$name: all-reduce per decode step at TP=$tp"
+            timeout 90 python benchmark/offline/allreduce.py --config "$model" --tp "$tp" --batches 1,8,64,256 \
+                --out "$RES/allreduce-$name-tp$tp.json" 2>&1 | grep -vE "Warn|warn" | tail -5
+        fi
+        step "$name: offline throughput + start-up, then batch-1 TPOT, TP=$tp"
+        timeout 170 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp "$tp" --dtype bfloat16 \
+            "${SIZE[@]}" --out "$RES/offline-$name-tp$tp.json" > "$RES/offline-$name-tp$tp.log" 2>&1
+        timeout 120 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp "$tp" \
+            --out "$RES/latency-$name-tp$tp.json" > "$RES/latency-$name-tp$tp.log" 2>&1
+        summary "$RES/offline-$name-tp$tp.log" "$RES/latency-$name-tp$tp.log"
+    done
+}
+
+case "$mode" in
+test)
+    step "fused MoE kernels on the GPU vs the per-expert loop"
+    timeout 120 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/layers/test_moe.py > "$RES/moe_test.log" 2>&1
+    tail -4 "$RES/moe_test.log"
+    step "TP vs TP=1 greedy-equal, every architecture (each case in its own process session)"
+    timeout 450 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/distributed/test_custom_allreduce_cuda.py \
+        tests/distributed/test_tensor_parallel_cuda.py \
+        > "$RES/tp_cuda_test.log" 2>&1
+    echo "exit $?"; grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$RES/tp_cuda_test.log" | tail -40
+    grep -E "custom all-reduce" "$RES/tp_cuda_test.log" | sort | uniq -c | head -5
+    ;;
+8b) bench_pair qwen3-8b .bench-models/qwen3-8b ;;
+30b) bench_pair qwen3-30b-a3b .bench-models/qwen3-30b-a3b ;;
+scale-8b) scale qwen3-8b .bench-models/qwen3-8b ;;
+scale-30b) scale qwen3-30b-a3b .bench-models/qwen3-30b-a3b ;;
+moe)
+    export CUDA_VISIBLE_DEVICES=0
+    step "MoE layer per token count: fused Triton vs grouped GEMM vs loop (Qwen3-30B-A3B, TP=1 and one TP=2 share)"
+    timeout 150 python benchmark/offline/moe_layer.py --config .bench-models/qwen3-30b-a3b \
+        --out "$RES/moe_layer-tp1.json" 2>&1 | grep -E "tokens:|fused|Error"
+    timeout 100 python benchmark/offline/moe_layer.py --config .bench-models/qwen3-30b-a3b --tp 2 \
+        --out "$RES/moe_layer-tp2share.json" 2>&1 | grep -E "tokens:|fused|Error"
+    step "Qwen3-30B-A3B offline workload with CUDA graphs, against the decode floor"
+    timeout 220 python benchmark/offline/bench.py --model .bench-models/qwen3-30b-a3b --dummy-weight --dtype bfloat16 \
+        "${SIZE[@]}" --floor --out "$RES/offline-qwen3-30b-a3b-tp1.json" > "$RES/offline-moe.log" 2>&1
+    summary "$RES/offline-moe.log"
+    step "batch-1 TPOT against the weight-read floor (active experts)"
+    timeout 150 python benchmark/offline/latency.py --model .bench-models/qwen3-30b-a3b --dummy-weight \
+        --out "$RES/latency-qwen3-30b-a3b-tp1.json" > "$RES/latency-moe.log" 2>&1
+    summary "$RES/latency-moe.log"
+    ;;
+*) echo "unknown mode $mode"; exit 2 ;;
+esac

@@ -1,0 +1,58 @@
+"""The offline workload through Mini-SGLang's own offline `LLM` (the reference engine), for a
+side-by-side number in the same device call. Measurement only: it runs from the git-ignored
+checkout in .ref/mini-sglang, whose package is also named `minisgl`, so this script imports
+nothing of ours; the workload comes from `bench.py --dump-workload`.
+
+    (cd .ref/mini-sglang && PYTHONPATH=python python ../../benchmark/offline/reference_offline.py \\
+        --model ../../.bench-models/qwen3-0.6b --workload /tmp/workload.json --out /tmp/ref.json)
+
+Like bench.py: a two-request warm-up, then the whole workload twice; the second run is reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+import torch
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", required=True)
+    p.add_argument("--workload", required=True, help="JSON written by bench.py --dump-workload")
+    p.add_argument("--attn", default="fi", help="the reference's attention backend (serving.sh runs it with fi)")
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    from minisgl.core import SamplingParams  # the reference's package (PYTHONPATH)
+    from minisgl.llm import LLM
+
+    with open(args.workload) as f:
+        work = json.load(f)
+    prompts = work["prompts"]
+    params = [SamplingParams(temperature=work["temperature"], max_tokens=n, ignore_eos=True) for n in work["max_tokens"]]
+    start = time.perf_counter()
+    llm = LLM(args.model, dtype=torch.bfloat16, use_dummy_weight=True, attention_backend=args.attn)
+    init_s = time.perf_counter() - start
+    llm.generate(prompts[:2], params[:2])  # warm-up
+    runs = []
+    for _ in range(2):
+        start = time.perf_counter()
+        outs = llm.generate(prompts, params)
+        seconds = time.perf_counter() - start
+        tokens = sum(len(o["token_ids"]) for o in outs)
+        runs.append({"requests": len(prompts), "output_tokens": tokens, "seconds": seconds,
+                     "tokens_per_s": tokens / seconds})
+    result = {"benchmark": "offline-reference", "engine": "mini-sglang", "model": args.model, "init_s": init_s,
+              "runs": runs, "tokens_per_s": runs[1]["tokens_per_s"]}
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+    print(f"mini-sglang: {runs[1]['output_tokens']} tokens in {runs[1]['seconds']:.2f} s = "
+          f"{runs[1]['tokens_per_s']:.1f} tok/s (second run); start-up {init_s:.1f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,101 @@
+"""What the sampling controls cost: the offline workload with none of them, then with each one on.
+
+    python benchmark/offline/sampling_cost.py --model <qwen3-0.6b> --dummy-weight      # GPU
+    python benchmark/offline/sampling_cost.py --num-requests 16 --max-output-len 16    # CPU smoke run
+
+Penalties, logit_bias, min_tokens and grammar masks run outside the decode CUDA graph, on a copy
+of the logits, and only in steps where some request of the batch asks for one of them
+(minisgl/engine/logits.py). So the question is twofold: what a batch pays when none is in use
+(compare the `none` runs with an older build's bench.py, which had no such controls, in the same
+call: benchmark/device/sampling_cost.sh), and what each costs when every request or a tenth of
+them uses it. One LLM, one process; the `none` variant runs first and last to show the noise.
+Writes JSON and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import replace
+
+from minisgl.benchmark.report import bar_plot, device_name, write_json
+from minisgl.benchmark.workload import offline_workload
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+from minisgl.models.demo import demo_model_dir
+
+# name -> (fields set on the requests it applies to, share of requests that get them)
+VARIANTS: dict[str, tuple[dict, float]] = {
+    "none": ({}, 0.0),
+    "penalties (all)": ({"presence_penalty": 0.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}, 1.0),
+    "penalties (1 in 10)": ({"presence_penalty": 0.5, "frequency_penalty": 0.5, "repetition_penalty": 1.1}, 0.1),
+    "logit_bias 16 ids (all)": ({"logit_bias": tuple((t, -5.0) for t in range(1, 17))}, 1.0),
+    "min_tokens 8 (all)": ({"min_tokens": 8}, 1.0),
+    # A grammar that cannot end before max_tokens, so every request decodes as long as without it,
+    # and that the benchmark models' synthetic tokenizers (benchmark/prepare_model.py: tokens
+    # "t<id>") can spell too: with no token allowed a request ends at once, with finish "error".
+    "regex grammar (1 in 10)": ({"constraint": ("regex", "[a-z0-9 ]{5000,}")}, 0.1),
+    "regex grammar (all)": ({"constraint": ("regex", "[a-z0-9 ]{5000,}")}, 1.0),
+}
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="model dir (default: the built-in demo model)")
+    p.add_argument("--dummy-weight", action="store_true")
+    p.add_argument("--num-requests", type=int, default=256)
+    p.add_argument("--max-input-len", type=int, default=1024)
+    p.add_argument("--max-output-len", type=int, default=1024)
+    p.add_argument("--temperature", type=float, default=0.6)
+    p.add_argument("--device", default="auto")
+    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
+    p.add_argument("--out", default="results/sampling_cost.json", help="JSON path; the PNG goes beside it")
+    return p.parse_args()
+
+
+def variant_params(base: list[SamplingParams], fields: dict, share: float) -> list[SamplingParams]:
+    every = round(1 / share) if share else 0
+    return [replace(p, **fields) if every and i % every == 0 else p for i, p in enumerate(base)]
+
+
+def main() -> None:
+    args = parse_args()
+    names = [n.strip() for n in args.variants.split(",") if n.strip()]
+    unknown = [n for n in names if n not in VARIANTS]
+    if unknown:
+        raise SystemExit(f"sampling_cost.py: error: unknown variant(s) {unknown}; known: {list(VARIANTS)}")
+    llm = LLM(args.model or demo_model_dir(), device=args.device, use_dummy_weight=args.dummy_weight)
+    vocab = llm.scheduler.engine.model_config.vocab_size
+    workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
+    prompts = [r.prompt_ids for r in workload]
+    base = [SamplingParams(temperature=args.temperature, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+    # Warm-up: kernels, graphs, and the grammars' compilation (cached by its text after this).
+    llm.generate(prompts[:2], [base[0], replace(base[1], **VARIANTS["regex grammar (all)"][0])], use_tqdm=False)
+    runs = []
+    for name in ["none", *[n for n in names if n != "none"], "none"]:
+        params = variant_params(base, *VARIANTS[name])
+        start = time.perf_counter()
+        outs = llm.generate(prompts, params, use_tqdm=False)
+        seconds = time.perf_counter() - start
+        tokens = sum(len(o["token_ids"]) for o in outs)
+        errors = sum(o["finish_reason"] == "error" for o in outs)
+        runs.append({"variant": name, "output_tokens": tokens, "seconds": seconds, "tokens_per_s": tokens / seconds,
+                     "errors": errors})
+        print(f"{name:32s} {tokens:8d} tokens {seconds:7.2f} s {tokens / seconds:10.1f} tok/s"
+              + (f"  ({errors} requests ended with an error)" if errors else ""), flush=True)
+    llm.shutdown()
+    baseline = (runs[0]["tokens_per_s"] + runs[-1]["tokens_per_s"]) / 2
+    for run in runs:
+        run["vs_none"] = run["tokens_per_s"] / baseline
+    result = {"benchmark": "sampling_cost", "device": device_name(), "model": args.model, "runs": runs,
+              "workload": {k: getattr(args, k) for k in ("num_requests", "max_input_len", "max_output_len", "temperature")}}
+    write_json(args.out, result)
+    png = os.path.splitext(args.out)[0] + ".png"
+    bar_plot(png, f"Sampling controls, offline workload on {result['device']}",
+             [r["variant"] for r in runs], [r["tokens_per_s"] for r in runs], "output tokens / s")
+    print(f"wrote {args.out} and {png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""Issue 21's chaos scenarios at full size against a real server (CI runs them small:
+tests/benchmark/test_chaos.py): load with cancels, a soak with every process's RSS sampled,
+slowloris, and the issue's 8 GB request.
+
+    python benchmark/online/chaos.py --requests 20000 --streams 512 --out results/chaos
+    python benchmark/online/chaos.py --model Qwen/Qwen3-0.6B --device cuda --requests 50000
+
+Starts the server itself (the built-in demo model on the CPU unless --model). Writes chaos.json
+and chaos.png (RSS of each process against requests served) to --out, with progress on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+from minisgl.benchmark import chaos
+from minisgl.benchmark.report import write_json
+from minisgl.utils.net import free_port
+from minisgl.utils.server_process import ServerProcess
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def plot_rss(path: str, samples: list[dict]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name in samples[0]["rss"]:
+        ax.plot([s["done"] for s in samples], [s["rss"][name] / 2**20 for s in samples], label=name)
+    ax.set_xlabel("requests served")
+    ax.set_ylabel("RSS (MiB)")
+    ax.set_title("soak: resident memory per process")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="served model (default: the built-in demo)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--requests", type=int, default=5000, help="soak: unique requests")
+    p.add_argument("--streams", type=int, default=512, help="load with cancels: streams (half cut midway)")
+    p.add_argument("--slow-connections", type=int, default=200)
+    p.add_argument("--out", default="results/chaos")
+    p.add_argument("--server-arg", action="append", default=[], help="one more server flag (repeatable)")
+    a = p.parse_args()
+
+    port = free_port()
+    flags = ["--port", str(port), "--device", a.device, "--header-timeout", "5", *a.server_arg]
+    if a.model:
+        flags += ["--model", a.model]
+    log_path = os.path.join(tempfile.mkdtemp(prefix="minisgl-chaos-"), "server.log")
+    server = ServerProcess(flags, f"http://127.0.0.1:{port}", log_path).wait_ready(600)
+    results: dict = {"server_flags": flags}
+    try:
+        pids = chaos.worker_pids(server.proc.pid, server.output())
+        log(f"load with cancels: {a.streams} streams")
+        results["load_with_cancels"] = chaos.load_with_cancels(server.url, a.streams)
+        results["kv_pages_used_after"] = chaos.kv_pages_used(server.url)
+        log(f"  {results['load_with_cancels']}")
+        log(f"slowloris: {a.slow_connections} connections")
+        results["slowloris"] = chaos.slowloris(server.url, a.slow_connections, seconds=20)
+        log(f"  cut {results['slowloris']['cut']}, slowest /health {results['slowloris']['slowest_health_s']:.2f} s")
+        log("the issue's request (16 prompts x n=16, four 2,000,000-char stop strings)")
+        results["issue_21_request"] = chaos.issue_21_request(server.url, pids)
+        results["largest_allowed_fan_out"] = chaos.issue_21_request(server.url, pids, stop_chars=1024)
+        log(f"soak: {a.requests} unique requests")
+        soak = chaos.soak(server.url, pids, a.requests, samples=50, progress=log)
+        results["soak"] = soak
+        results["soak_growth_bytes_per_request"] = {n: chaos.growth_per_request(soak["samples"], n) for n in pids}
+        log(f"  growth per request (B): {results['soak_growth_bytes_per_request']}")
+    finally:
+        results["server_exit"] = server.stop()
+    os.makedirs(a.out, exist_ok=True)
+    write_json(os.path.join(a.out, "chaos.json"), results)
+    if "soak" in results:
+        plot_rss(os.path.join(a.out, "chaos.png"), results["soak"]["samples"])
+    log(f"wrote {a.out}/chaos.json and chaos.png")
+
+
+if __name__ == "__main__":
+    main()

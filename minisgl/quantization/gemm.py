@@ -1,0 +1,68 @@
+"""FP8 GEMMs on Hopper: weights in e4m3 with one float32 scale per output channel. Above 16 rows,
+activations are quantized per token at run time (one Triton kernel) and `torch._scaled_mm`'s
+row-wise scaled FP8 GEMM writes bfloat16; at 16 rows and fewer (decode at small batch, where
+reading the weight is the whole cost and the tensor-core GEMM leaves most SMs idle) a Triton
+kernel streams the FP8 weight with K split over all SMs and keeps the activations in bf16.
+Activations are always quantized dynamically: a checkpoint's static per-tensor input scale is
+coarser than a per-token one, so it is not used.
+
+Everything GPU-specific (triton, the CUDA capability) is looked at only when asked."""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from .fp8 import FP8, FP8_MAX
+
+
+def fp8_gemm_problem(device: torch.device, dtype: torch.dtype) -> str | None:
+    """Why FP8 GEMMs cannot run here (then weights are dequantized at load), or None."""
+    if device.type != "cuda":
+        return "no FP8 GEMM on the CPU"
+    if torch.cuda.get_device_capability(device) < (9, 0):
+        return "row-wise scaled FP8 GEMMs need a Hopper (sm90) or newer GPU"
+    if dtype != torch.bfloat16:
+        return f"row-wise scaled FP8 GEMMs write bfloat16, the model runs in {str(dtype).removeprefix('torch.')}"
+    if not hasattr(torch, "_scaled_mm"):
+        return "this torch has no _scaled_mm"
+    return None
+
+
+@functools.cache
+def _triton():
+    try:
+        from . import triton_fp8
+    except ImportError:
+        return None
+    return triton_fp8
+
+
+def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [rows, K] (last dim contiguous) -> (e4m3 [rows, K], float32 scales [rows, 1])."""
+    kernels = _triton() if x.is_cuda else None
+    if kernels is not None:
+        return kernels.quantize_per_token(x)
+    scale = (x.float().abs().amax(dim=1, keepdim=True) / FP8_MAX).clamp_(min=1e-12)
+    return (x.float() / scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8), scale
+
+
+def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+               weight_scale: torch.Tensor) -> torch.Tensor:
+    """F.linear(x, weight * weight_scale[:, None], bias) with `weight` e4m3 [N, K] and
+    `weight_scale` float32 [1, N]: an FP8 GEMM with x quantized per token."""
+    x2 = x.reshape(-1, x.shape[-1])
+    if x2.stride(-1) != 1:
+        x2 = x2.contiguous()
+    kernels = _triton()
+    if kernels is not None and x2.shape[0] <= kernels.SMALL_M and x.dtype == torch.bfloat16:
+        # Decode at small batch: stream the FP8 weight through all SMs, x stays bf16.
+        y = kernels.fp8_weight_gemm(x2, weight, weight_scale.view(-1))
+    else:
+        xq, xs = quantize_per_token(x2)
+        # weight.t() is column-major, as the FP8 GEMM wants its second operand.
+        y = torch._scaled_mm(xq, weight.t(), scale_a=xs, scale_b=weight_scale, out_dtype=x.dtype)
+    if bias is not None:  # added here: not every torch takes a bias with row-wise scales
+        y = y + bias
+    return y.reshape(*x.shape[:-1], weight.shape[0])

@@ -1,0 +1,48 @@
+"""Per-request cost bounded at the door, before any work is copied to the workers.
+
+Field-level caps live in the request models (protocol.py: stop strings, stop_token_ids,
+logit_bias, the number of tools) and the prompt-token limit in the tokenizer worker
+(minisgl.tokenizer.prompt_bound). What is checked here spans fields: the total size of the schemas
+and grammars a request asks the grammar compiler to build (tools' parameter schemas, a JSON
+schema, a regex, a grammar, the choices), which compile in time and memory that grow with them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .protocol import ChatCompletionRequest, CompletionRequest
+
+MAX_SCHEMA_BYTES = 64 << 10  # a large real tool set is a few KiB; grammars compiled from this stay cheap
+MAX_TEMPLATE_KWARGS_BYTES = 16 << 10
+
+
+def _size(value) -> int:
+    if value is None:
+        return 0
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+def structured_output_sizes(body: ChatCompletionRequest | CompletionRequest) -> dict[str, int]:
+    """UTF-8 size of each structured-output specification the request carries, by field name."""
+    sizes = {name: _size(getattr(body, name)) for name in ("guided_json", "guided_regex", "guided_grammar",
+                                                          "guided_choice")}
+    rf = body.response_format
+    if rf is not None and rf.type == "json_schema":
+        sizes["response_format"] = _size(rf.json_schema.schema_)
+    tools = getattr(body, "tools", None)
+    if tools:
+        sizes["tools"] = sum(_size(t.function.parameters) + _size(t.function.description) for t in tools)
+    return sizes
+
+
+def request_cost_problem(body: ChatCompletionRequest | CompletionRequest) -> tuple[str, str] | None:
+    """(field, message) for the first bound the request exceeds, or None."""
+    for name, size in structured_output_sizes(body).items():
+        if size > MAX_SCHEMA_BYTES:
+            return name, f"{name} is {size} bytes; this server takes at most {MAX_SCHEMA_BYTES} bytes of schema or grammar"
+    kwargs = getattr(body, "chat_template_kwargs", None)
+    if _size(kwargs) > MAX_TEMPLATE_KWARGS_BYTES:
+        return "chat_template_kwargs", f"chat_template_kwargs is over {MAX_TEMPLATE_KWARGS_BYTES} bytes"
+    return None

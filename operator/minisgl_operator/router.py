@@ -1,0 +1,280 @@
+"""Pure functions: the objects of spec.router, prefix- and load-aware routing through the Gateway
+API Inference Extension. Nothing here routes a request: a gateway with inference-extension support
+sends each request to the pod that the endpoint picker (EPP, llm-d's router) chooses.
+
+- ``InferencePool`` (inference.networking.k8s.io/v1): the serving pods and their EPP;
+- the EPP: ConfigMap (its EndpointPickerConfig), ServiceAccount, Role and RoleBinding (it watches
+  the pool and its pods), Deployment (image: the chart's endpointPicker.image) and Service (ext-proc
+  gRPC, which the gateway calls);
+- ``HTTPRoute`` (gateway.networking.k8s.io/v1) on the user's Gateway, when spec.router.gateway is
+  set: its backends are this pool and, for a canary, another InferenceService's pool, weighted.
+
+The EPP scores pods on queued requests, KV-cache use and its own prefix index; it learns minisgl's
+metric names from the ``engineConfigs`` entry below (the pods carry its engine label).
+"""
+
+from __future__ import annotations
+
+import json
+
+from . import constants as c
+from . import server
+from .render import Obj, child_metadata, labels, serving_selector
+from .spec import InferenceService
+
+POOL_GROUP = c.INFERENCE_POOL_API_VERSION.split("/")[0]
+
+# minisgl's /metrics, under the names the EPP's core-metrics-extractor reads (one engineConfigs
+# entry). minisgl has no LoRA adapters: no LoRA spec.
+ENGINE_METRICS = {
+    "name": c.EPP_ENGINE_NAME,
+    "queuedRequestsSpec": c.WAITING_REQUESTS_METRIC,
+    "runningRequestsSpec": c.RUNNING_REQUESTS_METRIC,
+    "kvUsageSpec": c.KV_USAGE_METRIC,
+    "loraSpec": "",
+    "cacheInfoSpec": c.CACHE_CONFIG_METRIC,
+    "cacheBlockSizeLabelName": c.CACHE_PAGE_SIZE_LABEL,
+    "cacheNumBlocksLabelName": c.CACHE_NUM_PAGES_LABEL,
+}
+# The EPP's default scoring, as llm-d's chart sets it: queue and KV load, prefix reuse weighed most.
+SCORERS = {"queue-scorer": 2, "kv-cache-utilization-scorer": 2, "prefix-cache-scorer": 3}
+
+
+def epp_name(isvc: InferenceService) -> str:
+    return f"{isvc.name}{c.EPP_SUFFIX}"
+
+
+def scales_to_zero(isvc: InferenceService) -> bool:
+    return isvc.autoscaling is not None and isvc.autoscaling.min_replicas == 0
+
+
+def endpoint_picker_config(isvc: InferenceService) -> Obj:
+    config: Obj = {
+        "apiVersion": "llm-d.ai/v1alpha1",
+        "kind": "EndpointPickerConfig",
+        "plugins": [
+            *({"type": name} for name in SCORERS),
+            {"type": "metrics-data-source", "parameters": {"scheme": "http", "path": server.METRICS_PATH}},
+            {
+                "type": "core-metrics-extractor",
+                "parameters": {
+                    "engineLabelKey": c.EPP_ENGINE_LABEL,
+                    "defaultEngine": c.EPP_ENGINE_NAME,
+                    "engineConfigs": [dict(ENGINE_METRICS)],
+                },
+            },
+        ],
+        "schedulingProfiles": [
+            {"name": "default", "plugins": [{"pluginRef": name, "weight": weight} for name, weight in SCORERS.items()]}
+        ],
+    }
+    if scales_to_zero(isvc):
+        # With no pod up, flow control holds the requests (its queue is what KEDA activates on)
+        # for as long as a pod may take to start and load the model.
+        config["featureGates"] = ["flowControl"]
+        config["flowControl"] = {"defaultRequestTTL": f"{isvc.startup_timeout_seconds + 60}s"}
+    return config
+
+
+def _epp_metadata(isvc: InferenceService) -> Obj:
+    meta = child_metadata(isvc, epp_name(isvc))
+    meta["labels"] = {**labels(isvc), **epp_selector(isvc), c.LABEL_COMPONENT: c.EPP_COMPONENT}
+    return meta
+
+
+def epp_selector(isvc: InferenceService) -> dict[str, str]:
+    # Not the server pods' selector: the EPP's pods must never join the pool or the Service.
+    return {c.LABEL_NAME: f"{c.APP_NAME}{c.EPP_SUFFIX}", c.LABEL_INSTANCE: isvc.name}
+
+
+def config_map(isvc: InferenceService) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _epp_metadata(isvc),
+        # JSON is YAML: no YAML writer needed in the operator.
+        "data": {c.EPP_CONFIG_FILE: json.dumps(endpoint_picker_config(isvc), indent=2)},
+    }
+
+
+def service_account(isvc: InferenceService) -> Obj:
+    return {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _epp_metadata(isvc)}
+
+
+# What the EPP reads (llm-d router's chart grants the same): its pool, the pool's pods, and the
+# optional objective/rewrite objects in both API groups it knows.
+EPP_RULES = [
+    {"apiGroups": [POOL_GROUP], "resources": ["inferencepools"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": ["inference.networking.x-k8s.io", "llm-d.ai"],
+     "resources": ["inferenceobjectives", "inferencemodelrewrites"], "verbs": ["get", "list", "watch"]},
+    {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]},
+]  # fmt: skip
+
+
+def role(isvc: InferenceService) -> Obj:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _epp_metadata(isvc),
+        "rules": [dict(rule) for rule in EPP_RULES],
+    }
+
+
+def role_binding(isvc: InferenceService) -> Obj:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _epp_metadata(isvc),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": epp_name(isvc)},
+        "subjects": [{"kind": "ServiceAccount", "name": epp_name(isvc), "namespace": isvc.namespace}],
+    }
+
+
+def _grpc_probe(period: int) -> Obj:
+    return {"grpc": {"port": c.EPP_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": period,
+            "timeoutSeconds": c.PROBE_TIMEOUT_SECONDS, "failureThreshold": 3}  # fmt: skip
+
+
+def _field_env(name: str, path: str) -> Obj:
+    return {"name": name, "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": path}}}
+
+
+def deployment(isvc: InferenceService, image: str) -> Obj:
+    args = [
+        "--pool-name", isvc.name,
+        "--pool-namespace", isvc.namespace,
+        "--pool-group", POOL_GROUP,
+        "--config-file", f"{c.EPP_CONFIG_MOUNT}/{c.EPP_CONFIG_FILE}",
+        "--grpc-port", str(c.EPP_GRPC_PORT),
+        "--grpc-health-port", str(c.EPP_HEALTH_PORT),
+        "--metrics-port", str(c.EPP_METRICS_PORT),
+        "--metrics-endpoint-auth=false",
+        "--zap-encoder", "json",
+    ]  # fmt: skip
+    container = {
+        "name": "epp",
+        "image": image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": args,
+        "env": [_field_env("NAMESPACE", "metadata.namespace"), _field_env("POD_NAME", "metadata.name"),
+                {"name": "HOME", "value": c.TMP_MOUNT}],
+        "ports": [
+            {"name": "grpc", "containerPort": c.EPP_GRPC_PORT, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": c.EPP_HEALTH_PORT, "protocol": "TCP"},
+            {"name": "metrics", "containerPort": c.EPP_METRICS_PORT, "protocol": "TCP"},
+        ],
+        "livenessProbe": _grpc_probe(10),
+        "readinessProbe": _grpc_probe(2),
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        # The root filesystem is read-only: whatever the picker caches goes to /tmp.
+        "volumeMounts": [{"name": "config", "mountPath": c.EPP_CONFIG_MOUNT, "readOnly": True},
+                         {"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT}],
+    }
+    selector = epp_selector(isvc)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _epp_metadata(isvc),
+        "spec": {
+            # One picker: its prefix index lives in memory, two would each see half the requests.
+            "replicas": 1,
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "revisionHistoryLimit": 3,
+            "template": {
+                "metadata": {"labels": _epp_metadata(isvc)["labels"]},
+                "spec": {
+                    "serviceAccountName": epp_name(isvc),
+                    "enableServiceLinks": False,
+                    "securityContext": {"runAsNonRoot": True, "runAsUser": c.RUN_AS_USER, "runAsGroup": c.RUN_AS_USER,
+                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "containers": [container],
+                    "volumes": [{"name": "config", "configMap": {"name": epp_name(isvc)}},
+                                {"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}],
+                },
+            },
+        },
+    }  # fmt: skip
+
+
+def epp_service(isvc: InferenceService) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _epp_metadata(isvc),
+        "spec": {
+            "type": "ClusterIP",
+            "selector": epp_selector(isvc),
+            "ports": [
+                {"name": "grpc-ext-proc", "port": c.EPP_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
+                 "appProtocol": "kubernetes.io/h2c"},
+                {"name": "http-metrics", "port": c.EPP_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+            ],
+        },
+    }  # fmt: skip
+
+
+def inference_pool(isvc: InferenceService) -> Obj:
+    assert isvc.router is not None
+    return {
+        "apiVersion": c.INFERENCE_POOL_API_VERSION,
+        "kind": "InferencePool",
+        "metadata": child_metadata(isvc, isvc.name),
+        "spec": {
+            "selector": {"matchLabels": serving_selector(isvc)},
+            "targetPorts": [{"number": isvc.port}],
+            "endpointPickerRef": {
+                "kind": "Service",
+                "name": epp_name(isvc),
+                "port": {"number": c.EPP_GRPC_PORT},
+                "failureMode": isvc.router.failure_mode,
+            },
+        },
+    }
+
+
+def _pool_backend(name: str, weight: int) -> Obj:
+    return {"group": POOL_GROUP, "kind": "InferencePool", "name": name, "weight": weight}
+
+
+def http_route(isvc: InferenceService) -> Obj | None:
+    router = isvc.router
+    if router is None or router.gateway is None:
+        return None
+    parent: Obj = {"group": c.GATEWAY_API_GROUP, "kind": "Gateway", "name": router.gateway.name}
+    if router.gateway.namespace:
+        parent["namespace"] = router.gateway.namespace
+    if router.gateway.section_name:
+        parent["sectionName"] = router.gateway.section_name
+    canary = router.canary
+    backends = [_pool_backend(isvc.name, 100 - (canary.weight if canary else 0))]
+    if canary is not None:
+        backends.append(_pool_backend(canary.inference_service, canary.weight))
+    spec: Obj = {
+        "parentRefs": [parent],
+        "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": backends}],
+    }
+    if router.hostnames:
+        spec["hostnames"] = list(router.hostnames)
+    return {
+        "apiVersion": c.HTTPROUTE_API_VERSION,
+        "kind": "HTTPRoute",
+        "metadata": child_metadata(isvc, isvc.name),
+        "spec": spec,
+    }
+
+
+def objects(isvc: InferenceService, epp_image: str) -> list[Obj]:
+    """Every object spec.router asks for, in apply order (the picker before the pool names it, the
+    pool before a route points at it); none without spec.router."""
+    if isvc.router is None:
+        return []
+    built = [config_map(isvc), service_account(isvc), role(isvc), role_binding(isvc), deployment(isvc, epp_image),
+             epp_service(isvc), inference_pool(isvc), http_route(isvc)]
+    return [obj for obj in built if obj is not None]

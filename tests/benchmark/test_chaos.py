@@ -1,0 +1,63 @@
+"""The chaos scenarios of issue 21 (minisgl.benchmark.chaos) at CI size, against the real server
+on a tiny model: load with cancels, a soak with every process's RSS sampled, slowloris, and the
+issue's 8 GB request. `benchmark/online/chaos.py` runs the same scenarios big."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from minisgl.benchmark import chaos
+from tests.server.serving import tiny_qwen3_server, wait_for
+
+ARGS = ["--dtype", "float32", "--page-size", "4", "--num-pages", "4096", "--max-seq-len", "256",
+        "--max-running-requests", "128", "--header-timeout", "2"]
+MB = 2**20
+
+
+model_dir, server, client = tiny_qwen3_server(*ARGS)
+
+
+@pytest.fixture(scope="module")
+def pids(server):
+    return chaos.worker_pids(server.proc.pid, server.output())
+
+
+def test_load_with_cancels_leaks_no_kv_page_and_the_server_still_answers(server):
+    outcomes = chaos.load_with_cancels(server.url, streams=160, cancel_every=2, max_tokens=48, concurrency=80)
+    assert outcomes == {"cut": 80, "done": 80}, outcomes
+    wait_for(lambda: chaos.kv_pages_used(server.url) == 0, what="cancelled streams to give their KV pages back")
+    ok = httpx.post(server.url + "/v1/completions", json={"prompt": "after the storm", "max_tokens": 4}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 4
+
+
+def test_issue_21_request_is_refused_and_no_process_grows(server, pids):
+    """Four 2,000,000-character stop strings on 16 prompts x n=16 (a 7.6 MB body) once raised the
+    workers' RSS by 2-2.7 GB each: now a 400 naming `stop`, refused in the API process alone."""
+    result = chaos.issue_21_request(server.url, pids)
+    assert result["status"] == 400 and result["error"]["param"].startswith("stop"), result
+    for name, grown in result["rss_growth_5s_later"].items():
+        assert grown < (150 if name == "api" else 20) * MB, (name, grown / MB)
+
+
+def test_largest_allowed_fan_out_is_not_copied_per_choice_into_every_process(server, pids):
+    """The same request at the largest size allowed (stop strings of 1024 characters, 256
+    choices) is served, and no worker holds per-choice copies of it afterwards."""
+    result = chaos.issue_21_request(server.url, pids, stop_chars=1024)
+    assert result["status"] == 200, result
+    for name, grown in result["rss_growth_5s_later"].items():
+        assert grown < 30 * MB, (name, grown / MB)
+
+
+def test_soak_with_unique_prompts_levels_off_in_every_process(server, pids):
+    """800 unique requests with every process's RSS sampled. The scheduler's prefix cache keeps
+    host structures for its cached pages until the pool is full (bounded: see
+    tests/kvcache/test_radix_cache.py for the bytes per token); no process may keep anything per
+    request beyond that. At this size RSS moves by a few MB on its own, so the check is the
+    second half's total growth, which a per-request copy of the parameters would blow through."""
+    result = chaos.soak(server.url, pids, requests=800, concurrency=16, samples=16)
+    assert result["failed"] == 0
+    half = result["samples"][len(result["samples"]) // 2]
+    last = result["samples"][-1]
+    grown = {name: (last["rss"][name] - half["rss"][name]) / MB for name in pids}
+    assert all(g < 16 for g in grown.values()), {k: f"{v:.1f} MB" for k, v in grown.items()}

@@ -1,0 +1,217 @@
+"""spec.router: prefix- and load-aware routing through the Gateway API Inference Extension. The
+InferencePool, the endpoint picker (EPP) and the HTTPRoute, checked against the published CRDs
+(crds/), against each other (names, ports, selectors, RBAC), and through the reconciler."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+import operator_crds
+from minisgl_operator import constants as c
+from minisgl_operator import handlers, kube, render
+from minisgl_operator.kube import ApiError
+from minisgl_operator.spec import parse
+
+EPP_IMAGE = "registry.example/epp:9"
+GATEWAY = {"name": "inference-gateway", "namespace": "gateways", "sectionName": "https"}
+SPEC = {"model": "Qwen/Qwen3-8B", "replicas": 3,
+        "router": {"gateway": GATEWAY, "hostnames": ["llm.example.com"], "canary": {"inferenceService": "chat-next", "weight": 10}}}  # fmt: skip
+
+
+def isvc(spec: dict, name: str = "chat") -> dict:
+    return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name, "namespace": "llm", "uid": "u1"},
+            "spec": spec}  # fmt: skip
+
+
+def rendered(spec: dict = SPEC, name: str = "chat") -> dict[tuple[str, str], dict]:
+    return {(o["kind"], o["metadata"]["name"]): o for o in render.render(isvc(spec, name), epp_image=EPP_IMAGE)}
+
+
+def matches(selector: dict[str, str], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def test_the_router_adds_a_pool_a_picker_and_a_route_all_valid_for_their_published_crds():
+    objs = rendered()
+    assert set(objs) == {
+        ("Deployment", "chat"), ("Service", "chat"), ("PodDisruptionBudget", "chat"),
+        ("InferencePool", "chat"), ("HTTPRoute", "chat"), ("ConfigMap", "chat-epp"), ("ServiceAccount", "chat-epp"),
+        ("Role", "chat-epp"), ("RoleBinding", "chat-epp"), ("Deployment", "chat-epp"), ("Service", "chat-epp"),
+    }  # fmt: skip
+    for obj in objs.values():
+        operator_crds.validate(obj)
+    assert objs[("InferencePool", "chat")]["apiVersion"] == "inference.networking.k8s.io/v1"
+
+
+def test_the_pool_selects_the_server_pods_on_their_port_and_never_the_pickers():
+    objs = rendered()
+    pool = objs[("InferencePool", "chat")]["spec"]
+    server_pod = objs[("Deployment", "chat")]["spec"]["template"]
+    picker_pod = objs[("Deployment", "chat-epp")]["spec"]["template"]
+    assert matches(pool["selector"]["matchLabels"], server_pod["metadata"]["labels"])
+    assert not matches(pool["selector"]["matchLabels"], picker_pod["metadata"]["labels"])
+    (ctr,) = server_pod["spec"]["containers"]
+    assert pool["targetPorts"] == [{"number": ctr["ports"][0]["containerPort"]}]
+    # Nor does the server's Service select the picker, nor the picker's Service the servers.
+    assert not matches(objs[("Service", "chat")]["spec"]["selector"], picker_pod["metadata"]["labels"])
+    assert not matches(objs[("Service", "chat-epp")]["spec"]["selector"], server_pod["metadata"]["labels"])
+
+
+def test_the_pool_names_the_pickers_service_and_its_ext_proc_port():
+    objs = rendered()
+    ref = objs[("InferencePool", "chat")]["spec"]["endpointPickerRef"]
+    svc = objs[("Service", ref["name"])]["spec"]
+    (grpc,) = [p for p in svc["ports"] if p["port"] == ref["port"]["number"]]
+    assert grpc["appProtocol"] == "kubernetes.io/h2c"  # ext-proc is gRPC
+    picker = objs[("Deployment", "chat-epp")]["spec"]["template"]
+    assert matches(svc["selector"], picker["metadata"]["labels"])
+    (ctr,) = picker["spec"]["containers"]
+    assert grpc["targetPort"] in {p["name"] for p in ctr["ports"]}
+    assert ref["failureMode"] == "FailClose"
+
+
+def test_the_picker_runs_the_chart_image_on_this_pool_with_the_mounted_config():
+    objs = rendered()
+    pod = objs[("Deployment", "chat-epp")]["spec"]["template"]["spec"]
+    (ctr,) = pod["containers"]
+    assert ctr["image"] == EPP_IMAGE
+    args = ctr["args"]
+    assert args[args.index("--pool-name") + 1] == "chat" and args[args.index("--pool-namespace") + 1] == "llm"
+    assert args[args.index("--pool-group") + 1] == "inference.networking.k8s.io"
+    config_path = args[args.index("--config-file") + 1]
+    mount = next(m for m in ctr["volumeMounts"] if m["name"] == "config")
+    volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"] == "chat-epp" and config_path.startswith(mount["mountPath"] + "/")
+    assert config_path.rsplit("/", 1)[1] in objs[("ConfigMap", "chat-epp")]["data"]
+    # One picker: its prefix index is in memory.
+    assert objs[("Deployment", "chat-epp")]["spec"]["replicas"] == 1
+
+
+def test_the_pickers_account_may_read_its_pool_and_pods_and_the_operator_may_grant_that():
+    objs = rendered()
+    pod = objs[("Deployment", "chat-epp")]["spec"]["template"]["spec"]
+    binding = objs[("RoleBinding", "chat-epp")]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": pod["serviceAccountName"], "namespace": "llm"}]
+    role = objs[("Role", binding["roleRef"]["name"])]
+    grants = {(g, r): set(rule["verbs"]) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]}
+    assert {"get", "list", "watch"} <= grants[("inference.networking.k8s.io", "inferencepools")]
+    assert {"get", "list", "watch"} <= grants[("", "pods")]
+    # RBAC refuses a Role granting more than its creator holds (no escalate verb here).
+    for key, verbs in grants.items():
+        assert verbs <= set(kube.PERMISSIONS.get(key, ())), key
+
+
+def test_the_operator_may_write_and_delete_every_kind_it_renders():
+    resources = {"Deployment": ("apps", "deployments"), "Service": ("", "services"), "ConfigMap": ("", "configmaps"),
+                 "ServiceAccount": ("", "serviceaccounts"), "Role": ("rbac.authorization.k8s.io", "roles"),
+                 "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
+                 "InferencePool": ("inference.networking.k8s.io", "inferencepools"),
+                 "HTTPRoute": ("gateway.networking.k8s.io", "httproutes"), "ScaledObject": ("keda.sh", "scaledobjects"),
+                 "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "leaderworkersets"),
+                 "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
+                 "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers")}  # fmt: skip
+    for kind, name in render.removable(parse(isvc(SPEC))):
+        assert {"get", "create", "patch", "delete"} <= set(kube.PERMISSIONS[resources[kind]]), kind
+
+
+def test_the_route_attaches_to_the_users_gateway_and_splits_by_weight_for_a_canary():
+    route = rendered()[("HTTPRoute", "chat")]["spec"]
+    assert route["parentRefs"] == [{"group": "gateway.networking.k8s.io", "kind": "Gateway", **GATEWAY}]
+    assert route["hostnames"] == ["llm.example.com"]
+    (rule,) = route["rules"]
+    assert rule["backendRefs"] == [
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "chat", "weight": 90},
+        {"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "chat-next", "weight": 10},
+    ]
+
+
+def test_without_a_gateway_there_is_a_pool_and_picker_but_no_route():
+    objs = rendered({"model": "m", "router": {}}, name="chat-next")
+    assert ("InferencePool", "chat-next") in objs and ("Deployment", "chat-next-epp") in objs
+    assert not any(kind == "HTTPRoute" for kind, _ in objs)
+
+
+def test_the_picker_reads_minisgls_metric_names_from_its_engine_config():
+    objs = rendered()
+    config = json.loads(objs[("ConfigMap", "chat-epp")]["data"][c.EPP_CONFIG_FILE])
+    plugins = {p["type"]: p.get("parameters", {}) for p in config["plugins"]}
+    extractor = plugins["core-metrics-extractor"]
+    (engine,) = extractor["engineConfigs"]
+    assert extractor["defaultEngine"] == engine["name"] == c.EPP_ENGINE_NAME
+    labels = objs[("Deployment", "chat")]["spec"]["template"]["metadata"]["labels"]
+    assert labels[extractor["engineLabelKey"]] == engine["name"]  # the pods say which names to read
+    assert engine["queuedRequestsSpec"] == "minisgl_num_requests_waiting"
+    assert engine["kvUsageSpec"] == "minisgl_kv_cache_usage_ratio"
+    assert engine["cacheInfoSpec"] == "minisgl_cache_config_info"
+    assert plugins["metrics-data-source"]["path"] == "/metrics"
+    # Every scorer of the default profile is a declared plugin, prefix reuse weighed most.
+    (profile,) = config["schedulingProfiles"]
+    weights = {p["pluginRef"]: p["weight"] for p in profile["plugins"]}
+    assert set(weights) == {"queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer"} <= set(plugins)
+    assert max(weights, key=weights.get) == "prefix-cache-scorer"
+    assert "featureGates" not in config  # flow control only where it holds requests for scale-from-zero
+
+
+def test_the_chart_passes_the_endpoint_picker_image_to_the_operator(monkeypatch):
+    from operator_chart_tools import helm_template
+
+    objs = helm_template({"endpointPicker": {"image": {"repository": "r/epp", "tag": "v1"}}})
+    (dep,) = [o for o in objs if o["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env[c.EPP_IMAGE_ENV] == "r/epp:v1"
+    monkeypatch.setenv(c.EPP_IMAGE_ENV, "r/epp:v1")
+    from minisgl_operator import config
+
+    assert config.endpoint_picker_image() == "r/epp:v1"
+
+
+# --- through the reconciler, against the fake API server ---------------------------------------
+
+LOG = logging.getLogger("test-router")
+
+
+@pytest.fixture
+def reconciler(fake):
+    handlers.configure(fake, default_image="registry.example/minisgl:1")
+    yield handlers._get_reconciler()
+    handlers._reconciler = None
+
+
+def test_the_reconciler_applies_the_router_and_removes_it_when_the_spec_drops_it(fake, reconciler):
+    body = fake.create_inferenceservice("chat", SPEC)
+    outcome = reconciler.reconcile(body)
+    assert outcome.problem is None, outcome.problem
+    assert {k for k in fake.children()} >= {("InferencePool", "chat"), ("HTTPRoute", "chat"), ("Deployment", "chat-epp")}
+    body = fake.update_spec("chat", lambda spec: spec.pop("router"))
+    outcome = reconciler.reconcile(body)
+    assert set(fake.children()) == {("Deployment", "chat"), ("Service", "chat"), ("PodDisruptionBudget", "chat")}
+    assert "InferencePool/chat" in outcome.deleted and "Deployment/chat-epp" in outcome.deleted
+
+
+def test_the_fake_api_server_refuses_a_pool_its_crd_refuses(fake):
+    pool = rendered()[("InferencePool", "chat")]
+    del pool["spec"]["targetPorts"]
+    with pytest.raises(ApiError, match="'targetPorts' is a required property"):
+        fake.apply(pool)
+    pool = rendered()[("InferencePool", "chat")]
+    pool["spec"]["endpointPickerRef"]["failureMode"] = "FailSometimes"
+    with pytest.raises(ApiError, match="is not one of"):
+        fake.apply(pool)
+
+
+def test_the_fake_api_server_runs_the_crds_cel_rules_too(fake):
+    # InferencePool's own rules: an endpoint picker Service needs a port; each target port once.
+    pool = rendered()[("InferencePool", "chat")]
+    del pool["spec"]["endpointPickerRef"]["port"]
+    with pytest.raises(ApiError, match="port is required when kind is 'Service'"):
+        fake.apply(pool)
+    pool = rendered()[("InferencePool", "chat")]
+    del pool["spec"]["endpointPickerRef"]["kind"]  # defaulted to Service first, as the API server does
+    del pool["spec"]["endpointPickerRef"]["port"]
+    assert operator_crds.custom_errors(pool) != []
+    pool = rendered()[("InferencePool", "chat")]
+    pool["spec"]["targetPorts"] *= 2
+    assert operator_crds.custom_errors(pool) == ["InferencePool.spec.targetPorts: port number must be unique"]

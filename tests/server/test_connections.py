@@ -1,0 +1,191 @@
+"""Connection hygiene against a real server: slow clients (slowloris) are cut off after the header
+or body timeout while /health keeps answering, connections are capped with a clear refusal, the
+open-file limit is raised at start, and the API key is checked before the body is read."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import psutil
+import pytest
+
+from minisgl.benchmark import chaos
+from minisgl.server.args import parse_args
+from minisgl.utils.net import free_port
+from minisgl.utils.server_process import ServerProcess as CommandProcess
+from tests.server.serving import ServerProcess, tiny_qwen3_server
+
+FAST = ["--num-pages", "256", "--max-seq-len", "256"]
+
+
+model_dir, server, client = tiny_qwen3_server(*FAST, "--header-timeout", "2", "--body-timeout", "2",
+                                              "--max-connections", "64")
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.create_connection((host, int(port)), timeout=10)
+    sock.settimeout(10)
+    return sock
+
+
+def closed_by_server(sock: socket.socket) -> bytes | None:
+    """What the server sent before closing (b'' for nothing), or None while it keeps the socket open."""
+    sock.setblocking(False)
+    try:
+        data = sock.recv(65536)
+    except BlockingIOError:
+        return None
+    except ConnectionResetError:
+        return b""
+    finally:
+        sock.setblocking(True)
+    if data:  # a response; the close may follow it
+        rest = b""
+        try:
+            sock.settimeout(2)
+            while chunk := sock.recv(65536):
+                rest += chunk
+        except (TimeoutError, ConnectionResetError):
+            pass
+        return data + rest
+    return data
+
+
+def test_slow_request_heads_are_closed_after_the_header_timeout_while_health_answers(server):
+    """20 clients send their request head one byte every 0.4 s (each byte resets uvicorn's own
+    keep-alive timer): all are closed about --header-timeout (2 s) after connecting, and /health
+    answers the whole time (the chaos scenario minisgl.benchmark.chaos.slowloris)."""
+    result = chaos.slowloris(server.url, connections=20, seconds=8, byte_every_s=0.4)
+    assert result["cut"] == 20, f"{20 - result['cut']} slow connections still open after 8 s"
+    assert all(1.5 < t < 4.5 for t in result["cut_after_s"]), result["cut_after_s"]
+    assert result["health_failures"] == 0
+
+
+def test_a_slowly_sent_body_gets_408_after_the_body_timeout(server):
+    sock = connect(server.url)
+    sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 1000\r\n\r\n{\"prompt\": ")
+    start = time.monotonic()
+    response = None
+    while time.monotonic() - start < 8 and response is None:
+        try:
+            sock.send(b" ")
+        except (BrokenPipeError, ConnectionResetError):
+            response = b""
+            break
+        time.sleep(0.4)
+        response = closed_by_server(sock)
+    sock.close()
+    assert response is not None, "a body trickling in is held open past the body timeout"
+    assert response.startswith(b"HTTP/1.1 408"), response[:200]
+    assert b'"code":"request_timeout"' in response
+    assert 1.5 < time.monotonic() - start < 4.5
+
+
+def test_connections_beyond_max_connections_get_503_and_the_server_recovers(server):
+    """64 connections are served; a request on the 65th gets 503 at once. When they close, new
+    requests are served again."""
+    held = [connect(server.url) for _ in range(64)]
+    try:
+        time.sleep(0.3)
+        refused = httpx.get(server.url + "/health", timeout=5)
+        assert refused.status_code == 503
+    finally:
+        for s in held:
+            s.close()
+    time.sleep(0.5)
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+
+
+def test_open_file_limit_is_raised_so_1100_idle_connections_do_not_starve_health(model_dir):
+    """Started under the usual soft limit of 1024 open files: the server raises it to the hard
+    limit (its workers inherit it), and /health still answers with 1,100 idle connections open."""
+    soft, hard = __import__("resource").getrlimit(__import__("resource").RLIMIT_NOFILE)
+    if hard < 4096:
+        pytest.skip(f"the hard open-file limit here is {hard}: too low to open 1,100 connections")
+    port = free_port()
+    minisgl = " ".join([sys.executable, "-m", "minisgl", "--port", str(port), "--device", "cpu", "--model",
+                        model_dir, *FAST])
+    srv = CommandProcess(["sh", "-c", f"ulimit -Sn 1024 && exec {minisgl}"], f"http://127.0.0.1:{port}",
+                         f"/tmp/minisgl-nofile-{port}.log", command=True).wait_ready()
+    socks = []
+    try:
+        procs = [psutil.Process(srv.proc.pid), *psutil.Process(srv.proc.pid).children(recursive=True)]
+        for p in procs:
+            assert p.rlimit(psutil.RLIMIT_NOFILE)[0] == hard, p.cmdline()
+        with ThreadPoolExecutor(16) as pool:
+            socks = list(pool.map(lambda _: connect(srv.url), range(1100)))
+        time.sleep(0.5)
+        assert httpx.get(srv.url + "/health", timeout=10).status_code == 200
+        assert "Too many open files" not in srv.output()
+    finally:
+        for s in socks:
+            s.close()
+        assert srv.stop() == 0
+
+
+def test_api_key_is_checked_before_the_body_is_read(model_dir):
+    """Without the key, a request is refused with 401 from its head alone: a body that never comes,
+    an oversized one and a malformed one all get 401 (not a wait, 413 or 400)."""
+    srv = ServerProcess("--model", model_dir, *FAST, "--max-request-bytes", "1000",
+                        env={"MINISGL_API_KEY": "s3cret"}).wait_ready()
+    try:
+        sock = connect(srv.url)
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 900\r\n\r\n")  # no body follows
+        sock.settimeout(3)
+        try:
+            head = sock.recv(4096)
+        except TimeoutError:
+            head = b"(nothing in 3 s)"
+        sock.close()
+        assert head.startswith(b"HTTP/1.1 401"), f"the server waited for the body of a request without the key: {head[:60]}"
+        for content in (b"x" * 5000, b"{not json"):
+            resp = httpx.post(srv.url + "/v1/completions", content=content, headers={"Content-Type": "application/json"})
+            assert resp.status_code == 401 and resp.json()["error"]["code"] == "invalid_api_key"
+        big = httpx.post(srv.url + "/v1/completions", content=b"x" * 5000, headers={"Authorization": "Bearer s3cret"})
+        assert big.status_code == 413  # with the key, the body limits apply as before
+    finally:
+        assert srv.stop() == 0
+
+
+def test_api_key_from_a_file_works_and_shows_in_no_command_line(model_dir, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text("s3cret-from-file\n")
+    srv = ServerProcess("--model", model_dir, *FAST, "--api-key-file", str(key_file)).wait_ready()
+    try:
+        assert httpx.post(srv.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2}).status_code == 401
+        ok = httpx.post(srv.url + "/v1/completions", json={"prompt": "hi", "max_tokens": 2},
+                        headers={"Authorization": "Bearer s3cret-from-file"})
+        assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
+        procs = [psutil.Process(srv.proc.pid), *psutil.Process(srv.proc.pid).children(recursive=True)]
+        assert not any("s3cret" in " ".join(p.cmdline()) for p in procs)
+    finally:
+        assert srv.stop() == 0
+
+
+def test_api_key_flags_one_source_each(tmp_path, monkeypatch, capsys):
+    key_file = tmp_path / "key"
+    key_file.write_text("  from-file  \nignored second line\n")
+    monkeypatch.delenv("MINISGL_API_KEY", raising=False)
+    assert parse_args(["--api-key-file", str(key_file)]).api_key == "from-file"
+    monkeypatch.setenv("MINISGL_API_KEY", "from-env")
+    assert parse_args([]).api_key == "from-env"
+    assert parse_args(["--api-key-file", str(key_file)]).api_key == "from-file"  # the file wins over the environment
+    for argv, problem in ((["--api-key", "a", "--api-key-file", str(key_file)], "give the API key once"),
+                          (["--api-key-file", str(tmp_path / "missing")], "--api-key-file"),
+                          (["--header-timeout", "0"], "--header-timeout")):
+        with pytest.raises(SystemExit) as exit_info:
+            parse_args(argv)
+        assert exit_info.value.code == 2 and problem in capsys.readouterr().err
+    empty = tmp_path / "empty"
+    empty.write_text("\n")
+    with pytest.raises(SystemExit):
+        parse_args(["--api-key-file", str(empty)])
+    assert "is empty" in capsys.readouterr().err
+    assert os.environ["MINISGL_API_KEY"] == "from-env"
