@@ -18,6 +18,7 @@ from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo, destroy
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
+from minisgl.utils.liveness import WorkerLink
 from minisgl.utils.net import rendezvous_addr
 from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
 
@@ -35,7 +36,8 @@ class LLM:
             status = ctx.Queue()
             for rank in range(1, tp):
                 rank_config = dataclasses.replace(config, tp_info=DistributedInfo(rank, tp))
-                p = ctx.Process(target=run_scheduler, args=(rank_config, {}, status), daemon=True)
+                link = WorkerLink(f"scheduler-rank{rank}", status)  # no watch here: no heartbeat
+                p = ctx.Process(target=run_scheduler, args=(rank_config, {}, link), daemon=True)
                 p.start()
                 self.followers.append(p)
         try:

@@ -6,7 +6,6 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
-from multiprocessing.queues import Queue
 
 import torch
 import zmq
@@ -15,6 +14,7 @@ from minisgl.core import SamplingParams
 from minisgl.distributed import broadcast_objects
 from minisgl.message import AbortMsg, ExitMsg, SchedulerStatsMsg, TokenBatchMsg, UserMsg, encode
 from minisgl.utils.logger import get_logger
+from minisgl.utils.liveness import Heartbeat, WorkerLink
 from minisgl.utils.process import ParentWatch, run_worker
 from minisgl.utils.zmq import PullSocket, PushSocket
 
@@ -57,9 +57,7 @@ class StatsReporter:
     served, and a request leaves it only by admission or by an abort, which `aborted` sees first.
     """
 
-    INTERVAL_S = 0.25  # at most this often
-    # At least this often, changes or not: the API's watchdog takes silence for a hung step.
-    HEARTBEAT_S = 1.0
+    INTERVAL_S = 0.25  # at most this often, and only when something changed
     MAX_QUEUE_TIMES = 10_000  # kept while unsent (the oldest go first)
 
     def __init__(self, scheduler: Scheduler, addr: str):
@@ -100,7 +98,7 @@ class StatsReporter:
         gauges = (s.num_running, s.num_waiting, s.cache.used_pages, s.engine.num_pages)
         counters = (s.stats.prompt_tokens, s.stats.prefix_hit_tokens)
         unchanged = gauges == self.gauges and counters == self.reported and not self.queue_times
-        if unchanged and not self.pending_info and now - self.last_sent < self.HEARTBEAT_S:
+        if unchanged and not self.pending_info:
             return
         queried, hits = counters[0] - self.reported[0], counters[1] - self.reported[1]
         msg = SchedulerStatsMsg(os.getpid(), *gauges, prefix_queried_tokens=queried, prefix_hit_tokens=hits,
@@ -136,31 +134,33 @@ class SchedulerServer:
     messages in the same order, make the same scheduling decisions and run the same batches."""
 
     def __init__(self, scheduler: Scheduler, inbox=None, send: Callable[[list[StepOutput]], None] | None = None,
-                 stats: StatsReporter | None = None):
+                 stats: StatsReporter | None = None, heartbeat: Heartbeat | None = None):
         self.scheduler = scheduler
         self.primary = scheduler.engine.tp.is_primary
         self.tp_size = scheduler.engine.tp.size
         self.inbox = inbox if self.primary else None
         self._send = send if self.primary else None
-        self.watch = ParentWatch()
+        self.watch = ParentWatch(heartbeat)  # every rank beats, once per turn of its loop
         self.stats = stats
         if self.stats:
             self.stats.send()  # before the launcher hears "ready": the info metric is there by then
 
     @classmethod
-    def over_zmq(cls, scheduler: Scheduler, addrs: dict[str, str]) -> SchedulerServer:
+    def over_zmq(cls, scheduler: Scheduler, addrs: dict[str, str],
+                 heartbeat: Heartbeat | None = None) -> SchedulerServer:
         if not scheduler.engine.tp.is_primary:
-            return cls(scheduler)
+            return cls(scheduler, heartbeat=heartbeat)
         to_detok = PushSocket(addrs["detokenizer"])
         # Only the primary rank reports, so tensor-parallel ranks are never counted twice.
         stats = StatsReporter(scheduler, addrs["stats"]) if "stats" in addrs else None
         return cls(scheduler, PullSocket(addrs["scheduler"]),
-                   lambda outs: to_detok.send(TokenBatchMsg(outs)), stats)
+                   lambda outs: to_detok.send(TokenBatchMsg(outs)), stats, heartbeat)
 
     def receive(self, timeout_ms: int) -> list:
         msgs = None
+        launcher_alive = self.watch.alive()
         if self.primary:
-            msgs = self.inbox.recv_all(timeout_ms) if self.watch.alive() else [ExitMsg()]
+            msgs = self.inbox.recv_all(timeout_ms) if launcher_alive else [ExitMsg()]
         if self.tp_size > 1:
             msgs = broadcast_objects([msgs])[0]
         return msgs
@@ -209,21 +209,19 @@ class SchedulerServer:
             pass
 
 
-def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], status: Queue, engine_cls=None) -> None:
+def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], link: WorkerLink, engine_cls=None) -> None:
     """The scheduler process. `engine_cls` replaces the Engine (benchmarks: minisgl.benchmark.model_free)."""
-    rank = config.tp_info.rank
-    name = "scheduler" if rank == 0 else f"scheduler-rank{rank}"
 
     def body(ready):
         if config.tp_info.size > 1 and not torch.cuda.is_available():
             # CPU ranks share the machine's cores.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tp_info.size))
         scheduler = Scheduler(config, engine_cls(config) if engine_cls else None)
-        server = SchedulerServer.over_zmq(scheduler, addrs)
+        server = SchedulerServer.over_zmq(scheduler, addrs, link.heartbeat)
         ready()
         try:
             server.serve()
         finally:
             scheduler.shutdown()
 
-    run_worker(name, status, body)
+    run_worker(link, body)

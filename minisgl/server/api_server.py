@@ -15,7 +15,7 @@ from minisgl.utils.logger import get_logger
 
 from .auth import ApiKeyGate, guarded_paths
 from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
-from .frontend import FrontendClient
+from .frontend import UNAVAILABLE, FrontendClient
 from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
 from .generation_defaults import sampling_defaults
@@ -39,13 +39,18 @@ PLAIN_503 = {503: {"content": {"text/plain": {}}}}
 
 @dataclass
 class ServerState:
-    """What the probes report; the launcher updates it."""
+    """What the probes report; the launcher updates it (minisgl.server.launch's watch)."""
 
     ready: bool = False  # model loaded, every worker started
     draining: bool = False  # SIGTERM received: finishing in-flight requests
-    healthy: bool = True  # every child process alive
-    stalled: bool = False  # the scheduler silent past --watchdog-timeout (see create_app's healthy())
+    failed: str | None = None  # why no more work can be done (a worker died): everything gets 503
+    stalled: tuple[str, ...] = ()  # workers silent past --watchdog-timeout (hung: stopped, deadlocked, a stuck step)
     created: int = 0
+
+    @property
+    def healthy(self) -> bool:
+        """What /health says: every worker alive and turning."""
+        return self.failed is None and not self.stalled
 
 
 class APIError(Exception):
@@ -62,17 +67,8 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     state.created = state.created or int(time.time())
     metrics = metrics or ServerMetrics(args.model_name, args.model or args.model_name, args.tp)
 
-    def healthy() -> bool:
-        """Every child alive, and the scheduler not stuck in one step past --watchdog-timeout."""
-        silent = metrics.scheduler_silent_s()
-        if silent > args.watchdog_timeout and not state.stalled:
-            logger.error("the scheduler has been silent for %.0f s (--watchdog-timeout %.0f): reporting unhealthy",
-                         silent, args.watchdog_timeout)
-        state.stalled = silent > args.watchdog_timeout
-        return state.healthy and not state.stalled
-
     def can_serve() -> bool:  # /ready, and minisgl_server_ready for the alert rules
-        return state.ready and healthy() and not state.draining
+        return state.ready and state.healthy and not state.draining
 
     metrics.track_readiness(can_serve)
     observed = ObservedClient(client, metrics)  # the OpenAI routes' requests are timed and counted
@@ -103,10 +99,12 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         return error_response(500, f"internal error: {type(e).__name__}", code="internal_error")
 
     def check_serving(model: str | None = None) -> None:
+        if state.failed:
+            raise APIError(503, f"the server cannot take requests: {state.failed}", code="service_unavailable")
         if state.draining:
-            raise APIError(503, "the server is shutting down", headers={"Retry-After": "5"})
+            raise APIError(503, "the server is shutting down", code="service_unavailable", headers={"Retry-After": "5"})
         if not state.ready:
-            raise APIError(503, "the model is still loading", headers={"Retry-After": "5"})
+            raise APIError(503, "the model is still loading", code="service_unavailable", headers={"Retry-After": "5"})
         if model is not None and model not in args.model_names:
             raise APIError(404, f"the model '{model}' does not exist; this server serves '{args.model_name}'",
                            param="model", code="model_not_found")
@@ -138,7 +136,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     @app.get(LIVENESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health():
-        ok = healthy()
+        ok = state.healthy
         return PlainTextResponse("ok" if ok else "unhealthy", status_code=200 if ok else 503)
 
     @app.get(READINESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
@@ -149,13 +147,13 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
 
     @app.get("/health_generate", tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health_generate():
-        if not (state.ready and healthy()):
+        if not (state.ready and state.healthy):
             return PlainTextResponse("not ready", status_code=503)
         params = {"temperature": 0.0, "max_tokens": 1, "ignore_eos": True}
 
         async def one_token():
             async for reply in client.generate(params, input_ids=[0]):
-                if reply.finish_reason == "error":
+                if reply.finish_reason in ("error", UNAVAILABLE):
                     raise RuntimeError(reply.error)
 
         try:

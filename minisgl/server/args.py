@@ -78,10 +78,15 @@ class ServerArgs:
         "--api-key-file: a flag's value is visible to every user of the machine in `ps`.")
     api_key_file: str | None = _flag("A file holding the API key (its first line): the preferred way to pass it.")
     shell: bool = _flag("Open an interactive chat in the terminal instead of serving HTTP.", False)
-    drain_timeout: float = _flag("Seconds to let in-flight requests finish after SIGTERM.", 30.0)
+    shell_temperature: float = _flag("Sampling temperature of the --shell's answers (0: greedy).", 0.7)
+    shell_max_tokens: int = _flag("Most tokens of one --shell answer.", 512)
+    drain_timeout: float = _flag(
+        "After SIGTERM: at most this many seconds for in-flight requests to finish; then those left are aborted "
+        "(503, or an error event and [DONE] on a stream) and the server exits. A second signal exits at once.", 30.0)
     watchdog_timeout: float = _flag(
-        "Seconds the scheduler may go silent (one step that long: a hung GPU or collective) before /health "
-        "fails, so the orchestrator restarts the server.", 300.0)
+        "Seconds any worker (a tokenizer, the detokenizer, the scheduler or a tensor-parallel rank) may stop "
+        "turning (stopped, deadlocked, one step that long: a hung GPU or collective) before /health fails, so "
+        "the orchestrator restarts the server.", 300.0)
     max_request_bytes: int = _flag("Largest request body accepted, in bytes (413 beyond).", 8 << 20)
     header_timeout: float = _flag(
         "Seconds a connection may take to send a complete request head (after connecting, or after its previous "
@@ -228,6 +233,12 @@ def validate(args: ServerArgs) -> str | None:
         return "--device must be one of auto, cuda, cpu"
     if args.chat_template is not None and "{" not in args.chat_template and not os.path.isfile(args.chat_template):
         return f"--chat-template: no such file: {args.chat_template}"
+    if not 0 <= args.shell_temperature <= 2:
+        return "--shell-temperature must be in [0, 2]"
+    if args.shell_max_tokens < 1:
+        return "--shell-max-tokens must be >= 1"
+    if args.drain_timeout < 0 or args.watchdog_timeout <= 0:
+        return "--drain-timeout must be >= 0 and --watchdog-timeout > 0"
     if args.max_seq_len is not None and args.max_seq_len < 1:
         return "--max-seq-len must be >= 1"
     if args.served_model_name is not None and not all(args.model_names):

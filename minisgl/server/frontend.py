@@ -11,6 +11,10 @@ from typing import Any
 from minisgl.message import AbortMsg, Reply, ReplyBatchMsg, TokenizeMsg, merge_replies
 from minisgl.utils.zmq import AsyncPullSocket, AsyncPushSocket
 
+# The finish reason of a request that the server itself ended before the pipeline did (the drain
+# deadline passed, a worker died): the client gets a 503 or a stream error event, never a 4xx.
+UNAVAILABLE = "unavailable"
+
 
 class ReplyStream:
     """One request's replies as they arrive. The reader only appends and wakes the consumer if it
@@ -50,6 +54,8 @@ class FrontendClient:
         self.unstarted = 0  # streams created but not yet iterated (not in self.streams yet)
         self._uids = itertools.count(1)
         self._reader: asyncio.Task | None = None
+        self.closed: str | None = None  # why every request is ended at once from now on (end_all)
+        self._upstream_gone = False  # a worker died: aborts would wait on a dead socket
 
     @property
     def in_flight(self) -> int:
@@ -78,6 +84,16 @@ class FrontendClient:
                             stream.push(reply)
             await asyncio.sleep(0)
 
+    def end_all(self, reason: str, upstream_alive: bool = True) -> int:
+        """End every request in flight now, and any started later, each with an UNAVAILABLE reply
+        saying `reason`; with the pipeline alive, each is also aborted there (its KV pages freed).
+        Returns how many were in flight."""
+        self.closed = reason
+        self._upstream_gone = self._upstream_gone or not upstream_alive
+        for uid, stream in self.streams.items():
+            stream.push(Reply(uid, "", 0, UNAVAILABLE, reason))
+        return len(self.streams)
+
     async def generate(self, params: dict[str, Any], text: str | None = None, input_ids: list[int] | None = None,
                        messages: list[dict] | None = None) -> AsyncIterator[Reply]:
         """Replies for one request until it finishes (several that arrived together come as one).
@@ -87,19 +103,25 @@ class FrontendClient:
         uid = next(self._uids)
         stream = self.streams[uid] = ReplyStream()
         to_tokenizer = self.to_tokenizers[uid % len(self.to_tokenizers)]
-        finished = False
+        finished = False  # the pipeline ended it: nothing to abort
         try:
+            if self.closed is not None:  # created before end_all, started after it
+                finished = True
+                yield Reply(uid, "", 0, UNAVAILABLE, self.closed)
+                return
             try:
                 await to_tokenizer.send(TokenizeMsg(uid, params, text, input_ids, messages))
             except (UnicodeEncodeError, ValueError, TypeError, OverflowError) as e:  # e.g. a lone surrogate
                 finished = True
                 yield Reply(uid, "", 0, "error", f"the request cannot be encoded: {e}")
                 return
-            while not finished:
+            while True:
                 reply = await stream.next()
-                finished = reply.finish_reason is not None
+                finished = reply.finish_reason not in (None, UNAVAILABLE)
                 yield reply
+                if reply.finish_reason is not None:
+                    return
         finally:
             del self.streams[uid]
-            if not finished:
+            if not finished and not self._upstream_gone:
                 await asyncio.shield(to_tokenizer.send(AbortMsg(uid)))

@@ -1,9 +1,16 @@
 """Starting, watching and stopping the server's processes.
 
 Children: tokenizer, detokenizer and the scheduler (rank 0, with its engine), plus one engine
-process per further tensor-parallel rank. This process runs the HTTP server. If a child dies the
-server exits non-zero (so a container restarts); on SIGTERM it stops taking requests, lets
-in-flight ones finish within --drain-timeout, and exits with every child gone.
+process per further tensor-parallel rank. This process runs the HTTP server and watches them all:
+
+* a child that dies ends every request in flight with a 503 (or a stream error event), new ones
+  are refused with 503, and the server exits non-zero with every child gone (a container restarts);
+* a child that stops turning (its heartbeat silent past --watchdog-timeout: stopped, deadlocked, a
+  GPU step that never ends) turns /health and /ready red until it turns again;
+* SIGTERM (or Ctrl-C) stops taking requests (503) and lets those in flight finish for at most
+  --drain-timeout; then the rest are aborted (their KV pages freed), each stream still gets a final
+  error event and [DONE], each waiting client a 503, and the server exits 0 with every child gone.
+  A second signal exits at once, non-zero.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import torch
 from minisgl.distributed import DistributedInfo
 from minisgl.scheduler import SchedulerConfig
 from minisgl.utils.gc_freeze import freeze_startup_objects
+from minisgl.utils.liveness import Heartbeats, WorkerLink
 from minisgl.utils.logger import get_logger
 
 from .args import ServerArgs
@@ -124,6 +132,7 @@ class Workers:
     procs: list[mp.process.BaseProcess]
     addrs: dict[str, str]
     status: mp.Queue
+    heartbeats: Heartbeats
 
     def wait_ready(self, should_stop=lambda: False) -> None:
         """Block until every child reported start-up; raise if one failed or died."""
@@ -149,6 +158,10 @@ class Workers:
                 return f"{p.name} (exit code {p.exitcode})"
         return None
 
+    def silent_past(self, timeout: float) -> dict[str, float]:
+        """Workers started but silent for longer than `timeout` s (hung), and for how long."""
+        return self.heartbeats.silent_past(timeout)
+
     def stop(self, grace: float = 5.0) -> None:
         for p in self.procs:
             if p.is_alive():
@@ -159,6 +172,10 @@ class Workers:
             if p.is_alive():
                 p.kill()
                 p.join()
+        # Closed and its feeder thread joined, the queue's semaphores are released before exit
+        # (else multiprocessing's resource tracker warns of a leaked semaphore).
+        self.status.close()
+        self.status.join_thread()
         shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
 
 
@@ -179,25 +196,32 @@ def start_workers(args: ServerArgs, model_path: str, scheduler_target=None) -> W
     addrs = ipc_addresses(ADDRESS_NAMES + tokenizers)
     status = ctx.Queue()
     dist_addr = placement.rendezvous()  # rendezvous of the tensor-parallel ranks
+    schedulers = {rank: "scheduler" if rank == 0 else f"scheduler-rank{rank}" for rank in placement.local_ranks}
+    local = list(schedulers.values()) + tokenizers + (["detokenizer"] if placement.is_head else [])
+    heartbeats = Heartbeats(local, ctx)
+
+    def link(name: str) -> WorkerLink:
+        return WorkerLink(name, status, heartbeats.of(name))
+
     procs = [
-        ctx.Process(target=scheduler_target or run_scheduler, name="scheduler" if rank == 0 else f"scheduler-rank{rank}",
-                    args=(scheduler_config(args, model_path, rank, dist_addr), addrs, status))
-        for rank in placement.local_ranks
+        ctx.Process(target=scheduler_target or run_scheduler, name=name,
+                    args=(scheduler_config(args, model_path, rank, dist_addr), addrs, link(name)))
+        for rank, name in schedulers.items()
     ]
     if placement.is_head:
         chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
         procs += [
             ctx.Process(target=run_tokenizer, name=name,
-                        args=(model_path, addrs, status, name, chat_template, prompt_token_limit(args, model_path)))
+                        args=(model_path, addrs, link(name), chat_template, prompt_token_limit(args, model_path)))
             for name in tokenizers
         ] + [
-            ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, status)),
+            ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, link("detokenizer"))),
         ]
     for p in procs:
         p.daemon = True
         p.start()
         logger.info("started worker %s (pid %d)", p.name, p.pid)
-    return Workers(procs, addrs, status)
+    return Workers(procs, addrs, status, heartbeats)
 
 
 def serve(args: ServerArgs, scheduler_target=None) -> int:
@@ -207,6 +231,7 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
     from .api_server import ServerState, create_app
     from .frontend import FrontendClient
     from .metrics import ServerMetrics
+    from .supervisor import Supervisor
 
     if not NodePlacement.of(args).is_head:
         return serve_engine_ranks(args, scheduler_target)
@@ -231,76 +256,44 @@ def serve(args: ServerArgs, scheduler_target=None) -> int:
         def capture_signals(self):
             yield
 
+    # No lifespan: the app has no start-up or shutdown hooks, and a forced exit (a second signal)
+    # would cancel the lifespan task with a traceback in the log.
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
-                                   timeout_graceful_shutdown=5, access_log=False,
+                                   timeout_graceful_shutdown=5, access_log=False, lifespan="off",
                                    http=uvicorn_http_protocol(args.header_timeout),
                                    # uvicorn counts the connection asking too: N served, the N+1st refused
                                    limit_concurrency=connection_limit(args.max_connections, open_files) + 1))
-    exit_code = 0
-    stopping = asyncio.Event()
+    supervisor = Supervisor(args, workers, state, client, server)
 
-    async def supervise() -> None:
-        nonlocal exit_code
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(None, workers.wait_ready, stopping.is_set)
-        except RuntimeError as e:
-            if not stopping.is_set():
-                logger.error("%s", e)
-                exit_code = 1
-            server.should_exit = True
-            return
+    def announce() -> None:
         freeze_startup_objects()
-        state.ready = True
         logger.info("minisgl ready: serving %s as '%s' at http://%s:%d", model_path, args.model_name,
                     args.host, args.port)
-        while not server.should_exit:
-            dead = workers.dead()
-            if dead:
-                logger.error("worker %s died; shutting down", dead)
-                state.healthy = False
-                exit_code = 1
-                server.should_exit = True
-                return
-            await asyncio.sleep(0.25)
-
-    async def drain() -> None:
-        state.draining = True
-        deadline = time.monotonic() + args.drain_timeout
-        logger.info("draining: %d request(s) in flight, up to %.0f s", client.in_flight, args.drain_timeout)
-        while client.in_flight and time.monotonic() < deadline:
-            await asyncio.sleep(0.1)
-        server.should_exit = True
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
-
-        def on_signal(sig: int) -> None:
-            if stopping.is_set():
-                server.force_exit = server.should_exit = True  # a second signal: stop now
-                return
-            logger.info("received %s", signal.Signals(sig).name)
-            stopping.set()
-            loop.create_task(drain())
-
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, on_signal, sig)
-        watcher = loop.create_task(supervise())
+            loop.add_signal_handler(sig, supervisor.on_signal, sig)
+        watcher = loop.create_task(supervisor.watch(announce))
         stats = loop.create_task(metrics.follow_scheduler(workers.addrs["stats"]))
         try:
             await server.serve()
         finally:
-            stopping.set()
+            supervisor.stopping.set()
             watcher.cancel()
             stats.cancel()
 
+    exit_code = 0
     try:
         _run_event_loop(main())
     except SystemExit as e:  # uvicorn exits this way when it cannot bind
         exit_code = e.code if isinstance(e.code, int) and e.code else 1
     finally:
-        workers.stop()
-    if not server.started and exit_code == 0 and not stopping.is_set():
+        # After a worker's death the others may be blocked on it (a collective, a full socket)
+        # and never act on SIGTERM: no long wait for them.
+        workers.stop(grace=1.0 if supervisor.forced or supervisor.exit_code else 5.0)
+    exit_code = exit_code or supervisor.exit_code
+    if not server.started and exit_code == 0 and not supervisor.stopping.is_set():
         exit_code = 1
     return exit_code
 
@@ -355,7 +348,8 @@ def run_shell(args: ServerArgs) -> int:
     try:
         print("loading the model ...", file=sys.stderr)
         workers.wait_ready()
-        return asyncio.run(chat_shell(FrontendClient(workers.addrs), workers))
+        return asyncio.run(chat_shell(FrontendClient(workers.addrs), workers, args.shell_temperature,
+                                      args.shell_max_tokens))
     except RuntimeError as e:
         logger.error("%s", e)
         return 1

@@ -131,7 +131,6 @@ class ServerMetrics:
         self.cache_config = Info(PREFIX + "cache_config", "The KV cache's page_size (tokens per page) and "
                                  "num_pages (pages in the pool), as labels; the value is always 1.", registry=r)
         self._scheduler_pid: int | None = None
-        self._last_heard: float | None = None
 
     # -- exposition ---------------------------------------------------------------------------
 
@@ -181,13 +180,7 @@ class ServerMetrics:
 
     # -- scheduler stats (from the scheduler process) -----------------------------------------
 
-    def scheduler_silent_s(self) -> float:
-        """Seconds since the scheduler's last message (it sends one at least every second
-        between steps); 0 before the first."""
-        return time.monotonic() - self._last_heard if self._last_heard is not None else 0.0
-
     def apply(self, msg: SchedulerStatsMsg) -> None:
-        self._last_heard = time.monotonic()
         if msg.pid != self._scheduler_pid:
             if self._scheduler_pid is not None:
                 logger.warning("scheduler process changed (pid %s -> %s): continuing its metrics",

@@ -17,7 +17,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 
 from minisgl.message import Reply
 
-from .frontend import FrontendClient
+from .frontend import UNAVAILABLE, FrontendClient
 from .parsers import ChatOutputFormat
 from .protocol import ChatCompletionRequest, CompletionRequest, error_response
 
@@ -30,6 +30,7 @@ class Choice:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     finish_reason: str | None = None
+    error: str | None = None  # why it failed, with finish_reason error or unavailable
     logprobs: list = field(default_factory=list)  # Reply.logprobs entries of every token so far
 
 
@@ -63,9 +64,13 @@ class Generation:
     async def first_replies(self) -> list[Reply] | JSONResponse:
         """Wait for each choice's first reply; an error there becomes the HTTP error response."""
         firsts = await asyncio.gather(*(anext(s) for s in self.streams))
+        ended = next((r for r in firsts if r.finish_reason == UNAVAILABLE), None)
         bad = next((r for r in firsts if r.finish_reason == "error"), None)
-        if bad is not None:
+        if ended is not None or bad is not None:
             await self.close()
+        if ended is not None:
+            return unavailable(ended.error)
+        if bad is not None:
             return error_response(400, bad.error or "request failed", code="invalid_request")
         return firsts
 
@@ -75,6 +80,7 @@ class Generation:
         choice.completion_tokens = reply.completion_tokens
         choice.prompt_tokens = reply.prompt_tokens or choice.prompt_tokens
         choice.finish_reason = reply.finish_reason
+        choice.error = reply.error or choice.error
         if reply.logprobs:
             choice.logprobs += reply.logprobs
         return choice
@@ -126,6 +132,19 @@ class Generation:
         prompts = {c.prompt_index: c.prompt_tokens for c in self.choices}
         prompt, completion = sum(prompts.values()), sum(c.completion_tokens for c in self.choices)
         return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+
+
+def unavailable(reason: str | None) -> JSONResponse:
+    """The server ended the request (draining, a worker died): a retryable server error."""
+    return error_response(503, reason or "the server cannot finish this request", code="service_unavailable",
+                          headers={"Retry-After": "5"})
+
+
+def _error_event(reply: Reply) -> bytes:
+    """The event that ends a stream the server could not finish; `[DONE]` still follows it."""
+    code = "service_unavailable" if reply.finish_reason == UNAVAILABLE else "generation_error"
+    return _sse({"error": {"message": reply.error or "generation failed", "type": "server_error", "param": None,
+                           "code": code}})
 
 
 def _lp(value: float) -> float:
@@ -222,7 +241,12 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
     if not body.stream:
         choices = await _collect(gen, firsts, request)
         if choices is None:
-            return error_response(400, "client disconnected")
+            # Nobody reads this: the client closed the connection. 499 (nginx's "client closed
+            # request") only keeps logs and middleware from counting it as a bad request or a fault.
+            return error_response(499, "the client closed the connection before the response", code="client_closed")
+        ended = next((c for c in choices if c.finish_reason == UNAVAILABLE), None)
+        if ended is not None:
+            return unavailable(ended.error)
         errors = [c for c in choices if c.finish_reason == "error"]
         if errors:
             return error_response(500, "generation failed", code="generation_error")
@@ -252,9 +276,8 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
                 yield _sse(chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""},
                                    "logprobs": None, "finish_reason": None}]))
         async for choice, reply in gen.replies(firsts):
-            if reply.finish_reason == "error":
-                yield _sse({"error": {"message": reply.error or "generation failed", "type": "server_error",
-                                      "param": None, "code": "generation_error"}})
+            if reply.finish_reason in ("error", UNAVAILABLE):
+                yield _error_event(reply)
                 continue
             if not reply.text and not reply.logprobs and reply.finish_reason is None:
                 continue

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from multiprocessing.queues import Queue
-
 from transformers import AutoTokenizer
 
 from minisgl.message import (
     AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
     merge_by_request,
 )
+from minisgl.utils.liveness import WorkerLink
 from minisgl.utils.process import ParentWatch, run_worker
 from minisgl.utils.zmq import PullSocket, PushSocket
 
@@ -65,8 +64,8 @@ def prompt_tail(tokenizer, ids: list[int]) -> list[int]:
     return [] if "\ufffd" in tokenizer.decode(tail) else tail
 
 
-def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: str = "tokenizer",
-                  chat_template: str | None = None, max_prompt_tokens: int | None = None) -> None:
+def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat_template: str | None = None,
+                  max_prompt_tokens: int | None = None) -> None:
     """`chat_template`: replaces the tokenizer's own (--chat-template). `max_prompt_tokens`: longer
     prompts are refused here, from their byte size when that proves it (no tokenizing megabytes)."""
     def body(ready):
@@ -75,9 +74,9 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: s
             tokenizer.chat_template = chat_template
         limit = PromptLimit(max_prompt_tokens, tokenizer.backend_tokenizer)
         repeated = RepeatedPrompt()
-        inbox = PullSocket(addrs[name])
+        inbox = PullSocket(addrs[link.name])
         to_scheduler, to_detok, to_api = (PushSocket(addrs[n]) for n in ("scheduler", "detokenizer", "api"))
-        watch = ParentWatch()
+        watch = ParentWatch(link.heartbeat)
         ready()
         while watch.alive():
             for msg in inbox.recv_all(timeout_ms=200):
@@ -101,16 +100,16 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], status: Queue, name: s
                 to_detok.send(info)
                 to_scheduler.send(UserMsg(msg.uid, ids, scheduler_params(msg.params)))
 
-    run_worker(name, status, body)
+    run_worker(link, body)
 
 
-def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> None:
+def run_detokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink) -> None:
     def body(ready):
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         inbox = PullSocket(addrs["detokenizer"])
         to_api, to_scheduler = PushSocket(addrs["api"]), PushSocket(addrs["scheduler"])
         detokenizer = Detokenizer(tokenizer.backend_tokenizer, to_scheduler.send)
-        watch = ParentWatch()
+        watch = ParentWatch(link.heartbeat)
         ready()
         while watch.alive():
             replies: list[Reply] = []
@@ -125,4 +124,4 @@ def run_detokenizer(model_path: str, addrs: dict[str, str], status: Queue) -> No
             if replies:
                 to_api.send(ReplyBatchMsg(merge_by_request(replies)))
 
-    run_worker("detokenizer", status, body)
+    run_worker(link, body)

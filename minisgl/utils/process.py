@@ -1,37 +1,48 @@
-"""What every worker process does the same way: report start-up, notice an orphaned state."""
+"""What every worker process does the same way: report start-up, notice an orphaned state, beat."""
 
 from __future__ import annotations
 
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Callable
-from multiprocessing.queues import Queue
 from typing import Any
 
 from .gc_freeze import freeze_startup_objects
+from .liveness import Heartbeat, WorkerLink
 
 
-def run_worker(name: str, status: Queue, body: Callable[[Callable[[], None]], Any]) -> None:
+def run_worker(link: WorkerLink, body: Callable[[Callable[[], None]], Any]) -> None:
     """Run `body(ready)` in a child process. `ready()` tells the launcher start-up is done; an
     exception is reported with its traceback instead of dying silently."""
     # Ctrl-C reaches the whole process group; the launcher alone decides how to shut down.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # tqdm (weight loading) guards its bars with a multiprocessing lock: a named semaphore that a
+    # worker stopped by SIGTERM (or killed) never releases, so the resource tracker warns of a
+    # "leaked semaphore" when the server exits. A worker's bars are its own: a thread lock will do.
+    from tqdm import tqdm
+
+    tqdm.set_lock(threading.RLock())
     try:
-        body(lambda: (freeze_startup_objects(), status.put(("ready", name, ""))))
+        body(lambda: (freeze_startup_objects(), link.ready()))
     except Exception:
         trace = traceback.format_exc()
-        print(f"minisgl worker {name} failed:\n{trace}", file=sys.stderr, flush=True)
-        status.put(("error", name, trace))
+        print(f"minisgl worker {link.name} failed:\n{trace}", file=sys.stderr, flush=True)
+        link.failed(trace)
         raise SystemExit(1) from None
 
 
 class ParentWatch:
-    """True while the process that started us lives; workers exit when their launcher is gone."""
+    """True while the process that started us lives; workers exit when their launcher is gone.
+    A worker's loop asks every turn, so the same call beats its heartbeat (minisgl.utils.liveness)."""
 
-    def __init__(self) -> None:
+    def __init__(self, heartbeat: Heartbeat | None = None) -> None:
         self.parent = os.getppid()
+        self.heartbeat = heartbeat
 
     def alive(self) -> bool:
+        if self.heartbeat is not None:
+            self.heartbeat.beat()
         return os.getppid() == self.parent

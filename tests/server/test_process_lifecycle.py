@@ -3,6 +3,7 @@ interactive shell driven through a pseudo-terminal."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -75,10 +76,10 @@ def test_finished_requests_leave_nothing_in_flight_so_sigterm_exits_at_once(mode
             async def one(stream: bool):
                 r = await client.post(srv.url + "/v1/completions", json={**body, "stream": stream})
                 return r.status_code
-            return await asyncio.gather(*(one(i % 2 == 0) for i in range(200)))
+            return await asyncio.gather(*(one(i % 2 == 0) for i in range(400)))
 
     try:
-        assert asyncio.run(burst()) == [200] * 200
+        assert asyncio.run(burst()) == [200] * 400  # the issue's form: 200 streaming, 200 not
         start = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
         assert srv.proc.wait(30) == 0
@@ -115,20 +116,24 @@ def test_bad_flags_fail_with_a_message():
 
 
 PROMPT = "\x1b[0m>"  # prompt_toolkit draws the "> " prompt after resetting attributes
+LINE_ACCEPTED = "\x1b[?2004l"  # prompt_toolkit leaves bracketed-paste mode: the line is read, the terminal given back
 ANSI = re.compile(r"\x1b\[[0-9;?]*[a-zA-Z]")
 
 
-def test_shell_streams_answers_and_resets(model_dir):
-    child = pexpect.spawn(sys.executable, ["-m", "minisgl", "--shell", "--model", model_dir, "--device", "cpu",
-                                           *FAST], encoding="utf-8", timeout=120, dimensions=(40, 200))
+@contextlib.contextmanager
+def greedy_shell(tiny_model_dir, max_tokens: int):
+    """The shell in a pseudo-terminal, greedy, on weights whose greedy answer runs past 300 tokens
+    without an end (sampled, an answer could be a lone end-of-text). The test talks to it; at the
+    end /reset, then Ctrl-D must leave with status 0."""
+    rambling = tiny_model_dir("Qwen3ForCausalLM", seed=5)
+    child = pexpect.spawn(sys.executable, ["-m", "minisgl", "--shell", "--model", rambling, "--device", "cpu",
+                                           "--shell-temperature", "0", "--shell-max-tokens", str(max_tokens),
+                                           *FAST, "--max-seq-len", "1024"], encoding="utf-8", timeout=120,
+                          dimensions=(40, 200))
     try:
         child.expect_exact("/reset clears the conversation")
         child.expect_exact(PROMPT)
-        child.sendline("Hello there")
-        child.expect_exact("Hello there")
-        child.expect_exact(PROMPT, timeout=60)  # the answer streamed, then a new prompt
-        answer = ANSI.sub("", child.before).strip()
-        assert answer, "no answer was printed"
+        yield child
         child.sendline("/reset")
         child.expect_exact("(conversation cleared)")
         child.expect_exact(PROMPT)
@@ -137,3 +142,40 @@ def test_shell_streams_answers_and_resets(model_dir):
     finally:
         child.close()
     assert child.exitstatus == 0
+
+
+def ask(child, line: str) -> None:
+    child.sendline(line)
+    child.expect_exact(line)
+    # The line accepted (prompt_toolkit may redraw the prompt and the line before that).
+    child.expect_exact(LINE_ACCEPTED)
+
+
+def test_shell_streams_answers_and_resets(tiny_model_dir):
+    with greedy_shell(tiny_model_dir, max_tokens=16) as child:
+        ask(child, "Hello there")
+        child.expect_exact(PROMPT, timeout=60)  # the answer streamed, then a new prompt
+        answer = ANSI.sub("", child.before).strip()
+        assert answer, "no answer was printed"
+
+
+def test_shell_ctrl_c_stops_the_answer_not_the_shell(tiny_model_dir):
+    """A long answer (--shell-max-tokens 900) is stopped by Ctrl-C: the request is aborted, the
+    shell says so and asks again."""
+    with greedy_shell(tiny_model_dir, max_tokens=900) as child:
+        ask(child, "Tell me a long story")
+        child.expect(r"[^\r\n]{20}", timeout=60)  # the answer is streaming
+        child.sendintr()
+        child.expect_exact("(answer cancelled)", timeout=30)
+        child.expect_exact(PROMPT)
+        assert child.isalive()
+
+
+def test_shell_sampling_flags_are_checked_before_anything_starts():
+    import subprocess
+
+    for argv, message in ((["--shell-temperature", "-1"], "--shell-temperature must be in [0, 2]"),
+                          (["--shell-max-tokens", "0"], "--shell-max-tokens must be >= 1")):
+        out = subprocess.run([sys.executable, "-m", "minisgl", "--shell", *argv], capture_output=True, text=True,
+                             timeout=60)
+        assert out.returncode == 2 and message in out.stderr
