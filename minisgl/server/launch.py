@@ -153,10 +153,10 @@ class Workers:
             logger.info("worker %s is ready", name)
 
     def dead(self) -> str | None:
-        for p in self.procs:
-            if not p.is_alive():
-                return f"{p.name} (exit code {p.exitcode})"
-        return None
+        """The workers that have exited, killed ones first: a rank killed by a signal takes its
+        peer ranks down with it, and the log should name the cause, not the echo."""
+        gone = sorted((p for p in self.procs if not p.is_alive()), key=lambda p: (p.exitcode or 0) >= 0)
+        return ", ".join(f"{p.name} (exit code {p.exitcode})" for p in gone) or None
 
     def silent_past(self, timeout: float) -> dict[str, float]:
         """Workers started but silent for longer than `timeout` s (hung), and for how long."""

@@ -197,7 +197,7 @@ def test_spec_args_the_server_would_refuse_are_a_spec_error(args, complaint):
         (["--po=8000"], "--port"),
         (["--mod", "other/model"], "--model"),
         (["--ho", "::"], "--host"),
-        (["--she"], "--shell"),
+        (["--node-r", "1"], "--node-rank"),  # every pod would claim one node's ranks
     ],
 )
 def test_abbreviated_owned_flags_are_refused_as_argparse_would_read_them(args, owned):

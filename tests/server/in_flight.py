@@ -58,11 +58,30 @@ class InFlight:
         except httpx.HTTPError as e:
             outcome.transport_error = repr(e)
 
+    def wait_queued(self, srv, metric, wait_for, timeout: float = 30) -> None:
+        """Until every request has reached the scheduler (running, waiting, or already answered):
+        one still on its way when the test acts would be refused as new work instead of being one
+        in flight."""
+        def arrived() -> bool:
+            answered = sum(not t.is_alive() for t in self.threads)
+            held = metric(srv, "minisgl_num_requests_running") + metric(srv, "minisgl_num_requests_waiting")
+            return held >= 1 and held + answered >= self.n
+
+        wait_for(arrived, timeout, f"{self.n} requests at the scheduler")
+
     def join(self, timeout: float = 60) -> list[Outcome]:
         for t in self.threads:
             t.join(timeout)
         assert not any(t.is_alive() for t in self.threads), "a request never ended"
         return self.outcomes
+
+
+def finished_whole(outcome: Outcome) -> bool:
+    """A request that completed before the server stopped serving: a 200 with no error and its
+    whole body (the stream's [DONE], the JSON's closing brace)."""
+    if outcome.status != 200 or outcome.transport_error or outcome.error() is not None:
+        return False
+    return outcome.body.endswith("data: [DONE]\n\n") if outcome.stream else outcome.body.rstrip().endswith("}")
 
 
 def assert_ended_by_the_server(outcome: Outcome) -> None:
