@@ -42,9 +42,18 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @triton.jit
+def _dot(x, w, acc, IEEE: tl.constexpr):
+    """acc + x @ w^T, in bf16 on tensor cores (e4m3 -> bf16 is exact); IEEE: in float32, for
+    Triton's CPU interpreter (its dot mishandles bf16)."""
+    if IEEE:
+        return tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+    return tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
+
+
+@triton.jit
 def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
-                     GATED: tl.constexpr, EVEN_K: tl.constexpr):
+                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
     """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features,
     over all of K (no split: no atomics, no zeroed buffer, no cast kernel). GATED: w holds
     [gate; up] (2N rows) and y = silu(gate) * up, both halves streamed by the same program.
@@ -75,7 +84,7 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
             x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
             w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
         if DOT:
-            acc = tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
+            acc = _dot(x, w, acc, IEEE)
         else:
             xf = x.to(tl.float32)[:, None, :]
             acc += xf * w.to(tl.float32)[None, :, :]
@@ -85,7 +94,7 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
             else:
                 up = tl.load(w_ptrs + up_off, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             if DOT:
-                acc_up = tl.dot(x.to(tl.bfloat16), tl.trans(up.to(tl.bfloat16)), acc_up)
+                acc_up = _dot(x, up, acc_up, IEEE)
             else:
                 acc_up += xf * up.to(tl.float32)[None, :, :]
         x_ptrs += BLOCK_K
@@ -156,5 +165,5 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0), BLOCK_M=block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated, EVEN_K=k % cfg.block_k == 0,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        IEEE=not x.is_cuda, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
     return y
