@@ -130,12 +130,12 @@ ACC_ELEMENTS = 8192  # the CUDA-core accumulator: 64 float32 registers a thread 
 N_SMS = 132  # an H100's; programs per tile size are counted against it (see gemv_config)
 
 
-def gemv_config(m: int, n: int, k: int) -> GemvConfig:
+def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
     not autotune). Output tiles only, no split-K: BLOCK_N is the widest that still gives at least
     two programs per SM (so every SM streams weight rows; narrower tiles rather than a K split for
     small N, e.g. tensor-parallel shards). K steps are as long as the accumulator allows, so each
-    program keeps many 16-byte weight loads in flight."""
+    program keeps many 16-byte weight loads in flight (gated: two accumulators, each half as long)."""
     dot = m >= DOT_MIN_ROWS
     widths = (32, 16) if dot else (16, 8, 4)
     if dot and triton.cdiv(n, 16) < N_SMS:  # too few 16-wide tiles for tl.dot: CUDA cores, narrow tiles
@@ -144,7 +144,8 @@ def gemv_config(m: int, n: int, k: int) -> GemvConfig:
     if dot:
         block_k = 256
     else:
-        block_k = max(16, min(1024, ACC_ELEMENTS // (triton.next_power_of_2(m) * block_n)))
+        acc = triton.next_power_of_2(m) * block_n * (2 if gated else 1)
+        block_k = max(16, min(1024, ACC_ELEMENTS // acc))
     block_k = min(block_k, max(16, triton.next_power_of_2(k)))
     return GemvConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, dot=dot)
 
@@ -159,7 +160,7 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if m > GEMV_MAX_ROWS:
         raise ValueError(f"fp8_gemv takes at most {GEMV_MAX_ROWS} rows, got {m}")
-    cfg = config or gemv_config(m, n, k)
+    cfg = config or gemv_config(m, n, k, gated)
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
