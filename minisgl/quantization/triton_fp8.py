@@ -125,7 +125,9 @@ class GemvConfig:
 
 
 GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled_mm (gemm.py)
-DOT_MIN_ROWS = 5  # from here tl.dot's padding to 16 rows costs less than a CUDA-core accumulator per row
+# From 3 rows tl.dot (rows padded to 16) wins over CUDA cores: their accumulator grows with the
+# rows, so K steps would shrink below 16 bytes of weight a thread (4 rows, gated: 8).
+DOT_MIN_ROWS = 3
 ACC_ELEMENTS = 8192  # the CUDA-core accumulator: 64 float32 registers a thread at 4 warps
 N_SMS = 132  # an H100's; programs per tile size are counted against it (see gemv_config)
 
@@ -134,20 +136,17 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
     not autotune). Output tiles only, no split-K: BLOCK_N is the widest that still gives at least
     two programs per SM (so every SM streams weight rows; narrower tiles rather than a K split for
-    small N, e.g. tensor-parallel shards). K steps are as long as the accumulator allows, so each
-    program keeps many 16-byte weight loads in flight (gated: two accumulators, each half as long)."""
+    small N, e.g. tensor-parallel shards). CUDA-core K steps are as long as the accumulator allows
+    (gated: two accumulators, each half as long), so each program keeps many 16-byte weight loads
+    in flight."""
     dot = m >= DOT_MIN_ROWS
     widths = (32, 16) if dot else (16, 8, 4)
-    if dot and triton.cdiv(n, 16) < N_SMS:  # too few 16-wide tiles for tl.dot: CUDA cores, narrow tiles
-        dot, widths = False, (4,)
     block_n = next((w for w in widths if triton.cdiv(n, w) >= 2 * N_SMS), widths[-1])
     if dot:
-        block_k = 256
-    else:
-        acc = triton.next_power_of_2(m) * block_n * (2 if gated else 1)
-        block_k = max(16, min(1024, ACC_ELEMENTS // acc))
-    block_k = min(block_k, max(16, triton.next_power_of_2(k)))
-    return GemvConfig(block_n, block_k, num_warps=4, num_stages=4 if dot else 2, dot=dot)
+        return GemvConfig(block_n, min(256, max(16, triton.next_power_of_2(k))), num_warps=4, num_stages=4, dot=True)
+    acc = triton.next_power_of_2(m) * block_n * (2 if gated else 1)
+    block_k = min(1024, ACC_ELEMENTS // acc, max(16, triton.next_power_of_2(k)))
+    return GemvConfig(block_n, block_k, num_warps=4, num_stages=2, dot=False)
 
 
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,

@@ -1,13 +1,18 @@
 """The FP8 weight-streaming GEMV (minisgl.quantization.triton_fp8.fp8_gemv) computes x @ (w * s)^T
 as a float32 GEMM of the same e4m3 weights does, and its gated form silu(gate) * up, for 1 to 16
 rows, N not a multiple of its tile and K not a multiple of its step, on both of its paths (CUDA
-cores and tl.dot). On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
+cores and tl.dot); and every tile its table picks builds for Hopper streaming the weight in 16-byte
+loads. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1); the device runs this file on the GPU too.
 
     python -m pytest tests/quantization/test_fp8_gemv.py -q
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -59,8 +64,8 @@ def test_configs_tile_output_features_only_and_fill_the_gpu():
     cfg = gemv_config(1, 4096, 4096)
     assert 4096 // cfg.block_n >= 264 and not cfg.dot
     assert gemv_config(16, 28672, 4096).dot  # 16 rows: tl.dot over 16-row tiles
-    narrow = gemv_config(16, 512, 4096)  # a tensor-parallel shard: too few 16-wide tiles
-    assert not narrow.dot and 512 // narrow.block_n >= 128
+    narrow = gemv_config(1, 512, 4096)  # a tensor-parallel shard: narrower tiles, not a K split
+    assert 512 // narrow.block_n >= 128
 
 
 def test_more_than_16_rows_is_refused():
@@ -68,3 +73,44 @@ def test_more_than_16_rows_is_refused():
     wq, ws = quantize_rows(torch.ones(16, 32, device=DEVICE))
     with pytest.raises(ValueError, match="at most 16 rows"):
         fp8_gemv(x, wq, ws)
+
+
+# Builds the kernel for Hopper with Triton's compiler (no GPU needed, outside the interpreter) with
+# the tiles gemv_config picks for Llama-3.1-8B's linears and a tensor-parallel shard, and reads the
+# PTX: the e4m3 weight must move in 16-byte loads (ld.global.v4, or cp.async of 16 bytes on the
+# tl.dot path), never byte by byte, or the kernel is far from the bandwidth it exists for.
+HOPPER_BUILD = r"""
+import inspect, re, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from minisgl.quantization import triton_fp8 as tf
+
+kernel = tf._fp8_gemv_kernel
+names = list(inspect.signature(kernel.fn).parameters)
+types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16"}
+shapes = [(6144, 4096, False), (4096, 4096, False), (14336, 4096, True), (4096, 14336, False), (768, 4096, False)]
+for n, k, gated in shapes:
+    for rows in (1, 2, 4, 16):
+        cfg = tf.gemv_config(rows, n, k, gated)
+        consts = {"BLOCK_M": 16 if cfg.dot else triton.next_power_of_2(rows), "BLOCK_N": cfg.block_n,
+                  "BLOCK_K": cfg.block_k, "DOT": cfg.dot, "GATED": gated, "EVEN_K": k % cfg.block_k == 0, "IEEE": False}
+        sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
+        # What Triton's launcher tells the compiler of these arguments: 16-byte aligned, multiples of 16.
+        aligned = ["x_ptr", "w_ptr", "s_ptr", "y_ptr", "N", "K", "stride_xm", "stride_wn", "stride_ym"]
+        attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+        ptx = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
+                             target=GPUTarget("cuda", 90, 32),
+                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}).asm["ptx"]
+        byte_loads = re.findall(r"ld\.global(?:\.\w+)*\.[bsu]8\b", ptx)
+        small_copies = [c for c in re.findall(r"cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], (\w+)", ptx)
+                        if int(c, 0) != 16]
+        wide = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)) + ptx.count("cp.async")
+        assert not byte_loads and not small_copies and wide, (n, k, gated, rows, cfg, byte_loads, small_copies)
+print("built")
+"""
+
+
+def test_table_tiles_build_for_hopper_with_16_byte_weight_loads():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "built" in proc.stdout, proc.stderr[-4000:]
