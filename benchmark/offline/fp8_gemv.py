@@ -113,12 +113,11 @@ def copy_bandwidth() -> float:
 
 def sweep_configs(rows: int) -> list[GemvConfig]:
     """Tile configs around the table's: CUDA-core ones whose accumulator fits 16-128 registers a
-    thread, and tl.dot ones from 2 rows."""
+    thread, and tl.dot ones (rows padded to 16)."""
     block_m = triton.next_power_of_2(rows)
     out = [GemvConfig(bn, bk, w, st, False) for bn in (4, 8, 16, 32) for bk in (128, 256, 512, 1024)
            for w in (4, 8) for st in (1, 2) if 16 <= block_m * bn * bk / (32 * w) <= 128]
-    if rows > 1:
-        out += [GemvConfig(bn, bk, 4, st, True) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
+    out += [GemvConfig(bn, bk, 4, st, True) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
     return out
 
 

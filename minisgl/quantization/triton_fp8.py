@@ -162,6 +162,8 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
     cfg = config or gemv_config(m, n, k, gated)
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return y
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0), BLOCK_M=block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated, EVEN_K=k % cfg.block_k == 0,

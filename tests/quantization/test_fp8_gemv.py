@@ -68,11 +68,11 @@ def test_configs_tile_output_features_only_and_fill_the_gpu():
     assert 512 // narrow.block_n >= 128
 
 
-def test_more_than_16_rows_is_refused():
-    x = torch.zeros(17, 32, dtype=torch.bfloat16, device=DEVICE)
+def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
     wq, ws = quantize_rows(torch.ones(16, 32, device=DEVICE))
     with pytest.raises(ValueError, match="at most 16 rows"):
-        fp8_gemv(x, wq, ws)
+        fp8_gemv(torch.zeros(17, 32, dtype=torch.bfloat16, device=DEVICE), wq, ws)
+    assert fp8_gemv(torch.zeros(0, 32, dtype=torch.bfloat16, device=DEVICE), wq, ws).shape == (0, 16)
 
 
 # Builds the kernel for Hopper with Triton's compiler (no GPU needed, outside the interpreter) with
