@@ -159,11 +159,11 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if m > GEMV_MAX_ROWS:
         raise ValueError(f"fp8_gemv takes at most {GEMV_MAX_ROWS} rows, got {m}")
-    cfg = config or gemv_config(m, n, k, gated)
-    block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
+    cfg = config or gemv_config(m, n, k, gated)
+    block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0), BLOCK_M=block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated, EVEN_K=k % cfg.block_k == 0,
