@@ -8,7 +8,8 @@ gate_up [2 * intermediate, hidden], down [hidden, intermediate] (FP8 e4m3, per-c
 lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) it times:
   gemv        minisgl's kernel with its table config (triton_fp8.gemv_config); gate_up also gated
               (silu(gate) * up in the epilogue) against gemv + silu_and_mul;
-  sweep       other tile configs (at --sweep-rows): the best is printed next to the table's;
+  sweep       other tile configs (at --sweep-rows; gate_up gated too): the best is printed next to
+              the table's;
   splitk      the previous kernel (K split over the SMs, fp32 atomics into torch.zeros, a cast),
               kept here only as the baseline;
   scaled_mm   per-token activation quantization + torch._scaled_mm (the path above 16 rows);
@@ -111,10 +112,10 @@ def copy_bandwidth() -> float:
     return 2 * a.numel() / (us * 1e-6)
 
 
-def sweep_configs(rows: int) -> list[GemvConfig]:
-    """Tile configs around the table's: CUDA-core ones whose accumulator fits 16-128 registers a
+def sweep_configs(rows: int, gated: bool = False) -> list[GemvConfig]:
+    """Tile configs around the table's: CUDA-core ones whose accumulators fit 16-128 registers a
     thread, and tl.dot ones (rows padded to 16)."""
-    block_m = triton.next_power_of_2(rows)
+    block_m = triton.next_power_of_2(rows) * (2 if gated else 1)
     out = [GemvConfig(bn, bk, w, st, False) for bn in (4, 8, 16, 32) for bk in (128, 256, 512, 1024)
            for w in (4, 8) for st in (1, 2) if 16 <= block_m * bn * bk / (32 * w) <= 128]
     out += [GemvConfig(bn, bk, 4, st, True) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
@@ -181,19 +182,21 @@ def main() -> None:
                         continue
                     r = record(name, rows, method, us, nbytes, {"rel_err": err})
                     line.append(f"{method} {us:.1f} us ({r['pct_of_copy']:.0f}%)")
-                if rows in sweep_rows:
-                    table = gemv_config(rows, n, k)
+                sweeps = ([False, True] if name == "gate_up" else [False]) if rows in sweep_rows else []
+                for gated in sweeps:
+                    method = "sweep gated" if gated else "sweep"
+                    table = gemv_config(rows, n // 2 if gated else n, k, gated)
                     best = None
-                    for c in sweep_configs(rows):
+                    for c in sweep_configs(rows, gated):
                         try:
-                            us = graph_us([lambda i=i, c=c: fp8_gemv(x, *quant[i % copies], config=c)
+                            us = graph_us([lambda i=i, c=c: fp8_gemv(x, *quant[i % copies], config=c, gated=gated)
                                            for i in range(calls)])
                         except Exception as e:  # a tile that does not build (e.g. out of resources)
                             print(f"  {rows:>2} rows config {vars(c)}: {type(e).__name__}")
                             continue
-                        r = record(name, rows, "sweep", us, nbytes, {"config": vars(c)})
+                        r = record(name, rows, method, us, nbytes, {"config": vars(c)})
                         best = r if best is None or us < best["us"] else best
-                    line.append(f"sweep best {best['us']:.1f} us {best['config']} (table: {vars(table)})")
+                    line.append(f"{method} best {best['us']:.1f} us {best['config']} (table: {vars(table)})")
             nb = n * k * 2
             us = graph_us([lambda i=i: F.linear(x, bf16[i % copies]) for i in range(calls)])
             r = record(name, rows, "bf16", us, nb)
@@ -244,7 +247,7 @@ def plot(path: str, results: list, shapes: dict) -> None:
 
     fig, axes = plt.subplots(1, len(shapes), figsize=(4 * len(shapes), 3.6), sharey=True)
     for ax, (name, (n, k)) in zip(axes, shapes.items()):
-        rows = [r for r in results if r["shape"] == name and r["method"] != "sweep"]
+        rows = [r for r in results if r["shape"] == name and not r["method"].startswith("sweep")]
         for method in dict.fromkeys(r["method"] for r in rows):
             pts = [r for r in rows if r["method"] == method]
             ax.plot([r["rows"] for r in pts], [r["pct_of_copy"] for r in pts], "o-", label=method)
