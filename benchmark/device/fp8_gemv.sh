@@ -26,7 +26,7 @@ quiet() { grep -vE "it/s\]|s/it\]|tensor/s\]|Loading weights|Writing model"; }
 
 if [ -z "${SKIP_TESTS:-}" ]; then
     step "CUDA tests: FP8 GEMM/engine and the GEMV"
-    timeout "${TESTS_TIMEOUT:-120}" python -m pytest tests/quantization/test_fp8_gemv.py tests/quantization/test_fp8_cuda.py \
+    timeout "${TESTS_TIMEOUT:-110}" python -m pytest tests/quantization/test_fp8_gemv.py tests/quantization/test_fp8_cuda.py \
         -q -rs -p no:cacheprovider > "$RES/tests.log" 2>&1
     echo "pytest exit $?"; tail -12 "$RES/tests.log"
     pack
@@ -34,7 +34,7 @@ fi
 
 if [ -z "${SKIP_MICRO:-}" ]; then
     step "microbenchmark: FP8 GEMV at Llama-3.1-8B shapes"
-    timeout "${MICRO_TIMEOUT:-220}" python benchmark/offline/fp8_gemv.py --config "$LLAMA" \
+    timeout "${MICRO_TIMEOUT:-240}" python benchmark/offline/fp8_gemv.py --config "$LLAMA" \
         --out "$RES/fp8_gemv.json" > "$RES/fp8_gemv.log" 2>&1
     echo "exit $?"; cat "$RES/fp8_gemv.log" | tail -40
     pack
@@ -42,7 +42,7 @@ fi
 
 if [ -z "${SKIP_LATENCY:-}" ]; then
     step "Llama-3.1-8B shapes, batch 1, FP8 weights: TPOT"
-    timeout "${LATENCY_TIMEOUT:-130}" python benchmark/offline/latency.py --model "$LLAMA" --dummy-weight \
+    timeout "${LATENCY_TIMEOUT:-120}" python benchmark/offline/latency.py --model "$LLAMA" --dummy-weight \
         --quantization fp8 --out "$RES/latency-llama-fp8.json" > "$RES/latency-llama-fp8.log" 2>&1
     echo "exit $?"; quiet < "$RES/latency-llama-fp8.log" | grep -E "weights:|TPOT|Error|error" | tail -4
     pack
@@ -50,7 +50,7 @@ fi
 
 if [ -z "${SKIP_PROFILE:-}" ]; then
     step "kernel breakdown of batch-1 FP8 decode steps"
-    timeout "${PROFILE_TIMEOUT:-110}" python benchmark/offline/profile_steps.py --model "$LLAMA" --dummy-weight \
+    timeout "${PROFILE_TIMEOUT:-100}" python benchmark/offline/profile_steps.py --model "$LLAMA" --dummy-weight \
         --quantization fp8 --requests 1 --prompt-len 128 --prefill-tokens 128 --steps 20 \
         --out "$RES/profile-llama-fp8-bs1.json" > "$RES/profile.log" 2>&1
     echo "exit $?"; quiet < "$RES/profile.log" | grep -vE "INFO" | sed -n '/== decode/,/== prefill/p' | head -30
