@@ -6,8 +6,9 @@ weight-read floor, for Llama-3.1-8B's shapes (issue 16: batch-1 FP8 TPOT <= 3.3 
 Shapes from the config: qkv [(heads + 2 kv heads) * head_dim, hidden], o [hidden, heads * head_dim],
 gate_up [2 * intermediate, hidden], down [hidden, intermediate] (FP8 e4m3, per-channel scales),
 lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) it times:
-  gemv        minisgl's kernel with its table config (triton_fp8.gemv_config); gate_up also gated
-              (silu(gate) * up in the epilogue) against gemv + silu_and_mul;
+  gemv        minisgl's kernel with its table config (triton_fp8.gemv_config), launched as a
+              programmatic dependent launch; gate_up also gated (silu(gate) * up in the epilogue)
+              against gemv + silu_and_mul;
   sweep       other tile configs (at --sweep-rows; gate_up gated too): the best is printed next to
               the table's;
   splitk      the previous kernel (K split over the SMs, fp32 atomics into torch.zeros, a cast),
@@ -18,7 +19,8 @@ Each is timed inside a CUDA graph of >= 20 calls that rotate over enough weight 
 L2) that every call reads its weight from HBM, as decode does; medians of 7 replays. Bandwidth is
 weight bytes / time, also as a share of a measured device-to-device copy. Then one graph of
 --layers x (qkv, o, gate_up[, silu_and_mul], down) + the bf16 lm_head, i.e. a decode step's GEMMs
-at batch 1, against the floor (its bytes at copy bandwidth). Writes JSON and a PNG.
+at batch 1, against the floor (its bytes at copy bandwidth), with and without PDL. Writes JSON
+and a PNG.
 """
 
 from __future__ import annotations
@@ -214,13 +216,16 @@ def main() -> None:
     lm_head = torch.randn(cfg["vocab_size"], hidden, device="cuda", dtype=torch.bfloat16) * 0.02
     fp8_bytes = layers * sum(n * k + 4 * n for n, k in shapes.values()) + lm_head.numel() * 2
     floor_us = fp8_bytes / copy_bw * 1e6  # the bytes moved at the rate a copy moves them (read + write)
+    def gemv_layer(L, gated=True, pdl=None):
+        up = ((lambda: fp8_gemv(x["gate_up"], *L["gate_up"], gated=True, pdl=pdl)) if gated
+              else (lambda: silu_and_mul(fp8_gemv(x["gate_up"], *L["gate_up"], pdl=pdl))))
+        return [lambda: fp8_gemv(x["qkv"], *L["qkv"], pdl=pdl), lambda: fp8_gemv(x["o"], *L["o"], pdl=pdl), up,
+                lambda: fp8_gemv(x["down"], *L["down"], pdl=pdl)]
+
     variants = {
-        "gemv gated": lambda L: [lambda: fp8_gemv(x["qkv"], *L["qkv"]), lambda: fp8_gemv(x["o"], *L["o"]),
-                                 lambda: fp8_gemv(x["gate_up"], *L["gate_up"], gated=True),
-                                 lambda: fp8_gemv(x["down"], *L["down"])],
-        "gemv + silu_and_mul": lambda L: [lambda: fp8_gemv(x["qkv"], *L["qkv"]), lambda: fp8_gemv(x["o"], *L["o"]),
-                                          lambda: silu_and_mul(fp8_gemv(x["gate_up"], *L["gate_up"])),
-                                          lambda: fp8_gemv(x["down"], *L["down"])],
+        "gemv gated": gemv_layer,
+        "gemv gated, no PDL": lambda L: gemv_layer(L, pdl=False),
+        "gemv + silu_and_mul": lambda L: gemv_layer(L, gated=False),
         "splitk + silu_and_mul": lambda L: [lambda: splitk(x["qkv"], *L["qkv"]), lambda: splitk(x["o"], *L["o"]),
                                             lambda: silu_and_mul(splitk(x["gate_up"], *L["gate_up"])),
                                             lambda: splitk(x["down"], *L["down"])],

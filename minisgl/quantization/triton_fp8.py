@@ -5,6 +5,7 @@ Imported only on CUDA (and by the CPU tests, under Triton's interpreter)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -53,14 +54,20 @@ def _dot(x, w, acc, IEEE: tl.constexpr):
 @triton.jit
 def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
-                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr):
+                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
     """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features,
     over all of K (no split: no atomics, no zeroed buffer, no cast kernel). GATED: w holds
     [gate; up] (2N rows) and y = silu(gate) * up, both halves streamed by the same program.
 
     DOT=False (one to a few rows): products on CUDA cores, summed into a [BLOCK_M, BLOCK_N,
     BLOCK_K] float32 accumulator and reduced once after the loop, so the loop body is loads and
-    FMAs only. DOT=True (more rows): tl.dot with M padded to BLOCK_M=16 (e4m3 -> bf16 is exact)."""
+    FMAs only. DOT=True (more rows): tl.dot with M padded to BLOCK_M=16 (e4m3 -> bf16 is exact).
+    PDL: launched as a programmatic dependent launch, i.e. before the kernel that writes x is done
+    (hiding the launch gap, a few us of a ~6-40 us kernel): wait for it before reading anything,
+    then let the next kernel launch early the same way (it waits for this one in turn)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     rm = tl.arange(0, BLOCK_M)
     rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -149,12 +156,19 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     return GemvConfig(block_n, block_k, num_warps=4, num_stages=2, dot=False)
 
 
+@functools.cache
+def _pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: Hopper and newer (FlashInfer's norms and activation around
+    these GEMVs launch that way too)."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
-             config: GemvConfig | None = None) -> torch.Tensor:
+             config: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
     """x [M <= 16, K] (bf16, rows contiguous) @ (weight [N, K] e4m3 * scale [N])^T in x's dtype,
     in one launch; with `gated`, weight is [gate; up] (2I rows) and the result is silu(gate) * up
     [M, I]. For decode at small batch, where streaming the weight is the whole cost and a
-    tensor-core GEMM leaves most SMs idle; x stays unquantized."""
+    tensor-core GEMM leaves most SMs idle; x stays unquantized. `pdl`: None for where it runs."""
     m, k = x.shape
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if m > GEMV_MAX_ROWS:
@@ -164,8 +178,10 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
         return y
     cfg = config or gemv_config(m, n, k, gated)
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
+    pdl = _pdl(x.device) if pdl is None else pdl
+    launch = {"launch_pdl": True} if pdl else {}  # (Triton's interpreter takes no such option)
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0), BLOCK_M=block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated, EVEN_K=k % cfg.block_k == 0,
-        IEEE=not x.is_cuda, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        IEEE=not x.is_cuda, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch)
     return y

@@ -78,7 +78,8 @@ def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
 # Builds the kernel for Hopper with Triton's compiler (no GPU needed, outside the interpreter) with
 # the tiles gemv_config picks for Llama-3.1-8B's linears and a tensor-parallel shard, and reads the
 # PTX: the e4m3 weight must move in 16-byte loads (ld.global.v4, or cp.async of 16 bytes on the
-# tl.dot path), never byte by byte, or the kernel is far from the bandwidth it exists for.
+# tl.dot path), never byte by byte, or the kernel is far from the bandwidth it exists for; with
+# programmatic dependent launch it waits for the kernel before it (griddepcontrol.wait).
 HOPPER_BUILD = r"""
 import inspect, re, triton
 from triton.backends.compiler import GPUTarget
@@ -90,10 +91,11 @@ names = list(inspect.signature(kernel.fn).parameters)
 types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 shapes = [(6144, 4096, False), (4096, 4096, False), (14336, 4096, True), (4096, 14336, False), (768, 4096, False)]
 for n, k, gated in shapes:
-    for rows in (1, 2, 4, 16):
+    for rows, pdl in ((1, True), (2, False), (4, True), (16, False)):
         cfg = tf.gemv_config(rows, n, k, gated)
         consts = {"BLOCK_M": 16 if cfg.dot else triton.next_power_of_2(rows), "BLOCK_N": cfg.block_n,
-                  "BLOCK_K": cfg.block_k, "DOT": cfg.dot, "GATED": gated, "EVEN_K": k % cfg.block_k == 0, "IEEE": False}
+                  "BLOCK_K": cfg.block_k, "DOT": cfg.dot, "GATED": gated, "EVEN_K": k % cfg.block_k == 0, "IEEE": False,
+                  "PDL": pdl}
         sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
         # What Triton's launcher tells the compiler of these arguments: 16-byte aligned, multiples of 16.
         aligned = ["x_ptr", "w_ptr", "s_ptr", "y_ptr", "N", "K", "stride_xm", "stride_wn", "stride_ym"]
@@ -106,6 +108,7 @@ for n, k, gated in shapes:
                         if int(c, 0) != 16]
         wide = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)) + ptx.count("cp.async")
         assert not byte_loads and not small_copies and wide, (n, k, gated, rows, cfg, byte_loads, small_copies)
+        assert ("griddepcontrol.wait" in ptx) == pdl, (n, k, gated, rows, pdl)
 print("built")
 """
 
