@@ -159,8 +159,11 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
 @functools.cache
 def _pdl(device: torch.device) -> bool:
     """Programmatic dependent launch: Hopper and newer (FlashInfer's norms and activation around
-    these GEMVs launch that way too)."""
-    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+    these GEMVs launch that way too), with a Triton that has it (3.4 on)."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    return (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+            and "launch_pdl" in CUDAOptions.__dataclass_fields__ and hasattr(tl.extra.cuda, "gdc_wait"))
 
 
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
