@@ -159,7 +159,7 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
 @functools.cache
 def _pdl(device: torch.device) -> bool:
     """Programmatic dependent launch: Hopper and newer (FlashInfer's norms and activation around
-    these GEMVs launch that way too), with a Triton that has it (3.4 on)."""
+    these GEMVs launch that way too), with a Triton that has it."""
     from triton.backends.nvidia.compiler import CUDAOptions
 
     return (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
