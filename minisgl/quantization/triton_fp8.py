@@ -43,12 +43,35 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @triton.jit
-def _dot(x, w, acc, IEEE: tl.constexpr):
-    """acc + x @ w^T, in bf16 on tensor cores (e4m3 -> bf16 is exact); IEEE: in float32, for
-    Triton's CPU interpreter (its dot mishandles bf16)."""
-    if IEEE:
-        return tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
-    return tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
+def _tile(ptrs, row_ok, rk, k_left, EVEN_K: tl.constexpr):
+    """A [rows, BLOCK_K] tile; masked in K only where K is not a multiple of BLOCK_K (a mask
+    constant along K keeps the loads 16 bytes wide)."""
+    if EVEN_K:
+        mask = row_ok[:, None]
+    else:
+        mask = row_ok[:, None] & (rk < k_left)[None, :]
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _mac(acc, x, w, DOT: tl.constexpr, IEEE: tl.constexpr):
+    """acc + x @ w^T. DOT: on tensor cores in bf16 (e4m3 -> bf16 is exact; IEEE: float32, for
+    Triton's CPU interpreter, whose dot mishandles bf16). Else elementwise products into a
+    [rows, BLOCK_N, BLOCK_K] accumulator, reduced over K once after the loop (_scaled)."""
+    if not DOT:
+        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    elif IEEE:
+        acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
+    return acc
+
+
+@triton.jit
+def _scaled(acc, s_ptr, rn, n_ok, DOT: tl.constexpr):
+    if not DOT:
+        acc = tl.sum(acc, 2)
+    return acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0)[None, :]
 
 
 @triton.jit
@@ -58,66 +81,36 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
     """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features,
     over all of K (no split: no atomics, no zeroed buffer, no cast kernel). GATED: w holds
     [gate; up] (2N rows) and y = silu(gate) * up, both halves streamed by the same program.
-
-    DOT=False (one to a few rows): products on CUDA cores, summed into a [BLOCK_M, BLOCK_N,
-    BLOCK_K] float32 accumulator and reduced once after the loop, so the loop body is loads and
-    FMAs only. DOT=True (more rows): tl.dot with M padded to BLOCK_M=16 (e4m3 -> bf16 is exact).
+    DOT=False (one or two rows): products on CUDA cores, the loop body only loads and FMAs;
+    DOT=True (more rows): tl.dot with the rows padded to BLOCK_M=16.
     PDL: launched as a programmatic dependent launch, i.e. before the kernel that writes x is done
     (hiding the launch gap, a few us of a ~6-40 us kernel): wait for it before reading anything,
     then let the next kernel launch early the same way (it waits for this one in turn)."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    pid = tl.program_id(0)
     rm = tl.arange(0, BLOCK_M)
-    rn = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok, n_ok = rm < M, rn < N
     x_ptrs = x_ptr + rm[:, None] * stride_xm + rk[None, :]
     w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]  # [BLOCK_N, BLOCK_K], K contiguous
-    up_off = tl.cast(N, tl.int64) * stride_wn
+    up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
     if DOT:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-        acc_up = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
-        acc_up = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    acc_up = tl.zeros_like(acc)
     for k0 in range(0, K, BLOCK_K):
-        if EVEN_K:
-            x = tl.load(x_ptrs, mask=m_ok[:, None], other=0.0)
-            w = tl.load(w_ptrs, mask=n_ok[:, None], other=0.0)
-        else:
-            k_ok = rk < K - k0
-            x = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-            w = tl.load(w_ptrs, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-        if DOT:
-            acc = _dot(x, w, acc, IEEE)
-        else:
-            xf = x.to(tl.float32)[:, None, :]
-            acc += xf * w.to(tl.float32)[None, :, :]
+        x = _tile(x_ptrs, m_ok, rk, K - k0, EVEN_K)
+        acc = _mac(acc, x, _tile(w_ptrs, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
         if GATED:
-            if EVEN_K:
-                up = tl.load(w_ptrs + up_off, mask=n_ok[:, None], other=0.0)
-            else:
-                up = tl.load(w_ptrs + up_off, mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            if DOT:
-                acc_up = _dot(x, up, acc_up, IEEE)
-            else:
-                acc_up += xf * up.to(tl.float32)[None, :, :]
+            acc_up = _mac(acc_up, x, _tile(w_ptrs + up_off, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    if DOT:
-        out = acc
-    else:
-        out = tl.sum(acc, 2)
-    out = out * tl.load(s_ptr + rn, mask=n_ok, other=0.0)[None, :]
+    out = _scaled(acc, s_ptr, rn, n_ok, DOT)
     if GATED:
-        if DOT:
-            up_out = acc_up
-        else:
-            up_out = tl.sum(acc_up, 2)
-        up_out = up_out * tl.load(s_ptr + N + rn, mask=n_ok, other=0.0)[None, :]
-        out = out / (1.0 + tl.exp(-out)) * up_out
+        out = out / (1.0 + tl.exp(-out)) * _scaled(acc_up, s_ptr + N, rn, n_ok, DOT)
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
 
