@@ -125,8 +125,8 @@ class GemvConfig:
 
 
 GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled_mm (gemm.py)
-# From 3 rows tl.dot (rows padded to 16) wins over CUDA cores: their accumulator grows with the
-# rows, so K steps would shrink below 16 bytes of weight a thread (4 rows, gated: 8).
+# From 3 rows tl.dot (rows padded to 16): the CUDA-core accumulator grows with the rows, so its K
+# steps would shrink below 16 bytes of weight a thread (at 4 rows, gated: 8 bytes).
 DOT_MIN_ROWS = 3
 ACC_ELEMENTS = 8192  # the CUDA-core accumulator: 64 float32 registers a thread at 4 warps
 N_SMS = 132  # an H100's; programs per tile size are counted against it (see gemv_config)
