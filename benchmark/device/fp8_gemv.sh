@@ -3,10 +3,10 @@
 # TPOT <= 3.3 ms) on one lent H100, in one call (< 8 min):
 #   0. the CUDA FP8 tests (tests/quantization/test_fp8_cuda.py: the FP8 GEMM at 1-256 rows, an FP8
 #      engine in CUDA graphs) and the GEMV's own tests (tests/quantization/test_fp8_gemv.py) on the GPU;
-#   1. the microbenchmark (benchmark/offline/fp8_gemv.py): per-linear us, GB/s and % of copy
+#   1. batch-1 TPOT with FP8 weights (benchmark/offline/latency.py, dummy weights): the target;
+#   2. the microbenchmark (benchmark/offline/fp8_gemv.py): per-linear us, GB/s and % of copy
 #      bandwidth at 1-16 rows (GEMV, its config sweep at 1 row, the old split-K, _scaled_mm, bf16),
 #      and a decode step's GEMMs (32 layers + lm_head) in one graph against the weight-read floor;
-#   2. batch-1 TPOT with FP8 weights (benchmark/offline/latency.py, dummy weights);
 #   3. the kernel breakdown of batch-1 FP8 decode steps (benchmark/offline/profile_steps.py).
 # Run after the kit preamble (../shared/device/kit.sh), carrying .device-kit and .bench-models:
 #   python benchmark/prepare_model.py ../shared/models/llama-3.1-8b .bench-models/llama-3.1-8b
@@ -32,19 +32,19 @@ if [ -z "${SKIP_TESTS:-}" ]; then
     pack
 fi
 
-if [ -z "${SKIP_MICRO:-}" ]; then
-    step "microbenchmark: FP8 GEMV at Llama-3.1-8B shapes"
-    timeout "${MICRO_TIMEOUT:-240}" python benchmark/offline/fp8_gemv.py --config "$LLAMA" \
-        --out "$RES/fp8_gemv.json" > "$RES/fp8_gemv.log" 2>&1
-    echo "exit $?"; cat "$RES/fp8_gemv.log" | tail -40
-    pack
-fi
-
 if [ -z "${SKIP_LATENCY:-}" ]; then
     step "Llama-3.1-8B shapes, batch 1, FP8 weights: TPOT"
     timeout "${LATENCY_TIMEOUT:-120}" python benchmark/offline/latency.py --model "$LLAMA" --dummy-weight \
         --quantization fp8 --out "$RES/latency-llama-fp8.json" > "$RES/latency-llama-fp8.log" 2>&1
     echo "exit $?"; quiet < "$RES/latency-llama-fp8.log" | grep -E "weights:|TPOT|Error|error" | tail -4
+    pack
+fi
+
+if [ -z "${SKIP_MICRO:-}" ]; then
+    step "microbenchmark: FP8 GEMV at Llama-3.1-8B shapes"
+    timeout "${MICRO_TIMEOUT:-240}" python benchmark/offline/fp8_gemv.py --config "$LLAMA" \
+        --out "$RES/fp8_gemv.json" > "$RES/fp8_gemv.log" 2>&1
+    echo "exit $?"; cat "$RES/fp8_gemv.log" | tail -40
     pack
 fi
 
