@@ -25,7 +25,7 @@ logger = get_logger(__name__)
 
 # Message sizes by which one-shot, two-shot and NCCL are chosen; measured on an H200 pair by
 # benchmark/offline/allreduce.py (see benchmark/NOTES.md).
-ONE_SHOT_MAX_BYTES = 512 << 10
+ONE_SHOT_MAX_BYTES = 1 << 20  # one-shot measured faster up to 1 MiB on H200 x2 (benchmark/NOTES.md)
 TWO_SHOT_MAX_BYTES = 8 << 20
 WORLD_SIZES = (2, 4, 8)  # the sizes PyTorch's two-shot kernel is built for
 
