@@ -28,7 +28,7 @@ CATEGORIES = [  # first match wins; lower-case substrings of kernel names
     ("merge states", ("mergestate", "merge_state", "variablelengthmerge")),
     ("q/k norm + rope + KV store", ("qk_norm_rope",)),
     ("sampling", ("gumbel", "sampling", "softmax", "argmax", "exponential", "distribution", "topk", "top_k", "top_p")),
-    ("gemm", ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "splitk")),
+    ("gemm", ("gemm", "gemv", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "splitk")),
     ("rmsnorm", ("rmsnorm",)),
     ("rope", ("rope", "rotary")),
     ("silu_and_mul", ("act_and_mul", "silu")),
@@ -81,12 +81,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--prefill-tokens", type=int, default=8192)
     p.add_argument("--attn", default="auto")
+    p.add_argument("--quantization", default=None, choices=["fp8"], help="FP8 weights (as the server's flag)")
     p.add_argument("--cprofile", action="store_true", help="also print the host-side (Python) profile of decode steps")
     p.add_argument("--out", default="results/profile.json")
     args = p.parse_args()
 
     llm = LLM(args.model, dtype=torch.bfloat16, use_dummy_weight=args.dummy_weight, max_running_req=args.requests,
-              attention_backend=args.attn)
+              attention_backend=args.attn, quantization=args.quantization)
     s = llm.scheduler
     vocab = s.engine.model_config.vocab_size
     rng = random.Random(0)

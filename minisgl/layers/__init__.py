@@ -3,12 +3,12 @@
 from .activation import silu_and_mul
 from .attention import AttentionLayer
 from .embedding import ParallelLMHead, VocabParallelEmbedding
-from .linear import ColumnParallelLinear, QKVParallelLinear, ReplicatedLinear, RowParallelLinear
+from .linear import ColumnParallelLinear, GateUpParallelLinear, QKVParallelLinear, ReplicatedLinear, RowParallelLinear
 from .moe import MoELayer
 from .norm import RMSNorm
 from .rotary import RotaryEmbedding
 
 __all__ = [
     "silu_and_mul", "AttentionLayer", "ParallelLMHead", "VocabParallelEmbedding", "ColumnParallelLinear",
-    "QKVParallelLinear", "ReplicatedLinear", "RowParallelLinear", "MoELayer", "RMSNorm", "RotaryEmbedding",
+    "GateUpParallelLinear", "QKVParallelLinear", "ReplicatedLinear", "RowParallelLinear", "MoELayer", "RMSNorm", "RotaryEmbedding",
 ]

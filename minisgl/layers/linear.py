@@ -3,7 +3,7 @@
 Each parameter carries a `weight_loader(param, loaded, shard_id)` that copies this rank's slice
 of a full HF checkpoint tensor into it, so the weight loader never needs to know the layout.
 The parallel layers multiply through their `gemm` (F.linear; minisgl.quantization swaps in an
-FP8 GEMM for FP8 weights).
+FP8 GEMM for FP8 weights), the MLP's gate/up layer with the activation through its `gated_gemm`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 from minisgl.distributed import DistributedInfo, all_reduce
+
+from .activation import silu_and_mul
 
 
 def _tp() -> DistributedInfo:
@@ -113,6 +115,24 @@ class QKVParallelLinear(ColumnParallelLinear):
         rank = _tp().rank
         start_head = rank * self.local_heads if idx == 0 else (rank // self.kv_replicas) * self.local_kv_heads
         return sum(self.local_sizes[:idx]), rows, start_head * self.head_dim
+
+
+def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    return silu_and_mul(F.linear(x, weight, bias))
+
+
+class GateUpParallelLinear(ColumnParallelLinear):
+    """The MLP's gate and up projections in one matmul ([gate; up] rows, each split across ranks);
+    `silu_and_mul(x)` returns silu(x @ gate^T) * (x @ up^T) through `gated_gemm`, which
+    minisgl.quantization replaces with an FP8 kernel that applies the activation in the GEMM's
+    epilogue at small batch (one kernel fewer per layer)."""
+
+    def __init__(self, in_features: int, intermediate: int, bias: bool = False):
+        super().__init__(in_features, [intermediate, intermediate], bias)
+        self.gated_gemm = linear_silu_and_mul
+
+    def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
+        return self.gated_gemm(x, self.weight, self.bias)
 
 
 class RowParallelLinear(nn.Module):

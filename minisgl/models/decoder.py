@@ -12,8 +12,8 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 from minisgl.layers import (
-    AttentionLayer, ColumnParallelLinear, MoELayer, ParallelLMHead, QKVParallelLinear, RMSNorm,
-    RotaryEmbedding, RowParallelLinear, VocabParallelEmbedding, silu_and_mul,
+    AttentionLayer, GateUpParallelLinear, MoELayer, ParallelLMHead, QKVParallelLinear, RMSNorm,
+    RotaryEmbedding, RowParallelLinear, VocabParallelEmbedding,
 )
 
 from .config import ModelConfig
@@ -50,11 +50,11 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
-        self.gate_up_proj = ColumnParallelLinear(hidden, [intermediate, intermediate])
+        self.gate_up_proj = GateUpParallelLinear(hidden, intermediate)
         self.down_proj = RowParallelLinear(intermediate, hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(silu_and_mul(self.gate_up_proj(x)))
+        return self.down_proj(self.gate_up_proj.silu_and_mul(x))
 
 
 class DecoderLayer(nn.Module):

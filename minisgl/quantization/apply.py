@@ -17,12 +17,12 @@ import functools
 import torch
 from torch import nn
 
-from minisgl.layers.linear import ColumnParallelLinear, RowParallelLinear
+from minisgl.layers.linear import ColumnParallelLinear, GateUpParallelLinear, RowParallelLinear
 from minisgl.utils.logger import get_logger
 
 from .config import ONLINE_QUANTIZATION, CheckpointQuant
 from .fp8 import quantize_rows, round_trip_rows
-from .gemm import fp8_gemm_problem, fp8_linear
+from .gemm import fp8_gemm_problem, fp8_linear, fp8_linear_silu_and_mul
 
 logger = get_logger(__name__)
 
@@ -58,14 +58,16 @@ def quantize_model(model: nn.Module, checkpoint: CheckpointQuant | None, online:
             layer.weight = nn.Parameter(q, requires_grad=False)
             layer.register_buffer("weight_scale", scale.view(1, -1), persistent=False)
             layer.gemm = functools.partial(fp8_linear, weight_scale=layer.weight_scale)
+            if isinstance(layer, GateUpParallelLinear):
+                layer.gated_gemm = functools.partial(fp8_linear_silu_and_mul, weight_scale=layer.weight_scale)
             gemm += 1
         elif checkpoint is None:
             w.data.copy_(round_trip_rows(w.data))
     if device.type == "cuda":
         torch.cuda.empty_cache()  # the bf16 copies: give the KV cache their memory
     if gemm:
-        how = (f"FP8 GEMMs in {gemm} of {len(layers)} linear layers (per-channel scales; Triton weight streaming "
-               "at <= 16 rows, torch._scaled_mm above)")
+        how = (f"FP8 GEMMs in {gemm} of {len(layers)} linear layers (per-channel scales; a Triton weight-streaming "
+               "GEMV at <= 16 rows, silu(gate) * up in the gate/up one; torch._scaled_mm above)")
         if checkpoint is not None and checkpoint.static_activations:
             how += "; the static input scales are unused: activations are quantized per token"
     else:

@@ -2,7 +2,8 @@
 activations are quantized per token at run time (one Triton kernel) and `torch._scaled_mm`'s
 row-wise scaled FP8 GEMM writes bfloat16; at 16 rows and fewer (decode at small batch, where
 reading the weight is the whole cost and the tensor-core GEMM leaves most SMs idle) a Triton
-kernel streams the FP8 weight with K split over all SMs and keeps the activations in bf16.
+GEMV streams the FP8 weight over all SMs in one launch and keeps the activations in bf16; for the
+MLP's gate/up projection it also applies silu(gate) * up (`fp8_linear_silu_and_mul`).
 Activations are always quantized dynamically: a checkpoint's static per-tensor input scale is
 coarser than a per-token one, so it is not used.
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import functools
 
 import torch
+
+from minisgl.layers.activation import silu_and_mul
 
 from .fp8 import FP8, FP8_MAX
 
@@ -48,17 +51,27 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() / scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
+def _gemv(x2: torch.Tensor):
+    """The Triton kernels when x2 (rows of a bf16 input) is decode at small batch, else None."""
+    kernels = _triton()
+    if kernels is not None and x2.shape[0] <= kernels.GEMV_MAX_ROWS and x2.dtype == torch.bfloat16:
+        return kernels
+    return None
+
+
+def _rows(x: torch.Tensor) -> torch.Tensor:
+    x2 = x.reshape(-1, x.shape[-1])
+    return x2 if x2.stride(-1) == 1 else x2.contiguous()
+
+
 def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
                weight_scale: torch.Tensor) -> torch.Tensor:
     """F.linear(x, weight * weight_scale[:, None], bias) with `weight` e4m3 [N, K] and
     `weight_scale` float32 [1, N]: an FP8 GEMM with x quantized per token."""
-    x2 = x.reshape(-1, x.shape[-1])
-    if x2.stride(-1) != 1:
-        x2 = x2.contiguous()
-    kernels = _triton()
-    if kernels is not None and x2.shape[0] <= kernels.SMALL_M and x.dtype == torch.bfloat16:
-        # Decode at small batch: stream the FP8 weight through all SMs, x stays bf16.
-        y = kernels.fp8_weight_gemm(x2, weight, weight_scale.view(-1))
+    x2 = _rows(x)
+    kernels = _gemv(x2)
+    if kernels is not None:  # decode at small batch: stream the FP8 weight, x stays bf16
+        y = kernels.fp8_gemv(x2, weight, weight_scale.view(-1))
     else:
         xq, xs = quantize_per_token(x2)
         # weight.t() is column-major, as the FP8 GEMM wants its second operand.
@@ -66,3 +79,15 @@ def fp8_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
     if bias is not None:  # added here: not every torch takes a bias with row-wise scales
         y = y + bias
     return y.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def fp8_linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+                            weight_scale: torch.Tensor) -> torch.Tensor:
+    """silu_and_mul(fp8_linear(...)) for a [gate; up] weight: at small batch one kernel (the GEMV
+    with the activation in its epilogue), else the GEMM and silu_and_mul."""
+    x2 = _rows(x)
+    kernels = _gemv(x2) if bias is None else None
+    if kernels is None:
+        return silu_and_mul(fp8_linear(x, weight, bias, weight_scale=weight_scale))
+    y = kernels.fp8_gemv(x2, weight, weight_scale.view(-1), gated=True)
+    return y.reshape(*x.shape[:-1], weight.shape[0] // 2)

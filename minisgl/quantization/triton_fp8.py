@@ -1,7 +1,12 @@
-"""Triton kernel for the FP8 GEMM's activations: per-token (row) quantization to e4m3 in one
-launch (torch would take five: abs, amax, divide, clamp, cast). Imported only on CUDA."""
+"""Triton kernels for the FP8 GEMMs: per-token (row) quantization of the activations to e4m3 in
+one launch (torch would take five: abs, amax, divide, clamp, cast), and the weight-streaming GEMV
+for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in.
+Imported only on CUDA (and by the CPU tests, under Triton's interpreter)."""
 
 from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -38,47 +43,141 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @triton.jit
-def _fp8_weight_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym, k_per_split,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """y[M, N] += (x[M, K] @ w[N, K]^T over this program's K range) * s[N], in float32 (atomic:
-    the K splits of one N block add into the same outputs)."""
-    pid_n = tl.program_id(0)
-    pid_k = tl.program_id(1)
+def _tile(ptrs, row_ok, rk, k_left, EVEN_K: tl.constexpr):
+    """A [rows, BLOCK_K] tile; masked in K only where K is not a multiple of BLOCK_K (a mask
+    constant along K keeps the loads 16 bytes wide)."""
+    if EVEN_K:
+        mask = row_ok[:, None]
+    else:
+        mask = row_ok[:, None] & (rk < k_left)[None, :]
+    return tl.load(ptrs, mask=mask, other=0.0)
+
+
+@triton.jit
+def _mac(acc, x, w, DOT: tl.constexpr, IEEE: tl.constexpr):
+    """acc + x @ w^T. DOT: on tensor cores in bf16 (e4m3 -> bf16 is exact; IEEE: float32, for
+    Triton's CPU interpreter, whose dot mishandles bf16). Else elementwise products into a
+    [rows, BLOCK_N, BLOCK_K] accumulator, reduced over K once after the loop (_scaled)."""
+    if not DOT:
+        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
+    elif IEEE:
+        acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
+    return acc
+
+
+@triton.jit
+def _scaled(acc, s_ptr, rn, n_ok, DOT: tl.constexpr):
+    if not DOT:
+        acc = tl.sum(acc, 2)
+    return acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0)[None, :]
+
+
+@triton.jit
+def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
+                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+    """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features,
+    over all of K (no split: no atomics, no zeroed buffer, no cast kernel). GATED: w holds
+    [gate; up] (2N rows) and y = silu(gate) * up, both halves streamed by the same program.
+    DOT=False (one or two rows): products on CUDA cores, the loop body only loads and FMAs;
+    DOT=True (more rows): tl.dot with the rows padded to BLOCK_M=16.
+    PDL: launched as a programmatic dependent launch, i.e. before the kernel that writes x is done
+    (hiding the launch gap, a few us of a ~6-40 us kernel): wait for it before reading anything,
+    then let the next kernel launch early the same way (it waits for this one in turn)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     rm = tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
-    k_start = pid_k * k_per_split
-    k_end = tl.minimum(k_start + k_per_split, K)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for k0 in range(k_start, k_end, BLOCK_K):
-        kk = k0 + rk
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_end),
-                    other=0.0)
-        w = tl.load(w_ptr + rn[None, :] * stride_wn + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < k_end),
-                    other=0.0)
-        acc += tl.dot(x.to(tl.bfloat16), w.to(tl.bfloat16))
-    acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
-    tl.atomic_add(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+    m_ok, n_ok = rm < M, rn < N
+    x_ptrs = x_ptr + rm[:, None] * stride_xm + rk[None, :]
+    w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]  # [BLOCK_N, BLOCK_K], K contiguous
+    up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
+    if DOT:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    acc_up = tl.zeros_like(acc)
+    for k0 in range(0, K, BLOCK_K):
+        x = _tile(x_ptrs, m_ok, rk, K - k0, EVEN_K)
+        acc = _mac(acc, x, _tile(w_ptrs, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
+        if GATED:
+            acc_up = _mac(acc_up, x, _tile(w_ptrs + up_off, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    out = _scaled(acc, s_ptr, rn, n_ok, DOT)
+    if GATED:
+        out = out / (1.0 + tl.exp(-out)) * _scaled(acc_up, s_ptr + N, rn, n_ok, DOT)
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
+             mask=m_ok[:, None] & n_ok[None, :])
 
 
-# Tiles of the small-batch GEMM: 16 rows (tl.dot's least), 64 output features, 256 of K a step;
-# K is split until about two programs per SM (132 on an H100) stream the weight.
-SMALL_M, BLOCK_N, BLOCK_K, TARGET_PROGRAMS = 16, 64, 256, 264
+@dataclass(frozen=True)
+class GemvConfig:
+    block_n: int
+    block_k: int
+    num_warps: int
+    num_stages: int
+    dot: bool
 
 
-def fp8_weight_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """x [M <= 16, K] (bf16, rows contiguous) @ (weight [N, K] e4m3 * scale [N])^T in bf16, with x
-    kept in bf16: a weight-streaming GEMM for decode at small batch, where the weight read is
-    the whole cost and an FP8 tensor-core GEMM leaves most SMs idle (few output tiles, no K split)."""
+GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled_mm (gemm.py)
+# From 3 rows tl.dot (rows padded to 16): the CUDA-core accumulator grows with the rows, so its K
+# steps would shrink below 16 bytes of weight a thread (at 4 rows, gated: 8 bytes).
+DOT_MIN_ROWS = 3
+ACC_ELEMENTS = 8192  # the CUDA-core accumulator: 64 float32 registers a thread at 4 warps
+N_SMS = 132  # an H100's; programs per tile size are counted against it (see gemv_config)
+
+
+def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
+    """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
+    not autotune). Output tiles only, no split-K: BLOCK_N is the widest that still gives at least
+    two programs per SM (so every SM streams weight rows; narrower tiles rather than a K split for
+    small N, e.g. tensor-parallel shards). CUDA-core K steps are as long as the accumulator allows
+    (gated: two accumulators, each half as long), so each program keeps many 16-byte weight loads
+    in flight."""
+    dot = m >= DOT_MIN_ROWS
+    widths = (32, 16) if dot else (16, 8, 4)
+    block_n = next((w for w in widths if triton.cdiv(n, w) >= 2 * N_SMS), widths[-1])
+    if dot:
+        return GemvConfig(block_n, min(256, max(16, triton.next_power_of_2(k))), num_warps=4, num_stages=4, dot=True)
+    acc = triton.next_power_of_2(m) * block_n * (2 if gated else 1)
+    block_k = min(1024, ACC_ELEMENTS // acc, max(16, triton.next_power_of_2(k)))
+    return GemvConfig(block_n, block_k, num_warps=4, num_stages=2, dot=False)
+
+
+@functools.cache
+def _pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch: Hopper and newer (FlashInfer's norms and activation around
+    these GEMVs launch that way too), with a Triton that has it."""
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    return (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+            and "launch_pdl" in CUDAOptions.__dataclass_fields__ and hasattr(tl.extra.cuda, "gdc_wait"))
+
+
+def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
+             config: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
+    """x [M <= 16, K] (bf16, rows contiguous) @ (weight [N, K] e4m3 * scale [N])^T in x's dtype,
+    in one launch; with `gated`, weight is [gate; up] (2I rows) and the result is silu(gate) * up
+    [M, I]. For decode at small batch, where streaming the weight is the whole cost and a
+    tensor-core GEMM leaves most SMs idle; x stays unquantized. `pdl`: None for where it runs."""
     m, k = x.shape
-    n = weight.shape[0]
-    n_blocks = triton.cdiv(n, BLOCK_N)
-    k_steps = triton.cdiv(k, BLOCK_K)
-    split = max(1, min(k_steps, TARGET_PROGRAMS // n_blocks))
-    k_per_split = triton.cdiv(k_steps, split) * BLOCK_K
-    split = triton.cdiv(k, k_per_split)
-    y = torch.zeros((m, n), dtype=torch.float32, device=x.device)
-    _fp8_weight_gemm_kernel[(n_blocks, split)](x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
-                                               k_per_split, BLOCK_M=SMALL_M, BLOCK_N=BLOCK_N, BLOCK_K=BLOCK_K,
-                                               num_warps=4, num_stages=4)
-    return y.to(x.dtype)
+    n = weight.shape[0] // 2 if gated else weight.shape[0]
+    if m > GEMV_MAX_ROWS:
+        raise ValueError(f"fp8_gemv takes at most {GEMV_MAX_ROWS} rows, got {m}")
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+    if m == 0:
+        return y
+    cfg = config or gemv_config(m, n, k, gated)
+    block_m = 16 if cfg.dot else triton.next_power_of_2(m)
+    pdl = _pdl(x.device) if pdl is None else pdl
+    launch = {"launch_pdl": True} if pdl else {}  # (Triton's interpreter takes no such option)
+    _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
+        x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0), BLOCK_M=block_m,
+        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated, EVEN_K=k % cfg.block_k == 0,
+        IEEE=not x.is_cuda, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch)
+    return y

@@ -1,0 +1,268 @@
+"""FP8 weight-streaming GEMV at decode batch sizes: per-linear and per-token GEMM time against the
+weight-read floor, for Llama-3.1-8B's shapes (issue 16: batch-1 FP8 TPOT <= 3.3 ms).
+
+    python benchmark/offline/fp8_gemv.py --config .bench-models/llama-3.1-8b
+
+Shapes from the config: qkv [(heads + 2 kv heads) * head_dim, hidden], o [hidden, heads * head_dim],
+gate_up [2 * intermediate, hidden], down [hidden, intermediate] (FP8 e4m3, per-channel scales),
+lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) it times:
+  gemv        minisgl's kernel with its table config (triton_fp8.gemv_config), launched as a
+              programmatic dependent launch; gate_up also gated (silu(gate) * up in the epilogue)
+              against gemv + silu_and_mul;
+  sweep       other tile configs (at --sweep-rows; gate_up gated too): the best is printed next to
+              the table's;
+  splitk      the previous kernel (K split over the SMs, fp32 atomics into torch.zeros, a cast),
+              kept here only as the baseline;
+  scaled_mm   per-token activation quantization + torch._scaled_mm (the path above 16 rows);
+  bf16        F.linear on a bf16 copy of the weight.
+Each is timed inside a CUDA graph of >= 20 calls that rotate over enough weight copies (> 2x the
+L2) that every call reads its weight from HBM, as decode does; medians of 7 replays. Bandwidth is
+weight bytes / time, also as a share of a measured device-to-device copy. Then one graph of
+--layers x (qkv, o, gate_up[, silu_and_mul], down) + the bf16 lm_head, i.e. a decode step's GEMMs
+at batch 1, against the floor (its bytes at copy bandwidth), with and without PDL. Writes JSON
+and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+import triton
+import triton.language as tl
+
+from minisgl.benchmark.report import device_name, write_json
+from minisgl.layers import silu_and_mul
+from minisgl.quantization.fp8 import quantize_rows
+from minisgl.quantization.gemm import quantize_per_token
+from minisgl.quantization.triton_fp8 import GemvConfig, fp8_gemv, gemv_config
+
+L2_BYTES = 50 * 2**20  # an H100's
+
+
+@triton.jit
+def _splitk_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym, k_per_split,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    # The kernel minisgl used before fp8_gemv (baseline only): y += x @ w^T * s over one K split.
+    pid_n, pid_k = tl.program_id(0), tl.program_id(1)
+    rm, rn, rk = tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_K)
+    k_start = pid_k * k_per_split
+    k_end = tl.minimum(k_start + k_per_split, K)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k0 in range(k_start, k_end, BLOCK_K):
+        kk = k0 + rk
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + kk[None, :], mask=(rm[:, None] < M) & (kk[None, :] < k_end),
+                    other=0.0)
+        w = tl.load(w_ptr + rn[None, :] * stride_wn + kk[:, None], mask=(rn[None, :] < N) & (kk[:, None] < k_end),
+                    other=0.0)
+        acc += tl.dot(x.to(tl.bfloat16), w.to(tl.bfloat16))
+    acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
+    tl.atomic_add(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+def splitk(x, w, s):
+    m, k = x.shape
+    n = w.shape[0]
+    n_blocks, k_steps = triton.cdiv(n, 64), triton.cdiv(k, 256)
+    k_per_split = triton.cdiv(k_steps, max(1, min(k_steps, 264 // n_blocks))) * 256
+    y = torch.zeros((m, n), dtype=torch.float32, device=x.device)
+    _splitk_kernel[(n_blocks, triton.cdiv(k, k_per_split))](x, w, s, y, m, n, k, x.stride(0), w.stride(0), y.stride(0),
+                                                           k_per_split, BLOCK_M=16, BLOCK_N=64, BLOCK_K=256,
+                                                           num_warps=4, num_stages=4)
+    return y.to(x.dtype)
+
+
+def scaled_mm(x, w, s):
+    xq, xs = quantize_per_token(x)
+    return torch._scaled_mm(xq, w.t(), scale_a=xs, scale_b=s.view(1, -1), out_dtype=x.dtype)
+
+
+def graph_us(calls: list, replays: int = 7) -> float:
+    """Median time of one of `calls` (closures) inside one CUDA graph of all of them, in us."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in calls:
+            fn()  # compiles (and loads) every Triton kernel outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for fn in calls:
+            fn()
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3)
+    del graph
+    return sorted(times)[len(times) // 2] / len(calls)
+
+
+def copy_bandwidth() -> float:
+    """Device-to-device copy bandwidth (read + write bytes / s) of a 1 GiB tensor."""
+    a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    us = graph_us([lambda: b.copy_(a)] * 5)
+    return 2 * a.numel() / (us * 1e-6)
+
+
+def sweep_configs(rows: int, gated: bool = False) -> list[GemvConfig]:
+    """Tile configs around the table's: CUDA-core ones whose accumulators fit 16-128 registers a
+    thread, and tl.dot ones (rows padded to 16)."""
+    block_m = triton.next_power_of_2(rows) * (2 if gated else 1)
+    out = [GemvConfig(bn, bk, w, st, False) for bn in (4, 8, 16, 32) for bk in (128, 256, 512, 1024)
+           for w in (4, 8) for st in (2,) if 16 <= block_m * bn * bk / (32 * w) <= 128]
+    out += [GemvConfig(bn, bk, 4, st, True) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default=".bench-models/llama-3.1-8b", help="dir with an HF config.json")
+    p.add_argument("--rows", default="1,2,4,8,16")
+    p.add_argument("--sweep-rows", default="1", help="row counts to sweep tile configs at ('' for none)")
+    p.add_argument("--layers", type=int, default=None, help="layers in the per-token graph (default: the config's)")
+    p.add_argument("--out", default="results/fp8_gemv.json")
+    args = p.parse_args()
+    cfg = json.load(open(os.path.join(args.config, "config.json")))
+    hidden, inter, heads = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or hidden // heads
+    kv = cfg.get("num_key_value_heads", heads)
+    layers = args.layers or cfg["num_hidden_layers"]
+    shapes = {"qkv": ((heads + 2 * kv) * head_dim, hidden), "o": (hidden, heads * head_dim),
+              "gate_up": (2 * inter, hidden), "down": (hidden, inter)}
+    rows_list = [int(r) for r in args.rows.split(",")]
+    sweep_rows = {int(r) for r in args.sweep_rows.split(",") if r}
+    torch.manual_seed(0)
+    copy_bw = copy_bandwidth()
+    print(f"{device_name()}: device-to-device copy {copy_bw / 1e9:.0f} GB/s", flush=True)
+
+    results = []
+
+    def record(shape: str, rows: int, method: str, us: float, nbytes: int, extra: dict | None = None) -> dict:
+        r = {"shape": shape, "rows": rows, "method": method, "us": us, "gb_s": nbytes / us / 1e3,
+             "pct_of_copy": 100 * nbytes / (us * 1e-6) / copy_bw, **(extra or {})}
+        results.append(r)
+        return r
+
+    for name, (n, k) in [*shapes.items(), ("lm_head", (cfg["vocab_size"], hidden))]:
+        fp8 = name != "lm_head"
+        copies = max(2, math.ceil(2 * L2_BYTES / (n * k * (1 if fp8 else 2))) + 1)
+        calls = copies * math.ceil(20 / copies)
+        bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02]
+        bf16 += [bf16[0].clone() for _ in range(copies - 1)]  # distinct memory is what matters, not values
+        quant = [quantize_rows(w) for w in bf16] if fp8 else []
+        print(f"\n{name} [{n}, {k}]: {copies} weight copies, {calls} calls per graph", flush=True)
+        for rows in rows_list:
+            x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+            line = []
+            if fp8:
+                nbytes = n * k + 4 * n
+                methods = {"gemv": lambda w, s: fp8_gemv(x, w, s), "splitk": lambda w, s: splitk(x, w, s),
+                           "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
+                if name == "gate_up":
+                    methods["gemv+silu_and_mul"] = lambda w, s: silu_and_mul(fp8_gemv(x, w, s))
+                    methods["gemv gated"] = lambda w, s: fp8_gemv(x, w, s, gated=True)
+                want = x.float() @ (quant[0][0].float() * quant[0][1][:, None]).T
+                for method, fn in methods.items():
+                    if method in ("gemv", "splitk", "scaled_mm"):
+                        err = ((fn(*quant[0]).float() - want).norm() / want.norm()).item()
+                    else:
+                        err = None
+                    try:
+                        us = graph_us([lambda i=i: fn(*quant[i % copies]) for i in range(calls)])
+                    except RuntimeError as e:  # e.g. a _scaled_mm that refuses this shape
+                        print(f"  {rows:>2} rows {method}: {str(e).splitlines()[0]}")
+                        continue
+                    r = record(name, rows, method, us, nbytes, {"rel_err": err})
+                    line.append(f"{method} {us:.1f} us ({r['pct_of_copy']:.0f}%)")
+                sweeps = ([False, True] if name == "gate_up" else [False]) if rows in sweep_rows else []
+                for gated in sweeps:
+                    method = "sweep gated" if gated else "sweep"
+                    table = gemv_config(rows, n // 2 if gated else n, k, gated)
+                    best = None
+                    for c in sweep_configs(rows, gated):
+                        try:
+                            us = graph_us([lambda i=i, c=c: fp8_gemv(x, *quant[i % copies], config=c, gated=gated)
+                                           for i in range(calls)])
+                        except Exception as e:  # a tile that does not build (e.g. out of resources)
+                            print(f"  {rows:>2} rows config {vars(c)}: {type(e).__name__}")
+                            continue
+                        r = record(name, rows, method, us, nbytes, {"config": vars(c)})
+                        best = r if best is None or us < best["us"] else best
+                    line.append(f"{method} best {best['us']:.1f} us {best['config']} (table: {vars(table)})")
+            nb = n * k * 2
+            us = graph_us([lambda i=i: F.linear(x, bf16[i % copies]) for i in range(calls)])
+            r = record(name, rows, "bf16", us, nb)
+            line.append(f"bf16 {us:.1f} us ({r['pct_of_copy']:.0f}%)")
+            print(f"  {rows:>2} rows: " + "; ".join(line), flush=True)
+        bf16.clear()  # free this shape's copies before the next
+        quant.clear()
+        torch.cuda.empty_cache()
+
+    # A decode step's GEMMs at batch 1: `layers` x (qkv, o, gate_up, down) with distinct weights.
+    print(f"\nper-token GEMMs, batch 1, {layers} layers + lm_head", flush=True)
+    x = {k: torch.randn(1, shape[1], device="cuda", dtype=torch.bfloat16) for k, shape in shapes.items()}
+    stack = [{k: quantize_rows(torch.randn(*shape, device="cuda", dtype=torch.bfloat16) * 0.02)
+              for k, shape in shapes.items()} for _ in range(layers)]
+    lm_head = torch.randn(cfg["vocab_size"], hidden, device="cuda", dtype=torch.bfloat16) * 0.02
+    fp8_bytes = layers * sum(n * k + 4 * n for n, k in shapes.values()) + lm_head.numel() * 2
+    floor_us = fp8_bytes / copy_bw * 1e6  # the bytes moved at the rate a copy moves them (read + write)
+    def gemv_layer(L, gated=True, pdl=None):
+        up = ((lambda: fp8_gemv(x["gate_up"], *L["gate_up"], gated=True, pdl=pdl)) if gated
+              else (lambda: silu_and_mul(fp8_gemv(x["gate_up"], *L["gate_up"], pdl=pdl))))
+        return [lambda: fp8_gemv(x["qkv"], *L["qkv"], pdl=pdl), lambda: fp8_gemv(x["o"], *L["o"], pdl=pdl), up,
+                lambda: fp8_gemv(x["down"], *L["down"], pdl=pdl)]
+
+    variants = {
+        "gemv gated": gemv_layer,
+        "gemv gated, no PDL": lambda L: gemv_layer(L, pdl=False),
+        "gemv + silu_and_mul": lambda L: gemv_layer(L, gated=False),
+        "splitk + silu_and_mul": lambda L: [lambda: splitk(x["qkv"], *L["qkv"]), lambda: splitk(x["o"], *L["o"]),
+                                            lambda: silu_and_mul(splitk(x["gate_up"], *L["gate_up"])),
+                                            lambda: splitk(x["down"], *L["down"])],
+    }
+    step = {}
+    for variant, make in variants.items():
+        calls = [fn for L in stack for fn in make(L)] + [lambda: F.linear(x["qkv"], lm_head)]
+        step[variant] = graph_us(calls, replays=5) * len(calls)
+        print(f"  {variant}: {step[variant] / 1e3:.3f} ms per token ({len(calls)} launches); floor "
+              f"{floor_us / 1e3:.3f} ms ({fp8_bytes / 1e9:.2f} GB at copy bandwidth), "
+              f"{step[variant] / floor_us:.2f}x", flush=True)
+    write_json(args.out, {"benchmark": "fp8_gemv", "device": device_name(), "config": args.config,
+                          "copy_gb_s": copy_bw / 1e9, "results": results,
+                          "per_token": {"layers": layers, "bytes": fp8_bytes, "floor_ms": floor_us / 1e3,
+                                        "ms": {k: v / 1e3 for k, v in step.items()}}})
+    plot(os.path.splitext(args.out)[0] + ".png", results, shapes)
+
+
+def plot(path: str, results: list, shapes: dict) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(shapes), figsize=(4 * len(shapes), 3.6), sharey=True)
+    for ax, (name, (n, k)) in zip(axes, shapes.items()):
+        rows = [r for r in results if r["shape"] == name and not r["method"].startswith("sweep")]
+        for method in dict.fromkeys(r["method"] for r in rows):
+            pts = [r for r in rows if r["method"] == method]
+            ax.plot([r["rows"] for r in pts], [r["pct_of_copy"] for r in pts], "o-", label=method)
+        ax.set(xscale="log", xlabel="rows", title=f"{name} [{n}, {k}]")
+    axes[0].set_ylabel("% of copy bandwidth (weight bytes / time)")
+    axes[-1].legend(fontsize=7)
+    fig.suptitle(f"FP8 GEMV, CUDA graphs, weights from HBM, {device_name()}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+
+
+if __name__ == "__main__":
+    main()

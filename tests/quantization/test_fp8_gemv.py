@@ -1,0 +1,139 @@
+"""The FP8 weight-streaming GEMV (minisgl.quantization.triton_fp8.fp8_gemv) computes x @ (w * s)^T
+as a float32 GEMM of the same e4m3 weights does, and its gated form silu(gate) * up, for 1 to 16
+rows, N not a multiple of its tile and K not a multiple of its step, on both of its paths (CUDA
+cores and tl.dot); and every tile its table picks builds for Hopper streaming the weight in 16-byte
+loads. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1); the device runs this file on the GPU too.
+
+    python -m pytest tests/quantization/test_fp8_gemv.py -q
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from minisgl.quantization.fp8 import quantize_rows  # noqa: E402
+from minisgl.quantization.triton_fp8 import GemvConfig, fp8_gemv, gemv_config  # noqa: E402
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def reference(x: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor, gated: bool) -> torch.Tensor:
+    y = x.float().cpu() @ (wq.float().cpu() * ws.cpu()[:, None]).T
+    if gated:
+        gate, up = y.chunk(2, dim=-1)
+        y = torch.nn.functional.silu(gate) * up
+    return y
+
+
+def check(rows: int, n: int, k: int, gated: bool, config: GemvConfig | None = None) -> None:
+    torch.manual_seed(rows * 1000 + n + k)
+    x = torch.randn(rows, k, dtype=torch.bfloat16, device=DEVICE)
+    wq, ws = quantize_rows(torch.randn(2 * n if gated else n, k, device=DEVICE) * 0.05)
+    got = fp8_gemv(x, wq, ws, gated=gated, config=config)
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
+    want = reference(x, wq, ws, gated)
+    # Exact products, float32 sums: the bf16 output's rounding (2^-9 relative) is the error.
+    assert torch.allclose(got.float().cpu(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item()), (
+        (got.float().cpu() - want).abs().max())
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 16])
+@pytest.mark.parametrize("gated", [False, True])
+def test_gemv_equals_a_float32_gemm_of_the_fp8_weight(rows, gated):
+    # N = 70: not a multiple of any tile width; K = 200: not a multiple of any K step.
+    check(rows, 70, 200, gated)
+
+
+@pytest.mark.parametrize("rows", [1, 5])
+@pytest.mark.parametrize("gated", [False, True])
+def test_both_paths_agree_with_the_reference_whatever_the_rows(rows, gated):
+    for dot in (False, True):
+        check(rows, 40, 96, gated, GemvConfig(block_n=16, block_k=64, num_warps=4, num_stages=2, dot=dot))
+
+
+def test_configs_tile_output_features_only_and_fill_the_gpu():
+    # Llama-3.1-8B's o_proj at batch 1: at least two programs per SM of an H100 (132), no K split.
+    cfg = gemv_config(1, 4096, 4096)
+    assert 4096 // cfg.block_n >= 264 and not cfg.dot
+    assert gemv_config(16, 28672, 4096).dot  # 16 rows: tl.dot over 16-row tiles
+    narrow = gemv_config(1, 512, 4096)  # a tensor-parallel shard: narrower tiles, not a K split
+    assert 512 // narrow.block_n >= 128
+
+
+def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
+    wq, ws = quantize_rows(torch.ones(16, 32, device=DEVICE))
+    with pytest.raises(ValueError, match="at most 16 rows"):
+        fp8_gemv(torch.zeros(17, 32, dtype=torch.bfloat16, device=DEVICE), wq, ws)
+    assert fp8_gemv(torch.zeros(0, 32, dtype=torch.bfloat16, device=DEVICE), wq, ws).shape == (0, 16)
+
+
+# Builds the kernel for Hopper with Triton's compiler (no GPU needed, outside the interpreter) with
+# the tiles gemv_config picks for Llama-3.1-8B's linears and a tensor-parallel shard, and reads the
+# PTX: the e4m3 weight must move in 16-byte loads (ld.global.v4, or cp.async of 16 bytes on the
+# tl.dot path), never byte by byte, or the kernel is far from the bandwidth it exists for; with
+# programmatic dependent launch it waits for the kernel before it (griddepcontrol.wait).
+HOPPER_BUILD = r"""
+import inspect, re, triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from minisgl.quantization import triton_fp8 as tf
+
+kernel = tf._fp8_gemv_kernel
+names = list(inspect.signature(kernel.fn).parameters)
+types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16"}
+shapes = [(6144, 4096, False), (4096, 4096, False), (14336, 4096, True), (4096, 14336, False), (768, 4096, False)]
+for n, k, gated in shapes:
+    for rows, pdl in ((1, True), (2, False), (4, True), (16, False)):
+        cfg = tf.gemv_config(rows, n, k, gated)
+        consts = {"BLOCK_M": 16 if cfg.dot else triton.next_power_of_2(rows), "BLOCK_N": cfg.block_n,
+                  "BLOCK_K": cfg.block_k, "DOT": cfg.dot, "GATED": gated, "EVEN_K": k % cfg.block_k == 0, "IEEE": False,
+                  "PDL": pdl}
+        sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
+        # What Triton's launcher tells the compiler of these arguments: 16-byte aligned, multiples of 16.
+        aligned = ["x_ptr", "w_ptr", "s_ptr", "y_ptr", "N", "K", "stride_xm", "stride_wn", "stride_ym"]
+        attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+        ptx = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
+                             target=GPUTarget("cuda", 90, 32),
+                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}).asm["ptx"]
+        byte_loads = re.findall(r"ld\.global(?:\.\w+)*\.[bsu]8\b", ptx)
+        small_copies = [c for c in re.findall(r"cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], (\w+)", ptx)
+                        if int(c, 0) != 16]
+        wide = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)) + ptx.count("cp.async")
+        assert not byte_loads and not small_copies and wide, (n, k, gated, rows, cfg, byte_loads, small_copies)
+        assert ("griddepcontrol.wait" in ptx) == pdl, (n, k, gated, rows, pdl)
+print("built")
+"""
+
+
+def test_table_tiles_build_for_hopper_with_16_byte_weight_loads():
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and "built" in proc.stdout, proc.stderr[-4000:]
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_fp8_linear_silu_and_mul_equals_the_activation_of_fp8_linear(bias):
+    """The gate/up layer's FP8 gemm (gemm.py): the fused GEMV without a bias, GEMV then
+    silu_and_mul with one; both as silu(gate) * up of the float32 GEMM, batch dims kept."""
+    from minisgl.quantization.gemm import fp8_linear_silu_and_mul
+
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 64, dtype=torch.bfloat16, device=DEVICE)
+    wq, ws = quantize_rows(torch.randn(2 * 48, 64, device=DEVICE) * 0.05)
+    b = torch.randn(2 * 48, dtype=torch.bfloat16, device=DEVICE) if bias else None
+    got = fp8_linear_silu_and_mul(x, wq, b, weight_scale=ws.view(1, -1))
+    y = x.float().cpu().reshape(6, 64) @ (wq.float().cpu() * ws.cpu()[:, None]).T
+    if bias:
+        y = y + b.float().cpu()
+    gate, up = y.chunk(2, dim=-1)
+    want = (torch.nn.functional.silu(gate) * up).reshape(2, 3, 48)
+    assert got.shape == (2, 3, 48)
+    assert torch.allclose(got.float().cpu(), want, rtol=2e-2, atol=2e-2 * want.abs().max().item())
