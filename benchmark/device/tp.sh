@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Tensor parallelism and the Qwen3-MoE GPU paths on lent GPUs, one mode per call (each < 9 min):
 #
+#   bash benchmark/device/tp.sh compact  # nvidia-h200-x2, ~9.5 min: bf16 TP runs; Qwen3-8B and 30B-A3B TP=2 (custom
+#                                        # and NCCL all-reduce) vs TP=1, all-reduce per step, TPOT, start-up
 #   bash benchmark/device/tp.sh quick  # nvidia-h200-x2, ~6 min: the essentials of the modes below (tests,
 #                                      # all-reduce NCCL vs custom, MoE layer fused vs grouped)
 #   bash benchmark/device/tp.sh test   # nvidia-h200-x2 (or -x4): TP vs TP=1 greedy-equal, every
@@ -89,7 +91,38 @@ scale() {  # $1 name, $2 model dir: TP = 1, 2, 4 (as many as there are GPUs), cu
     done
 }
 
+pack() { tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .; }  # after every step: a call cut short still returns
+
 case "$mode" in
+compact)  # nvidia-h200-x2, ~9.5 min: the bf16 TP runs, then both models' TP=2 vs TP=1 in one call
+    step "bf16 TP=2 runs complete (graphs; grouped-GEMM MoE inside them)"
+    timeout 200 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/distributed/test_tensor_parallel_cuda.py \
+        -k bf16 > "$RES/tp_bf16_test.log" 2>&1
+    echo "exit $?"; grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$RES/tp_bf16_test.log" | tail -8; pack
+    for name in qwen3-8b qwen3-30b-a3b; do
+        model=.bench-models/$name
+        step "$name: all-reduce per decode step, NCCL vs custom (TP=2)"
+        timeout 60 python benchmark/offline/allreduce.py --config "$model" --tp 2 --out "$RES/allreduce-$name-tp2.json" \
+            2>&1 | grep -vE "Warn|warn" | tail -6
+        step "$name: TP=2 (custom all-reduce) offline throughput + start-up, batch-1 TPOT"
+        timeout 110 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 2 --dtype bfloat16 \
+            "${SIZE[@]}" --out "$RES/offline-$name-tp2-custom.json" > "$RES/offline-$name-tp2-custom.log" 2>&1
+        timeout 60 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 2 \
+            --out "$RES/latency-$name-tp2-custom.json" > "$RES/latency-$name-tp2-custom.log" 2>&1
+        summary "$RES/offline-$name-tp2-custom.log" "$RES/latency-$name-tp2-custom.log"
+        step "$name: TP=2, NCCL only: batch-1 TPOT"
+        timeout 60 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 2 --disable-custom-all-reduce \
+            --out "$RES/latency-$name-tp2-nccl.json" > "$RES/latency-$name-tp2-nccl.log" 2>&1
+        summary "$RES/latency-$name-tp2-nccl.log"
+        step "$name: TP=1 offline (GPU 0, with the floor) beside TP=1 batch-1 TPOT (GPU 1)"
+        (CUDA_VISIBLE_DEVICES=0 timeout 120 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 1 \
+            --dtype bfloat16 "${SIZE[@]}" --floor --out "$RES/offline-$name-tp1.json" > "$RES/offline-$name-tp1.log" 2>&1) &
+        (CUDA_VISIBLE_DEVICES=1 timeout 90 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 1 \
+            --out "$RES/latency-$name-tp1.json" > "$RES/latency-$name-tp1.log" 2>&1) &
+        wait
+        summary "$RES/offline-$name-tp1.log" "$RES/latency-$name-tp1.log"; pack
+    done
+    ;;
 quick)  # the essentials in one ~6 min call on nvidia-h200-x2, for a short device budget
     step "fused MoE kernels on the GPU vs the per-expert loop"
     timeout 100 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/layers/test_moe.py > "$RES/moe_test.log" 2>&1

@@ -25,7 +25,7 @@ logger = get_logger(__name__)
 
 # Message sizes by which one-shot, two-shot and NCCL are chosen; measured on an H200 pair by
 # benchmark/offline/allreduce.py (see benchmark/NOTES.md).
-ONE_SHOT_MAX_BYTES = 512 << 10
+ONE_SHOT_MAX_BYTES = 1 << 20  # one-shot measured faster up to 1 MiB on H200 x2 (benchmark/NOTES.md)
 TWO_SHOT_MAX_BYTES = 8 << 20
 WORLD_SIZES = (2, 4, 8)  # the sizes PyTorch's two-shot kernel is built for
 
@@ -86,7 +86,8 @@ def create(group: dist.ProcessGroup, device: torch.device, max_bytes: int = TWO_
     if not local or not all(torch.cuda.can_device_access_peer(a, b) for a in local for b in local if a != b):
         logger.info("custom all-reduce off: the GPUs have no peer access; NCCL for all sizes")
         return None
-    import torch.distributed._symmetric_memory  # noqa: F401  (loads the symm_mem ops)
+    # `from ... import`: a plain `import torch.x` here would make `torch` local to this function.
+    from torch.distributed import _symmetric_memory  # noqa: F401  (loads the symm_mem ops)
 
     if not all(hasattr(torch.ops.symm_mem, op) for op in ("one_shot_all_reduce_copy_out", "two_shot_all_reduce_out")):
         logger.info("custom all-reduce off: this PyTorch (%s) lacks symmetric-memory all-reduce", torch.__version__)

@@ -51,6 +51,14 @@ def resolve_moe_backend(name: str, device: torch.device) -> str:
     return name
 
 
+def check_moe_backend_dtype(backend: str, device: torch.device, dtype: torch.dtype) -> None:
+    """PyTorch's grouped GEMM runs on the device only for bfloat16 on CUDA; for other dtypes it
+    reads the expert offsets back to the host, which a CUDA graph cannot capture."""
+    if backend == "grouped" and device.type == "cuda" and dtype != torch.bfloat16:
+        raise ValueError(f"--moe-backend grouped on CUDA needs bfloat16 (the model runs in "
+                         f"{str(dtype).removeprefix('torch.')}); use fused or auto")
+
+
 def validate_tp(model_config, tp_size: int, device: torch.device, local_ranks: int | None = None) -> None:
     """Fail at start, with the reason, when the model cannot be split over `tp_size` ranks, of which
     `local_ranks` (default: all) run on this machine and need a GPU here."""

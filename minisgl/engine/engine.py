@@ -20,7 +20,7 @@ from minisgl.models import create_model, init_dummy_weights, load_model_config, 
 from minisgl.quantization import check_online_quantization, quantize_model
 from minisgl.utils.logger import get_logger
 
-from .config import EngineConfig, resolve_device, resolve_moe_backend
+from .config import EngineConfig, check_moe_backend_dtype, resolve_device, resolve_moe_backend
 from .graph import GraphRunner, graph_batch_sizes
 from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, token_logprobs
 
@@ -85,6 +85,7 @@ class Engine:
         self.dtype = config.dtype or self.model_config.torch_dtype
         if self.dtype not in (torch.float32, torch.float16, torch.bfloat16):  # e.g. an FP8 checkpoint's own
             self.dtype = torch.bfloat16
+        check_moe_backend_dtype(self.ctx.moe_backend, self.device, self.dtype)
         self.kv_dtype = kv_storage_dtype(config.kv_cache_dtype, self.dtype)
         with torch.device(self.device), _default_dtype(self.dtype):
             self.model = create_model(self.model_config)

@@ -146,10 +146,12 @@ def test_fused_kernels_build_for_hopper_within_its_shared_memory():
     assert proc.returncode == 0 and "built" in proc.stdout, proc.stderr[-4000:]
 
 
-@pytest.mark.parametrize("moe_backend", ["grouped", "fused"])
-def test_qwen3_moe_with_gpu_moe_paths_matches_hf(tiny_model_dir, moe_backend):
+# float32 to compare tokens with HF: the fused kernels on the GPU (or under the interpreter); the
+# grouped GEMM on the CPU, as on CUDA it is bfloat16 only (see the refusal test below).
+@pytest.mark.parametrize("moe_backend, device", [("grouped", "cpu"), ("fused", str(DEVICE))])
+def test_qwen3_moe_with_gpu_moe_paths_matches_hf(tiny_model_dir, moe_backend, device):
     model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", moe_backend=moe_backend,
+    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device=device, moe_backend=moe_backend,
                                  num_page_override=64, max_running_req=2))
     try:
         assert engine.ctx.moe_backend == moe_backend
@@ -161,6 +163,16 @@ def test_qwen3_moe_with_gpu_moe_paths_matches_hf(tiny_model_dir, moe_backend):
         assert req.output_ids == hf_greedy(model_dir, prompt, 16)[0]
     finally:
         engine.shutdown()
+
+
+def test_grouped_gemm_on_cuda_outside_bfloat16_is_refused_at_start():
+    """Else CUDA graph capture fails inside PyTorch with a host copy (found on an H200)."""
+    from minisgl.engine.config import check_moe_backend_dtype
+
+    with pytest.raises(ValueError, match="grouped on CUDA needs bfloat16.*float32"):
+        check_moe_backend_dtype("grouped", torch.device("cuda"), torch.float32)
+    check_moe_backend_dtype("grouped", torch.device("cuda"), torch.bfloat16)
+    check_moe_backend_dtype("grouped", torch.device("cpu"), torch.float32)
 
 
 def test_unknown_moe_backend_is_refused_with_the_choices():
