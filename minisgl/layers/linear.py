@@ -117,22 +117,20 @@ class QKVParallelLinear(ColumnParallelLinear):
         return sum(self.local_sizes[:idx]), rows, start_head * self.head_dim
 
 
-def linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    return silu_and_mul(F.linear(x, weight, bias))
-
-
 class GateUpParallelLinear(ColumnParallelLinear):
     """The MLP's gate and up projections in one matmul ([gate; up] rows, each split across ranks);
-    `silu_and_mul(x)` returns silu(x @ gate^T) * (x @ up^T) through `gated_gemm`, which
-    minisgl.quantization replaces with an FP8 kernel that applies the activation in the GEMM's
-    epilogue at small batch (one kernel fewer per layer)."""
+    `silu_and_mul(x)` returns silu(x @ gate^T) * (x @ up^T): the layer's GEMM then the activation,
+    or `gated_gemm` where minisgl.quantization sets one (an FP8 kernel that applies the activation
+    in the GEMM's epilogue at small batch: one kernel fewer per layer)."""
 
     def __init__(self, in_features: int, intermediate: int, bias: bool = False):
         super().__init__(in_features, [intermediate, intermediate], bias)
-        self.gated_gemm = linear_silu_and_mul
+        self.gated_gemm = None
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-        return self.gated_gemm(x, self.weight, self.bias)
+        if self.gated_gemm is not None:
+            return self.gated_gemm(x, self.weight, self.bias)
+        return silu_and_mul(self(x))
 
 
 class RowParallelLinear(nn.Module):
