@@ -19,8 +19,11 @@ from minisgl.distributed import DistributedInfo, destroy
 from minisgl.message import ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
 from minisgl.utils.liveness import WorkerLink
+from minisgl.utils.logger import get_logger
 from minisgl.utils.net import rendezvous_addr
 from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
+
+logger = get_logger(__name__)
 
 
 class LLM:
@@ -104,14 +107,17 @@ class LLM:
         if self.followers:
             self.inbox.put(ExitMsg())
             self.server.run_once()  # broadcasts the exit to the other ranks
-            self._stop_followers(grace=30)
+        # Rank 0 tears its group down beside the followers, not after them: a teardown that waits
+        # on its peers (NCCL, symmetric memory) would otherwise hold every follower until killed.
         self.scheduler.shutdown()
+        self._stop_followers(grace=30)
 
     def _stop_followers(self, grace: float) -> None:
         """Join the follower ranks, killing any still alive after `grace` seconds."""
-        for p in self.followers:
+        for rank, p in enumerate(self.followers, start=1):
             p.join(grace)
             if p.is_alive():
+                logger.warning("tensor-parallel rank %d did not exit within %.0f s of shutdown; killed", rank, grace)
                 p.kill()
                 p.join(10)
 
