@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Tensor parallelism and the Qwen3-MoE GPU paths on lent GPUs, one mode per call (each < 9 min):
 #
-#   bash benchmark/device/tp.sh compact  # nvidia-h200-x2, ~9.5 min: bf16 TP runs; Qwen3-8B and 30B-A3B TP=2 (custom
-#                                        # and NCCL all-reduce) vs TP=1, all-reduce per step, TPOT, start-up
+#   bash benchmark/device/tp.sh compact  # nvidia-h200-x2: bf16 TP runs; Qwen3-8B and 30B-A3B TP=2 (custom
+#                                        # and NCCL all-reduce) vs TP=1, all-reduce per step, TPOT, start-up.
+#                                        # Over 10 min for both: MODELS=qwen3-30b-a3b and TESTS_K="bf16 and Llama"
+#                                        # pick a part (the 8B part ran on 2026-11-23, benchmark/NOTES.md)
 #   bash benchmark/device/tp.sh quick  # nvidia-h200-x2, ~6 min: the essentials of the modes below (tests,
 #                                      # all-reduce NCCL vs custom, MoE layer fused vs grouped)
 #   bash benchmark/device/tp.sh test   # nvidia-h200-x2 (or -x4): TP vs TP=1 greedy-equal, every
@@ -96,10 +98,10 @@ pack() { tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .; }  # after every step: 
 case "$mode" in
 compact)  # nvidia-h200-x2, ~9.5 min: the bf16 TP runs, then both models' TP=2 vs TP=1 in one call
     step "bf16 TP=2 runs complete (graphs; grouped-GEMM MoE inside them)"
-    timeout 200 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/distributed/test_tensor_parallel_cuda.py \
-        -k bf16 > "$RES/tp_bf16_test.log" 2>&1
+    timeout "${TESTS_TIMEOUT:-200}" python -m pytest -q -rA --tb=short -p no:cacheprovider \
+        tests/distributed/test_tensor_parallel_cuda.py -k "${TESTS_K:-bf16}" > "$RES/tp_bf16_test.log" 2>&1
     echo "exit $?"; grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$RES/tp_bf16_test.log" | tail -8; pack
-    for name in qwen3-8b qwen3-30b-a3b; do
+    for name in ${MODELS:-qwen3-8b qwen3-30b-a3b}; do
         model=.bench-models/$name
         step "$name: all-reduce per decode step, NCCL vs custom (TP=2)"
         timeout 60 python benchmark/offline/allreduce.py --config "$model" --tp 2 --out "$RES/allreduce-$name-tp2.json" \
