@@ -9,14 +9,19 @@
 #      very same requests; one table with the ratios;
 #   2. Llama-3.1-8B shapes, batch 1, `--quantization fp8` (dummy weights): TPOT against the FP8
 #      weight-read floor (benchmark/offline/latency.py);
-#   3. KL divergence of next-token distributions, FP8 (KV, weights, both) against bf16, on
+#   3. the FP8 GEMV behind it: per-linear us, GB/s and % of copy bandwidth at 1-16 rows against the
+#      old split-K, _scaled_mm and bf16, its tile sweep, a decode step's GEMMs in one graph against
+#      the weight-read floor (benchmark/offline/fp8_gemv.py); the batch-1 kernel breakdown
+#      (benchmark/offline/profile_steps.py --quantization fp8);
+#   4. KL divergence of next-token distributions, FP8 (KV, weights, both) against bf16, on
 #      random-weight models of both shapes (benchmark/offline/fp8_accuracy.py).
+# Batch-1 work alone (~6 min): SKIP_OFFLINE=1 SKIP_REF=1 SKIP_KL=1 bash benchmark/device/fp8.sh
 # Run after the kit preamble (../shared/device/kit.sh), carrying .device-kit, .bench-models and .ref:
 #   python benchmark/prepare_model.py ../shared/models/qwen3-0.6b .bench-models/qwen3-0.6b
 #   python benchmark/prepare_model.py ../shared/models/llama-3.1-8b .bench-models/llama-3.1-8b
 # New kernels: FlashInfer decode and FA2 prefill for bf16 queries over e4m3 pages, head_dim 128
 # (the first FP8 step compiles them unless the carried workspace has them). Sections can be
-# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_KL (e.g. to split the call).
+# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_MICRO, SKIP_PROFILE, SKIP_KL (e.g. to split the call).
 # Results (logs, JSON, PNG) go to /tmp/fp8-results, packed after every section into
 # $OUT/fp8-results.tgz (one file: a call returns at most 8); the FlashInfer JIT workspace is saved
 # in $OUT in pieces under 16 MiB (carry them back as .device-kit/fiws.tgz.part-*).
@@ -35,7 +40,8 @@ quiet() { grep -vE "it/s\]|s/it\]|tensor/s\]|Loading weights|Writing model"; }
 
 if [ -z "${SKIP_TESTS:-}" ]; then
     step "CUDA tests (the first FP8 attention call compiles its kernels)"
-    timeout "${TESTS_TIMEOUT:-300}" python -m pytest tests/quantization/test_fp8_cuda.py tests/attention/test_flashinfer_cuda.py \
+    timeout "${TESTS_TIMEOUT:-300}" python -m pytest tests/quantization/test_fp8_cuda.py tests/quantization/test_fp8_gemv.py \
+        tests/attention/test_flashinfer_cuda.py \
         -q -rs -p no:cacheprovider > "$RES/tests.log" 2>&1
     echo "pytest exit $?"; tail -15 "$RES/tests.log"
     save_jit_cache  # the FP8 kernels, compiled once
@@ -85,6 +91,23 @@ if [ -z "${SKIP_LATENCY:-}" ]; then
     timeout "${LATENCY_TIMEOUT:-240}" python benchmark/offline/latency.py --model "$LLAMA" --dummy-weight \
         --quantization fp8 --out "$RES/latency-llama-fp8.json" > "$RES/latency-llama-fp8.log" 2>&1
     echo "exit $?"; quiet < "$RES/latency-llama-fp8.log" | grep -E "weights:|TPOT|Error|error" | tail -4
+    pack
+fi
+
+if [ -z "${SKIP_MICRO:-}" ]; then
+    step "microbenchmark: the FP8 GEMV at Llama-3.1-8B shapes (per linear, tile sweep, a decode step's GEMMs)"
+    timeout "${MICRO_TIMEOUT:-240}" python benchmark/offline/fp8_gemv.py --config "$LLAMA" \
+        --out "$RES/fp8_gemv.json" > "$RES/fp8_gemv.log" 2>&1
+    echo "exit $?"; tail -40 "$RES/fp8_gemv.log"
+    pack
+fi
+
+if [ -z "${SKIP_PROFILE:-}" ]; then
+    step "kernel breakdown of batch-1 FP8 decode steps"
+    timeout "${PROFILE_TIMEOUT:-100}" python benchmark/offline/profile_steps.py --model "$LLAMA" --dummy-weight \
+        --quantization fp8 --requests 1 --prompt-len 128 --prefill-tokens 128 --steps 20 \
+        --out "$RES/profile-llama-fp8-bs1.json" > "$RES/profile.log" 2>&1
+    echo "exit $?"; quiet < "$RES/profile.log" | grep -vE "INFO" | sed -n '/== decode/,/== prefill/p' | head -30
     pack
 fi
 

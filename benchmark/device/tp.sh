@@ -47,31 +47,36 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 python -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__, "GPUs", torch.cuda.device_count(),
 "peer access 0<->1", torch.cuda.device_count() > 1 and torch.cuda.can_device_access_peer(0, 1))'
 SIZE=(--num-requests "${NREQ:-256}" --max-input-len 1024 --max-output-len "${NOUT:-256}")
+pack() { tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .; }  # after every model: a call cut short still returns
 summary() { grep -hE "start-up|minisgl:|floor|TPOT|Error|error:|Traceback" "$@" | grep -v Warn; }
 
-bench_pair() {  # $1 name, $2 model dir: TP=2 custom, TP=2 NCCL, then TP=1 throughput and latency side by side
-    local name=$1 model=$2
+bench_pair() {  # $1 name, $2 model dir, $3 "lean" to skip the NCCL-only throughput run: TP=2 custom, TP=2 NCCL,
+               # then TP=1 throughput (GPU 0, with the floor) beside TP=1 batch-1 TPOT (GPU 1)
+    local name=$1 model=$2 lean=${3:-}
     step "$name: all-reduce per decode step, NCCL vs custom (TP=2)"
-    timeout 120 python benchmark/offline/allreduce.py --config "$model" --tp 2 --out "$RES/allreduce-$name-tp2.json" \
-        2>&1 | grep -vE "Warn|warn" | tail -12
+    timeout 90 python benchmark/offline/allreduce.py --config "$model" --tp 2 --out "$RES/allreduce-$name-tp2.json" \
+        2>&1 | grep -vE "Warn|warn" | tail -8
     for variant in custom nccl; do
         local flag=(); [ "$variant" = nccl ] && flag=(--disable-custom-all-reduce)
-        step "$name: offline throughput + start-up, TP=2 ($variant all-reduce)"
-        timeout 200 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 2 --dtype bfloat16 "${flag[@]}" \
-            "${SIZE[@]}" --out "$RES/offline-$name-tp2-$variant.json" > "$RES/offline-$name-tp2-$variant.log" 2>&1
-        summary "$RES/offline-$name-tp2-$variant.log"
+        if [ "$variant" = custom ] || [ -z "$lean" ]; then
+            step "$name: offline throughput + start-up, TP=2 ($variant all-reduce)"
+            timeout 150 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 2 --dtype bfloat16 \
+                "${flag[@]}" "${SIZE[@]}" --out "$RES/offline-$name-tp2-$variant.json" > "$RES/offline-$name-tp2-$variant.log" 2>&1
+            summary "$RES/offline-$name-tp2-$variant.log"
+        fi
         step "$name: batch-1 TPOT, TP=2 ($variant all-reduce)"
-        timeout 150 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 2 "${flag[@]}" \
+        timeout 90 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 2 "${flag[@]}" \
             --out "$RES/latency-$name-tp2-$variant.json" > "$RES/latency-$name-tp2-$variant.log" 2>&1
         summary "$RES/latency-$name-tp2-$variant.log"
     done
     step "$name: TP=1 throughput on GPU 0 beside TP=1 batch-1 TPOT on GPU 1"
-    (CUDA_VISIBLE_DEVICES=0 timeout 200 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 1 \
+    (CUDA_VISIBLE_DEVICES=0 timeout 150 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 1 \
         --dtype bfloat16 "${SIZE[@]}" --floor --out "$RES/offline-$name-tp1.json" > "$RES/offline-$name-tp1.log" 2>&1) &
-    (CUDA_VISIBLE_DEVICES=1 timeout 150 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 1 \
+    (CUDA_VISIBLE_DEVICES=1 timeout 120 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 1 \
         --out "$RES/latency-$name-tp1.json" > "$RES/latency-$name-tp1.log" 2>&1) &
     wait
     summary "$RES/offline-$name-tp1.log" "$RES/latency-$name-tp1.log"
+    pack
 }
 
 scale() {  # $1 name, $2 model dir: TP = 1, 2, 4 (as many as there are GPUs), custom all-reduce; for nvidia-h200-x4
@@ -93,8 +98,6 @@ scale() {  # $1 name, $2 model dir: TP = 1, 2, 4 (as many as there are GPUs), cu
     done
 }
 
-pack() { tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .; }  # after every step: a call cut short still returns
-
 case "$mode" in
 compact)  # nvidia-h200-x2, ~9.5 min: the bf16 TP runs, then both models' TP=2 vs TP=1 in one call
     step "bf16 TP=2 runs complete (graphs; grouped-GEMM MoE inside them)"
@@ -102,27 +105,7 @@ compact)  # nvidia-h200-x2, ~9.5 min: the bf16 TP runs, then both models' TP=2 v
         tests/distributed/test_tensor_parallel_cuda.py -k "${TESTS_K:-bf16}" > "$RES/tp_bf16_test.log" 2>&1
     echo "exit $?"; grep -E "^(PASSED|FAILED|ERROR)|passed|failed" "$RES/tp_bf16_test.log" | tail -8; pack
     for name in ${MODELS:-qwen3-8b qwen3-30b-a3b}; do
-        model=.bench-models/$name
-        step "$name: all-reduce per decode step, NCCL vs custom (TP=2)"
-        timeout 60 python benchmark/offline/allreduce.py --config "$model" --tp 2 --out "$RES/allreduce-$name-tp2.json" \
-            2>&1 | grep -vE "Warn|warn" | tail -6
-        step "$name: TP=2 (custom all-reduce) offline throughput + start-up, batch-1 TPOT"
-        timeout 110 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 2 --dtype bfloat16 \
-            "${SIZE[@]}" --out "$RES/offline-$name-tp2-custom.json" > "$RES/offline-$name-tp2-custom.log" 2>&1
-        timeout 60 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 2 \
-            --out "$RES/latency-$name-tp2-custom.json" > "$RES/latency-$name-tp2-custom.log" 2>&1
-        summary "$RES/offline-$name-tp2-custom.log" "$RES/latency-$name-tp2-custom.log"
-        step "$name: TP=2, NCCL only: batch-1 TPOT"
-        timeout 60 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 2 --disable-custom-all-reduce \
-            --out "$RES/latency-$name-tp2-nccl.json" > "$RES/latency-$name-tp2-nccl.log" 2>&1
-        summary "$RES/latency-$name-tp2-nccl.log"
-        step "$name: TP=1 offline (GPU 0, with the floor) beside TP=1 batch-1 TPOT (GPU 1)"
-        (CUDA_VISIBLE_DEVICES=0 timeout 120 python benchmark/offline/bench.py --model "$model" --dummy-weight --tp 1 \
-            --dtype bfloat16 "${SIZE[@]}" --floor --out "$RES/offline-$name-tp1.json" > "$RES/offline-$name-tp1.log" 2>&1) &
-        (CUDA_VISIBLE_DEVICES=1 timeout 90 python benchmark/offline/latency.py --model "$model" --dummy-weight --tp 1 \
-            --out "$RES/latency-$name-tp1.json" > "$RES/latency-$name-tp1.log" 2>&1) &
-        wait
-        summary "$RES/offline-$name-tp1.log" "$RES/latency-$name-tp1.log"; pack
+        bench_pair "$name" ".bench-models/$name" lean
     done
     ;;
 quick)  # the essentials in one ~6 min call on nvidia-h200-x2, for a short device budget
