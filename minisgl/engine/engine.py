@@ -67,15 +67,18 @@ class Engine:
         set_global_ctx(self.ctx)
         init_process_group(self.tp, config.distributed_addr, self.device,
                            custom_all_reduce=not config.disable_custom_all_reduce)
+        # With TP, the wait for the other ranks to start and join (their imports, NCCL, the custom
+        # all-reduce's rendezvous): start-up reports it apart from this rank's own work.
+        self.timings = {"process_group_s": time.perf_counter() - t_start}
         try:
-            self._build(config, t_start)
+            self._build(config, time.perf_counter(), t_start)
         except BaseException:
             # Leave nothing behind for the next engine in this process (a test's next case, a
             # retry): the process group's peers are gone with this engine.
             self.shutdown()
             raise
 
-    def _build(self, config: EngineConfig, t_start: float) -> None:
+    def _build(self, config: EngineConfig, t_load: float, t_start: float) -> None:
         cuda = self.device.type == "cuda"
         # Same seed on every rank: unseeded sampling then draws the same tokens everywhere.
         torch.manual_seed(0)
@@ -100,7 +103,7 @@ class Engine:
         if weights:
             logger.info("%s", weights)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
-        self.timings = {"load_s": time.perf_counter() - t_start}
+        self.timings["load_s"] = time.perf_counter() - t_load
         if cuda:
             self._warm_up_layers()
 
