@@ -158,8 +158,34 @@ class GrammarState:
         return self.matcher.is_terminated()
 
 
-def allocate_bitmask(rows: int, vocab_size: int) -> torch.Tensor:
-    """A bitmask allowing every token in every row (rows of unconstrained requests stay so)."""
-    import xgrammar as xgr
+@dataclass(frozen=True)
+class BatchMasks:
+    """The grammar masks of a batch's constrained rows only: `rows` (their indices in the batch) and
+    one bitmask row each, int32 [len(rows), ceil(vocab / 32)] on the host. A batch with a few
+    constrained requests among many fills, copies and applies just theirs (a whole-batch mask is
+    ~19 KB a row at a 152K vocabulary: 4.8 MB a step at 256 rows)."""
 
-    return xgr.allocate_token_bitmask(rows, vocab_size)
+    rows: list[int]
+    bitmask: torch.Tensor
+
+    @classmethod
+    def fill(cls, constrained: list[tuple[int, GrammarState]], vocab_size: int) -> BatchMasks:
+        import xgrammar as xgr
+
+        bitmask = xgr.allocate_token_bitmask(len(constrained), vocab_size)
+        for j, (_, state) in enumerate(constrained):
+            state.fill_mask(bitmask, j)
+        return cls([row for row, _ in constrained], bitmask)
+
+    def apply(self, logits: torch.Tensor) -> None:
+        """Disallowed tokens of the constrained rows of `logits` [batch, vocab] become -inf, in place."""
+        import xgrammar as xgr
+
+        mask = self.bitmask.to(logits.device, non_blocking=True)
+        if self.rows == list(range(logits.shape[0])):
+            xgr.apply_token_bitmask_inplace(logits, mask)
+            return
+        rows = torch.tensor(self.rows, dtype=torch.int64).to(logits.device, non_blocking=True)
+        sub = logits.index_select(0, rows)
+        xgr.apply_token_bitmask_inplace(sub, mask)
+        logits.index_copy_(0, rows, sub)

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from minisgl.attention.paging import to_device
 from minisgl.core import Req
+
+if TYPE_CHECKING:
+    from minisgl.constrained.grammar import BatchMasks
 
 
 @dataclass
@@ -63,16 +67,16 @@ class LogitsAdjustment:
     penalties: Penalties | None = None
     bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (rows, token ids, values)
     banned: tuple[torch.Tensor, torch.Tensor] | None = None  # (rows, token ids) set to -inf
-    bitmask: torch.Tensor | None = None  # xgrammar token bitmask, int32 [rows, ceil(vocab/32)], on the host
+    grammar_masks: BatchMasks | None = None  # the constrained rows' xgrammar bitmasks, on the host
 
     @classmethod
     def from_reqs(cls, reqs: list[Req], device: torch.device, eos_token_ids: Iterable[int] = (),
-                  bitmask: torch.Tensor | None = None) -> LogitsAdjustment | None:
+                  grammar_masks: BatchMasks | None = None) -> LogitsAdjustment | None:
         """None when no request of the batch changes its logits (the common case costs nothing)."""
         params = [r.sampling_params for r in reqs]
-        if bitmask is None and not any(p.adjusts_logits for p in params):
+        if grammar_masks is None and not any(p.adjusts_logits for p in params):
             return None
-        adjust = cls(bitmask=bitmask)
+        adjust = cls(grammar_masks=grammar_masks)
         pen = [i for i, p in enumerate(params) if p.uses_history]
         if pen:
             ints = np.array([[i, reqs[i].table_idx, reqs[i].seq_len, reqs[i].prompt_len] for i in pen], dtype=np.int64)
@@ -111,8 +115,6 @@ class LogitsAdjustment:
             logits[self.banned] = float("-inf")
         if self.penalties is not None:
             self.penalties.apply(logits, token_pool)
-        if self.bitmask is not None:
-            import xgrammar  # only batches with a constrained request get here
-
-            xgrammar.apply_token_bitmask_inplace(logits, self.bitmask.to(logits.device, non_blocking=True))
+        if self.grammar_masks is not None:
+            self.grammar_masks.apply(logits)
         return logits

@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import os
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ from minisgl.core import Req
 from minisgl.layers.fused import triton_ops
 
 from .logits import LogitsAdjustment
+
+if TYPE_CHECKING:
+    from minisgl.constrained.grammar import BatchMasks
 
 
 @dataclass
@@ -40,13 +43,13 @@ class BatchSamplingArgs:
 
     @classmethod
     def from_reqs(cls, reqs: list[Req], device: torch.device, eos_token_ids: tuple[int, ...] = (),
-                  bitmask: torch.Tensor | None = None) -> BatchSamplingArgs:
-        """`eos_token_ids`: what min_tokens holds back; `bitmask`: the grammar masks of the batch's
-        rows (minisgl.constrained), None when no request is constrained."""
+                  grammar_masks: BatchMasks | None = None) -> BatchSamplingArgs:
+        """`eos_token_ids`: what min_tokens holds back; `grammar_masks`: the masks of the batch's
+        constrained rows (minisgl.constrained), None when no request is constrained."""
         params = [r.sampling_params for r in reqs]
         asked = [p.logprobs for p in params if p.logprobs is not None]
         logprobs_k = max(asked) if asked else None
-        adjust = LogitsAdjustment.from_reqs(reqs, device, eos_token_ids, bitmask)
+        adjust = LogitsAdjustment.from_reqs(reqs, device, eos_token_ids, grammar_masks)
         if all(p.is_greedy for p in params):
             return cls(temperatures=None, logprobs_k=logprobs_k, adjust=adjust)
 

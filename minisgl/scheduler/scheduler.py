@@ -14,7 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
 from minisgl.constrained import GrammarCompilerPool, GrammarState
-from minisgl.constrained.grammar import allocate_bitmask
+from minisgl.constrained.grammar import BatchMasks
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.kvcache import create_prefix_cache
@@ -208,7 +208,7 @@ class Scheduler:
         return None
 
     def _launch(self, batch: Batch) -> InFlight:
-        args = BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids, self._bitmask(batch))
+        args = BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids, self._grammar_masks(batch))
         out = self.engine.forward_batch(batch, args)
         samples = [r.samples_this_step for r in batch.reqs]
         # Advance positions now, so the next batch can be scheduled before these tokens are read.
@@ -222,15 +222,12 @@ class Scheduler:
                     self.decode.add(r)
         return InFlight(batch, out, samples)
 
-    def _bitmask(self, batch: Batch):
-        """The grammar masks of the batch's sampling rows, or None when no request is constrained."""
-        constrained = [(i, r) for i, r in enumerate(batch.reqs) if r.grammar is not None and r.samples_this_step]
+    def _grammar_masks(self, batch: Batch) -> BatchMasks | None:
+        """The grammar masks of the batch's constrained sampling rows, or None when there are none."""
+        constrained = [(i, r.grammar) for i, r in enumerate(batch.reqs) if r.grammar is not None and r.samples_this_step]
         if not constrained:
             return None
-        bitmask = allocate_bitmask(batch.size, self.engine.model_config.vocab_size)
-        for i, r in constrained:
-            r.grammar.fill_mask(bitmask, i)
-        return bitmask
+        return BatchMasks.fill(constrained, self.engine.model_config.vocab_size)
 
     def _process(self, done: InFlight) -> list[StepOutput]:
         done.out.copy_done_event.synchronize()
