@@ -40,6 +40,8 @@ class ModelFreeEngine(Engine):
     @torch.inference_mode()
     def forward_batch(self, batch, args) -> ForwardOutput:
         start = time.perf_counter()
+        if callable(args):
+            args()  # the scheduler's work before sampling (Engine.forward_batch)
         picks = torch.randint(len(self.allowed), (len(batch.reqs),), generator=self.generator)
         tokens = self.allowed[picks]
         self._store_next_tokens(batch, tokens)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -265,7 +266,11 @@ class Engine:
         self.attn_backend.prepare_metadata(batch)
 
     @torch.inference_mode()
-    def forward_batch(self, batch: Batch, args: BatchSamplingArgs) -> ForwardOutput:
+    def forward_batch(self, batch: Batch,
+                      args: BatchSamplingArgs | Callable[[], BatchSamplingArgs]) -> ForwardOutput:
+        """Run the batch and sample its next tokens. `args` may be a callable, called once the
+        forward pass is launched: host work the sampling waits for (the scheduler's grammar
+        masks) then runs beside the GPU's."""
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
             _, cached, device_lens = batch_arrays(batch)
             self._check(batch, device_lens, device_lens - cached)
@@ -277,6 +282,8 @@ class Engine:
                 logits = self.model.forward()
             finally:
                 self.ctx.batch = None
+        if callable(args):
+            args = args()
         # Penalties, biases and grammar masks change a copy: logprobs report the model's own distribution.
         adjusted = args.adjust.apply(logits, self.token_pool) if args.adjust is not None else logits
         next_tokens = self.sampler.sample(adjusted, args).to(torch.int32)

@@ -3,13 +3,16 @@
 Each step it picks a batch (prefill when prompts are waiting, alternating with decode so running
 requests keep streaming), launches it, and turns the sampled tokens into per-request outputs.
 With overlap scheduling, step N+1 is prepared and launched before step N's tokens are read back,
-so the CPU work hides behind the GPU's.
+so the CPU work hides behind the GPU's. A batch with constrained requests (grammars) keeps the
+overlap too: its forward pass is launched first, and its grammar masks, which need step N's
+tokens, are filled while the GPU runs it, before its sampling.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field
 
@@ -177,19 +180,23 @@ class Scheduler:
 
     def step(self) -> list[StepOutput]:
         self._admit_compiled()
-        outputs: list[StepOutput] = []
-        if self._in_flight and any(r.grammar is not None for r in self._in_flight.batch.reqs):
-            # A constrained request's next mask needs the token still in flight: read it first
-            # (this step gives up overlap, only while such requests run).
-            outputs += self._process(self._in_flight)
-            self._in_flight = None
+        previous, self._in_flight = self._in_flight, None
+        processed: list[StepOutput] = []
+
+        def read_previous() -> None:
+            """The previous step's tokens, read once: after this step's launch (overlap: while the
+            GPU runs it), or from inside it, before its sampling, when its grammars need them."""
+            nonlocal previous
+            if previous is not None:
+                processed.extend(self._process(previous))
+                previous = None
+
         batch = self._schedule()
-        launched = self._launch(batch) if batch else None
+        launched = self._launch(batch, read_previous) if batch else None
+        read_previous()
         early, self._early = self._early, []
-        outputs = early + outputs
+        outputs = early + processed
         if self.overlap:
-            if self._in_flight:
-                outputs += self._process(self._in_flight)
             self._in_flight = launched
         elif launched:
             outputs += self._process(launched)
@@ -207,9 +214,8 @@ class Scheduler:
             return Batch(reqs=self.decode.schedule(), phase="decode")
         return None
 
-    def _launch(self, batch: Batch) -> InFlight:
-        args = BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids, self._grammar_masks(batch))
-        out = self.engine.forward_batch(batch, args)
+    def _launch(self, batch: Batch, read_previous: Callable[[], None]) -> InFlight:
+        out = self.engine.forward_batch(batch, self._sampling_args(batch, read_previous))
         samples = [r.samples_this_step for r in batch.reqs]
         # Advance positions now, so the next batch can be scheduled before these tokens are read.
         for r, sampled in zip(batch.reqs, samples):
@@ -222,9 +228,25 @@ class Scheduler:
                     self.decode.add(r)
         return InFlight(batch, out, samples)
 
+    def _sampling_args(self, batch: Batch, read_previous: Callable[[], None]
+                       ) -> BatchSamplingArgs | Callable[[], BatchSamplingArgs]:
+        """The batch's sampling arguments or, when it has constrained requests, a callable the engine
+        calls once the batch's forward pass is launched: their grammar masks need the previous
+        step's tokens, which the host then reads while the GPU runs the forward (overlap kept)."""
+        if not any(r.grammar is not None and r.samples_this_step for r in batch.reqs):
+            return BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids)
+
+        def after_forward_launch() -> BatchSamplingArgs:
+            read_previous()
+            return BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids, self._grammar_masks(batch))
+
+        return after_forward_launch
+
     def _grammar_masks(self, batch: Batch) -> BatchMasks | None:
-        """The grammar masks of the batch's constrained sampling rows, or None when there are none."""
-        constrained = [(i, r.grammar) for i, r in enumerate(batch.reqs) if r.grammar is not None and r.samples_this_step]
+        """The grammar masks of the batch's constrained sampling rows (a request the previous step
+        finished gets none: its token here is dropped), or None when there are none."""
+        constrained = [(i, r.grammar) for i, r in enumerate(batch.reqs)
+                       if r.grammar is not None and r.samples_this_step and not r.finished]
         if not constrained:
             return None
         return BatchMasks.fill(constrained, self.engine.model_config.vocab_size)

@@ -80,6 +80,23 @@ def test_offline_llm_with_tp2_matches_tp1(tiny_model_dir):
     assert not any(p.is_alive() for p in llm.followers)
 
 
+def test_constrained_requests_at_tp2_decode_like_tp1(tiny_model_dir):
+    """Every rank follows the same grammars and fills the same masks, also while overlapping."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    prompts = [[5, 6, 7], [8, 9], [11, 3, 4]]
+    params = [SamplingParams(temperature=0, max_tokens=12, constraint=("regex", "[a-f]{4,10}")),
+              SamplingParams(temperature=0, max_tokens=8, ignore_eos=True),
+              SamplingParams(temperature=1.0, seed=3, max_tokens=6, constraint=("choice", '["yes", "no"]'))]
+    tokens = {}
+    for tp in (2, 1):
+        llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+        try:
+            tokens[tp] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
+        finally:
+            llm.shutdown()
+    assert tokens[2] == tokens[1] and all(tokens[1])
+
+
 def offline_texts(model_dir: str, tp: int) -> list[str]:
     llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
     try:
