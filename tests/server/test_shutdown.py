@@ -62,8 +62,12 @@ def test_a_second_signal_exits_at_once_and_nonzero(model_dir):
     srv = ServerProcess("--model", model_dir, *ARGS, "--drain-timeout", "60").wait_ready()
     group = srv.proc.pid
     try:
-        work = InFlight(srv.url, n=2)
-        wait_for(lambda: metric(srv, "minisgl_num_requests_running") == 1, 30, "a request running")
+        # Work that outlasts the moment between the two signals, however fast the machine: twelve
+        # requests of 1,000 tokens, one at a time (a few held were seen to finish in that moment,
+        # and a drain that ends first exits 0, rightly), all held by the scheduler before the
+        # first signal (one still on its way would be refused as new work).
+        work = InFlight(srv.url, n=12)
+        work.wait_queued(srv, metric, wait_for)
         srv.proc.send_signal(signal.SIGTERM)
         wait_for(lambda: "draining:" in srv.output(), 5, "the drain to start")
         srv.proc.send_signal(signal.SIGINT)  # an impatient operator's Ctrl-C
