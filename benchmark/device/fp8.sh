@@ -21,7 +21,8 @@
 #   python benchmark/prepare_model.py ../shared/models/llama-3.1-8b .bench-models/llama-3.1-8b
 # New kernels: FlashInfer decode and FA2 prefill for bf16 queries over e4m3 pages, head_dim 128
 # (the first FP8 step compiles them unless the carried workspace has them). Sections can be
-# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_MICRO, SKIP_PROFILE, SKIP_KL (e.g. to split the call).
+# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_MICRO, SKIP_PROFILE, SKIP_KL
+# (e.g. to split the call).
 # Results (logs, JSON, PNG) go to /tmp/fp8-results, packed after every section into
 # $OUT/fp8-results.tgz (one file: a call returns at most 8); the FlashInfer JIT workspace is saved
 # in $OUT in pieces under 16 MiB (carry them back as .device-kit/fiws.tgz.part-*).

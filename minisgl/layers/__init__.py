@@ -10,5 +10,6 @@ from .rotary import RotaryEmbedding
 
 __all__ = [
     "silu_and_mul", "AttentionLayer", "ParallelLMHead", "VocabParallelEmbedding", "ColumnParallelLinear",
-    "GateUpParallelLinear", "QKVParallelLinear", "ReplicatedLinear", "RowParallelLinear", "MoELayer", "RMSNorm", "RotaryEmbedding",
+    "GateUpParallelLinear", "QKVParallelLinear", "ReplicatedLinear", "RowParallelLinear", "MoELayer", "RMSNorm",
+    "RotaryEmbedding",
 ]

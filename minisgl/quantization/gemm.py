@@ -88,6 +88,6 @@ def fp8_linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.T
     x2 = _rows(x)
     kernels = _gemv(x2) if bias is None else None
     if kernels is None:
-        return silu_and_mul(fp8_linear(x, weight, bias, weight_scale=weight_scale))
+        return silu_and_mul(fp8_linear(x2, weight, bias, weight_scale=weight_scale)).reshape(*x.shape[:-1], -1)
     y = kernels.fp8_gemv(x2, weight, weight_scale.view(-1), gated=True)
     return y.reshape(*x.shape[:-1], weight.shape[0] // 2)
