@@ -37,9 +37,9 @@ def first_answer(srv: ServerProcess, path: str, timeout: float = 60) -> httpx.Re
     raise TimeoutError(f"no answer on {path} in {timeout}s")
 
 
-def metric(srv: ServerProcess, name: str) -> str:
+def metric(http: httpx.Client, name: str) -> str:
     """The value of an unlabelled-but-for-the-model series in a scrape, as written."""
-    line = next(l for l in httpx.get(srv.url + "/metrics").text.splitlines() if l.startswith(name + "{"))
+    line = next(l for l in http.get("/metrics").text.splitlines() if l.startswith(name + "{"))
     return line.rsplit(" ", 1)[1]
 
 
@@ -53,53 +53,59 @@ def wait_for(condition, what: str, timeout: float = 30) -> None:
 def test_probe_states_from_start_through_drain(model_dir):
     srv = ServerProcess("--model", model_dir, *ARGS, "--max-running-requests", "1", "--drain-timeout", "120",
                         env={"MINISGL_API_KEY": "k"})
+    # One connection pool for every probe: a new httpx client per call builds an SSL context,
+    # which on a loaded two-core machine has taken seconds, long enough for the drain to end unseen.
+    http = httpx.Client(base_url=srv.url, timeout=30)
     try:
         # Loading: not ready, yet alive (a liveness failure here would restart a slow start forever).
         loading = first_answer(srv, "/ready")
         assert (loading.status_code, loading.text) == (503, "loading")
-        assert httpx.get(srv.url + "/health").status_code == 200
-        assert metric(srv, "minisgl_server_ready") == "0.0"
+        assert http.get("/health").status_code == 200
+        assert metric(http, "minisgl_server_ready") == "0.0"
         srv.wait_ready()
 
         # Serving: every probe and /metrics answer without the key that /v1 requires.
-        assert httpx.get(srv.url + "/v1/models").status_code == 401
-        assert (httpx.get(srv.url + "/ready").status_code, httpx.get(srv.url + "/ready").text) == (200, "ready")
-        assert httpx.get(srv.url + "/health").status_code == 200
-        generated = httpx.get(srv.url + "/health_generate", timeout=30)
+        assert http.get("/v1/models").status_code == 401
+        assert (http.get("/ready").status_code, http.get("/ready").text) == (200, "ready")
+        assert http.get("/health").status_code == 200
+        generated = http.get("/health_generate")
         assert (generated.status_code, generated.text) == (200, "ok")
-        assert httpx.get(srv.url + "/metrics").status_code == 200 and metric(srv, "minisgl_server_ready") == "1.0"
+        assert http.get("/metrics").status_code == 200 and metric(http, "minisgl_server_ready") == "1.0"
 
         # Draining: SIGTERM with long requests in flight, one at a time (--max-running-requests 1),
         # so the drain lasts several generations even on a fast machine.
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="k", timeout=120)
         results: list = []
+        held = 4
 
         def long_request() -> None:
             results.append(client.completions.create(model=MODEL, prompt="tell me everything", max_tokens=900,
                                                      extra_body={"ignore_eos": True}))
 
-        threads = [threading.Thread(target=long_request) for _ in range(3)]
+        threads = [threading.Thread(target=long_request) for _ in range(held)]
         for t in threads:
             t.start()
-        wait_for(lambda: metric(srv, "minisgl_num_requests_running") == "1.0", "a request running")
+        queued = lambda: (metric(http, "minisgl_num_requests_running"), metric(http, "minisgl_num_requests_waiting"))  # noqa: E731
+        wait_for(lambda: queued() == ("1.0", f"{held - 1}.0"), "one request running and the rest queued")
         srv.proc.send_signal(signal.SIGTERM)
-        wait_for(lambda: httpx.get(srv.url + "/ready").text == "draining", "/ready to say draining")
-        draining = httpx.get(srv.url + "/ready")
+        wait_for(lambda: http.get("/ready").text == "draining", "/ready to say draining")
+        draining = http.get("/ready")
         assert (draining.status_code, draining.text) == (503, "draining")
-        assert httpx.get(srv.url + "/health").status_code == 200  # alive while it finishes its work
-        assert metric(srv, "minisgl_server_ready") == "0.0"
-        refused = httpx.post(srv.url + "/v1/completions", headers={"Authorization": "Bearer k"},
-                             json={"model": MODEL, "prompt": "one more", "max_tokens": 2})
+        assert http.get("/health").status_code == 200  # alive while it finishes its work
+        assert metric(http, "minisgl_server_ready") == "0.0"
+        refused = http.post("/v1/completions", headers={"Authorization": "Bearer k"},
+                            json={"model": MODEL, "prompt": "one more", "max_tokens": 2})
         assert refused.status_code == 503
         assert any(t.is_alive() for t in threads), "the requests ended before the drain was observed"
 
         for t in threads:
             t.join(120)
         # Every request in flight at SIGTERM was finished, none cut, and then the server exited cleanly.
-        assert [r.choices[0].finish_reason for r in results] == ["length"] * 3
-        assert [r.usage.completion_tokens for r in results] == [900] * 3
+        assert [r.choices[0].finish_reason for r in results] == ["length"] * held
+        assert [r.usage.completion_tokens for r in results] == [900] * held
         assert srv.proc.wait(30) == 0
     finally:
+        http.close()
         srv.stop()
 
 
