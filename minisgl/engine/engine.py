@@ -277,11 +277,8 @@ class Engine:
             logits = self.graph_runner.replay(batch)
         else:
             self.prepare(batch)
-            self.ctx.batch = batch
-            try:
+            with self.ctx.forward_batch(batch):
                 logits = self.model.forward()
-            finally:
-                self.ctx.batch = None
         if callable(args):
             args = args()
         # Penalties, biases and grammar masks change a copy: logprobs report the model's own distribution.
