@@ -108,6 +108,10 @@ class FlashInferBackend(BaseAttnBackend):
         # v_scale; both are plain floats, so captured graphs replay them unchanged.
         self.kv_scales = [dict(k_scale=k, v_scale=v) if kv.is_fp8 else {} for k, v in zip(kv.k_scales, kv.v_scales)]
 
+    @property
+    def label(self) -> str:
+        return f"FlashInfer ({self.prefill_kernel} prefill)"
+
     def _decode_wrapper(self, **graph_buffers):
         return self.fi.BatchDecodeWithPagedKVCacheWrapper(
             self.workspace, "NHD", use_cuda_graph=bool(graph_buffers), use_tensor_cores=self.use_tensor_cores,
