@@ -131,11 +131,15 @@ class CompletionStream(ChoiceStream):
     """Text pieces, each with its logprobs (offsets into the whole text) and the end on the last."""
 
     index: int
-    at: int = 0  # where the next piece starts in the choice's text
+    # Where the next token starts: the tokens' texts so far, as in the JSON response. Not the text
+    # sent so far, which lags the tokens while the detokenizer holds back an incomplete character.
+    token_text_length: int = 0
 
     def events(self, reply: Reply) -> list[dict]:
-        start, self.at = self.at, self.at + len(reply.text)
-        return [{"index": self.index, "text": reply.text, "logprobs": completion_logprobs(reply.logprobs, start),
+        logprobs = completion_logprobs(reply.logprobs, self.token_text_length)
+        if reply.logprobs:
+            self.token_text_length += sum(len(entry[0]) for entry in reply.logprobs)
+        return [{"index": self.index, "text": reply.text, "logprobs": logprobs,
                  "finish_reason": openai_finish_reason(reply.finish_reason)}]
 
 
