@@ -183,11 +183,11 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         if body.tool_mode == "auto" and not args.tool_call_parser:
             raise APIError(400, "tool_choice auto needs the server started with --tool-call-parser; use tool_choice "
                                 "required or a named function", param="tool_choice", code="unsupported_parameter")
-        fmt = ChatFormat(ChatOutputFormat(reasoning_parser=args.reasoning_parser,
-                                          tool_parser=args.tool_call_parser if body.tool_mode == "auto" else None,
-                                          forced_tool=body.tool_choice.function.name if body.tool_mode == "named" else None,
-                                          forced_list=body.tool_mode == "required"))
-        return await serve_generation(fmt, body, chat_jobs(body), args.model_name, observed, request)
+        output = ChatOutputFormat(reasoning_parser=args.reasoning_parser,
+                                  tool_parser=args.tool_call_parser if body.tool_mode == "auto" else None,
+                                  forced_tool=body.tool_choice.function.name if body.tool_mode == "named" else None,
+                                  forced_list=body.tool_mode == "required")
+        return await serve_generation(ChatFormat(output), body, chat_jobs(body), args.model_name, observed, request)
 
     @app.post("/v1/completions", dependencies=v1, tags=["openai"], response_model=None,
               responses=generation_responses(CompletionResponse))
