@@ -71,7 +71,7 @@ class LLM:
             if problem:
                 raise ValueError(f"prompt {len(uids)}: {problem}")
             uids.append(next(self._uids))
-            self.inbox.put(UserMsg(uids[-1], ids, dataclasses.asdict(params)))
+            self.inbox.put(UserMsg(uids[-1], ids, params))
         results = {uid: [] for uid in uids}
         logprobs = {uid: [] if params.logprobs is not None else None for uid, params in zip(uids, sampling_params)}
         finished: dict[int, str] = {}

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minisgl.constrained import GrammarCompilerPool, GrammarState
 from minisgl.constrained.grammar import BatchMasks
@@ -75,10 +75,22 @@ class Scheduler:
 
     # -- requests in and out ------------------------------------------------------------------
 
+    def resolve(self, prompt_len: int, params: SamplingParams) -> SamplingParams:
+        """`params` with max_tokens None made a number: the rest of the context, at most the
+        server's max_new_tokens. A ValueError when min_tokens is then above it."""
+        if params.max_tokens is not None:
+            return params
+        rest = self.engine.max_seq_len - prompt_len
+        return replace(params, max_tokens=max(1, min(rest, self.config.max_new_tokens or rest)))
+
     def check(self, prompt_ids: list[int], params: SamplingParams) -> str | None:
-        """Why a request can never run here, or None."""
+        """Why a request can never run here, or None (max_tokens None: as resolve makes it)."""
         e = self.engine
         prompt_len = len(prompt_ids)
+        try:
+            params = self.resolve(prompt_len, params)
+        except ValueError as error:  # min_tokens above what the context leaves
+            return str(error)
         vocab = e.model_config.vocab_size
         bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
         if bad is not None:
@@ -104,6 +116,7 @@ class Scheduler:
         if problem:
             self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return
+        params = self.resolve(len(prompt_ids), params)
         req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params)
         self.reqs[uid] = req
         if params.constraint is None:
