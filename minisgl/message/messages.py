@@ -14,7 +14,7 @@ from minisgl.core import SamplingParams
 
 from .base import message
 
-message(SamplingParams)  # UserMsg carries one: registered here, so minisgl.core needs no message codec
+message(SamplingParams)  # UserMsg carries one; registered here, so minisgl.core knows nothing of the wire
 
 
 @message

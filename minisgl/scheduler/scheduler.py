@@ -84,13 +84,9 @@ class Scheduler:
         return replace(params, max_tokens=max(1, min(rest, self.config.max_new_tokens or rest)))
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> str | None:
-        """Why a request can never run here, or None (max_tokens None: as resolve makes it)."""
+        """Why a request can never run here, or None; `params` as resolve returns them."""
         e = self.engine
         prompt_len = len(prompt_ids)
-        try:
-            params = self.resolve(prompt_len, params)
-        except ValueError as error:  # min_tokens above what the context leaves
-            return str(error)
         vocab = e.model_config.vocab_size
         bad = next((t for t in prompt_ids if not 0 <= t < vocab), None)
         if bad is not None:
@@ -112,11 +108,15 @@ class Scheduler:
         return None
 
     def add_request(self, uid: int, prompt_ids: list[int], params: SamplingParams) -> None:
-        problem = self.check(prompt_ids, params)
+        """A request that can never run gets an error output instead."""
+        try:
+            params = self.resolve(len(prompt_ids), params)
+            problem = self.check(prompt_ids, params)
+        except ValueError as e:  # min_tokens above what the context leaves
+            problem = str(e)
         if problem:
             self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return
-        params = self.resolve(len(prompt_ids), params)
         req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params)
         self.reqs[uid] = req
         if params.constraint is None:
