@@ -56,6 +56,10 @@ class HybridBackend(BaseAttnBackend):
         self.supports_cuda_graph = decode.supports_cuda_graph
         self.accepts_stored_kv = prefill.accepts_stored_kv and decode.accepts_stored_kv
 
+    @property
+    def label(self) -> str:
+        return f"{self.prefill.label} prefill + {self.decode.label} decode"
+
     def _pick(self, batch: Batch) -> BaseAttnBackend:
         return self.decode if batch.is_decode else self.prefill
 

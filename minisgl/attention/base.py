@@ -45,6 +45,11 @@ class BaseAttnBackend(ABC):
     """
 
     supports_cuda_graph: bool = False
+
+    @property
+    def label(self) -> str:
+        """How the start-up log and the /metrics info series name it: 'TorchNative'."""
+        return type(self).__name__.removesuffix("Backend")
     # Whether forward() takes k = v = None when the caller already stored them at batch.out_loc.
     accepts_stored_kv: bool = False
 

@@ -11,7 +11,6 @@ scheduler's bookkeeping; only the page ids are gathered from the page table on t
 from __future__ import annotations
 
 import importlib.util
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +19,7 @@ import torch
 
 from minisgl.core import Batch, Context
 from minisgl.prebuild import ATTENTION_DTYPES, ATTENTION_FP8_KV_DTYPES, ATTENTION_HEAD_DIMS
+from minisgl.utils import env
 
 from .base import AttnShape, BaseAttnBackend, BaseAttnMetadata
 from .paging import batch_arrays, gather_pages, indptr, paged_layout, pinned
@@ -83,9 +83,8 @@ class FlashInferBackend(BaseAttnBackend):
         self.table_width = ctx.page_table.shape[1]
         self.dummy_row = ctx.page_table.shape[0] - 1
         self.sm_scale = shape.head_dim**-0.5
-        env = os.environ.get("MINISGL_DECODE_TENSOR_CORES")
-        if env is not None:
-            use_tensor_cores = env == "1"
+        if env.DECODE_TENSOR_CORES.is_set():
+            use_tensor_cores = env.DECODE_TENSOR_CORES.on()
         if use_tensor_cores is None:
             use_tensor_cores = shape.num_qo_heads // shape.num_kv_heads >= 4
         self.use_tensor_cores = use_tensor_cores
@@ -108,6 +107,10 @@ class FlashInferBackend(BaseAttnBackend):
         # FP8 pages: FlashInfer folds k_scale into the softmax scale and multiplies the output by
         # v_scale; both are plain floats, so captured graphs replay them unchanged.
         self.kv_scales = [dict(k_scale=k, v_scale=v) if kv.is_fp8 else {} for k, v in zip(kv.k_scales, kv.v_scales)]
+
+    @property
+    def label(self) -> str:
+        return f"FlashInfer ({self.prefill_kernel} prefill)"
 
     def _decode_wrapper(self, **graph_buffers):
         return self.fi.BatchDecodeWithPagedKVCacheWrapper(

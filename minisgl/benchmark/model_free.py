@@ -13,17 +13,16 @@ module, never through the server's flags:
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import time
 
 import torch
 
 from minisgl.engine.engine import Engine, ForwardOutput, _DoneEvent
+from minisgl.utils import env
 from minisgl.utils.logger import get_logger
 
 logger = get_logger(__name__)
-STEP_ENV = "MINISGL_MODEL_FREE_STEP_MS"
 
 
 class ModelFreeEngine(Engine):
@@ -34,7 +33,7 @@ class ModelFreeEngine(Engine):
         eos = set(self.model_config.eos_token_ids)
         self.allowed = torch.tensor([t for t in range(self.model_config.vocab_size) if t not in eos], dtype=torch.int32)
         self.generator = torch.Generator().manual_seed(0)
-        self.step_s = float(os.environ.get(STEP_ENV, "0")) / 1000.0
+        self.step_s = float(env.MODEL_FREE_STEP_MS.get()) / 1000.0
         logger.warning("BENCHMARK ENGINE: no model runs; tokens are random (step time %.1f ms)", self.step_s * 1000)
 
     @torch.inference_mode()

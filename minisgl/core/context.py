@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,6 +31,16 @@ class Context:
     attn_backend: BaseAttnBackend | None = None
     batch: Batch | None = None
     moe_backend: str = "loop"  # loop | grouped | fused | auto: see minisgl.layers.moe
+
+    @contextmanager
+    def forward_batch(self, batch: Batch) -> Iterator[Batch]:
+        """`batch` is the current one for the layers inside the block (a forward pass, a graph
+        capture), and no longer after it, even when the pass fails."""
+        self.batch = batch
+        try:
+            yield batch
+        finally:
+            self.batch = None
 
     def current_batch(self) -> Batch:
         if self.batch is None:

@@ -135,12 +135,12 @@ class Engine:
         self.ctx.attn_backend = self.attn_backend
         self.sampler = Sampler()
         logger.info("engine: %s on %s (%s), %s attention, %d KV pages of %d tokens (%s), max_seq_len %d",
-                    cfg.architecture, self.device, _dtype_name(self.dtype), _backend_name(self.attn_backend),
+                    cfg.architecture, self.device, _dtype_name(self.dtype), self.attn_backend.label,
                     self.num_pages, self.page_size, self._kv_dtype_note(), self.max_seq_len)
 
         sizes = graph_batch_sizes(config.cuda_graph_max_bs, config.max_running_req, config.cuda_graph_bs) if cuda else []
         if sizes and not self.attn_backend.supports_cuda_graph:
-            logger.info("CUDA graphs off: the %s attention backend cannot be captured", _backend_name(self.attn_backend))
+            logger.info("CUDA graphs off: the %s attention backend cannot be captured", self.attn_backend.label)
             sizes = []
         if sizes:
             self.graph_runner = GraphRunner(self, sizes)
@@ -277,11 +277,8 @@ class Engine:
             logits = self.graph_runner.replay(batch)
         else:
             self.prepare(batch)
-            self.ctx.batch = batch
-            try:
+            with self.ctx.forward_batch(batch):
                 logits = self.model.forward()
-            finally:
-                self.ctx.batch = None
         if callable(args):
             args = args()
         # Penalties, biases and grammar masks change a copy: logprobs report the model's own distribution.
@@ -335,16 +332,6 @@ def _dtype_name(dtype: torch.dtype) -> str:
 def _to_host(t: torch.Tensor) -> torch.Tensor:
     """An asynchronous copy into pinned memory; read it after the step's copy_done_event."""
     return torch.empty(t.shape, dtype=t.dtype, pin_memory=True).copy_(t, non_blocking=True)
-
-
-def _backend_name(backend) -> str:
-    from minisgl.attention import HybridBackend
-
-    if isinstance(backend, HybridBackend):
-        return f"{_backend_name(backend.prefill)} prefill + {_backend_name(backend.decode)} decode"
-    kernel = getattr(backend, "prefill_kernel", None)
-    name = type(backend).__name__.removesuffix("Backend")
-    return f"{name} ({kernel} prefill)" if kernel else name
 
 
 def _available_ram() -> int:

@@ -108,8 +108,7 @@ class GraphRunner:
         for bs in tqdm(sizes, desc="Capturing CUDA graphs", unit="graph", disable=len(sizes) < 2):
             batch = self._static_batch(bs)
             backend.prepare_for_capture(batch, bs)
-            e.ctx.batch = batch
-            try:
+            with e.ctx.forward_batch(batch):
                 stream.wait_stream(torch.cuda.current_stream(e.device))
                 with torch.cuda.stream(stream), ffi_stream():
                     for _ in range(2):  # warm up: library handles, lazy kernels, JIT builds
@@ -118,8 +117,6 @@ class GraphRunner:
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool, stream=stream), ffi_stream():
                     self._forward(batch, bs)
-            finally:
-                e.ctx.batch = None
             self.graphs[bs] = graph
         torch.cuda.synchronize(e.device)
         self.capture_seconds = time.perf_counter() - start

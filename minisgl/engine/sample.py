@@ -11,7 +11,6 @@ MINISGL_DISABLE_FLASHINFER_SAMPLING=1 turn those off.
 from __future__ import annotations
 
 import functools
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -21,6 +20,7 @@ import torch
 from minisgl.attention.paging import to_device
 from minisgl.core import Req
 from minisgl.layers.fused import triton_ops
+from minisgl.utils import env
 
 from .logits import LogitsAdjustment
 
@@ -112,7 +112,7 @@ def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor, k: int) -> TokenL
 
 @functools.cache
 def _flashinfer_sampling():
-    if os.environ.get("MINISGL_DISABLE_FLASHINFER_SAMPLING", "0") == "1":
+    if env.DISABLE_FLASHINFER_SAMPLING.on():
         return None
     try:
         import flashinfer.sampling

@@ -9,17 +9,18 @@ the layers' torch code. The imports happen on first use, never at package import
 from __future__ import annotations
 
 import functools
-import os
 from types import SimpleNamespace
 
 import torch
+
+from minisgl.utils import env
 
 _HALF = (torch.float16, torch.bfloat16)
 
 
 @functools.cache
 def flashinfer_ops() -> SimpleNamespace | None:
-    if os.environ.get("MINISGL_DISABLE_FUSED_KERNELS", "0") == "1":
+    if env.DISABLE_FUSED_KERNELS.on():
         return None
     try:
         from flashinfer.jit.activation import gen_act_and_mul_module
@@ -53,7 +54,7 @@ def flashinfer_ops() -> SimpleNamespace | None:
 @functools.cache
 def triton_ops():
     """minisgl.layers.triton_kernels, or None without triton (or with fused kernels disabled)."""
-    if os.environ.get("MINISGL_DISABLE_FUSED_KERNELS", "0") == "1":
+    if env.DISABLE_FUSED_KERNELS.on():
         return None
     try:
         from . import triton_kernels

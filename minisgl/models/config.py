@@ -16,6 +16,17 @@ class RotaryConfig:
 
 
 @dataclass(frozen=True)
+class ArchitectureTraits:
+    """What an architecture's modeling code fixes and its HF config does not say. Every
+    architecture states its own in models/registry.py, so a new one never inherits another
+    family's traits through a shared name prefix."""
+
+    qkv_bias: bool | None = None  # None: the config's `attention_bias` decides
+    o_bias: bool | None = None  # None: the config's `attention_bias` decides
+    qk_norm: bool = False  # RMSNorm over each head's q and k before rope
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """The architecture facts minisgl needs, read once from an HF config."""
 
@@ -53,14 +64,13 @@ class ModelConfig:
         )
 
     @classmethod
-    def from_hf(cls, hf: PretrainedConfig) -> ModelConfig:
+    def from_hf(cls, hf: PretrainedConfig, traits: ArchitectureTraits) -> ModelConfig:
         arch = (getattr(hf, "architectures", None) or ["<none>"])[0]
         act = getattr(hf, "hidden_act", "silu")
         if act != "silu":
             raise ValueError(f"{arch}: only SiLU-gated MLPs are supported, got hidden_act={act!r}")
         head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
         attention_bias = bool(getattr(hf, "attention_bias", False))
-        is_qwen2 = arch.startswith("Qwen2")
         eos = hf.eos_token_id
         eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else ((eos,) if eos is not None else ())
         dtype = getattr(hf, "dtype", None) or getattr(hf, "torch_dtype", None) or torch.float32
@@ -77,10 +87,9 @@ class ModelConfig:
             head_dim=head_dim,
             rms_norm_eps=hf.rms_norm_eps,
             tie_word_embeddings=bool(getattr(hf, "tie_word_embeddings", False)),
-            # Qwen2 always has q/k/v biases; Llama-style configs say so with attention_bias.
-            qkv_bias=is_qwen2 or attention_bias,
-            o_bias=attention_bias and not is_qwen2,
-            qk_norm=arch.startswith("Qwen3"),
+            qkv_bias=attention_bias if traits.qkv_bias is None else traits.qkv_bias,
+            o_bias=attention_bias if traits.o_bias is None else traits.o_bias,
+            qk_norm=traits.qk_norm,
             rotary=_rotary_from_hf(hf, head_dim),
             max_position_embeddings=hf.max_position_embeddings,
             eos_token_ids=eos_ids,

@@ -1,8 +1,8 @@
 """The pre-norm decoder-only transformer shared by every supported architecture.
 
-Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE differ only in switches read from the HF config:
-q/k/v biases (Qwen2), per-head q/k RMSNorm (Qwen3), rope scaling (Llama-3) and MoE feed-forward
-layers (Qwen3-MoE).
+Llama, Mistral, Qwen2, Qwen3 and Qwen3-MoE differ only in switches of ModelConfig, read from the HF
+config and each architecture's traits (models/registry.py): q/k/v biases (Qwen2), per-head q/k
+RMSNorm (Qwen3), rope scaling (Llama-3) and MoE feed-forward layers (Qwen3-MoE).
 """
 
 from __future__ import annotations

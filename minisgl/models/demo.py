@@ -15,6 +15,8 @@ from transformers import (
     Qwen3Config, Qwen3MoeConfig,
 )
 
+from minisgl.utils import env
+
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -103,7 +105,7 @@ def build_tiny_model(path: str, architecture: str = "Qwen3ForCausalLM", seed: in
 
 def demo_model_dir() -> str:
     """The built-in demo model, built once into the user's cache directory."""
-    root = os.environ.get("MINISGL_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "minisgl"))
+    root = os.path.expanduser(env.CACHE.get())
     path = os.path.join(root, "demo-qwen3-tiny")
     if not os.path.exists(os.path.join(path, "config.json")):
         build_tiny_model(path + ".tmp", "Qwen3ForCausalLM", num_hidden_layers=4, hidden_size=128,

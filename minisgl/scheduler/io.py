@@ -22,17 +22,6 @@ from .scheduler import Scheduler, StepOutput
 logger = get_logger(__name__)
 
 
-def attention_label(backend) -> str:
-    """The attention backend the engine built ('auto' resolved), as its start-up log names it:
-    'TorchNative', 'FlashInfer (fa3 prefill)', 'A prefill + B decode'."""
-    prefill, decode = getattr(backend, "prefill", None), getattr(backend, "decode", None)
-    if prefill is not None and decode is not None:
-        return f"{attention_label(prefill)} prefill + {attention_label(decode)} decode"
-    kernel = getattr(backend, "prefill_kernel", None)
-    name = type(backend).__name__.removesuffix("Backend")
-    return f"{name} ({kernel} prefill)" if kernel else name
-
-
 class StatsReporter:
     """Sends the API process what /metrics shows from the scheduler: queue times, running and
     waiting requests, KV pages, prefix-cache tokens (minisgl.server.metrics says why a message).
@@ -58,7 +47,7 @@ class StatsReporter:
     def info(self) -> dict[str, str]:
         e = self.scheduler.engine
         return {"dtype": str(e.dtype).removeprefix("torch."), "device": e.device.type, "page_size": str(e.page_size),
-                "attention_backend": attention_label(e.attn_backend)}
+                "attention_backend": e.attn_backend.label}
 
     def queued(self, uid: int) -> None:
         if uid in self.scheduler.reqs:  # not rejected

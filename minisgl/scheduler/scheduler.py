@@ -22,6 +22,7 @@ from minisgl.core import Batch, Req, SamplingParams
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.kvcache import create_prefix_cache
 from minisgl.message import StepOutput
+from minisgl.utils import env
 
 from .cache import CacheManager
 from .config import SchedulerConfig
@@ -64,7 +65,7 @@ class Scheduler:
         self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_ids = tuple(sorted(self.eos_token_ids))  # what min_tokens holds back
         self.reqs: dict[int, Req] = {}
-        self.overlap = config.overlap and os.environ.get("MINISGL_DISABLE_OVERLAP", "0") != "1"
+        self.overlap = config.overlap and not env.DISABLE_OVERLAP.on()
         self._in_flight: InFlight | None = None
         self._last_phase = "decode"
         self._early: list[StepOutput] = []  # outputs decided outside a step (rejections, aborts)

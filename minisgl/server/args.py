@@ -13,9 +13,11 @@ import sys
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
+from minisgl.utils import env
+
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1919
-API_KEY_ENV = "MINISGL_API_KEY"
+API_KEY_ENV = env.API_KEY.name
 
 # Probe paths, shared with the Dockerfile HEALTHCHECK and the operator's pod probes.
 LIVENESS_PATH = "/health"
@@ -188,7 +190,7 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
             fail("give the API key once: --api-key or --api-key-file")
         values["api_key"] = read_api_key_file(values["api_key_file"])
     if values["api_key"] is None:
-        values["api_key"] = os.environ.get(API_KEY_ENV) or None
+        values["api_key"] = env.API_KEY.get() or None
     values["dtype"] = DTYPE_ALIASES.get(values["dtype"], values["dtype"])
     if values["served_model_name"] is not None:
         values["served_model_name"] = tuple(values["served_model_name"])

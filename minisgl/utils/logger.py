@@ -1,7 +1,8 @@
 from __future__ import annotations
 
 import logging
-import os
+
+from . import env
 
 _FORMAT = "[%(asctime)s %(levelname)s %(name)s] %(message)s"
 
@@ -12,6 +13,6 @@ def get_logger(name: str) -> logging.Logger:
         handler = logging.StreamHandler()
         handler.setFormatter(logging.Formatter(_FORMAT, "%H:%M:%S"))
         root.addHandler(handler)
-        root.setLevel(os.environ.get("MINISGL_LOG_LEVEL", "INFO").upper())
+        root.setLevel(env.LOG_LEVEL.get().upper())
         root.propagate = False
     return logging.getLogger(name if name.startswith("minisgl") else f"minisgl.{name}")

@@ -51,6 +51,7 @@ def test_hybrid_dispatches_on_phase():
     hybrid.prepare_metadata(Batch(reqs=[], phase="decode"))
     assert calls == ["p", "d"]
     assert hybrid.supports_cuda_graph is False  # torch on the CPU
+    assert hybrid.label == "Recorder prefill + Recorder decode"  # as the start-up log and /metrics name it
 
 
 def test_paged_layout_matches_a_python_loop():
