@@ -6,6 +6,7 @@ schema output, and every field it does not implement refused by name."""
 from __future__ import annotations
 
 import json
+import signal
 
 import httpx
 import jsonschema
@@ -262,3 +263,30 @@ def test_reasoning_text_and_tool_calls_become_items_whole_and_streamed():
     assert [i.type for i in final.output] == ["reasoning", "message", "function_call"]
     assert final.output_text == response.output_text
     assert final.output[2].arguments == response.output[2].arguments
+
+
+def test_a_stream_the_server_cannot_finish_ends_with_error_and_failed_events(tiny_model_dir):
+    """Draining past --drain-timeout ends a stream as the chat endpoint does: an error event
+    (service_unavailable), then response.failed; the client never sees a cut connection."""
+    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--served-model-name", MODEL,
+                        "--chat-template", TEMPLATE, "--num-pages", "512", "--max-seq-len", "1024",
+                        "--drain-timeout", "0.5").wait_ready()
+    try:
+        events = []
+        with httpx.stream("POST", srv.url + "/v1/responses", timeout=60,
+                          json={"model": MODEL, "input": CHAT, "max_output_tokens": 900, "temperature": 0,
+                                "stream": True}) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line.removeprefix("data: ")))
+                    if events[-1]["type"] == "response.output_text.delta" and len(events) == 5:
+                        srv.proc.send_signal(signal.SIGTERM)
+        assert srv.proc.wait(15) == 0
+        assert [e["type"] for e in events[-2:]] == ["error", "response.failed"], events[-3:]
+        assert events[-2]["code"] == "service_unavailable" and events[-2]["message"]
+        assert events[-1]["response"]["status"] == "failed"
+        assert [e["sequence_number"] for e in events] == list(range(len(events)))
+        Response.model_validate(events[-1]["response"])
+        assert "Traceback" not in srv.output()
+    finally:
+        srv.stop()
