@@ -32,7 +32,7 @@ def server(tiny_model_dir):
     srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--served-model-name", MODEL, "--dtype",
                         "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len", "1024",
                         "--chat-template", TEMPLATE, "--tool-call-parser", "hermes",
-                        "--reasoning-parser", "qwen3").wait_ready()
+                        "--reasoning-parser", "qwen3", "--max-new-tokens", "400").wait_ready()
     yield srv
     assert srv.stop() == 0
 
@@ -191,6 +191,21 @@ def test_unsupported_tools_items_and_nested_fields_are_400(server, body, param):
     assert error["type"] == "invalid_request_error"
     if param:
         assert (error["param"] or "").startswith(param)
+
+
+def test_the_chat_limits_apply_under_the_responses_names(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=MODEL, input="hi", max_output_tokens=401)
+    assert e.value.body["param"] == "max_output_tokens" and "400" in e.value.body["message"]
+    huge = {"type": "string", "enum": [f"value-{i}" for i in range(8000)]}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=MODEL, input="hi", max_output_tokens=2, text={"format": {
+            "type": "json_schema", "name": "big", "schema": {"type": "object", "properties": {"v": huge}}}})
+    assert e.value.body["param"] == "text.format" and e.value.body["code"] == "request_too_large"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.responses.create(model=MODEL, input="hi", max_output_tokens=2,
+                                tools=[{**WEATHER_TOOL, "parameters": {"type": "object", "properties": {"v": huge}}}])
+    assert e.value.body["param"] == "tools"
 
 
 def test_neutral_values_are_accepted_and_the_server_keeps_serving(client):
