@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from minisgl.server.parsers import ChatOutputFormat
 from minisgl.server.responses_api import OutputItems
-from tests.server.serving import ServerProcess, metric, wait_for
+from tests.server.serving import ServerProcess, metric, tiny_qwen3_server, wait_for
 from tests.server.test_tools import TEMPLATE, TIME, WEATHER
 
 MODEL = "tiny-qwen3"
@@ -27,19 +27,10 @@ WEATHER_TOOL = {"type": "function", **WEATHER["function"]}
 TIME_TOOL = {"type": "function", **TIME["function"]}
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir):
-    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--served-model-name", MODEL, "--dtype",
-                        "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len", "1024",
-                        "--chat-template", TEMPLATE, "--tool-call-parser", "hermes",
-                        "--reasoning-parser", "qwen3", "--max-new-tokens", "400").wait_ready()
-    yield srv
-    assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+model_dir, server, client = tiny_qwen3_server(
+    "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len",
+    "1024", "--chat-template", TEMPLATE, "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3",
+    "--max-new-tokens", "400")
 
 
 def _chat(client, messages, **kw):
@@ -280,10 +271,10 @@ def test_reasoning_text_and_tool_calls_become_items_whole_and_streamed():
     assert final.output[2].arguments == response.output[2].arguments
 
 
-def test_a_stream_the_server_cannot_finish_ends_with_error_and_failed_events(tiny_model_dir):
+def test_a_stream_the_server_cannot_finish_ends_with_error_and_failed_events(model_dir):
     """Draining past --drain-timeout ends a stream as the chat endpoint does: an error event
     (service_unavailable), then response.failed; the client never sees a cut connection."""
-    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--served-model-name", MODEL,
+    srv = ServerProcess("--model", model_dir, "--served-model-name", MODEL,
                         "--chat-template", TEMPLATE, "--num-pages", "512", "--max-seq-len", "1024",
                         "--drain-timeout", "0.5").wait_ready()
     try:
