@@ -296,3 +296,18 @@ def test_a_stream_the_server_cannot_finish_ends_with_error_and_failed_events(mod
         assert "Traceback" not in srv.output()
     finally:
         srv.stop()
+
+
+def test_langchain_on_the_responses_api(server, client):
+    """LangChain's ChatOpenAI with use_responses_api: text, streaming and a forced tool call."""
+    from langchain_openai import ChatOpenAI
+
+    llm = ChatOpenAI(model=MODEL, base_url=server.url + "/v1", api_key="unused", use_responses_api=True,
+                     temperature=0, max_tokens=60)
+    want = client.responses.create(model=MODEL, input="Hello", max_output_tokens=60, temperature=0)
+    message = llm.invoke("Hello")
+    assert message.text == want.output_text and message.usage_metadata["input_tokens"] == want.usage.input_tokens
+    assert "".join(chunk.text for chunk in llm.stream("Hello")) == want.output_text
+    called = llm.bind_tools([WEATHER], tool_choice="get_weather").invoke("Weather in Paris?")
+    assert [c["name"] for c in called.tool_calls] == ["get_weather"]
+    jsonschema.validate(called.tool_calls[0]["args"], WEATHER["function"]["parameters"])
