@@ -15,7 +15,6 @@ With --compare-eager the same run repeats with CUDA graphs off. Writes JSON (and
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import gc
 import itertools
 import os
@@ -75,7 +74,7 @@ def measure(args, graphs: bool) -> dict:
         # requests too; a timestamp per step that produced tokens.
         first = 10**9
         for i, p in enumerate(prompts):
-            llm.inbox.put(UserMsg(first + i, p, dataclasses.asdict(params)))
+            llm.inbox.put(UserMsg(first + i, p, params))
         stamps: list[float] = []
         finished = 0
         begin = time.perf_counter()

@@ -19,7 +19,10 @@ class SamplingParams:
     top_k: int = -1
     top_p: float = 1.0
     min_p: float = 0.0
-    max_tokens: int = 128
+    # None: the rest of the context, at most the server's max_new_tokens. Only the scheduler knows
+    # both, so the request carries None that far and Scheduler.resolve makes it a number there,
+    # before anything reads it (admission, page budget, the finish check).
+    max_tokens: int | None = 128
     ignore_eos: bool = False
     stop_token_ids: tuple[int, ...] = ()
     stop: tuple[str, ...] = ()  # stop strings, matched on detokenized text by the frontend
@@ -58,7 +61,7 @@ class SamplingParams:
             return f"top_p must be in (0, 1], got {self.top_p}"
         if not 0 <= self.min_p <= 1:
             return f"min_p must be in [0, 1], got {self.min_p}"
-        if self.max_tokens < 1:
+        if self.max_tokens is not None and self.max_tokens < 1:
             return f"max_tokens must be >= 1, got {self.max_tokens}"
         if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
             return f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}"
@@ -69,7 +72,9 @@ class SamplingParams:
             return f"repetition_penalty must be > 0, got {self.repetition_penalty}"
         if any(not -100 <= bias <= 100 for _, bias in self.logit_bias):
             return "logit_bias values must be in [-100, 100]"
-        if not 0 <= self.min_tokens <= self.max_tokens:
+        if self.min_tokens < 0:
+            return f"min_tokens must be >= 0, got {self.min_tokens}"
+        if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             return f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
         if self.constraint is not None:
             from minisgl.constrained import constraint_problem

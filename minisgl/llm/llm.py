@@ -64,14 +64,20 @@ class LLM:
             sampling_params = [sampling_params or SamplingParams()] * len(prompts)
         if len(sampling_params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling params")
-        uids = []
-        for prompt, params in zip(prompts, sampling_params):
+        requests = []
+        for i, (prompt, params) in enumerate(zip(prompts, sampling_params)):
             ids = self._encode(prompt)
-            problem = self.scheduler.check(ids, params)
-            if problem:
-                raise ValueError(f"prompt {len(uids)}: {problem}")
-            uids.append(next(self._uids))
-            self.inbox.put(UserMsg(uids[-1], ids, dataclasses.asdict(params)))
+            try:
+                params = self.scheduler.resolve(len(ids), params)  # max_tokens None: the rest of the context
+                problem = self.scheduler.check(ids, params)
+            except ValueError as e:
+                problem = str(e)
+            if problem:  # before any is queued: a refused call leaves nothing behind for the next one
+                raise ValueError(f"prompt {i}: {problem}")
+            requests.append((ids, params))
+        uids = [next(self._uids) for _ in requests]
+        for uid, (ids, params) in zip(uids, requests):
+            self.inbox.put(UserMsg(uid, ids, params))
         results = {uid: [] for uid in uids}
         logprobs = {uid: [] if params.logprobs is not None else None for uid, params in zip(uids, sampling_params)}
         finished: dict[int, str] = {}

@@ -10,13 +10,19 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
+from minisgl.core import SamplingParams
+
 from .base import message
+
+message(SamplingParams)  # UserMsg carries one; registered here, so minisgl.core knows nothing of the wire
 
 
 @message
 class TokenizeMsg:
     uid: int
-    params: dict[str, Any]  # SamplingParams fields; max_tokens None means "up to the context length"
+    # SamplingParams fields (max_tokens None: the rest of the context), plus what only the tokenizer
+    # or the detokenizer reads (template, stop, skip_special_tokens): minisgl.tokenizer.worker splits them.
+    params: dict[str, Any]
     text: str | None = None
     input_ids: list[int] | None = None
     messages: list[dict[str, Any]] | None = None  # chat: rendered with the tokenizer's chat template
@@ -26,7 +32,7 @@ class TokenizeMsg:
 class UserMsg:
     uid: int
     input_ids: list[int]
-    params: dict[str, Any]
+    params: SamplingParams  # max_tokens may still be None: the scheduler resolves it (Scheduler.resolve)
 
 
 @message

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -10,7 +9,6 @@ from collections.abc import Callable
 import torch
 import zmq
 
-from minisgl.core import SamplingParams
 from minisgl.distributed import broadcast_objects
 from minisgl.message import AbortMsg, ExitMsg, SchedulerStatsMsg, TokenBatchMsg, UserMsg, encode
 from minisgl.utils.logger import get_logger
@@ -22,19 +20,6 @@ from .config import SchedulerConfig
 from .scheduler import Scheduler, StepOutput
 
 logger = get_logger(__name__)
-_PARAM_FIELDS = {f.name for f in dataclasses.fields(SamplingParams)}
-
-
-def to_sampling_params(params: dict, prompt_len: int, max_seq_len: int,
-                       max_new_tokens: int | None = None) -> SamplingParams:
-    """The API's parameters as SamplingParams; max_tokens None means the rest of the context (at
-    most `max_new_tokens`, the server's limit)."""
-    kwargs = {k: v for k, v in params.items() if k in _PARAM_FIELDS and v is not None}
-    kwargs.setdefault("max_tokens", max(1, min(max_seq_len - prompt_len, max_new_tokens or max_seq_len)))
-    for key in ("stop_token_ids", "stop"):
-        if key in kwargs:
-            kwargs[key] = tuple(kwargs[key])
-    return SamplingParams(**kwargs)
 
 
 class StatsReporter:
@@ -164,13 +149,7 @@ class SchedulerServer:
                 self.stats.aborted(msg.uid)
             s.abort(msg.uid)
         elif isinstance(msg, UserMsg):
-            try:
-                params = to_sampling_params(msg.params, len(msg.input_ids), s.engine.max_seq_len,
-                                            s.config.max_new_tokens)
-            except (ValueError, TypeError) as e:
-                self.send([StepOutput(msg.uid, None, "error", str(e), len(msg.input_ids))])
-                return True
-            s.add_request(msg.uid, msg.input_ids, params)
+            s.add_request(msg.uid, msg.input_ids, msg.params)  # a request that cannot run gets an error output
             if self.stats:
                 self.stats.queued(msg.uid)
         return True

@@ -14,7 +14,7 @@ import json
 import os
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from minisgl.constrained import GrammarCompilerPool, GrammarState
 from minisgl.constrained.grammar import BatchMasks
@@ -76,8 +76,16 @@ class Scheduler:
 
     # -- requests in and out ------------------------------------------------------------------
 
+    def resolve(self, prompt_len: int, params: SamplingParams) -> SamplingParams:
+        """`params` with max_tokens None made a number: the rest of the context, at most the
+        server's max_new_tokens. A ValueError when min_tokens is then above it."""
+        if params.max_tokens is not None:
+            return params
+        rest = self.engine.max_seq_len - prompt_len
+        return replace(params, max_tokens=max(1, min(rest, self.config.max_new_tokens or rest)))
+
     def check(self, prompt_ids: list[int], params: SamplingParams) -> str | None:
-        """Why a request can never run here, or None."""
+        """Why a request can never run here, or None; `params` as resolve returns them."""
         e = self.engine
         prompt_len = len(prompt_ids)
         vocab = e.model_config.vocab_size
@@ -101,7 +109,12 @@ class Scheduler:
         return None
 
     def add_request(self, uid: int, prompt_ids: list[int], params: SamplingParams) -> None:
-        problem = self.check(prompt_ids, params)
+        """A request that can never run gets an error output instead."""
+        try:
+            params = self.resolve(len(prompt_ids), params)
+            problem = self.check(prompt_ids, params)
+        except ValueError as e:  # min_tokens above what the context leaves
+            problem = str(e)
         if problem:
             self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return

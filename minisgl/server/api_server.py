@@ -18,6 +18,7 @@ from .args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH, ServerArgs
 from .frontend import UNAVAILABLE, FrontendClient
 from .metrics import ObservedClient, ServerMetrics
 from .openai_api import chat_jobs, completion_jobs, serve_generation
+from .openai_formats import ChatFormat, CompletionFormat
 from .generation_defaults import sampling_defaults
 from .parsers import ChatOutputFormat
 from .request_cost import request_cost_problem
@@ -184,8 +185,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
             raise APIError(400, "tool_choice auto needs the server started with --tool-call-parser; use tool_choice "
                                 "required or a named function", param="tool_choice", code="unsupported_parameter")
         output = ChatOutputFormat.for_chat(body, args.reasoning_parser, args.tool_call_parser)
-        return await serve_generation("chat", body, chat_jobs(body), args.model_name, observed, request,
-                                      output=output)
+        return await serve_generation(ChatFormat(output), body, chat_jobs(body), args.model_name, observed, request)
 
     @app.post("/v1/completions", dependencies=v1, tags=["openai"], response_model=None,
               responses=generation_responses(CompletionResponse))
@@ -195,7 +195,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         if not body.prompts():
             raise APIError(400, "prompt must not be empty", param="prompt")
         check_limits(body, len(body.prompts()) * body.n)
-        return await serve_generation("completion", body, completion_jobs(body), args.model_name, observed,
+        return await serve_generation(CompletionFormat(), body, completion_jobs(body), args.model_name, observed,
                                       request)
 
     add_responses_route(app, args, observed, check_serving, check_limits, defaults, v1)

@@ -1,12 +1,12 @@
 """/v1/completions and /v1/chat/completions: turning OpenAI requests into pipeline requests and
-replies into OpenAI responses (JSON or server-sent events)."""
+replies into OpenAI responses (JSON or server-sent events), the same way for both; what the two
+spell differently is their format's (openai_formats.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import time
-import uuid
 from collections.abc import AsyncIterator
 from contextlib import aclosing
 from dataclasses import dataclass, field
@@ -18,7 +18,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from minisgl.message import Reply
 
 from .frontend import UNAVAILABLE, FrontendClient
-from .parsers import ChatOutputFormat
+from .openai_formats import OpenAIFormat
 from .protocol import ChatCompletionRequest, CompletionRequest, error_response
 
 
@@ -147,37 +147,6 @@ def _error_event(reply: Reply) -> bytes:
                            "code": code}})
 
 
-def _lp(value: float) -> float:
-    return max(value, -9999.0)  # JSON has no -Infinity
-
-
-def _chat_logprobs(entries: list | None) -> dict | None:
-    if entries is None:
-        return None
-
-    def top(text: str, lp: float) -> dict:
-        return {"token": text, "logprob": _lp(lp), "bytes": list(text.encode("utf-8", "surrogatepass"))}
-
-    return {"content": [{**top(text, lp), "top_logprobs": [top(t, v) for t, v in alts]} for text, lp, alts in entries],
-            "refusal": None}
-
-
-def _completion_logprobs(entries: list | None, offset: int = 0) -> dict | None:
-    """The legacy completions format; `offset`: where this piece starts in the choice's text."""
-    if entries is None:
-        return None
-    offsets, at = [], offset
-    for text, _, _ in entries:
-        offsets.append(at)
-        at += len(text)
-    return {"tokens": [e[0] for e in entries], "token_logprobs": [_lp(e[1]) for e in entries],
-            "top_logprobs": [{t: _lp(v) for t, v in e[2]} for e in entries], "text_offset": offsets}
-
-
-def _finish(reason: str | None) -> str | None:
-    return reason if reason in (None, "stop", "length") else "stop" if reason == "abort" else reason
-
-
 # Characters JSON leaves raw that line-splitting SSE clients (httpx's aiter_lines, Python's
 # str.splitlines) take for line ends (as UTF-8): escaped, they cannot cut an event in two.
 _LINE_BREAKING = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
@@ -222,10 +191,10 @@ async def _collect(gen: Generation, firsts: list[Reply], request: Request) -> li
     return gen.choices
 
 
-async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRequest, jobs: list, model: str,
-                           client: FrontendClient, request: Request, output: ChatOutputFormat | None = None):
-    """`output`: for chat, how the text is read back (reasoning, tool calls); None: plain text."""
-    output = output or ChatOutputFormat()
+async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | CompletionRequest, jobs: list,
+                           model: str, client: FrontendClient, request: Request):
+    """Run `jobs` (the request's choices) and answer in `fmt`: one JSON response, or with
+    body.stream server-sent events as the replies come."""
     gen = Generation(client, jobs)
     try:
         firsts = await gen.first_replies()
@@ -233,10 +202,7 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
         gen.forget_unstarted()
     if isinstance(firsts, JSONResponse):
         return firsts
-    rid = f"{'chatcmpl' if kind == 'chat' else 'cmpl'}-{uuid.uuid4().hex}"
-    created = int(time.time())
-    base = {"id": rid, "object": "chat.completion" if kind == "chat" else "text_completion", "created": created,
-            "model": model}
+    rid, created = fmt.new_id(), int(time.time())
 
     if not body.stream:
         choices = await _collect(gen, firsts, request)
@@ -250,59 +216,28 @@ async def serve_generation(kind: str, body: ChatCompletionRequest | CompletionRe
         errors = [c for c in choices if c.finish_reason == "error"]
         if errors:
             return error_response(500, "generation failed", code="generation_error")
-        wanted = body.logprobs_k() is not None
-        if kind == "chat":
-            out = []
-            for c in choices:
-                message, finish = output.reader().message(c.text, _finish(c.finish_reason))
-                out.append({"index": c.index, "message": message, "logprobs": _chat_logprobs(c.logprobs if wanted else None),
-                            "finish_reason": finish})
-        else:
-            out = [{"index": c.index, "text": c.text, "logprobs": _completion_logprobs(c.logprobs if wanted else None),
-                    "finish_reason": _finish(c.finish_reason)} for c in choices]
-        return JSONResponse({**base, "choices": out, "usage": gen.usage()})
+        return JSONResponse(fmt.body(rid, created, model, choices, gen.usage(), body.logprobs_k() is not None))
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    chunk_base = {**base, "object": "chat.completion.chunk" if kind == "chat" else "text_completion"}
+    chunk_base = {"id": rid, "object": fmt.chunk_object, "created": created, "model": model}
 
     def chunk(choices: list[dict]) -> dict:
         return {**chunk_base, "choices": choices, **({"usage": None} if include_usage else {})}
 
-    readers = [output.reader() for _ in gen.choices]
+    streams = [fmt.stream(c.index) for c in gen.choices]
 
     async def events() -> AsyncIterator[bytes]:
-        if kind == "chat":
-            for c in gen.choices:
-                yield _sse(chunk([{"index": c.index, "delta": {"role": "assistant", "content": ""},
-                                   "logprobs": None, "finish_reason": None}]))
+        for stream in streams:
+            for event in stream.opening():
+                yield _sse(chunk([event]))
         async for choice, reply in gen.replies(firsts):
             if reply.finish_reason in ("error", UNAVAILABLE):
                 yield _error_event(reply)
                 continue
             if not reply.text and not reply.logprobs and reply.finish_reason is None:
                 continue
-            finish = _finish(reply.finish_reason)
-            if kind == "chat" and not output.plain:
-                deltas = readers[choice.index].feed(reply.text)
-                if finish:
-                    last, finish = readers[choice.index].finish(finish)
-                    deltas += last
-                for k, delta in enumerate(deltas):
-                    yield _sse(chunk([{"index": choice.index, "delta": delta,
-                                       "logprobs": _chat_logprobs(reply.logprobs) if k == 0 else None,
-                                       "finish_reason": None}]))
-                if finish:
-                    yield _sse(chunk([{"index": choice.index, "delta": {}, "logprobs": None, "finish_reason": finish}]))
-            elif kind == "chat":
-                if reply.text or reply.logprobs:
-                    yield _sse(chunk([{"index": choice.index, "delta": {"content": reply.text},
-                                       "logprobs": _chat_logprobs(reply.logprobs), "finish_reason": None}]))
-                if finish:
-                    yield _sse(chunk([{"index": choice.index, "delta": {}, "logprobs": None, "finish_reason": finish}]))
-            else:
-                start = len(choice.text) - len(reply.text)
-                yield _sse(chunk([{"index": choice.index, "text": reply.text,
-                                   "logprobs": _completion_logprobs(reply.logprobs, start), "finish_reason": finish}]))
+            for event in streams[choice.index].events(reply):
+                yield _sse(chunk([event]))
         if include_usage:
             yield _sse({**chunk_base, "choices": [], "usage": gen.usage()})
         yield _sse("[DONE]")

@@ -422,7 +422,7 @@ def error_response(status: int, message: str, param: str | None = None, code: st
     return AsciiJSONResponse(body, status_code=status, headers=headers)
 
 
-# -- response bodies (documented in the OpenAPI schema; the routes build them as plain dicts) -------
+# -- response bodies (the OpenAPI schema; openai_formats.py builds the JSON ones through them) -----
 
 
 class Usage(BaseModel):

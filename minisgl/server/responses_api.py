@@ -20,7 +20,8 @@ from pydantic import ValidationError
 from minisgl.message import Reply
 
 from .frontend import UNAVAILABLE
-from .openai_api import Generation, _collect, _finish, _sse, chat_jobs, unavailable
+from .openai_api import Generation, _collect, _sse, chat_jobs, unavailable
+from .openai_formats import openai_finish_reason
 from .parsers import ChatOutputFormat
 from .protocol import error_response, generation_responses
 from .responses_protocol import ResponseObject, ResponsesRequest
@@ -178,7 +179,7 @@ def add_responses_route(app: FastAPI, args, client, check_serving, check_limits,
             return error_response(500, "generation failed", code="generation_error")
         reader, items = output.reader(), OutputItems()
         deltas = reader.feed(choice.text)
-        last, finish = reader.finish(_finish(choice.finish_reason))
+        last, finish = reader.finish(openai_finish_reason(choice.finish_reason))
         status, incomplete = _status(finish)
         for delta in deltas + last:
             items.add(delta)
@@ -210,7 +211,7 @@ async def _events(gen: Generation, firsts: list[Reply], base: dict, output: Chat
             failed = reply
             continue
         deltas = reader.feed(reply.text) if reply.text else []
-        finish = _finish(reply.finish_reason)
+        finish = openai_finish_reason(reply.finish_reason)
         if finish:
             last, finish = reader.finish(finish)
             deltas += last

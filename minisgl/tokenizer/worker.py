@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from transformers import AutoTokenizer
 
+from minisgl.core import SamplingParams
 from minisgl.message import (
     AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
     merge_by_request,
@@ -28,13 +29,16 @@ def encode_request(tokenizer, msg: TokenizeMsg) -> list[int]:
 
 
 # What only the tokenizer (the chat template's options) or only the detokenizer (stop strings, which
-# are matched on text) needs: not copied into the scheduler, which keeps a request's params for
-# its whole life.
-NOT_FOR_SCHEDULER = frozenset({"stop", "template"})
+# are matched on text; skip_special_tokens) needs: not copied into the scheduler, which keeps a
+# request's params for its whole life.
+NOT_FOR_SCHEDULER = frozenset({"stop", "template", "skip_special_tokens"})
 
 
-def scheduler_params(params: dict) -> dict:
-    return {k: v for k, v in params.items() if k not in NOT_FOR_SCHEDULER}
+def scheduler_params(params: dict) -> SamplingParams:
+    """The API's parameters as the scheduler's SamplingParams. Built here, so an invalid
+    combination is answered before any tokenizing (a ValueError naming the field) and the
+    scheduler receives only params that passed; max_tokens None stays for the scheduler to resolve."""
+    return SamplingParams(**{k: v for k, v in params.items() if k not in NOT_FOR_SCHEDULER})
 
 
 class RepeatedPrompt:
@@ -86,6 +90,11 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat
                     to_scheduler.send(msg)
                     continue
                 try:
+                    params = scheduler_params(msg.params)
+                except (ValueError, TypeError) as e:  # the client's values: its error, not the worker's
+                    to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", str(e))]))
+                    continue
+                try:
                     problem = limit.check_bytes(msg.text, msg.messages) if msg.input_ids is None else None
                     ids = repeated.encode(tokenizer, msg) if problem is None else []
                     problem = problem or limit.check_tokens(len(ids))
@@ -98,7 +107,7 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat
                     to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", f"cannot tokenize: {e}")]))
                     continue
                 to_detok.send(info)
-                to_scheduler.send(UserMsg(msg.uid, ids, scheduler_params(msg.params)))
+                to_scheduler.send(UserMsg(msg.uid, ids, params))
 
     run_worker(link, body)
 

@@ -18,6 +18,8 @@ from pathlib import Path
 import dockerfile
 import pytest
 
+from tests.tool_venvs import tool_binary
+
 REPO = Path(__file__).resolve().parents[2]
 GPU_DOCKERFILE = REPO / "Dockerfile"
 OPERATOR_DOCKERFILE = REPO / "operator" / "Dockerfile"
@@ -151,16 +153,5 @@ def hadolint_path() -> str:
     return found
 
 
-def checkov_venv() -> Path:
-    """Mirrors CHECKOV_VENV in tests/tools/checkov.sh."""
-    if os.environ.get("MINISGL_CHECKOV_VENV"):
-        return Path(os.environ["MINISGL_CHECKOV_VENV"])
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "minisgl" / "checkov-venv"
-
-
 def checkov_path() -> str:
-    binary = checkov_venv() / "bin" / "checkov"
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        pytest.fail(f"checkov is not installed at {binary}: {INSTALL_HINT}")
-    return str(binary)
+    return str(tool_binary("checkov", "checkov"))

@@ -3,8 +3,10 @@ nested ones included; several replies of one request merge into one."""
 
 from __future__ import annotations
 
+from minisgl.core import SamplingParams
 from minisgl.message import (
-    ReplyBatchMsg, Reply, StepOutput, TokenBatchMsg, TokenizeMsg, decode, encode, merge_by_request, merge_replies,
+    ReplyBatchMsg, Reply, StepOutput, TokenBatchMsg, TokenizeMsg, UserMsg, decode, encode, merge_by_request,
+    merge_replies,
 )
 
 
@@ -14,6 +16,24 @@ def test_a_batch_message_carries_typed_objects_both_ways():
     back = decode(encode(TokenBatchMsg(outs)))
     assert isinstance(back, TokenBatchMsg) and back.outputs == outs
     assert all(type(o) is StepOutput for o in back.outputs)
+
+
+def test_a_request_carries_its_sampling_params_object_both_ways():
+    params = SamplingParams(temperature=0.7, top_k=5, top_p=0.9, min_p=0.05, max_tokens=None, ignore_eos=True,
+                            stop_token_ids=(3, 9), seed=2**63 - 1, logprobs=2, presence_penalty=-1.5,
+                            frequency_penalty=0.25, repetition_penalty=1.3, logit_bias={7: -100, 12: 2.5},
+                            min_tokens=4, constraint=None)
+    constrained = SamplingParams(max_tokens=30, stop=("\u2028end",), constraint=("json_schema", '{"type": "object"}'))
+    for p in (params, constrained, SamplingParams()):
+        back = decode(encode(UserMsg(11, [1, 2, 3], p)))
+        assert back == UserMsg(11, [1, 2, 3], p) and type(back.params) is SamplingParams
+        # Hashable as built (tuples, not the lists msgpack hands back): the scheduler keys caches on them.
+        assert hash(back.params) == hash(p) and back.params.logit_bias == p.logit_bias
+
+
+def test_a_nested_sampling_params_travels_without_field_names():
+    data = encode(UserMsg(1, [5], SamplingParams(repetition_penalty=1.1)))
+    assert b"repetition_penalty" not in data and b"temperature" not in data
 
 
 def test_plain_fields_keep_their_values():

@@ -19,6 +19,8 @@ from minisgl_operator import constants as c
 from minisgl_operator import render
 from operator_chart_tools import NAMESPACE, helm_template
 
+from tests.tool_venvs import tool_binary
+
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_DEPLOYMENT = f"Deployment.{NAMESPACE}."
 CRD_UPGRADE_JOB = f"Job.{NAMESPACE}."
@@ -68,18 +70,6 @@ JUSTIFIED: dict[str, tuple[tuple[str, ...], str]] = {
 }
 
 
-def checkov_binary() -> Path:
-    """Where tests/tools/checkov.sh installs checkov."""
-    venv = os.environ.get("MINISGL_CHECKOV_VENV")
-    if not venv:
-        data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-        venv = str(Path(data_home) / "minisgl" / "checkov-venv")
-    binary = Path(venv) / "bin" / "checkov"
-    if not (binary.is_file() and os.access(binary, os.X_OK)):
-        pytest.fail(f"checkov is not installed at {binary}: run `bash tests/tools/checkov.sh`")
-    return binary
-
-
 def operator_objects() -> list[dict]:
     """What the operator renders for the examples users start from (all of them set resources)."""
     docs = []
@@ -106,7 +96,7 @@ def report(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("checkov")
     (out / "operator.yaml").write_text(yaml.safe_dump_all(operator_objects()))
     (out / "chart.yaml").write_text(yaml.safe_dump_all(chart_objects()))
-    cmd = [str(checkov_binary()), "-d", str(out), "--framework", "kubernetes", "--skip-download", "-o", "json"]
+    cmd = [str(tool_binary("checkov", "checkov")), "-d", str(out), "--framework", "kubernetes", "--skip-download", "-o", "json"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, "BC_SKIP_MAPPING": "TRUE"})
     assert proc.stdout.strip(), f"checkov printed nothing (rc={proc.returncode}): {proc.stderr[-2000:]}"
     data = json.loads(proc.stdout)

@@ -7,7 +7,6 @@ methods are refused at start, naming the supported ones."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys

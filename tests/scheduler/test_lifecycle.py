@@ -79,6 +79,29 @@ def test_impossible_requests_are_rejected_and_others_still_run(scheduler, prompt
     assert results[2]["reason"] == "length" and len(results[2]["tokens"]) == 5
 
 
+def test_no_max_tokens_means_the_rest_of_the_context(scheduler):
+    """max_tokens None (a client that names none): generation runs to the context length (128
+    here); a min_tokens above what the context then leaves is that request's error, not a crash."""
+    scheduler.add_request(1, [5] * 100, SamplingParams(temperature=0, max_tokens=None, ignore_eos=True))
+    scheduler.add_request(2, [5] * 100, SamplingParams(max_tokens=None, min_tokens=29))
+    scheduler.add_request(3, [7, 8, 9], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True))
+    results = drain(scheduler)
+    assert results[1]["reason"] == "length" and len(results[1]["tokens"]) == 28
+    assert results[2]["reason"] == "error" and results[2]["error"] == "min_tokens must be in [0, max_tokens=28], got 29"
+    assert results[3]["reason"] == "length" and len(results[3]["tokens"]) == 5
+
+
+def test_no_max_tokens_stops_at_the_servers_max_new_tokens(tiny_model_dir):
+    s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len_override=128,
+                                  page_size=4, num_page_override=64, max_running_req=2, max_new_tokens=6))
+    try:
+        s.add_request(1, [5, 6, 7], SamplingParams(temperature=0, max_tokens=None, ignore_eos=True))
+        result = drain(s)[1]
+        assert result["reason"] == "length" and len(result["tokens"]) == 6
+    finally:
+        s.shutdown()
+
+
 def test_request_larger_than_the_whole_pool_is_rejected(tiny_model_dir):
     s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len_override=64,
                                   page_size=4, num_page_override=8, max_running_req=2))

@@ -143,6 +143,7 @@ def test_completion_logprobs_are_consistent_and_equal_when_streamed(client):
         assert value >= max(top.values()) - 1e-6
     streamed = [c.choices[0].logprobs for c in client.completions.create(**kwargs, stream=True) if c.choices]
     assert [v for piece in streamed if piece for v in piece.token_logprobs] == pytest.approx(lp.token_logprobs)
+    assert [at for piece in streamed if piece for at in piece.text_offset] == lp.text_offset
     assert client.completions.create(**{**kwargs, "logprobs": None}).choices[0].logprobs is None
 
 
@@ -157,6 +158,24 @@ def test_chat_logprobs_with_top_alternatives(client):
         assert [t.logprob for t in entry.top_logprobs] == sorted((t.logprob for t in entry.top_logprobs), reverse=True)
     with pytest.raises(openai.BadRequestError, match="top_logprobs requires logprobs"):
         client.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=2, top_logprobs=2)
+
+
+def test_streamed_chat_choices_open_with_the_role_and_carry_the_same_logprobs(client):
+    kwargs = dict(model=MODEL, messages=MESSAGES, max_tokens=5, temperature=0, logprobs=True, top_logprobs=2, n=2,
+                  extra_body={"ignore_eos": True})
+    full = client.chat.completions.create(**kwargs)
+    chunks = [c for c in client.chat.completions.create(stream=True, **kwargs) if c.choices]
+    assert [(c.choices[0].index, c.choices[0].delta.role) for c in chunks[:2]] == [(0, "assistant"), (1, "assistant")]
+    for choice in full.choices:
+        mine = [c.choices[0] for c in chunks if c.choices[0].index == choice.index]
+        streamed = [entry for piece in mine if piece.logprobs for entry in piece.logprobs.content]
+        assert [e.token for e in streamed] == [e.token for e in choice.logprobs.content]
+        # approx: the two runs batch differently, and float32 sums depend on the batch
+        assert [e.logprob for e in streamed] == pytest.approx([e.logprob for e in choice.logprobs.content], abs=1e-4)
+        assert [[t.token for t in e.top_logprobs] for e in streamed] == \
+            [[t.token for t in e.top_logprobs] for e in choice.logprobs.content]
+        assert "".join(piece.delta.content or "" for piece in mine) == choice.message.content
+        assert [piece.finish_reason for piece in mine if piece.finish_reason] == [choice.finish_reason]
 
 
 def test_a_single_stop_string_may_be_longer_than_four_characters(client):

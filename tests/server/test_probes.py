@@ -54,7 +54,7 @@ def test_probe_states_from_start_through_drain(model_dir):
     srv = ServerProcess("--model", model_dir, *ARGS, "--max-running-requests", "1", "--drain-timeout", "120",
                         env={"MINISGL_API_KEY": "k"})
     # One connection pool for every probe: a new httpx client per call builds an SSL context,
-    # which on a loaded two-core machine has taken seconds, long enough for the drain to end unseen.
+    # which on a loaded two-core machine has taken seconds.
     http = httpx.Client(base_url=srv.url, timeout=30)
     try:
         # Loading: not ready, yet alive (a liveness failure here would restart a slow start forever).
@@ -72,37 +72,47 @@ def test_probe_states_from_start_through_drain(model_dir):
         assert (generated.status_code, generated.text) == (200, "ok")
         assert http.get("/metrics").status_code == 200 and metric(http, "minisgl_server_ready") == "1.0"
 
-        # Draining: SIGTERM with long requests in flight, one at a time (--max-running-requests 1),
-        # so the drain lasts several generations even on a fast machine.
+        # Draining: SIGTERM with requests in flight, one running and two queued (--max-running-requests 1;
+        # the running one long enough to see the others queued). The scheduler is stopped (SIGSTOP)
+        # while the probes are read, so the drain cannot end before they are, however slow this
+        # machine is; it must still finish all three after.
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="k", timeout=120)
         results: list = []
-        held = 4
+        lengths = [900, 50, 50]
+        held = len(lengths)
 
-        def long_request() -> None:
-            results.append(client.completions.create(model=MODEL, prompt="tell me everything", max_tokens=900,
+        def request(tokens: int) -> None:
+            results.append(client.completions.create(model=MODEL, prompt="tell me everything", max_tokens=tokens,
                                                      extra_body={"ignore_eos": True}))
 
-        threads = [threading.Thread(target=long_request) for _ in range(held)]
-        for t in threads:
+        threads = [threading.Thread(target=request, args=(n,)) for n in lengths]
+        threads[0].start()
+        wait_for(lambda: metric(http, "minisgl_num_requests_running") == "1.0", "the long request running")
+        for t in threads[1:]:
             t.start()
         queued = lambda: (metric(http, "minisgl_num_requests_running"), metric(http, "minisgl_num_requests_waiting"))  # noqa: E731
         wait_for(lambda: queued() == ("1.0", f"{held - 1}.0"), "one request running and the rest queued")
-        srv.proc.send_signal(signal.SIGTERM)
-        wait_for(lambda: http.get("/ready").text == "draining", "/ready to say draining")
-        draining = http.get("/ready")
-        assert (draining.status_code, draining.text) == (503, "draining")
-        assert http.get("/health").status_code == 200  # alive while it finishes its work
-        assert metric(http, "minisgl_server_ready") == "0.0"
-        refused = http.post("/v1/completions", headers={"Authorization": "Bearer k"},
-                            json={"model": MODEL, "prompt": "one more", "max_tokens": 2})
-        assert refused.status_code == 503
-        assert any(t.is_alive() for t in threads), "the requests ended before the drain was observed"
+        scheduler = srv.worker_pid("scheduler")
+        os.kill(scheduler, signal.SIGSTOP)
+        try:
+            srv.proc.send_signal(signal.SIGTERM)
+            wait_for(lambda: http.get("/ready").text == "draining", "/ready to say draining")
+            draining = http.get("/ready")
+            assert (draining.status_code, draining.text) == (503, "draining")
+            assert http.get("/health").status_code == 200  # alive while it finishes its work
+            assert metric(http, "minisgl_server_ready") == "0.0"
+            refused = http.post("/v1/completions", headers={"Authorization": "Bearer k"},
+                                json={"model": MODEL, "prompt": "one more", "max_tokens": 2})
+            assert refused.status_code == 503
+            assert all(t.is_alive() for t in threads)
+        finally:
+            os.kill(scheduler, signal.SIGCONT)
 
         for t in threads:
             t.join(120)
         # Every request in flight at SIGTERM was finished, none cut, and then the server exited cleanly.
         assert [r.choices[0].finish_reason for r in results] == ["length"] * held
-        assert [r.usage.completion_tokens for r in results] == [900] * held
+        assert sorted(r.usage.completion_tokens for r in results) == sorted(lengths)
         assert srv.proc.wait(30) == 0
     finally:
         http.close()

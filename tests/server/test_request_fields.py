@@ -111,6 +111,18 @@ def test_out_of_range_sampling_controls_are_400(server, field, value):
     assert field in resp.json()["error"]["message"]
 
 
+@pytest.mark.parametrize("body", [{"min_tokens": 300},  # above the rest of the context (--max-seq-len 256)
+                                  {"min_tokens": 2, "response_format": {"type": "json_object"}}])
+def test_an_impossible_combination_is_400_naming_the_field_and_the_server_serves_on(server, body):
+    """Caught by SamplingParams (on its way to the scheduler, or at the scheduler once it knows the
+    context left): the client gets a clear 400, the workers stay up, the next request is served."""
+    resp = post(server, "/v1/chat/completions", {"model": MODEL, "messages": CHAT, **body})
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["error"]["code"] == "invalid_request" and "min_tokens" in resp.json()["error"]["message"]
+    resp = post(server, "/v1/chat/completions", {"model": MODEL, "messages": CHAT, "max_tokens": 2, "ignore_eos": True})
+    assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 2
+
+
 def test_null_means_the_default(server):
     nulls = {k: None for k in ("n", "stream", "stop", "temperature", "top_p", "seed", "logit_bias", "presence_penalty",
                                "frequency_penalty", "stream_options", "logprobs", "response_format", "user",
