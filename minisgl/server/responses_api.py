@@ -32,15 +32,37 @@ def _id(prefix: str) -> str:
 
 
 class OutputItems:
-    """The output items of one generation, built from the chat output reader's deltas
-    (reasoning_content, content, tool_calls). Each step returns the stream events it makes (without
-    sequence numbers); a whole response just keeps `items`."""
+    """The output items of one generation: its text read by the chat output format (reasoning,
+    content, tool calls) and built into reasoning, message and function_call items. Each step
+    returns the stream events it makes (without sequence numbers); a whole response just keeps
+    `items`."""
 
-    def __init__(self) -> None:
+    def __init__(self, output: ChatOutputFormat) -> None:
+        self.reader = output.reader()
         self.items: list[dict] = []
         self.open: dict | None = None  # the message or reasoning item text is being added to
+        self.status: str | None = None  # completed or incomplete, once the output has ended
 
-    def add(self, delta: dict) -> list[dict]:
+    def read(self, text: str, finish_reason: str | None) -> list[dict]:
+        """The events of the next piece of output and, with the generation's finish reason, of
+        its end (then `status` is set)."""
+        deltas = self.reader.feed(text) if text else []
+        finish = openai_finish_reason(finish_reason)
+        if finish:
+            last, finish = self.reader.finish(finish)
+            deltas += last
+        events = [e for delta in deltas for e in self._add(delta)]
+        if finish:
+            self.status = "incomplete" if finish == "length" else "completed"
+            events += ([] if self.items else self._text("message", "")) + self._close(self.status)
+        return events
+
+    def response_fields(self) -> dict:
+        """What the output says in the response object."""
+        incomplete = {"reason": "max_output_tokens"} if self.status == "incomplete" else None
+        return {"status": self.status, "incomplete_details": incomplete, "output": self.items}
+
+    def _add(self, delta: dict) -> list[dict]:
         if "reasoning_content" in delta:
             return self._text("reasoning", delta["reasoning_content"])
         if "content" in delta:
@@ -49,11 +71,6 @@ class OutputItems:
         for call in delta.get("tool_calls", ()):
             events += self._call(call["id"], call["function"]["name"], call["function"]["arguments"])
         return events
-
-    def finish(self, status: str) -> list[dict]:
-        """Close the last item; a response with no item at all gets an empty message."""
-        events = [] if self.items else self._text("message", "")
-        return events + self._close("completed" if status == "completed" else "incomplete")
 
     def _at(self, item: dict) -> dict:
         return {"item_id": item["id"], "output_index": self.items.index(item)}
@@ -117,10 +134,6 @@ def _usage(gen: Generation) -> dict:
             "output_tokens_details": {"reasoning_tokens": 0}}
 
 
-def _status(finish: str | None) -> tuple[str, dict | None]:
-    return ("incomplete", {"reason": "max_output_tokens"}) if finish == "length" else ("completed", None)
-
-
 # Chat field names in the errors of the chat path, as the Responses request names them.
 _RESPONSES_NAMES = {"max_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input"}
 
@@ -177,15 +190,9 @@ def add_responses_route(app: FastAPI, args, client, check_serving, check_limits,
             return unavailable(choice.error)
         if choice.finish_reason == "error":
             return error_response(500, "generation failed", code="generation_error")
-        reader, items = output.reader(), OutputItems()
-        deltas = reader.feed(choice.text)
-        last, finish = reader.finish(openai_finish_reason(choice.finish_reason))
-        status, incomplete = _status(finish)
-        for delta in deltas + last:
-            items.add(delta)
-        items.finish(status)
-        return JSONResponse({**base, "status": status, "incomplete_details": incomplete, "error": None,
-                             "output": items.items, "usage": _usage(gen)})
+        items = OutputItems(output)
+        items.read(choice.text, choice.finish_reason)
+        return JSONResponse({**base, **items.response_fields(), "error": None, "usage": _usage(gen)})
 
 
 async def _events(gen: Generation, firsts: list[Reply], base: dict, output: ChatOutputFormat) -> AsyncIterator[bytes]:
@@ -193,7 +200,7 @@ async def _events(gen: Generation, firsts: list[Reply], base: dict, output: Chat
     whole response; status incomplete when cut by max_output_tokens, as vLLM and SGLang send it, so
     the SDK's stream helpers find the final response) or, on a server failure, error and failed."""
     numbers = itertools.count()
-    reader, items = output.reader(), OutputItems()
+    items = OutputItems(output)
 
     def event(e: dict) -> bytes:
         e["sequence_number"] = next(numbers)
@@ -210,21 +217,11 @@ async def _events(gen: Generation, firsts: list[Reply], base: dict, output: Chat
         if reply.finish_reason in ("error", UNAVAILABLE):
             failed = reply
             continue
-        deltas = reader.feed(reply.text) if reply.text else []
-        finish = openai_finish_reason(reply.finish_reason)
-        if finish:
-            last, finish = reader.finish(finish)
-            deltas += last
-        for delta in deltas:
-            for e in items.add(delta):
-                yield event(e)
-        if finish:
-            status, incomplete = _status(finish)
-            for e in items.finish(status):
-                yield event(e)
-            yield event({"type": "response.completed",
-                         "response": response(status, incomplete_details=incomplete, output=items.items,
-                                              usage=_usage(gen))})
+        for e in items.read(reply.text, reply.finish_reason):
+            yield event(e)
+        if items.status is not None:
+            yield event({"type": "response.completed", "response": {**response(items.status),
+                                                                    **items.response_fields(), "usage": _usage(gen)}})
     if failed is not None:
         code = "service_unavailable" if failed.finish_reason == UNAVAILABLE else "generation_error"
         message = failed.error or "generation failed"

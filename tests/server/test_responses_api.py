@@ -238,12 +238,9 @@ def test_reasoning_text_and_tool_calls_become_items_whole_and_streamed():
     fmt = ChatOutputFormat(reasoning_parser="qwen3", tool_parser="hermes")
 
     def run(pieces: list[str]) -> tuple[OutputItems, list[dict]]:
-        reader, items, events = fmt.reader(), OutputItems(), []
-        deltas = [d for piece in pieces for d in reader.feed(piece)]
-        deltas += reader.finish("stop")[0]
-        for delta in deltas:
-            events += items.add(delta)
-        return items, events + items.finish("completed")
+        items = OutputItems(fmt)
+        events = [e for piece in pieces for e in items.read(piece, None)]
+        return items, events + items.read("", "stop")
 
     whole, _ = run([text])
     streamed, events = run([text[i:i + 3] for i in range(0, len(text), 3)])
