@@ -22,6 +22,7 @@ from .openai_formats import ChatFormat, CompletionFormat
 from .generation_defaults import sampling_defaults
 from .parsers import ChatOutputFormat
 from .request_cost import request_cost_problem
+from .responses_api import add_responses_route
 from .tokenize_api import add_tokenize_routes
 from .protocol import (
     ChatCompletionRequest,
@@ -183,10 +184,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         if body.tool_mode == "auto" and not args.tool_call_parser:
             raise APIError(400, "tool_choice auto needs the server started with --tool-call-parser; use tool_choice "
                                 "required or a named function", param="tool_choice", code="unsupported_parameter")
-        output = ChatOutputFormat(reasoning_parser=args.reasoning_parser,
-                                  tool_parser=args.tool_call_parser if body.tool_mode == "auto" else None,
-                                  forced_tool=body.tool_choice.function.name if body.tool_mode == "named" else None,
-                                  forced_list=body.tool_mode == "required")
+        output = ChatOutputFormat.for_chat(body, args.reasoning_parser, args.tool_call_parser)
         return await serve_generation(ChatFormat(output), body, chat_jobs(body), args.model_name, observed, request)
 
     @app.post("/v1/completions", dependencies=v1, tags=["openai"], response_model=None,
@@ -200,6 +198,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         return await serve_generation(CompletionFormat(), body, completion_jobs(body), args.model_name, observed,
                                       request)
 
+    add_responses_route(app, args, observed, check_serving, check_limits, defaults, v1)
     add_tokenize_routes(app, args, None, check_serving, v1)
     app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout)
     if args.api_key:  # outside BodySizeLimit: a client without the key never gets its body read
@@ -220,7 +219,7 @@ def _document_model_name(app: FastAPI, names: tuple[str, ...]) -> None:
     def openapi():
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
-            for body in ("ChatCompletionRequest", "CompletionRequest"):
+            for body in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest"):
                 schema["components"]["schemas"][body]["properties"]["model"]["anyOf"][0]["enum"] = list(names)
             app.openapi_schema = schema
         return app.openapi_schema

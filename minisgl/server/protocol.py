@@ -76,11 +76,29 @@ REFUSED_UNLESS: dict[str, tuple] = {
 }
 
 
-class SamplingFields(BaseModel):
-    # Fields not declared here land in model_extra and are refused by unsupported_field() (or
-    # ignored, with --allow-unknown-fields, unless they are in REFUSED_UNLESS). Strict: a JSON
-    # value of the wrong type is an error, never silently converted (0 is not false).
+class KnownFieldsOnly(BaseModel):
+    """A request body that refuses what it does not implement. Fields not declared land in
+    model_extra and are refused by unsupported_field() (or ignored, with --allow-unknown-fields,
+    unless `refused_unless` lists them). Strict: a JSON value of the wrong type is an error, never
+    silently converted (0 is not false)."""
+
     model_config = ConfigDict(extra="allow", strict=True)
+    refused_unless: ClassVar[dict[str, tuple]] = REFUSED_UNLESS
+
+    def unsupported_field(self, allow_unknown: bool = False) -> str | None:
+        """The first field the request sends that this server does not implement, or None.
+        Unknown fields are refused too unless `allow_unknown` (--allow-unknown-fields)."""
+        for name, value in (self.model_extra or {}).items():
+            neutral = self.refused_unless.get(name)
+            if neutral is None:
+                if not allow_unknown:
+                    return name
+            elif not any(value == v and type(value) is type(v) for v in neutral):
+                return name
+        return None
+
+
+class SamplingFields(KnownFieldsOnly):
 
     model: str | None = Field(None, description="optional: the one model this server serves")
     temperature: float | None = Field(None, ge=0, le=2)
@@ -149,18 +167,6 @@ class SamplingFields(BaseModel):
 
     def logprobs_k(self) -> int | None:
         """How many alternatives per token the request wants (None: no logprobs)."""
-        return None
-
-    def unsupported_field(self, allow_unknown: bool = False) -> str | None:
-        """The first field the request sends that this server does not implement, or None.
-        Unknown fields are refused too unless `allow_unknown` (--allow-unknown-fields)."""
-        for name, value in (self.model_extra or {}).items():
-            neutral = REFUSED_UNLESS.get(name)
-            if neutral is None:
-                if not allow_unknown:
-                    return name
-            elif not any(value == v and type(value) is type(v) for v in neutral):
-                return name
         return None
 
     def constraint(self) -> tuple[str, str] | None:

@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from minisgl.server.protocol import REFUSED_UNLESS, ChatCompletionRequest, CompletionRequest
+from minisgl.server.responses_protocol import RESPONSES_REFUSED_UNLESS, ResponsesRequest
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
@@ -33,3 +34,13 @@ def test_every_refused_field_is_listed_as_refused():
     assert not missing, f"README does not list {sorted(missing)} as refused"
     implemented = _section().split("Refused unless")[0]
     assert not set(REFUSED_UNLESS) & _named(implemented) - {"json_schema"}, "a refused field is listed as implemented"
+
+
+def test_responses_fields_and_refusals_are_listed():
+    match = re.search(r"^`POST /v1/responses`(.*?)\n\n", _section(), re.S | re.M)
+    assert match, "README's Request fields has no /v1/responses paragraph"
+    implemented, refused = match.group(1).split("Nothing is stored")
+    missing = set(ResponsesRequest.model_fields) - _named(implemented)
+    assert not missing, f"the /v1/responses paragraph does not name {sorted(missing)}"
+    missing = set(RESPONSES_REFUSED_UNLESS) - _named(refused)
+    assert not missing, f"the /v1/responses paragraph does not list {sorted(missing)} as refused"

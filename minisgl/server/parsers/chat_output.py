@@ -21,6 +21,14 @@ class ChatOutputFormat:
     forced_tool: str | None = None  # the named function
     forced_list: bool = False  # tool_choice required
 
+    @classmethod
+    def for_chat(cls, body, reasoning_parser: str | None, tool_call_parser: str | None) -> ChatOutputFormat:
+        """The format of a ChatCompletionRequest `body` on a server started with these parsers."""
+        mode = body.tool_mode
+        return cls(reasoning_parser=reasoning_parser, tool_parser=tool_call_parser if mode == "auto" else None,
+                   forced_tool=body.tool_choice.function.name if mode == "named" else None,
+                   forced_list=mode == "required")
+
     @property
     def plain(self) -> bool:
         return not (self.reasoning_parser or self.tool_parser or self.forced_tool or self.forced_list)

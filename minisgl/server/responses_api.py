@@ -1,0 +1,234 @@
+"""/v1/responses: OpenAI's Responses API, stateless (nothing is stored, so nothing can be referred
+back to). The request (responses_protocol.py) becomes the chat request it means and is served by
+the chat endpoint's own path: its limits, metrics, drain behaviour, Generation (abort on
+disconnect) and output format (tool-call and reasoning parsers). The output is read back into
+Responses output items (reasoning, message, function_call), whole or as the Responses stream
+events."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import ValidationError
+
+from minisgl.message import Reply
+
+from .frontend import UNAVAILABLE
+from .openai_api import Generation, _collect, _sse, chat_jobs, unavailable
+from .openai_formats import openai_finish_reason
+from .parsers import ChatOutputFormat
+from .protocol import error_response, generation_responses
+from .responses_protocol import ResponseObject, ResponsesRequest
+
+
+def _id(prefix: str) -> str:
+    return f"{prefix}_{uuid.uuid4().hex}"
+
+
+class OutputItems:
+    """The output items of one generation: its text read by the chat output format (reasoning,
+    content, tool calls) and built into reasoning, message and function_call items. Each step
+    returns the stream events it makes (without sequence numbers); a whole response just keeps
+    `items`."""
+
+    def __init__(self, output: ChatOutputFormat) -> None:
+        self.reader = output.reader()
+        self.items: list[dict] = []
+        self.open: dict | None = None  # the message or reasoning item text is being added to
+        self.status: str | None = None  # completed or incomplete, once the output has ended
+
+    def read(self, text: str, finish_reason: str | None) -> list[dict]:
+        """The events of the next piece of output and, with the generation's finish reason, of
+        its end (then `status` is set)."""
+        deltas = self.reader.feed(text) if text else []
+        finish = openai_finish_reason(finish_reason)
+        if finish:
+            last, finish = self.reader.finish(finish)
+            deltas += last
+        events = [e for delta in deltas for e in self._add(delta)]
+        if finish:
+            self.status = "incomplete" if finish == "length" else "completed"
+            events += ([] if self.items else self._text("message", "")) + self._close(self.status)
+        return events
+
+    def response_fields(self) -> dict:
+        """What the output says in the response object."""
+        incomplete = {"reason": "max_output_tokens"} if self.status == "incomplete" else None
+        return {"status": self.status, "incomplete_details": incomplete, "output": self.items}
+
+    def _add(self, delta: dict) -> list[dict]:
+        if "reasoning_content" in delta:
+            return self._text("reasoning", delta["reasoning_content"])
+        if "content" in delta:
+            return self._text("message", delta["content"])
+        events = self._close()
+        for call in delta.get("tool_calls", ()):
+            events += self._call(call["id"], call["function"]["name"], call["function"]["arguments"])
+        return events
+
+    def _at(self, item: dict) -> dict:
+        return {"item_id": item["id"], "output_index": self.items.index(item)}
+
+    def _text(self, kind: str, text: str) -> list[dict]:
+        events = []
+        if self.open is None or self.open["type"] != kind:
+            events = self._close() + self._open(kind)
+        self.open["content"][0]["text"] += text
+        if text:
+            event = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+            events.append({"type": event, **self._at(self.open), "content_index": 0, "delta": text,
+                           **({"logprobs": []} if kind == "message" else {})})
+        return events
+
+    def _open(self, kind: str) -> list[dict]:
+        if kind == "message":
+            item = {"id": _id("msg"), "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+            part = {"type": "output_text", "text": "", "annotations": [], "logprobs": []}
+        else:
+            item = {"id": _id("rs"), "type": "reasoning", "summary": [], "status": "in_progress", "content": []}
+            part = {"type": "reasoning_text", "text": ""}
+        self.items.append(item)
+        self.open = item
+        events = [{"type": "response.output_item.added", "output_index": len(self.items) - 1,
+                   "item": copy.deepcopy(item)}]
+        item["content"].append(part)
+        return events + [{"type": "response.content_part.added", **self._at(item), "content_index": 0,
+                          "part": dict(part)}]
+
+    def _close(self, status: str = "completed") -> list[dict]:
+        item, self.open = self.open, None
+        if item is None:
+            return []
+        item["status"] = status
+        part = item["content"][0]
+        at = {**self._at(item), "content_index": 0}
+        done = {"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []} \
+            if item["type"] == "message" else {"type": "response.reasoning_text.done", **at, "text": part["text"]}
+        return [done, {"type": "response.content_part.done", **at, "part": dict(part)},
+                {"type": "response.output_item.done", "output_index": at["output_index"], "item": copy.deepcopy(item)}]
+
+    def _call(self, call_id: str, name: str, arguments: str) -> list[dict]:
+        item = {"id": _id("fc"), "type": "function_call", "call_id": call_id, "name": name, "arguments": "",
+                "status": "in_progress"}
+        self.items.append(item)
+        events = [{"type": "response.output_item.added", "output_index": len(self.items) - 1,
+                   "item": dict(item)}]
+        item.update(arguments=arguments, status="completed")
+        return events + [{"type": "response.function_call_arguments.delta", **self._at(item), "delta": arguments},
+                         {"type": "response.function_call_arguments.done", **self._at(item), "name": name,
+                          "arguments": arguments},
+                         {"type": "response.output_item.done", "output_index": self._at(item)["output_index"],
+                          "item": dict(item)}]
+
+
+def _usage(gen: Generation) -> dict:
+    u = gen.usage()
+    return {"input_tokens": u["prompt_tokens"], "output_tokens": u["completion_tokens"],
+            "total_tokens": u["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 0}}
+
+
+# Chat field names in the errors of the chat path, as the Responses request names them.
+_RESPONSES_NAMES = {"max_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input"}
+
+
+def add_responses_route(app: FastAPI, args, client, check_serving, check_limits, defaults: dict,
+                        dependencies) -> None:
+    """POST /v1/responses; `check_serving`/`check_limits` and `client` (the ObservedClient) are the
+    chat route's."""
+    from .api_server import APIError
+
+    @app.post("/v1/responses", dependencies=dependencies, tags=["openai"], response_model=None,
+              responses=generation_responses(ResponseObject))
+    async def responses(body: ResponsesRequest, request: Request):
+        check_serving(body.model)
+        if body.built_in_tool():
+            raise APIError(400, f"tools: the built-in tool {body.built_in_tool()!r} is not supported; only function "
+                                "tools are", param="tools", code="unsupported_parameter")
+        unsupported = body.unsupported_field(args.allow_unknown_fields)
+        if unsupported:
+            raise APIError(400, f"{unsupported} is not supported by this server", param=unsupported,
+                           code="unsupported_parameter")
+        try:
+            chat = body.chat_request().with_defaults(defaults)
+        except ValidationError as e:  # the request validated, so its chat form should too: a clear 400 anyway
+            raise APIError(400, f"input: {e.errors()[0]['msg']}", param="input") from None
+        try:
+            check_limits(chat, 1)
+        except APIError as e:
+            if e.param in _RESPONSES_NAMES:
+                e.message, e.param = e.message.replace(e.param, _RESPONSES_NAMES[e.param]), _RESPONSES_NAMES[e.param]
+            raise
+        if chat.tool_mode == "auto" and not args.tool_call_parser:
+            raise APIError(400, "tools with tool_choice auto (the default) need the server started with "
+                                "--tool-call-parser; use tool_choice required or a named function",
+                           param="tool_choice", code="unsupported_parameter")
+        output = ChatOutputFormat.for_chat(chat, args.reasoning_parser, args.tool_call_parser)
+        gen = Generation(client, chat_jobs(chat))
+        try:
+            firsts = await gen.first_replies()
+        finally:
+            gen.forget_unstarted()
+        if isinstance(firsts, JSONResponse):
+            return firsts
+        base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()), "model": args.model_name,
+                **body.echo(chat)}
+        if body.stream:
+            return StreamingResponse(_events(gen, firsts, base, output), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        choices = await _collect(gen, firsts, request)
+        if choices is None:  # the client went away (see serve_generation)
+            return error_response(499, "the client closed the connection before the response", code="client_closed")
+        choice = choices[0]
+        if choice.finish_reason == UNAVAILABLE:
+            return unavailable(choice.error)
+        if choice.finish_reason == "error":
+            return error_response(500, "generation failed", code="generation_error")
+        items = OutputItems(output)
+        items.read(choice.text, choice.finish_reason)
+        return JSONResponse({**base, **items.response_fields(), "error": None, "usage": _usage(gen)})
+
+
+async def _events(gen: Generation, firsts: list[Reply], base: dict, output: ChatOutputFormat) -> AsyncIterator[bytes]:
+    """The Responses stream: created, in_progress, the items' events, then completed (with the
+    whole response; status incomplete when cut by max_output_tokens, as vLLM and SGLang send it, so
+    the SDK's stream helpers find the final response) or, on a server failure, error and failed."""
+    numbers = itertools.count()
+    items = OutputItems(output)
+
+    def event(e: dict) -> bytes:
+        e["sequence_number"] = next(numbers)
+        return b"event: " + e["type"].encode() + b"\n" + _sse(e)
+
+    def response(status: str, **more) -> dict:
+        return {**base, "status": status, "incomplete_details": None, "error": None, "output": [], "usage": None,
+                **more}
+
+    yield event({"type": "response.created", "response": response("in_progress")})
+    yield event({"type": "response.in_progress", "response": response("in_progress")})
+    failed: Reply | None = None
+    async for _, reply in gen.replies(firsts):
+        if reply.finish_reason in ("error", UNAVAILABLE):
+            failed = reply
+            continue
+        for e in items.read(reply.text, reply.finish_reason):
+            yield event(e)
+        if items.status is not None:
+            yield event({"type": "response.completed", "response": {**response(items.status),
+                                                                    **items.response_fields(), "usage": _usage(gen)}})
+    if failed is not None:
+        code = "service_unavailable" if failed.finish_reason == UNAVAILABLE else "generation_error"
+        message = failed.error or "generation failed"
+        yield event({"type": "error", "code": code, "message": message, "param": None})
+        yield event({"type": "response.failed",
+                     "response": response("failed", output=items.items,
+                                          error={"code": "server_error", "message": message})})
+
+
+__all__ = ["OutputItems", "add_responses_route"]
