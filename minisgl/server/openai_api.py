@@ -143,7 +143,7 @@ def unavailable(reason: str | None) -> JSONResponse:
 def _error_event(reply: Reply) -> bytes:
     """The event that ends a stream the server could not finish; `[DONE]` still follows it."""
     code = "service_unavailable" if reply.finish_reason == UNAVAILABLE else "generation_error"
-    return _sse({"error": {"message": reply.error or "generation failed", "type": "server_error", "param": None,
+    return sse({"error": {"message": reply.error or "generation failed", "type": "server_error", "param": None,
                            "code": code}})
 
 
@@ -152,7 +152,7 @@ def _error_event(reply: Reply) -> bytes:
 _LINE_BREAKING = ((b"\xc2\x85", b"\\u0085"), (b"\xe2\x80\xa8", b"\\u2028"), (b"\xe2\x80\xa9", b"\\u2029"))
 
 
-def _sse(obj: dict | str) -> bytes:
+def sse(obj: dict | str) -> bytes:
     """One server-sent event. orjson is the hot path's encoder (about 10x the json module); text
     it refuses (a lone surrogate in an error message) falls back to ASCII-escaped JSON."""
     if isinstance(obj, str):
@@ -175,6 +175,31 @@ async def _watch_disconnect(request: Request, gen: Generation, work: asyncio.Tas
         await asyncio.sleep(0.5)
 
 
+async def start_generation(client: FrontendClient, jobs: list) -> tuple[Generation, list[Reply] | JSONResponse]:
+    """A Generation of `jobs` with every choice's first reply, or the error response that ended it."""
+    gen = Generation(client, jobs)
+    try:
+        return gen, await gen.first_replies()
+    finally:
+        gen.forget_unstarted()
+
+
+async def finished_choices(gen: Generation, firsts: list[Reply], request: Request) -> list[Choice] | JSONResponse:
+    """Every choice run to its end, or the error response when one could not be: the client left
+    (499), the server ended it (503) or it failed (500)."""
+    choices = await _collect(gen, firsts, request)
+    if choices is None:
+        # Nobody reads this: the client closed the connection. 499 (nginx's "client closed
+        # request") only keeps logs and middleware from counting it as a bad request or a fault.
+        return error_response(499, "the client closed the connection before the response", code="client_closed")
+    ended = next((c for c in choices if c.finish_reason == UNAVAILABLE), None)
+    if ended is not None:
+        return unavailable(ended.error)
+    if any(c.finish_reason == "error" for c in choices):
+        return error_response(500, "generation failed", code="generation_error")
+    return choices
+
+
 async def _collect(gen: Generation, firsts: list[Reply], request: Request) -> list[Choice] | None:
     async def drain():
         async for _ in gen.replies(firsts):
@@ -195,27 +220,15 @@ async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | Comp
                            model: str, client: FrontendClient, request: Request):
     """Run `jobs` (the request's choices) and answer in `fmt`: one JSON response, or with
     body.stream server-sent events as the replies come."""
-    gen = Generation(client, jobs)
-    try:
-        firsts = await gen.first_replies()
-    finally:
-        gen.forget_unstarted()
+    gen, firsts = await start_generation(client, jobs)
     if isinstance(firsts, JSONResponse):
         return firsts
     rid, created = fmt.new_id(), int(time.time())
 
     if not body.stream:
-        choices = await _collect(gen, firsts, request)
-        if choices is None:
-            # Nobody reads this: the client closed the connection. 499 (nginx's "client closed
-            # request") only keeps logs and middleware from counting it as a bad request or a fault.
-            return error_response(499, "the client closed the connection before the response", code="client_closed")
-        ended = next((c for c in choices if c.finish_reason == UNAVAILABLE), None)
-        if ended is not None:
-            return unavailable(ended.error)
-        errors = [c for c in choices if c.finish_reason == "error"]
-        if errors:
-            return error_response(500, "generation failed", code="generation_error")
+        choices = await finished_choices(gen, firsts, request)
+        if isinstance(choices, JSONResponse):
+            return choices
         return JSONResponse(fmt.body(rid, created, model, choices, gen.usage(), body.logprobs_k() is not None))
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -229,7 +242,7 @@ async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | Comp
     async def events() -> AsyncIterator[bytes]:
         for stream in streams:
             for event in stream.opening():
-                yield _sse(chunk([event]))
+                yield sse(chunk([event]))
         async for choice, reply in gen.replies(firsts):
             if reply.finish_reason in ("error", UNAVAILABLE):
                 yield _error_event(reply)
@@ -237,10 +250,10 @@ async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | Comp
             if not reply.text and not reply.logprobs and reply.finish_reason is None:
                 continue
             for event in streams[choice.index].events(reply):
-                yield _sse(chunk([event]))
+                yield sse(chunk([event]))
         if include_usage:
-            yield _sse({**chunk_base, "choices": [], "usage": gen.usage()})
-        yield _sse("[DONE]")
+            yield sse({**chunk_base, "choices": [], "usage": gen.usage()})
+        yield sse("[DONE]")
 
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

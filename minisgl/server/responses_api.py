@@ -20,10 +20,10 @@ from pydantic import ValidationError
 from minisgl.message import Reply
 
 from .frontend import UNAVAILABLE
-from .openai_api import Generation, _collect, _sse, chat_jobs, unavailable
+from .openai_api import Generation, chat_jobs, finished_choices, sse, start_generation
 from .openai_formats import openai_finish_reason
 from .parsers import ChatOutputFormat
-from .protocol import error_response, generation_responses
+from .protocol import generation_responses
 from .responses_protocol import ResponseObject, ResponsesRequest
 
 
@@ -170,11 +170,7 @@ def add_responses_route(app: FastAPI, args, client, check_serving, check_limits,
                                 "--tool-call-parser; use tool_choice required or a named function",
                            param="tool_choice", code="unsupported_parameter")
         output = ChatOutputFormat.for_chat(chat, args.reasoning_parser, args.tool_call_parser)
-        gen = Generation(client, chat_jobs(chat))
-        try:
-            firsts = await gen.first_replies()
-        finally:
-            gen.forget_unstarted()
+        gen, firsts = await start_generation(client, chat_jobs(chat))
         if isinstance(firsts, JSONResponse):
             return firsts
         base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()), "model": args.model_name,
@@ -182,16 +178,11 @@ def add_responses_route(app: FastAPI, args, client, check_serving, check_limits,
         if body.stream:
             return StreamingResponse(_events(gen, firsts, base, output), media_type="text/event-stream",
                                      headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-        choices = await _collect(gen, firsts, request)
-        if choices is None:  # the client went away (see serve_generation)
-            return error_response(499, "the client closed the connection before the response", code="client_closed")
-        choice = choices[0]
-        if choice.finish_reason == UNAVAILABLE:
-            return unavailable(choice.error)
-        if choice.finish_reason == "error":
-            return error_response(500, "generation failed", code="generation_error")
+        choices = await finished_choices(gen, firsts, request)
+        if isinstance(choices, JSONResponse):
+            return choices
         items = OutputItems(output)
-        items.read(choice.text, choice.finish_reason)
+        items.read(choices[0].text, choices[0].finish_reason)
         return JSONResponse({**base, **items.response_fields(), "error": None, "usage": _usage(gen)})
 
 
@@ -204,7 +195,7 @@ async def _events(gen: Generation, firsts: list[Reply], base: dict, output: Chat
 
     def event(e: dict) -> bytes:
         e["sequence_number"] = next(numbers)
-        return b"event: " + e["type"].encode() + b"\n" + _sse(e)
+        return b"event: " + e["type"].encode() + b"\n" + sse(e)
 
     def response(status: str, **more) -> dict:
         return {**base, "status": status, "incomplete_details": None, "error": None, "output": [], "usage": None,

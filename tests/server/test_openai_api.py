@@ -251,8 +251,8 @@ def test_stream_events_survive_line_splitting_clients():
     aiter_lines) treats as line ends; each event must still arrive as one parseable line."""
     from httpx._decoders import LineDecoder
 
-    from minisgl.server.openai_api import _sse
+    from minisgl.server.openai_api import sse
 
     chunk = {"choices": [{"text": "a\x85b\u2028c\u2029d\r\ne\x1cf\u00e9\u4e2d"}]}
-    lines = LineDecoder().decode(_sse(chunk).decode()) + LineDecoder().flush()
+    lines = LineDecoder().decode(sse(chunk).decode()) + LineDecoder().flush()
     assert [json.loads(x.removeprefix("data: ")) for x in lines if x] == [chunk]
