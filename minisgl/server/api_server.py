@@ -134,6 +134,13 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
             raise APIError(429, f"the server is at its limit of {args.max_pending_requests} requests; retry later",
                            code="too_many_requests", headers={"Retry-After": "1"})
 
+    def check_tool_parser(body: ChatCompletionRequest) -> None:
+        """Free-form tool calls (tool_choice auto, the default with tools) are read back by a parser."""
+        if body.tool_mode == "auto" and not args.tool_call_parser:
+            raise APIError(400, "tool_choice auto (the default with tools) needs the server started with "
+                                "--tool-call-parser; use tool_choice required or a named function",
+                           param="tool_choice", code="unsupported_parameter")
+
     v1: list = []  # the API key is checked before the body is read: auth.ApiKeyGate
 
     @app.get(LIVENESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
@@ -181,9 +188,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         check_serving(body.model)
         body = body.with_defaults(defaults)
         check_limits(body, body.n)
-        if body.tool_mode == "auto" and not args.tool_call_parser:
-            raise APIError(400, "tool_choice auto needs the server started with --tool-call-parser; use tool_choice "
-                                "required or a named function", param="tool_choice", code="unsupported_parameter")
+        check_tool_parser(body)
         output = ChatOutputFormat.for_chat(body, args.reasoning_parser, args.tool_call_parser)
         return await serve_generation(ChatFormat(output), body, chat_jobs(body), args.model_name, observed, request)
 
@@ -198,7 +203,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         return await serve_generation(CompletionFormat(), body, completion_jobs(body), args.model_name, observed,
                                       request)
 
-    add_responses_route(app, args, observed, check_serving, check_limits, defaults, v1)
+    add_responses_route(app, args, observed, check_serving, check_limits, check_tool_parser, defaults, v1)
     add_tokenize_routes(app, args, None, check_serving, v1)
     app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout)
     if args.api_key:  # outside BodySizeLimit: a client without the key never gets its body read

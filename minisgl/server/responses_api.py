@@ -138,10 +138,10 @@ def _usage(gen: Generation) -> dict:
 _RESPONSES_NAMES = {"max_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input"}
 
 
-def add_responses_route(app: FastAPI, args, client, check_serving, check_limits, defaults: dict,
+def add_responses_route(app: FastAPI, args, client, check_serving, check_limits, check_tool_parser, defaults: dict,
                         dependencies) -> None:
-    """POST /v1/responses; `check_serving`/`check_limits` and `client` (the ObservedClient) are the
-    chat route's."""
+    """POST /v1/responses; `check_serving`/`check_limits`/`check_tool_parser` and `client` (the
+    ObservedClient) are the chat route's."""
     from .api_server import APIError
 
     @app.post("/v1/responses", dependencies=dependencies, tags=["openai"], response_model=None,
@@ -165,10 +165,7 @@ def add_responses_route(app: FastAPI, args, client, check_serving, check_limits,
             if e.param in _RESPONSES_NAMES:
                 e.message, e.param = e.message.replace(e.param, _RESPONSES_NAMES[e.param]), _RESPONSES_NAMES[e.param]
             raise
-        if chat.tool_mode == "auto" and not args.tool_call_parser:
-            raise APIError(400, "tools with tool_choice auto (the default) need the server started with "
-                                "--tool-call-parser; use tool_choice required or a named function",
-                           param="tool_choice", code="unsupported_parameter")
+        check_tool_parser(chat)
         output = ChatOutputFormat.for_chat(chat, args.reasoning_parser, args.tool_call_parser)
         gen, firsts = await start_generation(client, chat_jobs(chat))
         if isinstance(firsts, JSONResponse):
