@@ -64,6 +64,7 @@ def test_configs_tile_output_features_only_and_fill_the_gpu():
     cfg = gemv_config(1, 4096, 4096)
     assert 4096 // cfg.block_n >= 264 and not cfg.dot
     assert gemv_config(16, 28672, 4096).dot  # 16 rows: tl.dot over 16-row tiles
+    assert gemv_config(1, 14336, 4096, gated=True).dot  # gated: two accumulators, tl.dot from one row
     narrow = gemv_config(1, 512, 4096)  # a tensor-parallel shard: narrower tiles, not a K split
     assert 512 // narrow.block_n >= 128
 
