@@ -93,9 +93,9 @@ def main() -> None:
 
         bandwidth = copy_bandwidth()
     start = time.perf_counter()
-    llm = LLM(model, tp=args.tp, moe_backend=args.moe_backend, disable_custom_all_reduce=args.disable_custom_all_reduce, dtype=dtype, device=args.device, use_dummy_weight=args.dummy_weight, page_size=args.page_size,
-              max_running_req=args.max_running_requests, max_extend_tokens=args.max_prefill_length,
-              cuda_graph_max_bs=args.cuda_graph_max_bs, attention_backend=args.attn,
+    llm = LLM(model, tp=args.tp, moe_backend=args.moe_backend, disable_custom_all_reduce=args.disable_custom_all_reduce, dtype=dtype, device=args.device, dummy_weight=args.dummy_weight, page_size=args.page_size,
+              max_running_requests=args.max_running_requests, max_prefill_length=args.max_prefill_length,
+              cuda_graph_max_bs=args.cuda_graph_max_bs, attn=args.attn,
               kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization)
     startup = {"llm_init_s": time.perf_counter() - start, **llm.scheduler.engine.timings}
     vocab = llm.scheduler.engine.model_config.vocab_size

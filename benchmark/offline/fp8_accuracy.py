@@ -38,9 +38,9 @@ VARIANTS = {
 
 def last_logits(model: str, prompts: list[list[int]], batch: int, attn: str, **config) -> torch.Tensor:
     pages = len(prompts) * (-(-(len(prompts[0]) + 1) // 16))  # exactly what the prompts need: the
-    engine = Engine(EngineConfig(model, dtype=torch.bfloat16, use_dummy_weight=True, cuda_graph_max_bs=0,
-                                 max_running_req=len(prompts), max_seq_len_override=len(prompts[0]) + 8,
-                                 num_page_override=pages, attention_backend=attn, **config))
+    engine = Engine(EngineConfig(model, dtype=torch.bfloat16, dummy_weight=True, cuda_graph_max_bs=0,
+                                 max_running_requests=len(prompts), max_seq_len=len(prompts[0]) + 8,
+                                 num_pages=pages, attn=attn, **config))
     driver = EngineDriver(engine)  # (rest of the device stays free for the next variant's engine)
     try:
         out = []

@@ -57,8 +57,8 @@ def measure(args, graphs: bool) -> dict:
     max_len = args.prompt_len + args.decode_steps + 16
     start = time.perf_counter()
     llm = LLM(args.model, tp=args.tp, dtype=dtype, moe_backend=args.moe_backend,
-              disable_custom_all_reduce=args.disable_custom_all_reduce, use_dummy_weight=args.dummy_weight,
-              max_running_req=max(args.batch, 8), max_seq_len_override=max_len, attention_backend=args.attn,
+              disable_custom_all_reduce=args.disable_custom_all_reduce, dummy_weight=args.dummy_weight,
+              max_running_requests=max(args.batch, 8), max_seq_len=max_len, attn=args.attn,
               kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization,
               cuda_graph_max_bs=args.cuda_graph_max_bs if graphs else 0)
     init_s = time.perf_counter() - start

@@ -86,8 +86,8 @@ def main() -> None:
     p.add_argument("--out", default="results/profile.json")
     args = p.parse_args()
 
-    llm = LLM(args.model, dtype=torch.bfloat16, use_dummy_weight=args.dummy_weight, max_running_req=args.requests,
-              attention_backend=args.attn, quantization=args.quantization)
+    llm = LLM(args.model, dtype=torch.bfloat16, dummy_weight=args.dummy_weight, max_running_requests=args.requests,
+              attn=args.attn, quantization=args.quantization)
     s = llm.scheduler
     vocab = s.engine.model_config.vocab_size
     rng = random.Random(0)

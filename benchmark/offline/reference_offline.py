@@ -34,7 +34,7 @@ def main() -> None:
     prompts = work["prompts"]
     params = [SamplingParams(temperature=work["temperature"], max_tokens=n, ignore_eos=True) for n in work["max_tokens"]]
     start = time.perf_counter()
-    llm = LLM(args.model, dtype=torch.bfloat16, use_dummy_weight=True, attention_backend=args.attn)
+    llm = LLM(args.model, dtype=torch.bfloat16, dummy_weight=True, attn=args.attn)
     init_s = time.perf_counter() - start
     llm.generate(prompts[:2], params[:2])  # warm-up
     runs = []

@@ -68,7 +68,7 @@ def main() -> None:
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"sampling_cost.py: error: unknown variant(s) {unknown}; known: {list(VARIANTS)}")
-    llm = LLM(args.model or demo_model_dir(), device=args.device, use_dummy_weight=args.dummy_weight)
+    llm = LLM(args.model or demo_model_dir(), device=args.device, dummy_weight=args.dummy_weight)
     vocab = llm.scheduler.engine.model_config.vocab_size
     workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
     prompts = [r.prompt_ids for r in workload]

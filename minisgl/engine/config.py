@@ -16,15 +16,15 @@ class EngineConfig:
     page_size: int = 16
     kv_cache_dtype: str = "auto"  # auto (the model's dtype), fp8_e4m3 or fp8_e5m2: minisgl.kvcache.KV_CACHE_DTYPES
     quantization: str | None = None  # "fp8": quantize plain weights at load (minisgl.quantization)
-    max_running_req: int = 256
-    attention_backend: str = "auto"  # a name, or "prefill,decode"
+    max_running_requests: int = 256
+    attn: str = "auto"  # a name, or "prefill,decode"
     moe_backend: str = "auto"  # auto (per batch size on CUDA, loop on the CPU), loop, grouped or fused
     cuda_graph_bs: tuple[int, ...] | None = None
     cuda_graph_max_bs: int | None = None  # 0 turns CUDA graphs off
     memory_ratio: float = 0.9
-    use_dummy_weight: bool = False
-    max_seq_len_override: int | None = None
-    num_page_override: int | None = None
+    dummy_weight: bool = False
+    max_seq_len: int | None = None
+    num_pages: int | None = None
     distributed_addr: str = "tcp://127.0.0.1:23333"
     disable_custom_all_reduce: bool = False  # True: NCCL for every all-reduce (see minisgl.distributed.custom_allreduce)
 

@@ -95,7 +95,7 @@ class Engine:
             self.model = create_model(self.model_config)
         self.model.eval()
         fp8_weights = None
-        if config.use_dummy_weight:
+        if config.dummy_weight:
             init_dummy_weights(self.model)
         else:
             fp8_weights = load_weights(self.model, _local_path(config.model_path), self.device, self.dtype)
@@ -109,7 +109,7 @@ class Engine:
             self._warm_up_layers()
 
         cfg = self.model_config
-        self.max_seq_len = min(cfg.max_position_embeddings, config.max_seq_len_override or cfg.max_position_embeddings)
+        self.max_seq_len = min(cfg.max_position_embeddings, config.max_seq_len or cfg.max_position_embeddings)
         self.page_size = config.page_size
         attn = self.model.model.layers[0].self_attn
         self.num_kv_heads = attn.kv_heads
@@ -123,22 +123,22 @@ class Engine:
         # One row per running request plus a dummy row (padding for CUDA graphs); the page table
         # maps (row, position) to a KV slot, the token pool holds each row's token ids.
         table_width = -(-self.max_seq_len // self.page_size) * self.page_size
-        table_shape = (config.max_running_req + 1, table_width)
+        table_shape = (config.max_running_requests + 1, table_width)
         self.page_table = torch.zeros(table_shape, dtype=torch.int32, device=self.device)
         self.token_pool = torch.zeros(table_shape, dtype=torch.int32, device=self.device)
         if cuda:
             dummy = self.num_pages * self.page_size + torch.arange(self.page_size, dtype=torch.int32)
-            self.page_table[config.max_running_req, : self.page_size] = dummy.to(self.device)
+            self.page_table[config.max_running_requests, : self.page_size] = dummy.to(self.device)
         self.ctx.page_table, self.ctx.kv_cache = self.page_table, self.kv_cache
         shape = AttnShape(attn.heads, attn.kv_heads, cfg.head_dim, self.dtype, self.kv_dtype)
-        self.attn_backend = create_attention_backend(config.attention_backend, self.ctx, shape)
+        self.attn_backend = create_attention_backend(config.attn, self.ctx, shape)
         self.ctx.attn_backend = self.attn_backend
         self.sampler = Sampler()
         logger.info("engine: %s on %s (%s), %s attention, %d KV pages of %d tokens (%s), max_seq_len %d",
                     cfg.architecture, self.device, _dtype_name(self.dtype), self.attn_backend.label,
                     self.num_pages, self.page_size, self._kv_dtype_note(), self.max_seq_len)
 
-        sizes = graph_batch_sizes(config.cuda_graph_max_bs, config.max_running_req, config.cuda_graph_bs) if cuda else []
+        sizes = graph_batch_sizes(config.cuda_graph_max_bs, config.max_running_requests, config.cuda_graph_bs) if cuda else []
         if sizes and not self.attn_backend.supports_cuda_graph:
             logger.info("CUDA graphs off: the %s attention backend cannot be captured", self.attn_backend.label)
             sizes = []
@@ -185,8 +185,8 @@ class Engine:
 
     def _num_pages(self) -> int:
         cfg, config = self.model_config, self.config
-        if config.num_page_override:
-            return config.num_page_override
+        if config.num_pages:
+            return config.num_pages
         per_page = MHAKVCache.bytes_per_page(cfg.num_layers, self.page_size, self.num_kv_heads, cfg.head_dim,
                                              self.kv_dtype)
         pages_per_req = -(-self.max_seq_len // self.page_size)
@@ -200,7 +200,7 @@ class Engine:
         else:
             # On the CPU take what running every request at full length needs, within the budget.
             budget = _available_ram() * config.memory_ratio
-            pages = min(int(budget // per_page), pages_per_req * config.max_running_req)
+            pages = min(int(budget // per_page), pages_per_req * config.max_running_requests)
         if pages < pages_per_req:
             raise RuntimeError(
                 f"KV cache too small: {pages} pages of {self.page_size} tokens fit in memory, one request of "
@@ -212,12 +212,12 @@ class Engine:
         """Bytes for what runs beside the KV cache: activations of the largest prefill chunk, the
         decode graphs' pool and static logits, sampling temporaries, attention workspaces."""
         cfg, config = self.model_config, self.config
-        tokens = getattr(config, "max_extend_tokens", 8192)
+        tokens = getattr(config, "max_prefill_length", 8192)
         attn = self.model.model.layers[0].self_attn
         width = (4 * cfg.hidden_size + 3 * max(cfg.intermediate_size, cfg.moe_intermediate_size * cfg.num_experts_per_tok)
                  + (attn.heads + 2 * attn.kv_heads) * cfg.head_dim)
         activations = 2 * tokens * width * self.dtype.itemsize
-        rows = max(config.max_running_req, 1)
+        rows = max(config.max_running_requests, 1)
         logits = 4 * rows * cfg.vocab_size * 4  # static graph logits + sampling temporaries (float32)
         return activations + logits + (512 << 20)
 

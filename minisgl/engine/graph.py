@@ -40,12 +40,12 @@ def ffi_stream():
     return tvm_ffi.use_torch_stream()
 
 
-def graph_batch_sizes(max_bs: int | None, max_running_req: int,
+def graph_batch_sizes(max_bs: int | None, max_running_requests: int,
                       explicit: tuple[int, ...] | list[int] | None = None) -> list[int]:
     """Decode batch sizes to capture: `explicit` if given, else 1, 2, 4 and every multiple of 8,
-    up to min(max_bs, max_running_req) (max_bs None: 256; 0: no graphs). The cap itself is
+    up to min(max_bs, max_running_requests) (max_bs None: 256; 0: no graphs). The cap itself is
     always captured, so every batch up to it has a graph."""
-    cap = min(DEFAULT_MAX_BS if max_bs is None else max_bs, max_running_req)
+    cap = min(DEFAULT_MAX_BS if max_bs is None else max_bs, max_running_requests)
     if cap <= 0:
         return []
     if explicit:

@@ -18,13 +18,13 @@ if TYPE_CHECKING:
 
 
 class PrefillManager:
-    def __init__(self, cache: CacheManager, table: RequestTable, token_pool: torch.Tensor, max_extend_tokens: int,
+    def __init__(self, cache: CacheManager, table: RequestTable, token_pool: torch.Tensor, max_prefill_length: int,
                  stats: SchedulerStats):
         self.stats = stats
         self.cache = cache
         self.table = table
         self.token_pool = token_pool
-        self.max_extend_tokens = max_extend_tokens
+        self.max_prefill_length = max_prefill_length
         self.waiting: deque[Req] = deque()
         # Admitted requests whose prompt is only partly computed; they go first next time.
         self.chunked: list[Req] = []
@@ -34,7 +34,7 @@ class PrefillManager:
         return bool(self.waiting or self.chunked)
 
     def schedule(self) -> list[Req]:
-        budget = self.max_extend_tokens
+        budget = self.max_prefill_length
         picked: list[Req] = []
         for req in list(self.chunked):
             if budget == 0:

@@ -55,12 +55,12 @@ class Scheduler:
         self.config = config
         self.engine = engine or Engine(config)
         e = self.engine
-        self.table = RequestTable(config.max_running_req)
-        self.prefix_cache = create_prefix_cache(config.cache_type, e.page_size)
+        self.table = RequestTable(config.max_running_requests)
+        self.prefix_cache = create_prefix_cache(config.cache, e.page_size)
         self.cache = CacheManager(e.num_pages, e.page_size, self.prefix_cache, e.page_table,
                                   max_pages_per_req=e.page_table.shape[1] // e.page_size)
         self.stats = SchedulerStats()
-        self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_extend_tokens, self.stats)
+        self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_prefill_length, self.stats)
         self.decode = DecodeManager(self.cache)
         self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_ids = tuple(sorted(self.eos_token_ids))  # what min_tokens holds back

@@ -65,6 +65,9 @@ class ServerArgs:
     cache: str = _flag("Prefix cache: radix (share prompt prefixes) or naive.", "radix", choices=["radix", "naive"])
     attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
                       "auto")
+    moe_backend: str = _flag(
+        "How MoE models run their experts: auto (on GPUs fused Triton kernels for small batches, a grouped GEMM "
+        "for large ones; the per-expert loop on the CPU), fused, grouped (bfloat16 on GPUs) or loop.", "auto")
     cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
     disable_custom_all_reduce: bool = _flag(
         "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "

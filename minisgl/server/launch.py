@@ -25,7 +25,7 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -46,30 +46,21 @@ ADDRESS_NAMES = ["scheduler", "detokenizer", "api", "stats"]
 
 def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
                      distributed_addr: str = "tcp://127.0.0.1:23333") -> SchedulerConfig:
-    return SchedulerConfig(
+    """The scheduler's config from the flags. A config field takes the value of the flag of the same
+    name (so a new setting needs no line here); only the computed fields are written out."""
+    computed = dict(
         model_path=model_path,
         tp_info=DistributedInfo(rank, args.tp),
         distributed_addr=distributed_addr,
         dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
-        device=args.device,
-        page_size=args.page_size,
-        kv_cache_dtype=args.kv_cache_dtype,
-        quantization=args.quantization,
-        max_running_req=args.max_running_requests,
-        attention_backend=args.attn,
-        cuda_graph_max_bs=args.cuda_graph_max_bs,
         # The custom all-reduce maps peers' memory through CUDA IPC: one node only. Across nodes
         # every all-reduce is NCCL's (the probe would fail there too, but only after trying).
         disable_custom_all_reduce=args.disable_custom_all_reduce or NodePlacement.of(args).nnodes > 1,
-        memory_ratio=args.memory_ratio,
-        use_dummy_weight=args.dummy_weight,
-        max_seq_len_override=args.max_seq_len,
-        num_page_override=args.num_pages,
-        max_extend_tokens=args.max_prefill_length,
-        cache_type=args.cache,
-        max_prompt_tokens=args.max_prompt_tokens,
-        max_new_tokens=args.max_new_tokens,
     )
+    flags = {f.name for f in fields(args)}
+    copied = {f.name: getattr(args, f.name) for f in fields(SchedulerConfig)
+              if f.name in flags and f.name not in computed}
+    return SchedulerConfig(**copied, **computed)
 
 
 def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
@@ -91,8 +82,9 @@ def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
 
 def check_runtime_flags(args: ServerArgs) -> None:
     """Flags whose check needs the packages args.py may not import (it is standard library only,
-    for the operator): the attention backend's name, a CUDA device. Raise ValueError."""
+    for the operator): the attention and MoE backends' names, a CUDA device. Raise ValueError."""
     from minisgl.attention import ATTN_BACKENDS
+    from minisgl.layers.moe import BACKENDS as MOE_BACKENDS
 
     if args.attn != "auto":
         parts = [p.strip() for p in args.attn.split(",")]
@@ -100,6 +92,8 @@ def check_runtime_flags(args: ServerArgs) -> None:
         if len(parts) > 2 or unknown is not None:
             raise ValueError(f"--attn {args.attn!r}: give auto, one backend or 'prefill,decode' of "
                              f"{', '.join(sorted(ATTN_BACKENDS))}")
+    if args.moe_backend not in MOE_BACKENDS:
+        raise ValueError(f"--moe-backend {args.moe_backend!r}: give one of {', '.join(MOE_BACKENDS)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA GPU is available here (use --device cpu or auto)")
 

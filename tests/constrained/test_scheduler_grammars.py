@@ -20,7 +20,7 @@ SCHEMA = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}
 
 def _scheduler(model_dir: str, **options) -> Scheduler:
     return Scheduler(SchedulerConfig(model_path=model_dir, device="cpu", dtype=torch.float32,
-                                     num_page_override=256, page_size=4, max_running_req=8, **options))
+                                     num_pages=256, page_size=4, max_running_requests=8, **options))
 
 
 @pytest.fixture

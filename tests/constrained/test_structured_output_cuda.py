@@ -35,7 +35,7 @@ def test_xgrammar_applies_a_mask_on_cuda_as_its_bits_say():
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
 def test_constrained_requests_decode_to_their_limit_under_cuda_graphs(tiny_model_dir, temperature):
     s = Scheduler(SchedulerConfig(model_path=tiny_model_dir("Qwen3ForCausalLM"), device="cuda", dtype=torch.bfloat16,
-                                  num_page_override=256, page_size=16, max_running_req=8, cuda_graph_max_bs=8))
+                                  num_pages=256, page_size=16, max_running_requests=8, cuda_graph_max_bs=8))
     try:
         for uid in range(4):
             s.add_request(uid, [5 + uid, 6, 7], SamplingParams(temperature=temperature, max_tokens=24, ignore_eos=True,

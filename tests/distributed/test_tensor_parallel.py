@@ -23,7 +23,7 @@ PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [300], [7] * 20]
 
 
 def single_rank_texts(model_dir: str, device: str = "cpu") -> list[str]:
-    llm = LLM(model_dir, device=device, dtype=torch.float32, num_page_override=512, page_size=4)
+    llm = LLM(model_dir, device=device, dtype=torch.float32, num_pages=512, page_size=4)
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
         return [o["text"] for o in outs]
@@ -66,7 +66,7 @@ def test_impossible_splits_are_refused_with_the_reason(tiny_model_dir):
 
 def test_offline_llm_with_tp2_matches_tp1(tiny_model_dir):
     model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
-    llm = LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+    llm = LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_pages=512, page_size=4)
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=1),
                             use_tqdm=False)
@@ -89,7 +89,7 @@ def test_constrained_requests_at_tp2_decode_like_tp1(tiny_model_dir):
               SamplingParams(temperature=1.0, seed=3, max_tokens=6, constraint=("choice", '["yes", "no"]'))]
     tokens = {}
     for tp in (2, 1):
-        llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+        llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, num_pages=512, page_size=4)
         try:
             tokens[tp] = [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
         finally:
@@ -98,7 +98,7 @@ def test_constrained_requests_at_tp2_decode_like_tp1(tiny_model_dir):
 
 
 def offline_texts(model_dir: str, tp: int) -> list[str]:
-    llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+    llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, num_pages=512, page_size=4)
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
         return [o["text"] for o in outs]
@@ -112,8 +112,8 @@ def test_a_failed_tp_start_leaves_no_ranks_or_process_group(tiny_model_dir):
     LLM in the same process works."""
     model_dir = tiny_model_dir("Qwen3ForCausalLM")
     with pytest.raises(ValueError, match="unknown attention backend"):
-        LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4,
-            attention_backend="no-such-backend")
+        LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_pages=512, page_size=4,
+            attn="no-such-backend")
     assert not dist.is_initialized()
     assert not mp.active_children()
     assert offline_texts(model_dir, tp=2) == single_rank_texts(model_dir)
@@ -121,7 +121,7 @@ def test_a_failed_tp_start_leaves_no_ranks_or_process_group(tiny_model_dir):
 
 def abandon_tp_llm(model_dir: str) -> None:
     """A case that dies mid-way: TP=2 ranks up, then an error with no shutdown."""
-    LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_page_override=512, page_size=4)
+    LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_pages=512, page_size=4)
     raise RuntimeError("deliberate failure with the follower rank still waiting")
 
 

@@ -32,7 +32,7 @@ def greedy(model_dir: str, tp: int, dtype: torch.dtype = torch.float32, options:
     Graphs up to batch 8 (the 4 prompts decode inside them) keep each start short."""
     from minisgl.llm import LLM
 
-    llm = LLM(model_dir, tp=tp, device="cuda", dtype=dtype, num_page_override=512, page_size=16,
+    llm = LLM(model_dir, tp=tp, device="cuda", dtype=dtype, num_pages=512, page_size=16,
               **{"cuda_graph_max_bs": 8, **(options or {})})
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=24, ignore_eos=True), use_tqdm=False)

@@ -27,7 +27,7 @@ def _workload(n=20, seed=0):
 
 
 def _run(model_dir, prompts, params, **kwargs):
-    kwargs = {"max_running_req": 32, "num_page_override": 1024, "page_size": 16, **kwargs}
+    kwargs = {"max_running_requests": 32, "num_pages": 1024, "page_size": 16, **kwargs}
     llm = LLM(model_dir, **kwargs)
     e = llm.scheduler.engine
     facts = {"backend": type(e.attn_backend).__name__, "graphs": e.graph_runner is not None,
@@ -42,7 +42,7 @@ def test_gpu_greedy_equals_cpu_torch_backend_in_float32(tiny_model_dir):
     """float32 on the GPU: torch attention (decode in CUDA graphs, padded), same tokens as the CPU."""
     model = tiny_model_dir("Qwen3ForCausalLM")
     prompts, params = _workload()
-    common = {"dtype": torch.float32, "page_size": 4, "max_extend_tokens": 64}
+    common = {"dtype": torch.float32, "page_size": 4, "max_prefill_length": 64}
     cpu, _ = _run(model, prompts, params, device="cpu", **common)
     gpu, facts = _run(model, prompts, params, device="cuda", cuda_graph_max_bs=16, **common)
     assert facts["backend"] == "TorchNativeBackend" and facts["graphs"]
@@ -191,7 +191,7 @@ def test_kv_pool_sized_from_free_memory_and_reported(tiny_model_dir):
 
     torch.cuda.empty_cache()  # what earlier tests cached would otherwise count as used
     e = Engine(EngineConfig(tiny_model_dir("Qwen3ForCausalLM", head_dim=128), device="cuda", dtype=torch.bfloat16,
-                            memory_ratio=0.3, max_running_req=16, max_seq_len_override=512))
+                            memory_ratio=0.3, max_running_requests=16, max_seq_len=512))
     try:
         m = e.memory
         assert m["kv_cache"] > 0 and m["weights"] > 0 and m["kv_tokens"] == e.num_pages * e.page_size

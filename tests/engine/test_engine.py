@@ -12,7 +12,7 @@ from tests.helpers import EngineDriver
 @pytest.fixture()
 def engine(tiny_model_dir):
     e = Engine(EngineConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", dtype=torch.float32,
-                            max_seq_len_override=64, page_size=8, max_running_req=4, num_page_override=40))
+                            max_seq_len=64, page_size=8, max_running_requests=4, num_pages=40))
     yield e
     e.shutdown()
 
@@ -26,13 +26,13 @@ def test_over_long_request_fails_clearly(engine):
 
 def test_max_seq_len_override_and_page_table_shape(engine):
     assert engine.max_seq_len == 64
-    assert engine.page_table.shape == (5, 64)  # max_running_req + 1 dummy row
+    assert engine.page_table.shape == (5, 64)  # max_running_requests + 1 dummy row
     assert engine.kv_cache.k_buffer.shape == (2, 40 * 8, 2, 16)
 
 
 def test_kv_pool_sized_from_memory_on_cpu(tiny_model_dir):
-    e = Engine(EngineConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len_override=128,
-                            page_size=16, max_running_req=3))
+    e = Engine(EngineConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len=128,
+                            page_size=16, max_running_requests=3))
     try:
         assert e.num_pages == 3 * 128 // 16  # every request at full length, well within RAM
     finally:

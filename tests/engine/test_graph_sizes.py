@@ -9,7 +9,7 @@ def test_default_sizes_cover_every_batch_up_to_the_cap():
     sizes = graph_batch_sizes(None, 256)
     assert sizes[:5] == [1, 2, 4, 8, 16] and sizes[-1] == 256
     assert all(b % 8 == 0 for b in sizes[3:])
-    assert graph_batch_sizes(None, 100)[-1] == 100  # capped by max_running_req, cap included
+    assert graph_batch_sizes(None, 100)[-1] == 100  # capped by max_running_requests, cap included
     assert graph_batch_sizes(20, 256) == [1, 2, 4, 8, 16, 20]
     assert graph_batch_sizes(0, 256) == []  # 0 turns graphs off
     assert graph_batch_sizes(3, 256) == [1, 2, 3]

@@ -54,8 +54,8 @@ def hf_logits(model_dir: str, prompt: list[int], tokens: list[int], round_to, k_
 
 
 def minisgl_run(model_dir: str, kv_cache_dtype: str) -> tuple[list[list[int]], list[torch.Tensor]]:
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_req=4,
-                                 num_page_override=128, kv_cache_dtype=kv_cache_dtype))
+    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_requests=4,
+                                 num_pages=128, kv_cache_dtype=kv_cache_dtype))
     try:
         driver = EngineDriver(engine)
         reqs = [driver.add(p) for p in PROMPTS]
@@ -138,8 +138,8 @@ def test_an_fp8_cache_gets_more_pages_from_the_same_memory_and_the_report_says_s
     monkeypatch.setattr(engine_module, "_available_ram", lambda: 100 * per_page_f32)  # a fixed budget
     pages, notes = {}, {}
     for kv in ("auto", "fp8_e4m3"):
-        e = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_req=512,
-                                memory_ratio=1.0, max_seq_len_override=16, kv_cache_dtype=kv))
+        e = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_requests=512,
+                                memory_ratio=1.0, max_seq_len=16, kv_cache_dtype=kv))
         pages[kv], notes[kv] = e.num_pages, e._kv_dtype_note()
         e.shutdown()
     assert pages == {"auto": 100, "fp8_e4m3": 400}

@@ -152,7 +152,7 @@ def test_fused_kernels_build_for_hopper_within_its_shared_memory():
 def test_qwen3_moe_with_gpu_moe_paths_matches_hf(tiny_model_dir, moe_backend, device):
     model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
     engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device=device, moe_backend=moe_backend,
-                                 num_page_override=64, max_running_req=2))
+                                 num_pages=64, max_running_requests=2))
     try:
         assert engine.ctx.moe_backend == moe_backend
         driver = EngineDriver(engine)

@@ -12,8 +12,8 @@ from minisgl.llm import LLM
 
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
-    model = LLM(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", dtype=torch.float32, max_seq_len_override=64,
-                num_page_override=128, page_size=4)
+    model = LLM(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", dtype=torch.float32, max_seq_len=64,
+                num_pages=128, page_size=4)
     yield model
     model.shutdown()
 

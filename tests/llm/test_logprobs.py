@@ -17,7 +17,7 @@ def test_logprobs_equal_hf_log_softmax(tiny_model_dir):
     prompts = [[5, 17, 42, 99, 3], list(range(10, 30))]
     params = [SamplingParams(temperature=0, max_tokens=8, ignore_eos=True, logprobs=3),
               SamplingParams(temperature=1.0, top_k=5, seed=3, max_tokens=8, ignore_eos=True, logprobs=0)]
-    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_page_override=256, page_size=4)
+    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_pages=256, page_size=4)
     try:
         outs = llm.generate(prompts, params, use_tqdm=False)
         plain = llm.generate(prompts[:1], SamplingParams(temperature=0, max_tokens=4), use_tqdm=False)[0]

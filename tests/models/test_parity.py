@@ -18,7 +18,7 @@ PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [7] * 12 + [250, 251, 252], 
 def test_greedy_tokens_and_logits_match_hf(tiny_model_dir, architecture):
     model_dir = tiny_model_dir(architecture)
     engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4,
-                                 max_running_req=8, num_page_override=256))
+                                 max_running_requests=8, num_pages=256))
     try:
         driver = EngineDriver(engine)
         reqs = [driver.add(p) for p in PROMPTS]
@@ -45,7 +45,7 @@ def test_greedy_tokens_and_logits_match_hf(tiny_model_dir, architecture):
 def test_bfloat16_runs_and_starts_like_hf(tiny_model_dir, architecture):
     model_dir = tiny_model_dir(architecture)
     engine = Engine(EngineConfig(model_dir, dtype=torch.bfloat16, device="cpu", page_size=16,
-                                 max_running_req=4, num_page_override=64))
+                                 max_running_requests=4, num_pages=64))
     try:
         driver = EngineDriver(engine)
         reqs = [driver.add(p) for p in PROMPTS]

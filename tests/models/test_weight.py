@@ -18,7 +18,7 @@ PROMPT = [11, 22, 33, 44, 55, 66]
 
 def _greedy(model_dir: str, steps: int = 8) -> tuple[list[int], torch.Tensor]:
     engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4,
-                                 max_running_req=2, num_page_override=32))
+                                 max_running_requests=2, num_pages=32))
     try:
         driver = EngineDriver(engine)
         req = driver.add(PROMPT)
@@ -46,7 +46,7 @@ def test_tied_and_untied_embeddings(tiny_model_dir, tied):
     model_dir = tiny_model_dir("Qwen2ForCausalLM", tie_word_embeddings=tied)
     keys = load_file(os.path.join(model_dir, "model.safetensors")).keys()
     assert ("lm_head.weight" in keys) != tied
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", num_page_override=16, max_running_req=2))
+    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", num_pages=16, max_running_requests=2))
     try:
         same = engine.model.lm_head.weight.data_ptr() == engine.model.model.embed_tokens.weight.data_ptr()
         assert same == tied
@@ -67,7 +67,7 @@ def test_missing_weight_names_the_tensor(tiny_model_dir, tmp_path):
     bad = _copy_with_state(tiny_model_dir("LlamaForCausalLM"), str(tmp_path / "m"),
                            lambda s: s.pop("model.layers.1.mlp.up_proj.weight"))
     with pytest.raises(ValueError, match=r"lacks 1 tensor.*model\.layers\.1\.mlp\.gate_up_proj\.weight#1"):
-        Engine(EngineConfig(bad, device="cpu", num_page_override=16, max_running_req=2))
+        Engine(EngineConfig(bad, device="cpu", num_pages=16, max_running_requests=2))
 
 
 def test_mismatched_weight_names_the_tensor_and_shapes(tiny_model_dir, tmp_path):
@@ -76,7 +76,7 @@ def test_mismatched_weight_names_the_tensor_and_shapes(tiny_model_dir, tmp_path)
 
     bad = _copy_with_state(tiny_model_dir("MistralForCausalLM"), str(tmp_path / "m"), shrink)
     with pytest.raises(ValueError, match=r"o_proj\.weight.*\(64, 32\).*\(64, 64\)"):
-        Engine(EngineConfig(bad, device="cpu", num_page_override=16, max_running_req=2))
+        Engine(EngineConfig(bad, device="cpu", num_pages=16, max_running_requests=2))
 
 
 def test_unknown_architecture_lists_the_supported_ones(tiny_model_dir, tmp_path):
@@ -87,14 +87,14 @@ def test_unknown_architecture_lists_the_supported_ones(tiny_model_dir, tmp_path)
     cfg["architectures"] = ["FalconForCausalLM"]
     json.dump(cfg, open(cfg_path, "w"))
     with pytest.raises(ValueError, match=r"unsupported model architecture 'FalconForCausalLM'.*LlamaForCausalLM.*Qwen3MoeForCausalLM"):
-        Engine(EngineConfig(bad, device="cpu", num_page_override=16, max_running_req=2))
+        Engine(EngineConfig(bad, device="cpu", num_pages=16, max_running_requests=2))
 
 
 def test_dummy_weights_need_no_checkpoint(tiny_model_dir, tmp_path):
     only_config = str(tmp_path / "cfg")
     os.makedirs(only_config)
     shutil.copy(os.path.join(tiny_model_dir("Qwen3MoeForCausalLM"), "config.json"), only_config)
-    engine = Engine(EngineConfig(only_config, device="cpu", use_dummy_weight=True, num_page_override=16, max_running_req=2))
+    engine = Engine(EngineConfig(only_config, device="cpu", dummy_weight=True, num_pages=16, max_running_requests=2))
     try:
         driver = EngineDriver(engine)
         req = driver.add([1, 2, 3])

@@ -36,8 +36,8 @@ def base_dir(tiny_model_dir):
 
 
 def minisgl_greedy(model_dir: str, **config) -> list[list[int]]:
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_req=4,
-                                 num_page_override=128, **config))
+    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_requests=4,
+                                 num_pages=128, **config))
     try:
         driver = EngineDriver(engine)
         reqs = [driver.add(p) for p in PROMPTS]
@@ -62,7 +62,7 @@ def test_fp8_block_checkpoint_split_over_two_ranks_gives_the_same_tokens(base_di
     """Tensor parallelism shards the weights with their block scales (applied as they are read),
     including k/v tiles that the split cuts in half."""
     fp8_dir, ref_dir = write_fp8_checkpoint(base_dir, str(tmp_path), "fp8-block")
-    llm = LLM(fp8_dir, tp=2, device="cpu", dtype=torch.float32, num_page_override=256, page_size=4)
+    llm = LLM(fp8_dir, tp=2, device="cpu", dtype=torch.float32, num_pages=256, page_size=4)
     try:
         outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True),
                             use_tqdm=False)
@@ -95,7 +95,7 @@ def _with_quantization(base_dir: str, out: str, quantization_config: dict) -> st
 def test_unsupported_quantization_is_refused_when_the_engine_starts(base_dir, tmp_path, config, message):
     model_dir = _with_quantization(base_dir, str(tmp_path / "m"), config)
     with pytest.raises(ValueError, match=message):
-        Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", num_page_override=16))
+        Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", num_pages=16))
 
 
 def test_the_cli_refuses_an_unknown_method_in_one_line_listing_the_supported(base_dir, tmp_path):
@@ -126,7 +126,7 @@ def test_an_fp8_weight_without_its_scale_is_refused(base_dir, tmp_path):
     del state["model.layers.0.self_attn.q_proj.weight_scale_inv"]
     save_file(state, path)
     with pytest.raises(ValueError, match="q_proj.weight.*has no weight_scale_inv"):
-        Engine(EngineConfig(fp8_dir, dtype=torch.float32, device="cpu", num_page_override=16))
+        Engine(EngineConfig(fp8_dir, dtype=torch.float32, device="cpu", num_pages=16))
 
 
 def test_flag_choices_are_the_supported_sets():

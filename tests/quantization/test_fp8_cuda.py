@@ -111,8 +111,8 @@ def test_engine_with_fp8_weights_and_fp8_kv_runs_graphs_and_stays_close_to_bf16(
     prompts = [[5, 17, 42, 99, 3], list(range(10, 47)), [7] * 12 + [250, 251, 252]]
 
     def run(**config):
-        e = Engine(EngineConfig(model, dtype=torch.bfloat16, page_size=16, max_running_req=8,
-                                num_page_override=64, cuda_graph_max_bs=8, **config))
+        e = Engine(EngineConfig(model, dtype=torch.bfloat16, page_size=16, max_running_requests=8,
+                                num_pages=64, cuda_graph_max_bs=8, **config))
         try:
             driver = EngineDriver(e)
             reqs = [driver.add(p) for p in prompts]

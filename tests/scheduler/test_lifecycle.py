@@ -12,7 +12,7 @@ from minisgl.scheduler import Scheduler, SchedulerConfig
 @pytest.fixture()
 def scheduler(tiny_model_dir):
     s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", dtype=torch.float32,
-                                  max_seq_len_override=128, page_size=4, num_page_override=64, max_running_req=8))
+                                  max_seq_len=128, page_size=4, num_pages=64, max_running_requests=8))
     yield s
     s.shutdown()
 
@@ -92,8 +92,8 @@ def test_no_max_tokens_means_the_rest_of_the_context(scheduler):
 
 
 def test_no_max_tokens_stops_at_the_servers_max_new_tokens(tiny_model_dir):
-    s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len_override=128,
-                                  page_size=4, num_page_override=64, max_running_req=2, max_new_tokens=6))
+    s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len=128,
+                                  page_size=4, num_pages=64, max_running_requests=2, max_new_tokens=6))
     try:
         s.add_request(1, [5, 6, 7], SamplingParams(temperature=0, max_tokens=None, ignore_eos=True))
         result = drain(s)[1]
@@ -103,8 +103,8 @@ def test_no_max_tokens_stops_at_the_servers_max_new_tokens(tiny_model_dir):
 
 
 def test_request_larger_than_the_whole_pool_is_rejected(tiny_model_dir):
-    s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len_override=64,
-                                  page_size=4, num_page_override=8, max_running_req=2))
+    s = Scheduler(SchedulerConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len=64,
+                                  page_size=4, num_pages=8, max_running_requests=2))
     try:
         s.add_request(1, [5] * 40, SamplingParams(max_tokens=20))
         out = s.step()

@@ -33,7 +33,7 @@ def expected(model_dir, workload):
 
 
 def run(model_dir, prompts, one_at_a_time=False, **kwargs):
-    kwargs = {"device": "cpu", "dtype": torch.float32, "max_running_req": 64, "num_page_override": 2048,
+    kwargs = {"device": "cpu", "dtype": torch.float32, "max_running_requests": 64, "num_pages": 2048,
               "page_size": 4, **kwargs}
     llm = LLM(model_dir, **kwargs)
     try:
@@ -45,14 +45,14 @@ def run(model_dir, prompts, one_at_a_time=False, **kwargs):
 
 
 CONFIGS = {
-    "radix cache": {"cache_type": "radix"},
-    "naive cache": {"cache_type": "naive"},
-    "chunked prefill of 16 tokens": {"max_extend_tokens": 16},
+    "radix cache": {"cache": "radix"},
+    "naive cache": {"cache": "naive"},
+    "chunked prefill of 16 tokens": {"max_prefill_length": 16},
     "page size 1": {"page_size": 1},
-    "page size 16": {"page_size": 16, "num_page_override": 512},
-    "KV pool of 40 pages of 4 tokens": {"num_page_override": 40},
+    "page size 16": {"page_size": 16, "num_pages": 512},
+    "KV pool of 40 pages of 4 tokens": {"num_pages": 40},
     "no overlap scheduling": {"overlap": False},
-    "8 running requests at most": {"max_running_req": 8},
+    "8 running requests at most": {"max_running_requests": 8},
 }
 
 
@@ -71,7 +71,7 @@ def test_one_at_a_time_matches_hf(model_dir, workload, expected):
 
 
 def test_small_pool_makes_requests_wait_not_fail(model_dir, workload, expected):
-    got, scheduler = run(model_dir, workload[:16], num_page_override=30, page_size=4)
+    got, scheduler = run(model_dir, workload[:16], num_pages=30, page_size=4)
     assert got == expected[:16]
     assert scheduler.stats.finished == {"length": 16}
 
@@ -81,7 +81,7 @@ def test_shared_prefix_is_computed_once(model_dir):
     system = [rng.randint(3, 380) for _ in range(200)]
     prompts = [system + [rng.randint(3, 380) for _ in range(rng.randint(3, 10))] for _ in range(12)]
     want = [hf_greedy(model_dir, p, NEW_TOKENS)[0] for p in prompts[:3]]
-    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_page_override=2048, page_size=4)
+    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_pages=2048, page_size=4)
     try:
         first = llm.generate(prompts[:1], GREEDY, use_tqdm=False)  # warms the cache with the system prompt
         rest = llm.generate(prompts[1:], GREEDY, use_tqdm=False)

@@ -32,6 +32,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize("argv, says", [
     (["--log-level", "verbose"], "--log-level"),
     (["--attn", "bogus"], "bogus"),
+    (["--moe-backend", "bogus"], "--moe-backend"),
     (["--max-seq-len", "100000000"], "context length"),
     (["--chat-template", "/no/such/file"], "--chat-template"),
     (["--generation-config", "/no/such/dir"], "--generation-config"),

@@ -123,7 +123,7 @@ def test_half_of_64_streams_cut_midway_the_rest_complete_and_no_page_leaks(serve
 
 def test_tiny_kv_pool_makes_requests_queue_and_outputs_match_an_unpressured_run(model_dir):
     prompts = [[3 + i, 40, 41, 42, 43 + i] * 4 for i in range(24)]
-    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_page_override=2048, page_size=4)
+    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_pages=2048, page_size=4)
     try:
         want = [o["text"] for o in llm.generate(prompts, SamplingParams(temperature=0, max_tokens=40, ignore_eos=True),
                                                 use_tqdm=False)]

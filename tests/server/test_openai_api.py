@@ -28,7 +28,7 @@ model_dir, server, client = tiny_qwen3_server(*SERVER_ARGS)
 @pytest.fixture(scope="module")
 def reference(model_dir):
     """Greedy ids and text from the offline LLM (same scheduler and engine, no server)."""
-    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_page_override=1024, page_size=4)
+    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_pages=1024, page_size=4)
     tok = AutoTokenizer.from_pretrained(model_dir)
 
     def run(prompt_ids: list[int], max_tokens: int) -> tuple[list[int], str]:

@@ -1,0 +1,73 @@
+"""One name per setting: a scheduler/engine config field and the server flag that sets it have the
+same name, and `scheduler_config` copies each such flag by that name. Only the fields the launcher
+computes (where the model is, which rank, the rendezvous) have no flag."""
+
+from __future__ import annotations
+
+from dataclasses import fields, replace
+
+import pytest
+import torch
+
+from minisgl.distributed import DistributedInfo
+from minisgl.scheduler import SchedulerConfig
+from minisgl.server.args import ServerArgs
+from minisgl.server.launch import scheduler_config
+
+# Config fields no flag sets: given by the launcher (model_path, tp_info from --tp and the rank,
+# distributed_addr) or only by offline callers and tests (cuda_graph_bs, overlap).
+FLAGLESS_CONFIG_FIELDS = {"model_path", "tp_info", "distributed_addr", "cuda_graph_bs", "overlap"}
+# Same-named fields whose config value is converted from the flag's (checked below on their own).
+CONVERTED = {"dtype"}
+
+SHARED = sorted({f.name for f in fields(SchedulerConfig)} & {f.name for f in fields(ServerArgs)})
+
+
+def _non_default(name: str, index: int):
+    """A value of flag `name` other than its default, different for every flag (so that two flags
+    swapped in the mapping would be caught)."""
+    f = next(f for f in fields(ServerArgs) if f.name == name)
+    choices = f.metadata.get("choices")
+    if choices:
+        return next(c for c in choices if c != f.default)
+    kind = str(f.type).split(" ")[0]
+    if kind == "bool":
+        return not f.default
+    if kind == "int":
+        return 1000 + index
+    if kind == "float":
+        return 0.5 + index / 1000
+    return f"value-of-{name}"
+
+
+def test_every_config_field_but_the_computed_ones_has_a_flag_of_the_same_name():
+    flagless = {f.name for f in fields(SchedulerConfig)} - {f.name for f in fields(ServerArgs)}
+    assert flagless == FLAGLESS_CONFIG_FIELDS, (
+        "a SchedulerConfig/EngineConfig field must be named after its ServerArgs flag; "
+        f"fields without a flag: {sorted(flagless)}")
+
+
+def test_the_names_that_used_to_differ_are_now_shared():
+    assert {"max_running_requests", "attn", "max_seq_len", "num_pages", "dummy_weight", "max_prefill_length",
+            "cache", "moe_backend"} <= set(SHARED)
+
+
+def test_each_flag_sets_the_config_field_of_its_name():
+    assert len(SHARED) > 10
+    values = {name: _non_default(name, i) for i, name in enumerate(SHARED) if name not in CONVERTED}
+    defaults = ServerArgs()
+    assert all(getattr(defaults, name) != value for name, value in values.items())
+    config = scheduler_config(replace(defaults, **values), "/models/m")
+    assert {name: getattr(config, name) for name in values} == values
+
+
+@pytest.mark.parametrize("flag, dtype", [("auto", None), ("bfloat16", torch.bfloat16), ("float16", torch.float16),
+                                         ("float32", torch.float32)])
+def test_dtype_flag_becomes_a_torch_dtype_and_auto_the_checkpoints(flag, dtype):
+    assert scheduler_config(ServerArgs(dtype=flag), "m").dtype is dtype
+
+
+def test_launcher_fields_come_from_the_model_path_the_rank_and_the_rendezvous():
+    config = scheduler_config(ServerArgs(tp=4), "/models/m", rank=3, distributed_addr="tcp://h:29500")
+    assert (config.model_path, config.tp_info, config.distributed_addr) == (
+        "/models/m", DistributedInfo(3, 4), "tcp://h:29500")
