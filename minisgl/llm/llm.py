@@ -27,8 +27,9 @@ logger = get_logger(__name__)
 
 
 class LLM:
-    """Keyword arguments are SchedulerConfig / EngineConfig fields (e.g. `max_seq_len`,
-    `max_prefill_length`, `page_size`, `cuda_graph_max_bs`); `tp` sets the tensor-parallel size."""
+    """Keyword arguments are SchedulerConfig / EngineConfig fields, named as the server's flags (e.g.
+    `max_seq_len`, `max_prefill_length`, `page_size`, `cuda_graph_max_bs`); `tp` sets the
+    tensor-parallel size."""
 
     def __init__(self, model_path: str, tp: int = 1, **kwargs):
         config = SchedulerConfig(model_path=model_path, **kwargs)
