@@ -17,10 +17,10 @@ import time
 
 import torch
 
+from minisgl.benchmark.flags import add_engine_flags, llm_kwargs
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.workload import offline_workload
 from minisgl.core import SamplingParams
-from minisgl.kvcache import KV_CACHE_DTYPES
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
 
@@ -28,25 +28,13 @@ from minisgl.models.demo import demo_model_dir
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model dir or HF id (default: the built-in demo model)")
-    p.add_argument("--dummy-weight", action="store_true", help="random weights (for config-only dirs)")
+    add_engine_flags(p)  # the server's flags, under the same names (minisgl.server.args)
     p.add_argument("--num-requests", type=int, default=256)
     p.add_argument("--max-input-len", type=int, default=1024)
     p.add_argument("--max-output-len", type=int, default=1024)
     p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float16", "float32"])
-    p.add_argument("--device", default="auto")
-    p.add_argument("--page-size", type=int, default=16)
-    p.add_argument("--max-running-requests", type=int, default=256)
-    p.add_argument("--max-prefill-length", type=int, default=8192)
-    p.add_argument("--cuda-graph-max-bs", type=int, default=None)
-    p.add_argument("--attn", default="auto")
-    p.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES))
-    p.add_argument("--quantization", default=None, choices=["fp8"], help="quantize the weights at load")
     p.add_argument("--dump-workload", help="also write the workload (prompt ids, max_tokens) to this JSON "
                                            "(benchmark/offline/reference_offline.py replays it)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per GPU)")
-    p.add_argument("--disable-custom-all-reduce", action="store_true", help="NCCL for every all-reduce")
-    p.add_argument("--moe-backend", default="auto", help="auto, fused, grouped or loop")
     p.add_argument("--floor", action="store_true",
                    help="also report the decode floor: weights used + KV read per step at the measured copy rate")
     p.add_argument("--compare-hf", action="store_true", help="also run HF transformers generate_batch")
@@ -86,17 +74,13 @@ def hf_generate_batch(model_path: str, dummy: bool, dtype: torch.dtype, prompts,
 def main() -> None:
     args = parse_args()
     model = args.model or demo_model_dir()
-    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     bandwidth = None
     if args.floor:
         from minisgl.benchmark.floor import copy_bandwidth
 
         bandwidth = copy_bandwidth()
     start = time.perf_counter()
-    llm = LLM(model, tp=args.tp, moe_backend=args.moe_backend, disable_custom_all_reduce=args.disable_custom_all_reduce, dtype=dtype, device=args.device, dummy_weight=args.dummy_weight, page_size=args.page_size,
-              max_running_requests=args.max_running_requests, max_prefill_length=args.max_prefill_length,
-              cuda_graph_max_bs=args.cuda_graph_max_bs, attn=args.attn,
-              kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization)
+    llm = LLM(model, **llm_kwargs(args))
     startup = {"llm_init_s": time.perf_counter() - start, **llm.scheduler.engine.timings}
     vocab = llm.scheduler.engine.model_config.vocab_size
     workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)

@@ -23,43 +23,34 @@ import time
 
 import torch
 
+from minisgl.benchmark.flags import ENGINE_FLAGS, add_engine_flags, llm_kwargs
 from minisgl.benchmark.floor import active_weight_bytes, copy_bandwidth, kv_bytes_per_token
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import SamplingParams
-from minisgl.kvcache import KV_CACHE_DTYPES
 from minisgl.llm import LLM
 from minisgl.message import UserMsg
+
+# The batch sets max_running_requests (and the lengths max_seq_len).
+LATENCY_FLAGS = tuple(name for name in ENGINE_FLAGS if name != "max_running_requests")
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="../shared/models/llama-3.1-8b")
-    p.add_argument("--dummy-weight", action="store_true")
+    # The server's flags, under the same names; decode latency is measured in bfloat16 by default.
+    add_engine_flags(p, LATENCY_FLAGS, dtype="bfloat16")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--decode-steps", type=int, default=256)
-    p.add_argument("--dtype", default="bfloat16", choices=["auto", "bfloat16", "float16", "float32"])
-    p.add_argument("--attn", default="auto")
-    p.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES))
-    p.add_argument("--quantization", default=None, choices=["fp8"],
-                   help="FP8 weights (the floor is then the FP8 weights' bytes)")
-    p.add_argument("--cuda-graph-max-bs", type=int, default=None)
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (one process per GPU)")
-    p.add_argument("--disable-custom-all-reduce", action="store_true", help="NCCL for every all-reduce")
-    p.add_argument("--moe-backend", default="auto", help="auto, fused, grouped or loop")
     p.add_argument("--compare-eager", action="store_true", help="repeat with CUDA graphs off")
     p.add_argument("--out", default="results/latency.json")
     return p.parse_args()
 
 
 def measure(args, graphs: bool) -> dict:
-    dtype = None if args.dtype == "auto" else getattr(torch, args.dtype)
     max_len = args.prompt_len + args.decode_steps + 16
     start = time.perf_counter()
-    llm = LLM(args.model, tp=args.tp, dtype=dtype, moe_backend=args.moe_backend,
-              disable_custom_all_reduce=args.disable_custom_all_reduce, dummy_weight=args.dummy_weight,
-              max_running_requests=max(args.batch, 8), max_seq_len=max_len, attn=args.attn,
-              kv_cache_dtype=args.kv_cache_dtype, quantization=args.quantization,
+    llm = LLM(args.model, **llm_kwargs(args, LATENCY_FLAGS), max_running_requests=max(args.batch, 8), max_seq_len=max_len,
               cuda_graph_max_bs=args.cuda_graph_max_bs if graphs else 0)
     init_s = time.perf_counter() - start
     s = llm.scheduler

@@ -18,6 +18,7 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from minisgl.benchmark.flags import add_engine_flags, llm_kwargs
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
@@ -35,6 +36,9 @@ CATEGORIES = [  # first match wins; lower-case substrings of kernel names
     ("kv store / gather", ("index", "gather", "scatter")),
     ("memcpy / memset", ("memcpy", "memset")),
 ]
+
+
+SERVER_FLAGS = ("dummy_weight", "attn", "quantization")  # the server's flags, same names (minisgl.benchmark.flags)
 
 
 def category(name: str) -> str:
@@ -75,19 +79,17 @@ def show(title: str, wall_us: float, cats: dict, top: list) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="../shared/models/qwen3-0.6b")
-    p.add_argument("--dummy-weight", action="store_true")
+    add_engine_flags(p, SERVER_FLAGS)
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--prompt-len", type=int, default=800)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--prefill-tokens", type=int, default=8192)
-    p.add_argument("--attn", default="auto")
-    p.add_argument("--quantization", default=None, choices=["fp8"], help="FP8 weights (as the server's flag)")
     p.add_argument("--cprofile", action="store_true", help="also print the host-side (Python) profile of decode steps")
     p.add_argument("--out", default="results/profile.json")
     args = p.parse_args()
 
-    llm = LLM(args.model, dtype=torch.bfloat16, dummy_weight=args.dummy_weight, max_running_requests=args.requests,
-              attn=args.attn, quantization=args.quantization)
+    llm = LLM(args.model, dtype=torch.bfloat16, max_running_requests=args.requests,
+              **llm_kwargs(args, SERVER_FLAGS))
     s = llm.scheduler
     vocab = s.engine.model_config.vocab_size
     rng = random.Random(0)

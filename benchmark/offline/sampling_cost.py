@@ -19,6 +19,7 @@ import os
 import time
 from dataclasses import replace
 
+from minisgl.benchmark.flags import add_engine_flags, llm_kwargs
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.workload import offline_workload
 from minisgl.core import SamplingParams
@@ -43,15 +44,17 @@ VARIANTS: dict[str, tuple[dict, float]] = {
 }
 
 
+SERVER_FLAGS = ("device", "dummy_weight")  # the server's flags, same names (minisgl.benchmark.flags)
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model dir (default: the built-in demo model)")
-    p.add_argument("--dummy-weight", action="store_true")
+    add_engine_flags(p, SERVER_FLAGS)
     p.add_argument("--num-requests", type=int, default=256)
     p.add_argument("--max-input-len", type=int, default=1024)
     p.add_argument("--max-output-len", type=int, default=1024)
     p.add_argument("--temperature", type=float, default=0.6)
-    p.add_argument("--device", default="auto")
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
     p.add_argument("--out", default="results/sampling_cost.json", help="JSON path; the PNG goes beside it")
     return p.parse_args()
@@ -68,7 +71,7 @@ def main() -> None:
     unknown = [n for n in names if n not in VARIANTS]
     if unknown:
         raise SystemExit(f"sampling_cost.py: error: unknown variant(s) {unknown}; known: {list(VARIANTS)}")
-    llm = LLM(args.model or demo_model_dir(), device=args.device, dummy_weight=args.dummy_weight)
+    llm = LLM(args.model or demo_model_dir(), **llm_kwargs(args, SERVER_FLAGS))
     vocab = llm.scheduler.engine.model_config.vocab_size
     workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
     prompts = [r.prompt_ids for r in workload]

@@ -29,6 +29,15 @@ class EngineConfig:
     disable_custom_all_reduce: bool = False  # True: NCCL for every all-reduce (see minisgl.distributed.custom_allreduce)
 
 
+def resolve_dtype(name: str) -> torch.dtype | None:
+    """The --dtype flag's value (aliases already resolved) as the config's: None for auto."""
+    if name == "auto":
+        return None
+    if name not in ("bfloat16", "float16", "float32"):
+        raise ValueError(f"unknown dtype {name!r}; use auto, bfloat16, float16 or float32")
+    return getattr(torch, name)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")

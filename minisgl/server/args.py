@@ -10,7 +10,8 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from collections.abc import Iterable
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from typing import Any
 
 from minisgl.utils import env
@@ -161,15 +162,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"minisgl {_version()}")
     for f in fields(ServerArgs):
-        meta = dict(f.metadata)
-        flags = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", [])]  # aliases: the names vLLM users know
-        help_text = meta.pop("help")
-        if f.type in ("bool", bool):
-            parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
-            continue
-        kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
-        parser.add_argument(*flags, dest=f.name, type=kind, default=f.default, help=help_text, **meta)
+        _add_flag(parser, f, f.default)
     return parser
+
+
+def add_flags(parser: argparse.ArgumentParser, names: Iterable[str], **defaults: Any) -> None:
+    """The named server flags on another parser (a benchmark's), with the server's help, type,
+    choices and aliases, so each is defined once; `defaults` replace the server's default there."""
+    by_name = {f.name: f for f in fields(ServerArgs)}
+    for name in names:
+        _add_flag(parser, by_name[name], defaults.get(name, by_name[name].default))
+
+
+def _add_flag(parser: argparse.ArgumentParser, f: Field, default: Any) -> None:
+    meta = dict(f.metadata)
+    flags = ["--" + f.name.replace("_", "-"), *meta.pop("aliases", [])]  # aliases: the names vLLM users know
+    help_text = meta.pop("help")
+    if f.type in ("bool", bool):
+        parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
+        return
+    kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+    parser.add_argument(*flags, dest=f.name, type=kind, default=default, help=help_text, **meta)
 
 
 def _version() -> str:

@@ -30,6 +30,7 @@ from dataclasses import dataclass, fields
 import torch
 
 from minisgl.distributed import DistributedInfo
+from minisgl.engine.config import resolve_dtype
 from minisgl.scheduler import SchedulerConfig
 from minisgl.utils.gc_freeze import freeze_startup_objects
 from minisgl.utils.liveness import Heartbeats, WorkerLink
@@ -52,7 +53,7 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
         model_path=model_path,
         tp_info=DistributedInfo(rank, args.tp),
         distributed_addr=distributed_addr,
-        dtype=None if args.dtype == "auto" else getattr(torch, args.dtype),
+        dtype=resolve_dtype(args.dtype),
         # The custom all-reduce maps peers' memory through CUDA IPC: one node only. Across nodes
         # every all-reduce is NCCL's (the probe would fail there too, but only after trying).
         disable_custom_all_reduce=args.disable_custom_all_reduce or NodePlacement.of(args).nnodes > 1,
