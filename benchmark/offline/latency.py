@@ -50,8 +50,8 @@ def parse_args() -> argparse.Namespace:
 def measure(args, graphs: bool) -> dict:
     max_len = args.prompt_len + args.decode_steps + 16
     start = time.perf_counter()
-    llm = LLM(args.model, **llm_kwargs(args, LATENCY_FLAGS), max_running_requests=max(args.batch, 8), max_seq_len=max_len,
-              cuda_graph_max_bs=args.cuda_graph_max_bs if graphs else 0)
+    llm = LLM(args.model, **{**llm_kwargs(args, LATENCY_FLAGS), "max_running_requests": max(args.batch, 8),
+                             "max_seq_len": max_len, "cuda_graph_max_bs": args.cuda_graph_max_bs if graphs else 0})
     init_s = time.perf_counter() - start
     s = llm.scheduler
     e = s.engine
