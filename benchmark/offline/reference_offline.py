@@ -34,7 +34,8 @@ def main() -> None:
     prompts = work["prompts"]
     params = [SamplingParams(temperature=work["temperature"], max_tokens=n, ignore_eos=True) for n in work["max_tokens"]]
     start = time.perf_counter()
-    llm = LLM(args.model, dtype=torch.bfloat16, dummy_weight=True, attn=args.attn)
+    # Mini-SGLang's own config field names (this imports its minisgl, not ours).
+    llm = LLM(args.model, dtype=torch.bfloat16, use_dummy_weight=True, attention_backend=args.attn)
     init_s = time.perf_counter() - start
     llm.generate(prompts[:2], params[:2])  # warm-up
     runs = []
