@@ -68,11 +68,7 @@ class LLM:
         requests = []
         for i, (prompt, params) in enumerate(zip(prompts, sampling_params)):
             ids = self._encode(prompt)
-            try:
-                params = self.scheduler.resolve(len(ids), params)  # max_tokens None: the rest of the context
-                problem = self.scheduler.check(ids, params)
-            except ValueError as e:
-                problem = str(e)
+            params, problem = self.scheduler.admit(ids, params)  # max_tokens None: the rest of the context
             if problem:  # before any is queued: a refused call leaves nothing behind for the next one
                 raise ValueError(f"prompt {i}: {problem}")
             requests.append((ids, params))

@@ -108,13 +108,18 @@ class Scheduler:
             return f"the request needs {pages} KV pages but the whole cache has {e.num_pages}"
         return None
 
-    def add_request(self, uid: int, prompt_ids: list[int], params: SamplingParams) -> None:
-        """A request that can never run gets an error output instead."""
+    def admit(self, prompt_ids: list[int], params: SamplingParams) -> tuple[SamplingParams, str | None]:
+        """`params` resolved, and why the request can never run here (None: it can). What the
+        server's requests (add_request) and LLM.generate's both go through."""
         try:
             params = self.resolve(len(prompt_ids), params)
-            problem = self.check(prompt_ids, params)
         except ValueError as e:  # min_tokens above what the context leaves
-            problem = str(e)
+            return params, str(e)
+        return params, self.check(prompt_ids, params)
+
+    def add_request(self, uid: int, prompt_ids: list[int], params: SamplingParams) -> None:
+        """A request that can never run gets an error output instead."""
+        params, problem = self.admit(prompt_ids, params)
         if problem:
             self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return
