@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import signal
 import tempfile
 import time
 
@@ -25,6 +28,17 @@ class ServerProcess(_ServerProcess):
         match = re.search(rf"started worker {name} \(pid (\d+)\)", self.output())
         assert match, f"no pid logged for worker {name}"
         return int(match.group(1))
+
+    @contextlib.contextmanager
+    def stopped(self, worker: str):
+        """`worker` stopped (SIGSTOP: a hang, or time held still) for the block, continued after
+        (SIGCONT) however the block ends."""
+        pid = self.worker_pid(worker)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            os.kill(pid, signal.SIGCONT)
 
 
 def metric(server: ServerProcess, name: str) -> float:

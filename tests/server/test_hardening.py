@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import random
 import shutil
 import signal
@@ -219,15 +218,11 @@ def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_zero(model_
                     break
             # The scheduler stands still while the late request is refused, so the load cannot
             # end first on a slow machine; then the drain must finish all 8.
-            scheduler = srv.worker_pid("scheduler")
-            os.kill(scheduler, signal.SIGSTOP)
-            try:
+            with srv.stopped("scheduler"):
                 srv.proc.send_signal(signal.SIGTERM)
                 await asyncio.sleep(0.2)
                 late = await client.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "hi"})
                 assert not any(t.done() for t in in_flight)
-            finally:
-                os.kill(scheduler, signal.SIGCONT)
             return await asyncio.gather(*in_flight), late
 
     children = psutil.Process(srv.proc.pid).children(recursive=True)

@@ -92,9 +92,7 @@ def test_probe_states_from_start_through_drain(model_dir):
             t.start()
         queued = lambda: (metric(http, "minisgl_num_requests_running"), metric(http, "minisgl_num_requests_waiting"))  # noqa: E731
         wait_for(lambda: queued() == ("1.0", f"{held - 1}.0"), "one request running and the rest queued")
-        scheduler = srv.worker_pid("scheduler")
-        os.kill(scheduler, signal.SIGSTOP)
-        try:
+        with srv.stopped("scheduler"):
             srv.proc.send_signal(signal.SIGTERM)
             wait_for(lambda: http.get("/ready").text == "draining", "/ready to say draining")
             draining = http.get("/ready")
@@ -105,8 +103,6 @@ def test_probe_states_from_start_through_drain(model_dir):
                                 json={"model": MODEL, "prompt": "one more", "max_tokens": 2})
             assert refused.status_code == 503
             assert all(t.is_alive() for t in threads)
-        finally:
-            os.kill(scheduler, signal.SIGCONT)
 
         for t in threads:
             t.join(120)
@@ -144,18 +140,15 @@ def test_health_fails_while_the_scheduler_is_stuck_and_recovers_after(model_dir)
     """A step that never ends (a hung GPU or collective) leaves every process alive: the watchdog
     turns the scheduler's silence into a failing /health. SIGSTOP stands in for the hang."""
     srv = ServerProcess("--model", model_dir, *ARGS, "--watchdog-timeout", "3").wait_ready()
-    scheduler = srv.worker_pid("scheduler")
     try:
         time.sleep(4)  # idle for longer than the timeout: heartbeats keep it healthy
         assert httpx.get(srv.url + "/health").status_code == 200
-        os.kill(scheduler, signal.SIGSTOP)
-        stopped = time.monotonic()
-        wait_for(lambda: httpx.get(srv.url + "/health").status_code == 503, "/health to fail", timeout=20)
-        assert time.monotonic() - stopped >= 2  # not before the timeout (give or take a heartbeat)
-        assert httpx.get(srv.url + "/ready").status_code == 503
-        os.kill(scheduler, signal.SIGCONT)
+        with srv.stopped("scheduler"):
+            stopped = time.monotonic()
+            wait_for(lambda: httpx.get(srv.url + "/health").status_code == 503, "/health to fail", timeout=20)
+            assert time.monotonic() - stopped >= 2  # not before the timeout (give or take a heartbeat)
+            assert httpx.get(srv.url + "/ready").status_code == 503
         wait_for(lambda: httpx.get(srv.url + "/health").status_code == 200, "/health to recover", timeout=20)
         assert "silent for" in srv.output()
     finally:
-        os.kill(scheduler, signal.SIGCONT)
         assert srv.stop() == 0

@@ -6,7 +6,6 @@ clients that left early; no leaked semaphore). A second signal exits at once, no
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 
@@ -35,18 +34,14 @@ def test_the_drain_deadline_ends_what_is_left_with_a_final_event_or_503_then_exi
         # however fast the machine (an idle one once finished all twelve in time).
         work = InFlight(srv.url, n=12)
         work.wait_queued(srv, metric, wait_for)
-        scheduler = srv.worker_pid("scheduler")
         srv.proc.send_signal(signal.SIGTERM)
         signalled = time.monotonic()
         wait_for(lambda: "draining:" in srv.output(), 5, "the drain to start")
-        os.kill(scheduler, signal.SIGSTOP)
-        try:
+        with srv.stopped("scheduler"):
             refused = httpx.post(srv.url + "/v1/completions", json={"prompt": "one more", "max_tokens": 2},
                                  timeout=10)
             assert refused.status_code == 503 and refused.json()["error"]["code"] == "service_unavailable"
             wait_for(lambda: "drain timeout: ended and aborted" in srv.output(), DRAIN_S + 5, "the drain deadline")
-        finally:
-            os.kill(scheduler, signal.SIGCONT)
 
         assert srv.proc.wait(DRAIN_S + 10) == 0
         # The drain's deadline, then the interpreter's own exit (seconds on a loaded CI machine);

@@ -38,23 +38,17 @@ def test_a_stopped_worker_turns_health_red_within_the_watchdog_timeout_and_green
         time.sleep(WATCHDOG_S + 1)  # idle for longer than the timeout: idle workers still beat
         assert status(srv, "/health") == 200
         for worker in WORKERS:
-            pid = srv.worker_pid(worker)
-            os.kill(pid, signal.SIGSTOP)
-            stopped = time.monotonic()
-            try:
+            with srv.stopped(worker):
+                stopped = time.monotonic()
                 # Within the timeout, give or take one look of the watch (0.25 s) and a busy CPU.
                 wait_for(lambda: status(srv, "/health") == 503, WATCHDOG_S + 3, f"/health to fail with {worker} stopped")
                 assert time.monotonic() - stopped >= WATCHDOG_S - 0.5, f"{worker}: red before the timeout"
                 ready = httpx.get(srv.url + "/ready", timeout=5)
                 assert (ready.status_code, ready.text) == (503, "unhealthy")
-            finally:
-                os.kill(pid, signal.SIGCONT)
             wait_for(lambda: status(srv, "/health") == 200, 20, f"/health to recover after {worker} continued")
             assert status(srv, "/ready") == 200
             assert f"worker {worker} has been silent for" in srv.output()
     finally:
-        for worker in WORKERS:
-            os.kill(srv.worker_pid(worker), signal.SIGCONT)
         assert srv.stop() == 0
 
 
