@@ -140,11 +140,23 @@ def unavailable(reason: str | None) -> JSONResponse:
                           headers={"Retry-After": "5"})
 
 
+def stream_failure(reply: Reply) -> tuple[str, str]:
+    """The code and message that end a stream the server could not finish (the reply ended in
+    error, or unavailable: draining, a worker gone)."""
+    code = "service_unavailable" if reply.finish_reason == UNAVAILABLE else "generation_error"
+    return code, reply.error or "generation failed"
+
+
 def _error_event(reply: Reply) -> bytes:
     """The event that ends a stream the server could not finish; `[DONE]` still follows it."""
-    code = "service_unavailable" if reply.finish_reason == UNAVAILABLE else "generation_error"
-    return sse({"error": {"message": reply.error or "generation failed", "type": "server_error", "param": None,
-                           "code": code}})
+    code, message = stream_failure(reply)
+    return sse({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
+
+
+def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:
+    """Server-sent events, uncached and unbuffered by proxies (nginx's X-Accel-Buffering)."""
+    return StreamingResponse(events, media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
 
 # Characters JSON leaves raw that line-splitting SSE clients (httpx's aiter_lines, Python's
@@ -255,8 +267,7 @@ async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | Comp
             yield sse({**chunk_base, "choices": [], "usage": gen.usage()})
         yield sse("[DONE]")
 
-    return StreamingResponse(events(), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return sse_response(events())
 
 
 def _nth_choice(params: dict, j: int) -> dict:

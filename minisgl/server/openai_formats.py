@@ -113,11 +113,7 @@ class ParsedChatStream(PlainChatStream):
     reader: ChatOutputReader = field(kw_only=True)
 
     def events(self, reply: Reply) -> list[dict]:
-        deltas = self.reader.feed(reply.text)
-        finish = openai_finish_reason(reply.finish_reason)
-        if finish:
-            last, finish = self.reader.finish(finish)
-            deltas += last
+        deltas, finish = self.reader.read(reply.text, openai_finish_reason(reply.finish_reason))
         out, logprobs = [], chat_logprobs(reply.logprobs) if deltas else None
         for delta in deltas:
             out.append({"index": self.index, "delta": delta, "logprobs": logprobs, "finish_reason": None})

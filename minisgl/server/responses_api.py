@@ -14,13 +14,13 @@ import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from minisgl.message import Reply
 
 from .frontend import UNAVAILABLE
-from .openai_api import Generation, chat_jobs, finished_choices, sse, start_generation
+from .openai_api import Generation, chat_jobs, finished_choices, sse, sse_response, start_generation, stream_failure
 from .openai_formats import openai_finish_reason
 from .parsers import ChatOutputFormat
 from .protocol import generation_responses
@@ -46,11 +46,7 @@ class OutputItems:
     def read(self, text: str, finish_reason: str | None) -> list[dict]:
         """The events of the next piece of output and, with the generation's finish reason, of
         its end (then `status` is set)."""
-        deltas = self.reader.feed(text) if text else []
-        finish = openai_finish_reason(finish_reason)
-        if finish:
-            last, finish = self.reader.finish(finish)
-            deltas += last
+        deltas, finish = self.reader.read(text, openai_finish_reason(finish_reason))
         events = [e for delta in deltas for e in self._add(delta)]
         if finish:
             self.status = "incomplete" if finish == "length" else "completed"
@@ -173,8 +169,7 @@ def add_responses_route(app: FastAPI, args, client, check_serving, check_limits,
         base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()), "model": args.model_name,
                 **body.echo(chat)}
         if body.stream:
-            return StreamingResponse(_events(gen, firsts, base, output), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+            return sse_response(_events(gen, firsts, base, output))
         choices = await finished_choices(gen, firsts, request)
         if isinstance(choices, JSONResponse):
             return choices
@@ -211,8 +206,7 @@ async def _events(gen: Generation, firsts: list[Reply], base: dict, output: Chat
             yield event({"type": "response.completed", "response": {**response(items.status),
                                                                     **items.response_fields(), "usage": _usage(gen)}})
     if failed is not None:
-        code = "service_unavailable" if failed.finish_reason == UNAVAILABLE else "generation_error"
-        message = failed.error or "generation failed"
+        code, message = stream_failure(failed)
         yield event({"type": "error", "code": code, "message": message, "param": None})
         yield event({"type": "response.failed",
                      "response": response("failed", output=items.items,

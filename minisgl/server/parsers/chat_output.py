@@ -95,6 +95,15 @@ class ChatOutputReader:
             return len(answer) if could else 0
         return max(_partial_suffix(answer, s) for s in self.tools.starts)
 
+    def read(self, text: str, finish_reason: str | None) -> tuple[list[dict], str | None]:
+        """A streamed piece: its deltas, and with the choice's finish reason (None while it goes
+        on) also the last deltas and the finish reason OpenAI gives (`finish`)."""
+        deltas = self.feed(text)
+        if finish_reason is None:
+            return deltas, None
+        last, finish_reason = self.finish(finish_reason)
+        return deltas + last, finish_reason
+
     def finish(self, finish_reason: str | None) -> tuple[list[dict], str | None]:
         """The last deltas (the tool calls, or held text that turned out to be content) and the
         finish reason OpenAI gives (tool_calls when the model called tools)."""
