@@ -17,18 +17,19 @@ import time
 
 import torch
 
-from minisgl.benchmark.flags import add_engine_flags, llm_kwargs
+from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.workload import offline_workload
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
+from minisgl.server.args import add_flags
 
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model dir or HF id (default: the built-in demo model)")
-    add_engine_flags(p)  # the server's flags, under the same names (minisgl.server.args)
+    add_flags(p, ENGINE_FLAGS)  # the server's flags, under the same names
     p.add_argument("--num-requests", type=int, default=256)
     p.add_argument("--max-input-len", type=int, default=1024)
     p.add_argument("--max-output-len", type=int, default=1024)

@@ -23,12 +23,13 @@ import time
 
 import torch
 
-from minisgl.benchmark.flags import ENGINE_FLAGS, add_engine_flags, llm_kwargs
+from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.floor import active_weight_bytes, copy_bandwidth, kv_bytes_per_token
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import UserMsg
+from minisgl.server.args import add_flags
 
 # The batch sets max_running_requests (and the lengths max_seq_len).
 LATENCY_FLAGS = tuple(name for name in ENGINE_FLAGS if name != "max_running_requests")
@@ -38,7 +39,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="../shared/models/llama-3.1-8b")
     # The server's flags, under the same names; decode latency is measured in bfloat16 by default.
-    add_engine_flags(p, LATENCY_FLAGS, dtype="bfloat16")
+    add_flags(p, LATENCY_FLAGS, dtype="bfloat16")
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--decode-steps", type=int, default=256)

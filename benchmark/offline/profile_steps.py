@@ -18,10 +18,11 @@ from collections import defaultdict
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from minisgl.benchmark.flags import add_engine_flags, llm_kwargs
+from minisgl.benchmark.flags import llm_kwargs
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
+from minisgl.server.args import add_flags
 
 CATEGORIES = [  # first match wins; lower-case substrings of kernel names
     ("attention decode", ("batchdecode",)),
@@ -79,7 +80,7 @@ def show(title: str, wall_us: float, cats: dict, top: list) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default="../shared/models/qwen3-0.6b")
-    add_engine_flags(p, SERVER_FLAGS)
+    add_flags(p, SERVER_FLAGS)
     p.add_argument("--requests", type=int, default=256)
     p.add_argument("--prompt-len", type=int, default=800)
     p.add_argument("--steps", type=int, default=10)

@@ -19,12 +19,13 @@ import os
 import time
 from dataclasses import replace
 
-from minisgl.benchmark.flags import add_engine_flags, llm_kwargs
+from minisgl.benchmark.flags import llm_kwargs
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.workload import offline_workload
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
+from minisgl.server.args import add_flags
 
 # name -> (fields set on the requests it applies to, share of requests that get them)
 VARIANTS: dict[str, tuple[dict, float]] = {
@@ -50,7 +51,7 @@ SERVER_FLAGS = ("device", "dummy_weight")  # the server's flags, same names (min
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model dir (default: the built-in demo model)")
-    add_engine_flags(p, SERVER_FLAGS)
+    add_flags(p, SERVER_FLAGS)
     p.add_argument("--num-requests", type=int, default=256)
     p.add_argument("--max-input-len", type=int, default=1024)
     p.add_argument("--max-output-len", type=int, default=1024)

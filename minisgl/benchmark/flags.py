@@ -1,5 +1,5 @@
-"""The server's engine flags on the offline benchmarks' command lines: defined once (help, type,
-choices, default) in minisgl.server.args, and passed on to LLM(...) under the same names."""
+"""The server's engine flags on the offline benchmarks' command lines (added there with
+minisgl.server.args.add_flags, which defines each once), passed on to LLM(...) under the same names."""
 
 from __future__ import annotations
 
@@ -8,21 +8,15 @@ from collections.abc import Iterable
 from typing import Any
 
 from minisgl.engine.config import resolve_dtype
-from minisgl.server.args import DTYPE_ALIASES, add_flags
 
 ENGINE_FLAGS = ("tp", "dtype", "device", "page_size", "kv_cache_dtype", "quantization", "max_running_requests",
                 "max_prefill_length", "attn", "moe_backend", "cuda_graph_max_bs", "disable_custom_all_reduce",
                 "memory_ratio", "dummy_weight")
 
 
-def add_engine_flags(parser: argparse.ArgumentParser, names: Iterable[str] = ENGINE_FLAGS, **defaults: Any) -> None:
-    """`defaults` replace the server's where a benchmark wants another (e.g. dtype bfloat16)."""
-    add_flags(parser, names, **defaults)
-
-
 def llm_kwargs(args: argparse.Namespace, names: Iterable[str] = ENGINE_FLAGS) -> dict[str, Any]:
     """LLM(model, **llm_kwargs(args)): the flags' values, with --dtype as a torch dtype."""
     values = {name: getattr(args, name) for name in names}
     if "dtype" in values:
-        values["dtype"] = resolve_dtype(DTYPE_ALIASES.get(values["dtype"], values["dtype"]))
+        values["dtype"] = resolve_dtype(values["dtype"])
     return values

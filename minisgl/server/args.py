@@ -26,6 +26,14 @@ READINESS_PATH = "/ready"
 METRICS_PATH = "/metrics"
 
 
+DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32", "bf16": "bfloat16"}
+
+
+def canonical_dtype(name: str) -> str:
+    """--dtype's argparse type: the aliases vLLM users know, as the torch name."""
+    return DTYPE_ALIASES.get(name, name)
+
+
 def _flag(help: str, default: Any = None, **argparse_kwargs: Any) -> Any:
     return field(default=default, metadata={"help": help, **argparse_kwargs})
 
@@ -46,7 +54,8 @@ class ServerArgs:
         "needed with --nnodes > 1.")
     host: str = _flag("Address to listen on (use 0.0.0.0 inside a container).", DEFAULT_HOST)
     port: int = _flag("Port to listen on.", DEFAULT_PORT)
-    dtype: str = _flag("Weight and activation dtype: auto, bfloat16, float16 (half) or float32 (float).", "auto")
+    dtype: str = _flag("Weight and activation dtype: auto, bfloat16, float16 (half) or float32 (float).", "auto",
+                       type=canonical_dtype)
     device: str = _flag("Device to run on: auto (CUDA when present, else CPU), cuda or cpu.", "auto")
     page_size: int = _flag("Tokens per KV-cache page.", 16)
     kv_cache_dtype: str = _flag(
@@ -181,7 +190,7 @@ def _add_flag(parser: argparse.ArgumentParser, f: Field, default: Any) -> None:
     if f.type in ("bool", bool):
         parser.add_argument(*flags, dest=f.name, action="store_true", help=help_text)
         return
-    kind = {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
+    kind = meta.pop("type", None) or {"int": int, "float": float}.get(str(f.type).split(" ")[0], str)
     parser.add_argument(*flags, dest=f.name, type=kind, default=default, help=help_text, **meta)
 
 
@@ -194,9 +203,6 @@ def _version() -> str:
         return "unknown (not installed)"
 
 
-DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32", "bf16": "bfloat16"}
-
-
 def parse_args(argv: list[str] | None = None) -> ServerArgs:
     parser = build_parser()
     ns = parser.parse_args(argv)
@@ -207,7 +213,6 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         values["api_key"] = read_api_key_file(values["api_key_file"])
     if values["api_key"] is None:
         values["api_key"] = env.API_KEY.get() or None
-    values["dtype"] = DTYPE_ALIASES.get(values["dtype"], values["dtype"])
     if values["served_model_name"] is not None:
         values["served_model_name"] = tuple(values["served_model_name"])
     args = ServerArgs(**values)

@@ -1,5 +1,5 @@
-"""The offline benchmarks take the server's engine flags from minisgl.server.args (one definition
-of each) and pass them to LLM(...) under the same names."""
+"""The offline benchmarks take the server's engine flags from minisgl.server.args (add_flags: one
+definition of each) and pass them to LLM(...) under the same names (minisgl.benchmark.flags)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from dataclasses import fields
 
 import torch
 
-from minisgl.benchmark.flags import ENGINE_FLAGS, add_engine_flags, llm_kwargs
+from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.scheduler import SchedulerConfig
-from minisgl.server.args import build_parser
+from minisgl.server.args import add_flags, build_parser
 
 
 def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
@@ -19,7 +19,7 @@ def _actions(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
 
 def test_a_benchmark_flag_is_the_servers_with_its_help_choices_default_and_aliases():
     bench = argparse.ArgumentParser()
-    add_engine_flags(bench)
+    add_flags(bench, ENGINE_FLAGS)
     server, ours = _actions(build_parser()), _actions(bench)
     for name in ENGINE_FLAGS:
         a, b = server[name], ours[name]
@@ -29,7 +29,7 @@ def test_a_benchmark_flag_is_the_servers_with_its_help_choices_default_and_alias
 
 def test_a_benchmark_may_change_a_default_and_nothing_else():
     bench = argparse.ArgumentParser()
-    add_engine_flags(bench, ("dtype", "tp"), dtype="bfloat16")
+    add_flags(bench, ("dtype", "tp"), dtype="bfloat16")
     assert bench.parse_args([]).dtype == "bfloat16" and bench.parse_args([]).tp == 1
     assert bench.parse_args(["--tensor-parallel-size", "2"]).tp == 2  # the vLLM alias, as on the server
     assert set(vars(bench.parse_args([]))) == {"dtype", "tp"}
@@ -37,7 +37,7 @@ def test_a_benchmark_may_change_a_default_and_nothing_else():
 
 def test_the_values_reach_llm_under_the_config_fields_names():
     bench = argparse.ArgumentParser()
-    add_engine_flags(bench)
+    add_flags(bench, ENGINE_FLAGS)
     args = bench.parse_args(["--dtype", "bf16", "--max-prefill-length", "512", "--attn", "torch", "--dummy-weight"])
     kwargs = llm_kwargs(args)
     assert set(kwargs) - {"tp"} <= {f.name for f in fields(SchedulerConfig)}  # LLM(model, tp=..., **config)
