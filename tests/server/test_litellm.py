@@ -13,11 +13,10 @@ import subprocess
 from pathlib import Path
 
 import jsonschema
-import openai
 import pytest
 
-from tests.server.serving import ServerProcess
-from tests.server.test_tools import CHAT, TEMPLATE
+from tests.server.serving import tiny_qwen3_server
+from tests.server.tool_chat import CHAT, TEMPLATE
 from tests.tool_venvs import tool_binary
 
 MODEL = "tiny-qwen3"
@@ -43,18 +42,9 @@ REQUESTS = {
 }
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir):
-    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--served-model-name", MODEL, "--dtype",
-                        "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len", "1024",
-                        "--chat-template", TEMPLATE, "--tool-call-parser", "hermes").wait_ready()
-    yield srv
-    assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+model_dir, server, client = tiny_qwen3_server(
+    "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len",
+    "1024", "--chat-template", TEMPLATE, "--tool-call-parser", "hermes")
 
 
 @pytest.fixture(scope="module")

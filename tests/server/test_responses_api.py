@@ -18,10 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from minisgl.server.parsers import ChatOutputFormat
 from minisgl.server.responses_api import OutputItems
 from tests.server.serving import ServerProcess, metric, tiny_qwen3_server, wait_for
-from tests.server.test_tools import TEMPLATE, TIME, WEATHER
+from tests.server.tool_chat import CHAT, TEMPLATE, TIME, WEATHER
 
 MODEL = "tiny-qwen3"
-CHAT = [{"role": "user", "content": "Weather in Paris?"}]
 # The Responses API's flat function tool (name and parameters beside `type`).
 WEATHER_TOOL = {"type": "function", **WEATHER["function"]}
 TIME_TOOL = {"type": "function", **TIME["function"]}

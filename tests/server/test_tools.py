@@ -13,47 +13,15 @@ import openai
 import pytest
 from transformers import AutoTokenizer
 
-from tests.server.serving import ServerProcess
+from tests.server.serving import ServerProcess, tiny_qwen3_server
+from tests.server.tool_chat import CHAT, TEMPLATE, TIME, WEATHER
 
 MODEL = "tiny-qwen3"
-# A ChatML template that renders tools and earlier tool calls, as Qwen's does, and honours
-# enable_thinking (an empty think block closes thinking, as in Qwen3's template).
-TEMPLATE = (
-    "{% if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n"
-    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}"
-    "{% for c in m.tool_calls or [] %}<tool_call>\n{{ {'name': c.function.name, 'arguments': c.function.arguments}"
-    " | tojson }}\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
-    "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
-    "{% endif %}{% endif %}"
-)
-WEATHER = {"type": "function", "function": {
-    "name": "get_weather", "description": "Weather of a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]},
-                                                    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
-                   "required": ["city", "days"], "additionalProperties": False}}}
-TIME = {"type": "function", "function": {
-    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
-                                       "required": ["zone"], "additionalProperties": False}}}
-CHAT = [{"role": "user", "content": "Weather in Paris?"}]
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("Qwen3ForCausalLM")
-
-
-@pytest.fixture(scope="module")
-def server(model_dir):
-    srv = ServerProcess("--model", model_dir, "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4",
-                        "--num-pages", "2048", "--max-seq-len", "1024", "--chat-template", TEMPLATE,
-                        "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3").wait_ready()
-    yield srv
-    assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+model_dir, server, client = tiny_qwen3_server(
+    "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len",
+    "1024", "--chat-template", TEMPLATE, "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
 
 
 def _check(call, tool) -> dict:

@@ -1,0 +1,22 @@
+"""What the tool-calling server tests share: a chat template that renders tools, two function
+tools with enum-bounded arguments, and the user turn that asks for them."""
+
+# A ChatML template that renders tools and earlier tool calls, as Qwen's does, and honours
+# enable_thinking (an empty think block closes thinking, as in Qwen3's template).
+TEMPLATE = (
+    "{% if tools %}<|im_start|>system\n# Tools\n{% for t in tools %}{{ t | tojson }}\n{% endfor %}<|im_end|>\n"
+    "{% endif %}{% for m in messages %}<|im_start|>{{ m.role }}\n{% if m.content %}{{ m.content }}{% endif %}"
+    "{% for c in m.tool_calls or [] %}<tool_call>\n{{ {'name': c.function.name, 'arguments': c.function.arguments}"
+    " | tojson }}\n</tool_call>{% endfor %}<|im_end|>\n{% endfor %}{% if add_generation_prompt %}"
+    "<|im_start|>assistant\n{% if enable_thinking is defined and not enable_thinking %}<think>\n\n</think>\n\n"
+    "{% endif %}{% endif %}"
+)
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]},
+                                                    "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+                   "required": ["city", "days"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+                                       "required": ["zone"], "additionalProperties": False}}}
+CHAT = [{"role": "user", "content": "Weather in Paris?"}]
