@@ -8,7 +8,8 @@
 #      then Mini-SGLang's offline LLM (bf16, --attn fi, from the git-ignored .ref/mini-sglang) on the
 #      very same requests; one table with the ratios;
 #   2. Llama-3.1-8B shapes, batch 1, `--quantization fp8` (dummy weights): TPOT against the FP8
-#      weight-read floor (benchmark/offline/latency.py);
+#      weight-read floor (benchmark/offline/latency.py), with minisgl's Triton kernels launched
+#      without programmatic dependent launch (MINISGL_DISABLE_PDL=1), then with it (the default);
 #   3. the FP8 GEMV behind it: per-linear us, GB/s and % of copy bandwidth at 1-16 rows against the
 #      old split-K, _scaled_mm and bf16, its tile sweep, a decode step's GEMMs in one graph against
 #      the weight-read floor (benchmark/offline/fp8_gemv.py); the batch-1 kernel breakdown
@@ -42,7 +43,7 @@ quiet() { grep -vE "it/s\]|s/it\]|tensor/s\]|Loading weights|Writing model"; }
 if [ -z "${SKIP_TESTS:-}" ]; then
     step "CUDA tests (the first FP8 attention call compiles its kernels)"
     timeout "${TESTS_TIMEOUT:-300}" python -m pytest tests/quantization/test_fp8_cuda.py tests/quantization/test_fp8_gemv.py \
-        tests/attention/test_flashinfer_cuda.py \
+        tests/attention/test_flashinfer_cuda.py tests/layers/test_triton_kernels.py tests/engine/test_cuda.py \
         -q -rs -p no:cacheprovider > "$RES/tests.log" 2>&1
     echo "pytest exit $?"; tail -15 "$RES/tests.log"
     save_jit_cache  # the FP8 kernels, compiled once
@@ -88,16 +89,19 @@ PY
 pack
 
 if [ -z "${SKIP_LATENCY:-}" ]; then
-    step "Llama-3.1-8B shapes, batch 1, FP8 weights (--quantization fp8)"
-    timeout "${LATENCY_TIMEOUT:-240}" python benchmark/offline/latency.py --model "$LLAMA" --dummy-weight \
-        --quantization fp8 --out "$RES/latency-llama-fp8.json" > "$RES/latency-llama-fp8.log" 2>&1
-    echo "exit $?"; quiet < "$RES/latency-llama-fp8.log" | grep -E "weights:|TPOT|Error|error" | tail -4
+    for pdl_off in 1 0; do  # minisgl's Triton kernels without, then with, programmatic dependent launch
+        step "Llama-3.1-8B shapes, batch 1, FP8 weights (--quantization fp8), MINISGL_DISABLE_PDL=$pdl_off"
+        MINISGL_DISABLE_PDL=$pdl_off timeout "${LATENCY_TIMEOUT:-240}" python benchmark/offline/latency.py \
+            --model "$LLAMA" --dummy-weight --quantization fp8 --out "$RES/latency-llama-fp8-nopdl$pdl_off.json" \
+            > "$RES/latency-llama-fp8-nopdl$pdl_off.log" 2>&1
+        echo "exit $?"; quiet < "$RES/latency-llama-fp8-nopdl$pdl_off.log" | grep -E "weights:|TPOT|Error|error" | tail -4
+    done
     pack
 fi
 
 if [ -z "${SKIP_MICRO:-}" ]; then
     step "microbenchmark: the FP8 GEMV at Llama-3.1-8B shapes (per linear, tile sweep, a decode step's GEMMs)"
-    timeout "${MICRO_TIMEOUT:-240}" python benchmark/offline/fp8_gemv.py --config "$LLAMA" \
+    timeout "${MICRO_TIMEOUT:-240}" python benchmark/offline/fp8_gemv.py --config "$LLAMA" ${MICRO_ARGS:-} \
         --out "$RES/fp8_gemv.json" > "$RES/fp8_gemv.log" 2>&1
     echo "exit $?"; tail -40 "$RES/fp8_gemv.log"
     pack

@@ -7,7 +7,7 @@ Shapes from the config: qkv [(heads + 2 kv heads) * head_dim, hidden], o [hidden
 gate_up [2 * intermediate, hidden], down [hidden, intermediate] (FP8 e4m3, per-channel scales),
 lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) it times:
   gemv        minisgl's kernel with its table config (triton_fp8.gemv_config), launched as a
-              programmatic dependent launch; gate_up also gated (silu(gate) * up in the epilogue)
+              programmatic dependent launch (also without its weight prefetch); gate_up also gated (silu(gate) * up in the epilogue)
               against gemv + silu_and_mul;
   sweep       other tile configs (at --sweep-rows; gate_up gated too): the best is printed next to
               the table's;
@@ -19,8 +19,10 @@ Each is timed inside a CUDA graph of >= 20 calls that rotate over enough weight 
 L2) that every call reads its weight from HBM, as decode does; medians of 7 replays. Bandwidth is
 weight bytes / time, also as a share of a measured device-to-device copy. Then one graph of
 --layers x (qkv, o, gate_up[, silu_and_mul], down) + the bf16 lm_head, i.e. a decode step's GEMMs
-at batch 1, against the floor (its bytes at copy bandwidth), with and without PDL: that one
-first. Writes JSON and a PNG.
+at batch 1, against the floor (its bytes at copy bandwidth): with and without PDL, the weight
+prefetch before the PDL wait, and the two add + RMSNorm kernels in front of qkv and gate_up
+(FlashInfer's, or minisgl's Triton one, which lets the GEMV launch at once); that one first.
+Writes JSON and a PNG.
 """
 
 from __future__ import annotations
@@ -37,9 +39,11 @@ import triton.language as tl
 
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.layers import silu_and_mul
+from minisgl.layers.fused import flashinfer_ops
+from minisgl.layers.triton_kernels import add_rmsnorm
 from minisgl.quantization.fp8 import quantize_rows
 from minisgl.quantization.gemm import quantize_per_token
-from minisgl.quantization.triton_fp8 import GemvConfig, fp8_gemv, gemv_config
+from minisgl.quantization.triton_fp8 import PREFETCH_BYTES, GemvConfig, fp8_gemv, gemv_config
 
 L2_BYTES = 50 * 2**20  # an H100's
 
@@ -135,14 +139,29 @@ def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw:
     fp8_bytes = layers * sum(n * k + 4 * n for n, k in shapes.values()) + lm_head.numel() * 2
     floor_us = fp8_bytes / copy_bw * 1e6  # the bytes moved at the rate a copy moves them (read + write)
 
-    def gemv_layer(L, gated=True, pdl=None):
-        up = ((lambda: fp8_gemv(x["gate_up"], *L["gate_up"], gated=True, pdl=pdl)) if gated
-              else (lambda: silu_and_mul(fp8_gemv(x["gate_up"], *L["gate_up"], pdl=pdl))))
-        return [lambda: fp8_gemv(x["qkv"], *L["qkv"], pdl=pdl), lambda: fp8_gemv(x["o"], *L["o"], pdl=pdl), up,
-                lambda: fp8_gemv(x["down"], *L["down"], pdl=pdl)]
+    hidden_x, residual = x["qkv"], torch.zeros_like(x["qkv"])
+    norm_w = torch.ones(hidden, device="cuda", dtype=torch.bfloat16)
+    fi_norm = flashinfer_ops().fused_add_rmsnorm
+    norms = {"FlashInfer": lambda: fi_norm(hidden_x, residual, norm_w, 1e-5),
+             "Triton": lambda: add_rmsnorm(hidden_x, residual, norm_w, 1e-5, pdl=True)}
 
+    def gemv_layer(L, gated=True, pdl=None, prefetch=PREFETCH_BYTES, norm=None):
+        kw = {"pdl": pdl, "prefetch": prefetch}
+        up = ((lambda: fp8_gemv(hidden_x, *L["gate_up"], gated=True, **kw)) if gated
+              else (lambda: silu_and_mul(fp8_gemv(hidden_x, *L["gate_up"], **kw))))
+        pre = [norms[norm]] if norm else []
+        return [*pre, lambda: fp8_gemv(hidden_x, *L["qkv"], **kw), lambda: fp8_gemv(x["o"], *L["o"], **kw),
+                *pre, up, lambda: fp8_gemv(x["down"], *L["down"], **kw)]
+
+    # The input norms between them (add + RMSNorm, FlashInfer's or minisgl's Triton one, which lets
+    # the GEMV after it launch at once), the weight prefetch before each GEMV's PDL wait, or not.
     variants = {
-        "gemv gated": gemv_layer,
+        "gemv gated + Triton norms, prefetch": lambda L: gemv_layer(L, norm="Triton"),
+        "gemv gated + Triton norms, no prefetch": lambda L: gemv_layer(L, prefetch=0, norm="Triton"),
+        "gemv gated + FlashInfer norms, prefetch": lambda L: gemv_layer(L, norm="FlashInfer"),
+        "gemv gated + FlashInfer norms, no prefetch": lambda L: gemv_layer(L, prefetch=0, norm="FlashInfer"),
+        "gemv gated, prefetch": gemv_layer,
+        "gemv gated, no prefetch": lambda L: gemv_layer(L, prefetch=0),
         "gemv gated, no PDL": lambda L: gemv_layer(L, pdl=False),
         "gemv + silu_and_mul": lambda L: gemv_layer(L, gated=False),
         "splitk + silu_and_mul": lambda L: [lambda: splitk(x["qkv"], *L["qkv"]), lambda: splitk(x["o"], *L["o"]),
@@ -153,7 +172,7 @@ def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw:
     for variant, make in variants.items():
         calls = [fn for L in stack for fn in make(L)] + [lambda: F.linear(x["qkv"], lm_head)]
         step[variant] = graph_us(calls, replays=5) * len(calls)
-        print(f"  {variant}: {step[variant] / 1e3:.3f} ms per token ({len(calls)} launches); floor "
+        print(f"  {variant}: {step[variant] / 1e3:.3f} ms per token ({len(calls)} kernels); floor "
               f"{floor_us / 1e3:.3f} ms ({fp8_bytes / 1e9:.2f} GB at copy bandwidth), "
               f"{step[variant] / floor_us:.2f}x", flush=True)
     return {"layers": layers, "bytes": fp8_bytes, "floor_ms": floor_us / 1e3, "ms": {k: v / 1e3 for k, v in step.items()}}
@@ -204,7 +223,9 @@ def main() -> None:
             line = []
             if fp8:
                 nbytes = n * k + 4 * n
-                methods = {"gemv": lambda w, s: fp8_gemv(x, w, s), "splitk": lambda w, s: splitk(x, w, s),
+                methods = {"gemv": lambda w, s: fp8_gemv(x, w, s),
+                           "gemv no prefetch": lambda w, s: fp8_gemv(x, w, s, prefetch=0),
+                           "splitk": lambda w, s: splitk(x, w, s),
                            "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
                 if name == "gate_up":
                     methods["gemv+silu_and_mul"] = lambda w, s: silu_and_mul(fp8_gemv(x, w, s))

@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .fused import fused_ops
+from .fused import fused_ops, triton_for
 
 
 class RMSNorm(nn.Module):
@@ -11,8 +11,9 @@ class RMSNorm(nn.Module):
 
     With `residual`, it first adds the residual (in the model dtype) and returns
     (normed, new_residual): the pre-norm transformer's add-then-norm in one call. On CUDA in
-    half precision both are one FlashInfer kernel; the fused add works in place on `x` and
-    `residual`.
+    half precision both are one kernel that works in place on `x` and `residual`: minisgl's
+    Triton one where programmatic dependent launch exists (Hopper; it lets the next layer's first
+    GEMV start early, see triton_kernels.add_rmsnorm), FlashInfer's elsewhere.
     """
 
     def __init__(self, dim: int, eps: float):
@@ -32,7 +33,11 @@ class RMSNorm(nn.Module):
             if residual is None:
                 return ops.rmsnorm(x, self.weight, self.eps)
             if x.dim() == 2 and residual.shape == x.shape and residual.stride(-1) == 1:
-                ops.fused_add_rmsnorm(x, residual, self.weight, self.eps)
+                kernels = triton_for(x)
+                if kernels is not None and kernels.pdl_supported(x.device):
+                    kernels.add_rmsnorm(x, residual, self.weight, self.eps, pdl=True)
+                else:
+                    ops.fused_add_rmsnorm(x, residual, self.weight, self.eps)
                 return x, residual
         if residual is None:
             return self._norm(x)

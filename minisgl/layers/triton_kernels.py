@@ -4,15 +4,21 @@ package runs where triton is missing (the callers fall back to torch / FlashInfe
 - `qk_norm_rope_store`: per-head RMSNorm of q and k (Qwen3; optional), rotary embedding, and the
   store of k and v into this layer's KV cache, in one pass over each token's q/k/v (instead of
   five kernels: two norms, rope, two index copies).
+- `add_rmsnorm`: the pre-norm layer's residual add + RMSNorm at decode's few rows, launched so that
+  the kernel after it (the next layer's first GEMV) starts early (programmatic dependent launch).
 - `sample_gumbel_max`: temperature sampling straight from (bf16 or fp32) logits in one pass:
   argmax(logits / T + Gumbel noise), greedy argmax where T == 0.
 """
 
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
+
+from minisgl.utils import env
 
 
 @triton.jit
@@ -20,9 +26,12 @@ def _qk_norm_rope_store_kernel(
     q_ptr, k_ptr, v_ptr, q_out_ptr, qw_ptr, kw_ptr, cos_sin_ptr, pos_ptr, loc_ptr, kc_ptr, vc_ptr,
     q_st, q_sh, k_st, k_sh, v_st, v_sh, eps, k_inv_scale, v_inv_scale,
     HQ: tl.constexpr, HK: tl.constexpr, HQ_P: tl.constexpr, HK_P: tl.constexpr, D: tl.constexpr,
-    NORM: tl.constexpr,
+    NORM: tl.constexpr, PDL: tl.constexpr,
 ):
     HALF: tl.constexpr = D // 2
+    if PDL:  # wait for the qkv GEMM, then let the attention kernel after this one launch at once
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     t = tl.program_id(0).to(tl.int64)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     loc = tl.load(loc_ptr + t).to(tl.int64)
@@ -82,10 +91,59 @@ def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positi
     args = (q, k, v, q_out, q_weight if norm else q, k_weight if norm else k, cos_sin, positions, out_loc, k_cache,
             v_cache, q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), eps,
             1.0 / k_scale, 1.0 / v_scale)
+    pdl = pdl_supported(q.device)
     consts = {"HQ": hq, "HK": hk, "HQ_P": triton.next_power_of_2(hq), "HK_P": triton.next_power_of_2(hk), "D": d,
-              "NORM": norm}
-    _launch(_qk_norm_rope_store_kernel, (tokens, 1, 1), args, consts, num_warps=4)
+              "NORM": norm, "PDL": pdl}
+    _launch(_qk_norm_rope_store_kernel, (tokens, 1, 1), args, consts, num_warps=4, **pdl_launch(pdl))
     return q_out
+
+
+@functools.cache
+def pdl_supported(device: torch.device) -> bool:
+    """Programmatic dependent launch (a kernel launched before the one ahead of it is done, which
+    it waits for in-kernel): Hopper and newer, with a Triton that has it. FlashInfer's kernels
+    launch that way there too. Off with MINISGL_DISABLE_PDL=1."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or env.DISABLE_PDL.on():
+        return False
+    from triton.backends.nvidia.compiler import CUDAOptions
+
+    return "launch_pdl" in CUDAOptions.__dataclass_fields__ and hasattr(tl.extra.cuda, "gdc_wait")
+
+
+def pdl_launch(pdl: bool) -> dict:
+    return {"launch_pdl": True} if pdl else {}  # (Triton's CPU interpreter takes no such option)
+
+
+@triton.jit
+def _add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, stride_x, stride_r, D, eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """Row t: r[t] = x[t] + r[t] (rounded to the model dtype, as HF adds), x[t] = rmsnorm(r[t]) * w.
+    PDL: wait for the kernel before (it wrote x), then at once let the kernel after launch: it
+    waits for this one to finish, but meanwhile its programs sit on the SMs and prefetch what does
+    not depend on x (fp8_gemv's weight), where a trigger at the end (FlashInfer's norms) leaves
+    the memory idle through this kernel, its launch gap and the next kernel's first loads."""
+    t = tl.program_id(0).to(tl.int64)
+    offs = tl.arange(0, BLOCK)
+    mask = offs < D
+    w = tl.load(w_ptr + offs, mask=mask, other=0.0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    x = tl.load(x_ptr + t * stride_x + offs, mask=mask, other=0.0)
+    dtype = x.dtype  # float32 math, rounded to it where torch's half-precision ops round
+    h = (x.to(tl.float32) + tl.load(r_ptr + t * stride_r + offs, mask=mask, other=0.0).to(tl.float32)).to(dtype)
+    tl.store(r_ptr + t * stride_r + offs, h, mask=mask)
+    hf = h.to(tl.float32)
+    normed = (hf * tl.rsqrt(tl.sum(hf * hf, 0) / D + eps)).to(dtype)
+    tl.store(x_ptr + t * stride_x + offs, (normed.to(tl.float32) * w.to(tl.float32)).to(dtype), mask=mask)
+
+
+def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float, pdl: bool) -> None:
+    """In place, x and residual [rows, D] (last dim contiguous): residual += x, then x =
+    RMSNorm(residual) * weight, as minisgl.layers.RMSNorm computes it in torch."""
+    rows, d = x.shape
+    if rows:
+        _launch(_add_rmsnorm_kernel, (rows, 1, 1), (x, residual, weight, x.stride(0), residual.stride(0), d, eps),
+                {"BLOCK": triton.next_power_of_2(d), "PDL": pdl}, num_warps=8, **pdl_launch(pdl))
 
 
 _COMPILED: dict = {}

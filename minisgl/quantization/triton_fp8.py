@@ -5,12 +5,13 @@ Imported only on CUDA (and by the CPU tests, under Triton's interpreter)."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
+
+from minisgl.layers.triton_kernels import pdl_launch, pdl_supported
 
 from .fp8 import FP8, FP8_MAX
 
@@ -75,9 +76,19 @@ def _scaled(acc, s_ptr, rn, n_ok, DOT: tl.constexpr):
 
 
 @triton.jit
+def _prefetch_l2(w_ptr, rows, stride_wn, K, PREFETCH_K: tl.constexpr):
+    """Ask L2 for the first PREFETCH_K bytes of each of `rows` (one request a 128-byte line)."""
+    lines = tl.minimum(tl.arange(0, PREFETCH_K // 128) * 128, K - 1)
+    addr = (w_ptr + rows.to(tl.int64)[:, None] * stride_wn + lines[None, :]).to(tl.int64)
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [addr], dtype=tl.int32,
+                              is_pure=False, pack=1)
+
+
+@triton.jit
 def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
-                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
+                     PREFETCH_K: tl.constexpr):
     """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features,
     over all of K (no split: no atomics, no zeroed buffer, no cast kernel). GATED: w holds
     [gate; up] (2N rows) and y = silu(gate) * up, both halves streamed by the same program.
@@ -85,17 +96,25 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
     DOT=True (more rows): tl.dot with the rows padded to BLOCK_M=16.
     PDL: launched as a programmatic dependent launch, i.e. before the kernel that writes x is done
     (hiding the launch gap, a few us of a ~6-40 us kernel): wait for it before reading anything,
-    then let the next kernel launch early the same way (it waits for this one in turn)."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
+    then let the next kernel launch early the same way (it waits for this one in turn).
+    PREFETCH_K: before that wait, ask L2 for the first PREFETCH_K bytes of this tile's weight rows
+    (the weight does not depend on the kernel before): the memory stays busy through that
+    kernel's tail and the launch, instead of idling until x is ready."""
     rm = tl.arange(0, BLOCK_M)
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok, n_ok = rm < M, rn < N
+    up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
+    if PREFETCH_K > 0:
+        rows = tl.minimum(rn, N - 1)
+        _prefetch_l2(w_ptr, rows, stride_wn, K, PREFETCH_K)
+        if GATED:
+            _prefetch_l2(w_ptr + up_off, rows, stride_wn, K, PREFETCH_K)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     x_ptrs = x_ptr + rm[:, None] * stride_xm + rk[None, :]
     w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]  # [BLOCK_N, BLOCK_K], K contiguous
-    up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
     if DOT:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     else:
@@ -130,6 +149,17 @@ GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled
 DOT_MIN_ROWS = 3
 ACC_ELEMENTS = 8192  # the CUDA-core accumulator: 64 float32 registers a thread at 4 warps
 N_SMS = 132  # an H100's; programs per tile size are counted against it (see gemv_config)
+# Weight bytes a GEMV asks L2 for before the kernel ahead of it is done (prefetch_k): a few us of
+# HBM bandwidth, well under an H100's 50 MB L2 so that nothing prefetched is evicted unused.
+PREFETCH_BYTES = 16 * 2**20
+
+
+def prefetch_k(rows: int, k: int, budget: int = PREFETCH_BYTES) -> int:
+    """Bytes of each of `rows` weight rows (K bytes of e4m3) to prefetch: the whole row where the
+    weight fits the budget, else the budget's share a row; a power of two of whole 128-byte lines
+    (0: less than a line)."""
+    share = min(triton.next_power_of_2(k), budget // max(rows, 1))
+    return 0 if share < 128 else 1 << (share.bit_length() - 1)
 
 
 def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
@@ -151,22 +181,14 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     return GemvConfig(block_n, block_k, num_warps=4, num_stages=2, dot=False)
 
 
-@functools.cache
-def _pdl(device: torch.device) -> bool:
-    """Programmatic dependent launch: Hopper and newer (FlashInfer's norms and activation around
-    these GEMVs launch that way too), with a Triton that has it."""
-    from triton.backends.nvidia.compiler import CUDAOptions
-
-    return (device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
-            and "launch_pdl" in CUDAOptions.__dataclass_fields__ and hasattr(tl.extra.cuda, "gdc_wait"))
-
-
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
-             config: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
+             config: GemvConfig | None = None, pdl: bool | None = None,
+             prefetch: int = PREFETCH_BYTES) -> torch.Tensor:
     """x [M <= 16, K] (bf16, rows contiguous) @ (weight [N, K] e4m3 * scale [N])^T in x's dtype,
     in one launch; with `gated`, weight is [gate; up] (2I rows) and the result is silu(gate) * up
     [M, I]. For decode at small batch, where streaming the weight is the whole cost and a
-    tensor-core GEMM leaves most SMs idle; x stays unquantized. `pdl`: None for where it runs."""
+    tensor-core GEMM leaves most SMs idle; x stays unquantized. `pdl`: None for where it runs;
+    `prefetch`: the weight bytes to ask L2 for before waiting on the kernel ahead (with PDL only)."""
     m, k = x.shape
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if m > GEMV_MAX_ROWS:
@@ -176,10 +198,10 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
         return y
     cfg = config or gemv_config(m, n, k, gated)
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
-    pdl = _pdl(x.device) if pdl is None else pdl
-    launch = {"launch_pdl": True} if pdl else {}  # (Triton's interpreter takes no such option)
+    pdl = pdl_supported(x.device) if pdl is None else pdl
     _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
         x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0), BLOCK_M=block_m,
         BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated, EVEN_K=k % cfg.block_k == 0,
-        IEEE=not x.is_cuda, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **launch)
+        IEEE=not x.is_cuda, PDL=pdl, PREFETCH_K=prefetch_k(weight.shape[0], k, prefetch) if pdl else 0,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch(pdl))
     return y

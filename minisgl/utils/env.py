@@ -40,8 +40,10 @@ DISABLE_FLASHINFER_SAMPLING = EnvVar("MINISGL_DISABLE_FLASHINFER_SAMPLING", "0",
                                      "1: torch sampling on the GPU instead of FlashInfer's kernels")
 DECODE_TENSOR_CORES = EnvVar("MINISGL_DECODE_TENSOR_CORES", "",
                              "1 or 0: force FlashInfer's tensor-core decode on or off (unset: on for >= 4 query heads per KV head)")
+DISABLE_PDL = EnvVar("MINISGL_DISABLE_PDL", "0",
+                     "1: launch minisgl's Triton kernels without programmatic dependent launch (to measure what it saves)")
 MODEL_FREE_STEP_MS = EnvVar("MINISGL_MODEL_FREE_STEP_MS", "0",
                             "the model-free benchmark engine's time per step, in ms (minisgl.benchmark.model_free)")
 
 ALL = (API_KEY, LOG_LEVEL, CACHE, DISABLE_OVERLAP, DISABLE_FUSED_KERNELS, DISABLE_FLASHINFER_SAMPLING,
-       DECODE_TENSOR_CORES, MODEL_FREE_STEP_MS)
+       DECODE_TENSOR_CORES, DISABLE_PDL, MODEL_FREE_STEP_MS)
