@@ -76,19 +76,9 @@ def _scaled(acc, s_ptr, rn, n_ok, DOT: tl.constexpr):
 
 
 @triton.jit
-def _prefetch_l2(w_ptr, rows, stride_wn, K, PREFETCH_K: tl.constexpr):
-    """Ask L2 for the first PREFETCH_K bytes of each of `rows` (one request a 128-byte line)."""
-    lines = tl.minimum(tl.arange(0, PREFETCH_K // 128) * 128, K - 1)
-    addr = (w_ptr + rows.to(tl.int64)[:, None] * stride_wn + lines[None, :]).to(tl.int64)
-    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [addr], dtype=tl.int32,
-                              is_pure=False, pack=1)
-
-
-@triton.jit
 def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
-                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
-                     PREFETCH_K: tl.constexpr):
+                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
     """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features,
     over all of K (no split: no atomics, no zeroed buffer, no cast kernel). GATED: w holds
     [gate; up] (2N rows) and y = silu(gate) * up, both halves streamed by the same program.
@@ -96,25 +86,18 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
     DOT=True (more rows): tl.dot with the rows padded to BLOCK_M=16.
     PDL: launched as a programmatic dependent launch, i.e. before the kernel that writes x is done
     (hiding the launch gap, a few us of a ~6-40 us kernel): wait for it before reading anything,
-    then let the next kernel launch early the same way (it waits for this one in turn).
-    PREFETCH_K: before that wait, ask L2 for the first PREFETCH_K bytes of this tile's weight rows
-    (the weight does not depend on the kernel before): the memory stays busy through that
-    kernel's tail and the launch, instead of idling until x is ready."""
+    then let the next kernel launch early the same way (it waits for this one in turn). (Asking L2
+    for the weight before that wait, which does not depend on x, measured no faster on an H100.)"""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     rm = tl.arange(0, BLOCK_M)
     rn = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok, n_ok = rm < M, rn < N
-    up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
-    if PREFETCH_K > 0:
-        rows = tl.minimum(rn, N - 1)
-        _prefetch_l2(w_ptr, rows, stride_wn, K, PREFETCH_K)
-        if GATED:
-            _prefetch_l2(w_ptr + up_off, rows, stride_wn, K, PREFETCH_K)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     x_ptrs = x_ptr + rm[:, None] * stride_xm + rk[None, :]
     w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]  # [BLOCK_N, BLOCK_K], K contiguous
+    up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
     if DOT:
         acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
     else:
@@ -134,6 +117,39 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
              mask=m_ok[:, None] & n_ok[None, :])
 
 
+@triton.jit
+def _fp8_gemv_tma_kernel(x_ptr, w_desc, s_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
+                         GATED: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
+    """_fp8_gemv_kernel with the weight tiles brought in by the Tensor Memory Accelerator (w_desc: a
+    [BLOCK_N, BLOCK_K] descriptor of the weight; zeros past its edges): the copies run
+    asynchronously, num_stages deep, without a thread's registers or load instructions."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    n0 = tl.program_id(0) * BLOCK_N
+    rm = tl.arange(0, BLOCK_M)
+    rn = n0 + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok, n_ok = rm < M, rn < N
+    if DOT:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    acc_up = tl.zeros_like(acc)
+    for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+        x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None] & (k0 + rk < K)[None, :],
+                    other=0.0)
+        acc = _mac(acc, x, w_desc.load([n0, k0]), DOT, IEEE)
+        if GATED:  # (a gate tile past row N reads up rows: those outputs are not stored)
+            acc_up = _mac(acc_up, x, w_desc.load([n0 + N, k0]), DOT, IEEE)
+    out = _scaled(acc, s_ptr, rn, n_ok, DOT)
+    if GATED:
+        out = out / (1.0 + tl.exp(-out)) * _scaled(acc_up, s_ptr + N, rn, n_ok, DOT)
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
+             mask=m_ok[:, None] & n_ok[None, :])
+
+
 @dataclass(frozen=True)
 class GemvConfig:
     block_n: int
@@ -141,6 +157,7 @@ class GemvConfig:
     num_warps: int
     num_stages: int
     dot: bool
+    tma: bool = False  # the weight through TMA descriptors (_fp8_gemv_tma_kernel); at most 256 x 256 tiles
 
 
 GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled_mm (gemm.py)
@@ -149,17 +166,6 @@ GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled
 DOT_MIN_ROWS = 3
 ACC_ELEMENTS = 8192  # the CUDA-core accumulator: 64 float32 registers a thread at 4 warps
 N_SMS = 132  # an H100's; programs per tile size are counted against it (see gemv_config)
-# Weight bytes a GEMV asks L2 for before the kernel ahead of it is done (prefetch_k): a few us of
-# HBM bandwidth, well under an H100's 50 MB L2 so that nothing prefetched is evicted unused.
-PREFETCH_BYTES = 16 * 2**20
-
-
-def prefetch_k(rows: int, k: int, budget: int = PREFETCH_BYTES) -> int:
-    """Bytes of each of `rows` weight rows (K bytes of e4m3) to prefetch: the whole row where the
-    weight fits the budget, else the budget's share a row; a power of two of whole 128-byte lines
-    (0: less than a line)."""
-    share = min(triton.next_power_of_2(k), budget // max(rows, 1))
-    return 0 if share < 128 else 1 << (share.bit_length() - 1)
 
 
 def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
@@ -182,13 +188,11 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
 
 
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
-             config: GemvConfig | None = None, pdl: bool | None = None,
-             prefetch: int = PREFETCH_BYTES) -> torch.Tensor:
+             config: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
     """x [M <= 16, K] (bf16, rows contiguous) @ (weight [N, K] e4m3 * scale [N])^T in x's dtype,
     in one launch; with `gated`, weight is [gate; up] (2I rows) and the result is silu(gate) * up
     [M, I]. For decode at small batch, where streaming the weight is the whole cost and a
-    tensor-core GEMM leaves most SMs idle; x stays unquantized. `pdl`: None for where it runs;
-    `prefetch`: the weight bytes to ask L2 for before waiting on the kernel ahead (with PDL only)."""
+    tensor-core GEMM leaves most SMs idle; x stays unquantized. `pdl`: None for where it runs."""
     m, k = x.shape
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if m > GEMV_MAX_ROWS:
@@ -199,9 +203,16 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
     cfg = config or gemv_config(m, n, k, gated)
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     pdl = pdl_supported(x.device) if pdl is None else pdl
-    _fp8_gemv_kernel[(triton.cdiv(n, cfg.block_n),)](
-        x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0), BLOCK_M=block_m,
-        BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated, EVEN_K=k % cfg.block_k == 0,
-        IEEE=not x.is_cuda, PDL=pdl, PREFETCH_K=prefetch_k(weight.shape[0], k, prefetch) if pdl else 0,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch(pdl))
+    grid = (triton.cdiv(n, cfg.block_n),)
+    tiles = dict(BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated,
+                 IEEE=not x.is_cuda, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch(pdl))
+    if cfg.tma:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        desc = TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [cfg.block_n, cfg.block_k])
+        _fp8_gemv_tma_kernel[grid](x, desc, scale, y, m, n, k, x.stride(0), y.stride(0), STAGES=cfg.num_stages,
+                                   **tiles)
+    else:
+        _fp8_gemv_kernel[grid](x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
+                               EVEN_K=k % cfg.block_k == 0, **tiles)
     return y
