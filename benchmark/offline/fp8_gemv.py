@@ -7,8 +7,9 @@ Shapes from the config: qkv [(heads + 2 kv heads) * head_dim, hidden], o [hidden
 gate_up [2 * intermediate, hidden], down [hidden, intermediate] (FP8 e4m3, per-channel scales),
 lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) it times:
   gemv        minisgl's kernel with its table config (triton_fp8.gemv_config), launched as a
-              programmatic dependent launch; gate_up also gated (silu(gate) * up in the epilogue)
-              against gemv + silu_and_mul;
+              programmatic dependent launch; also with pointer loads where the table has TMA
+              (the table before it); gate_up also gated (silu(gate) * up in the epilogue) against
+              gemv + silu_and_mul;
   sweep       other tile configs (at --sweep-rows; gate_up gated too): the best is printed next to
               the table's;
   splitk      the previous kernel (K split over the SMs, fp32 atomics into torch.zeros, a cast),
@@ -19,10 +20,10 @@ Each is timed inside a CUDA graph of >= 20 calls that rotate over enough weight 
 L2) that every call reads its weight from HBM, as decode does; medians of 7 replays. Bandwidth is
 weight bytes / time, also as a share of a measured device-to-device copy. Then one graph of
 --layers x (qkv, o, gate_up[, silu_and_mul], down) + the bf16 lm_head, i.e. a decode step's GEMMs
-at batch 1, against the floor (its bytes at copy bandwidth): with and without PDL, with the
-weight through TMA (tma_config) or not, and with the two add + RMSNorm kernels in front of qkv and
-gate_up (FlashInfer's, or minisgl's Triton one, which lets the GEMV launch at once); that one first.
-Writes JSON and a PNG.
+at batch 1, against the floor (its bytes at copy bandwidth): with and without PDL, the weight
+through TMA (the table) or pointer loads (the table before it), and with the two add + RMSNorm
+kernels in front of qkv and gate_up (FlashInfer's, or minisgl's Triton one, which lets the GEMV
+launch at once); that one first. Writes JSON and a PNG.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from minisgl.layers.fused import flashinfer_ops
 from minisgl.layers.triton_kernels import add_rmsnorm
 from minisgl.quantization.fp8 import quantize_rows
 from minisgl.quantization.gemm import quantize_per_token
-from minisgl.quantization.triton_fp8 import GemvConfig, fp8_gemv, gemv_config
+from minisgl.quantization.triton_fp8 import ACC_ELEMENTS, GemvConfig, fp8_gemv, gemv_config
 
 L2_BYTES = 50 * 2**20  # an H100's
 
@@ -134,12 +135,15 @@ def sweep_configs(rows: int, gated: bool = False, kinds: str = "all") -> list[Ge
     return out
 
 
-def tma_config(rows: int, n: int, k: int, gated: bool) -> GemvConfig:
-    """A first guess at TMA tiles (the sweep says better): tl.dot where the table has it."""
+def pointer_config(rows: int, n: int, k: int, gated: bool) -> GemvConfig:
+    """The table before TMA (pointer loads: CUDA cores, tl.dot gated), for comparison."""
     table = gemv_config(rows, n, k, gated)
-    if table.dot:
-        return GemvConfig(table.block_n, 256, 4, 4, True, tma=True)
-    return GemvConfig(16, 256, 4, 6, False, tma=True)
+    if not table.tma:
+        return table
+    if gated:
+        return GemvConfig(32, 256, 4, 3, True)
+    return GemvConfig(table.block_n, min(1024, ACC_ELEMENTS // (triton.next_power_of_2(rows) * table.block_n)),
+                      4, 2, False)
 
 
 def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw: float) -> dict:
@@ -159,10 +163,10 @@ def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw:
     norms = {"FlashInfer": lambda: fi_norm(hidden_x, residual, norm_w, 1e-5),
              "Triton": lambda: add_rmsnorm(hidden_x, residual, norm_w, 1e-5, pdl=True)}
 
-    def gemv_layer(L, gated=True, pdl=None, norm=None, tma=False):
+    def gemv_layer(L, gated=True, pdl=None, norm=None, pointer=False):
         def cfg(name, gated=False):
             n, k = shapes[name]
-            return tma_config(1, n // 2 if gated else n, k, gated) if tma else None
+            return pointer_config(1, n // 2 if gated else n, k, gated) if pointer else None
 
         up = ((lambda: fp8_gemv(hidden_x, *L["gate_up"], gated=True, pdl=pdl, config=cfg("gate_up", True))) if gated
               else (lambda: silu_and_mul(fp8_gemv(hidden_x, *L["gate_up"], pdl=pdl))))
@@ -172,13 +176,13 @@ def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw:
                 *pre, up, lambda: fp8_gemv(x["down"], *L["down"], pdl=pdl, config=cfg("down"))]
 
     # With the input norms between them (add + RMSNorm: FlashInfer's, or minisgl's Triton one that
-    # lets the GEMV after it launch at once) or without; with the weight through TMA or not.
+    # lets the GEMV after it launch at once) or without; the weight through TMA or pointer loads.
     variants = {
         "gemv gated + Triton norms": lambda L: gemv_layer(L, norm="Triton"),
         "gemv gated + FlashInfer norms": lambda L: gemv_layer(L, norm="FlashInfer"),
-        "gemv gated, TMA + Triton norms": lambda L: gemv_layer(L, norm="Triton", tma=True),
+        "gemv gated, pointer loads + FlashInfer norms": lambda L: gemv_layer(L, norm="FlashInfer", pointer=True),
         "gemv gated": gemv_layer,
-        "gemv gated, TMA": lambda L: gemv_layer(L, tma=True),
+        "gemv gated, pointer loads": lambda L: gemv_layer(L, pointer=True),
         "gemv gated, no PDL": lambda L: gemv_layer(L, pdl=False),
         "gemv + silu_and_mul": lambda L: gemv_layer(L, gated=False),
         "splitk + silu_and_mul": lambda L: [lambda: splitk(x["qkv"], *L["qkv"]), lambda: splitk(x["o"], *L["o"]),
@@ -243,7 +247,7 @@ def main() -> None:
             if fp8:
                 nbytes = n * k + 4 * n
                 methods = {"gemv": lambda w, s: fp8_gemv(x, w, s),
-                           "gemv TMA": lambda w, s: fp8_gemv(x, w, s, config=tma_config(rows, n, k, False)),
+                           "gemv pointer loads": lambda w, s: fp8_gemv(x, w, s, config=pointer_config(rows, n, k, False)),
                            "splitk": lambda w, s: splitk(x, w, s),
                            "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
                 if name == "gate_up":
@@ -251,7 +255,7 @@ def main() -> None:
                     methods["gemv gated"] = lambda w, s: fp8_gemv(x, w, s, gated=True)
                 want = x.float() @ (quant[0][0].float() * quant[0][1][:, None]).T
                 for method, fn in methods.items():
-                    if method in ("gemv", "gemv TMA", "splitk", "scaled_mm"):
+                    if method in ("gemv", "gemv pointer loads", "splitk", "scaled_mm"):
                         err = ((fn(*quant[0]).float() - want).norm() / want.norm()).item()
                     else:
                         err = None

@@ -170,21 +170,25 @@ N_SMS = 132  # an H100's; programs per tile size are counted against it (see gem
 
 def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
-    not autotune), from the tile sweep on an H100 (benchmark/NOTES.md, issue 16). Output tiles
+    not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
     only, no split-K: BLOCK_N is the widest that still gives at least two programs per SM (so every
     SM streams weight rows; narrower tiles rather than a K split for small N, e.g. tensor-parallel
-    shards). CUDA-core K steps are as long as the accumulator allows, so each program keeps many
-    16-byte weight loads in flight. The gated gate/up GEMV takes tl.dot from one row: with two
-    CUDA-core accumulators its K steps halve (Llama-3.1-8B, 1 row: 64 us, tl.dot 49 us)."""
-    dot = gated or m >= DOT_MIN_ROWS
-    widths = (32, 16) if dot else (8, 4)
-    block_n = next((w for w in widths if triton.cdiv(n, w) >= 2 * N_SMS), widths[-1])
-    if dot:
-        return GemvConfig(block_n, min(256, max(16, triton.next_power_of_2(k))), num_warps=4,
-                          num_stages=3 if gated else 4, dot=True)
-    acc = triton.next_power_of_2(m) * block_n
-    block_k = min(1024, ACC_ELEMENTS // acc, max(16, triton.next_power_of_2(k)))
-    return GemvConfig(block_n, block_k, num_warps=4, num_stages=2, dot=False)
+    shards). One or two rows: products on CUDA cores, the weight through TMA in 256-byte K steps
+    six deep (Llama-3.1-8B, 1 row, against pointer loads: qkv 13.6 -> 12.3 us, gated gate/up 49.1
+    -> 44.5, down 25.1 -> 23.4; needs K a multiple of 16, the descriptor's row alignment, else
+    pointer loads with K steps as long as the accumulator allows). From three rows tl.dot over
+    pointer loads (TMA measured slower there)."""
+    if m < DOT_MIN_ROWS:
+        block_n = 8 if triton.cdiv(n, 8) >= 2 * N_SMS else 4
+        if k % 16 == 0:
+            return GemvConfig(block_n, min(256, max(16, triton.next_power_of_2(k))), num_warps=4, num_stages=6,
+                              dot=False, tma=True)
+        acc = triton.next_power_of_2(m) * block_n * (2 if gated else 1)
+        block_k = min(1024, ACC_ELEMENTS // acc, max(16, triton.next_power_of_2(k)))
+        return GemvConfig(block_n, block_k, num_warps=4, num_stages=2, dot=False)
+    block_n = 32 if triton.cdiv(n, 32) >= 2 * N_SMS else 16
+    return GemvConfig(block_n, min(256, max(16, triton.next_power_of_2(k))), num_warps=4,
+                      num_stages=3 if gated else 4, dot=True)
 
 
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,

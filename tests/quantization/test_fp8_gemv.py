@@ -1,8 +1,8 @@
 """The FP8 weight-streaming GEMV (minisgl.quantization.triton_fp8.fp8_gemv) computes x @ (w * s)^T
 as a float32 GEMM of the same e4m3 weights does, and its gated form silu(gate) * up, for 1 to 16
-rows, N not a multiple of its tile and K not a multiple of its step, on both of its paths (CUDA
-cores and tl.dot); and every tile its table picks builds for Hopper streaming the weight in 16-byte
-loads. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
+rows, N not a multiple of its tile and K not a multiple of its step, on every path (CUDA cores or
+tl.dot, the weight through pointer loads or TMA); and every tile its table picks builds for Hopper
+streaming the weight in TMA copies or 16-byte loads. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1); the device runs this file on the GPU too.
 
     python -m pytest tests/quantization/test_fp8_gemv.py -q
@@ -47,9 +47,11 @@ def check(rows: int, n: int, k: int, gated: bool, config: GemvConfig | None = No
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 16])
 @pytest.mark.parametrize("gated", [False, True])
-def test_gemv_equals_a_float32_gemm_of_the_fp8_weight(rows, gated):
-    # N = 70: not a multiple of any tile width; K = 200: not a multiple of any K step.
-    check(rows, 70, 200, gated)
+@pytest.mark.parametrize("k", [200, 208])
+def test_gemv_equals_a_float32_gemm_of_the_fp8_weight(rows, gated, k):
+    # N = 70: not a multiple of any tile width; K not a multiple of any K step (208: a multiple of
+    # 16, so TMA at one or two rows; 200: not, so pointer loads).
+    check(rows, 70, k, gated)
 
 
 @pytest.mark.parametrize("rows", [1, 5])
@@ -61,13 +63,15 @@ def test_every_path_agrees_with_the_reference_whatever_the_rows(rows, gated, tma
 
 
 def test_configs_tile_output_features_only_and_fill_the_gpu():
-    # Llama-3.1-8B's o_proj at batch 1: at least two programs per SM of an H100 (132), no K split.
+    # Llama-3.1-8B's o_proj at batch 1: at least two programs per SM of an H100 (132), no K split,
+    # CUDA cores fed by TMA.
     cfg = gemv_config(1, 4096, 4096)
-    assert 4096 // cfg.block_n >= 264 and not cfg.dot
+    assert 4096 // cfg.block_n >= 264 and not cfg.dot and cfg.tma
+    assert gemv_config(1, 14336, 4096, gated=True).tma  # gated too
     assert gemv_config(16, 28672, 4096).dot  # 16 rows: tl.dot over 16-row tiles
-    assert gemv_config(1, 14336, 4096, gated=True).dot  # gated: two accumulators, tl.dot from one row
     narrow = gemv_config(1, 512, 4096)  # a tensor-parallel shard: narrower tiles, not a K split
     assert 512 // narrow.block_n >= 128
+    assert not gemv_config(1, 4096, 4104).tma  # rows not 16-byte aligned: no TMA descriptor
 
 
 def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
@@ -79,8 +83,8 @@ def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
 
 # Builds the kernel for Hopper with Triton's compiler (no GPU needed, outside the interpreter) with
 # the tiles gemv_config picks for Llama-3.1-8B's linears and a tensor-parallel shard, and reads the
-# PTX: the e4m3 weight must move in 16-byte loads (ld.global.v4, or cp.async of 16 bytes on the
-# tl.dot path), never byte by byte, or the kernel is far from the bandwidth it exists for; with
+# PTX: the e4m3 weight must move in TMA tile copies, several in flight, or 16-byte loads
+# (ld.global.v4, or cp.async of 16 bytes on the tl.dot path), never byte by byte, or the kernel is far from the bandwidth it exists for; with
 # programmatic dependent launch it waits for the kernel before it (griddepcontrol.wait).
 HOPPER_BUILD = r"""
 import inspect, re, triton
@@ -88,27 +92,33 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from minisgl.quantization import triton_fp8 as tf
 
-kernel = tf._fp8_gemv_kernel
-names = list(inspect.signature(kernel.fn).parameters)
-types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16"}
 shapes = [(6144, 4096, False), (4096, 4096, False), (14336, 4096, True), (4096, 14336, False), (768, 4096, False)]
 for n, k, gated in shapes:
     for rows, pdl in ((1, True), (2, False), (4, True), (16, False)):
         cfg = tf.gemv_config(rows, n, k, gated)
+        kernel = tf._fp8_gemv_tma_kernel if cfg.tma else tf._fp8_gemv_kernel
+        names = list(inspect.signature(kernel.fn).parameters)
+        types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "w_desc": f"tensordesc<fp8e4nv[{cfg.block_n}, {cfg.block_k}]>",
+                 "s_ptr": "*fp32", "y_ptr": "*bf16"}
         consts = {"BLOCK_M": 16 if cfg.dot else triton.next_power_of_2(rows), "BLOCK_N": cfg.block_n,
-                  "BLOCK_K": cfg.block_k, "DOT": cfg.dot, "GATED": gated, "EVEN_K": k % cfg.block_k == 0, "IEEE": False,
-                  "PDL": pdl}
+                  "BLOCK_K": cfg.block_k, "DOT": cfg.dot, "GATED": gated, "IEEE": False, "PDL": pdl}
+        consts.update({"STAGES": cfg.num_stages} if cfg.tma else {"EVEN_K": k % cfg.block_k == 0})
         sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
         # What Triton's launcher tells the compiler of these arguments: 16-byte aligned, multiples of 16.
-        aligned = ["x_ptr", "w_ptr", "s_ptr", "y_ptr", "N", "K", "stride_xm", "stride_wn", "stride_ym"]
+        aligned = [a for a in ["x_ptr", "w_ptr", "s_ptr", "y_ptr", "N", "K", "stride_xm", "stride_wn", "stride_ym"]
+                   if a in names]
         attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
         ptx = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=attrs),
                              target=GPUTarget("cuda", 90, 32),
                              options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}).asm["ptx"]
         byte_loads = re.findall(r"ld\.global(?:\.\w+)*\.[bsu]8\b", ptx)
-        small_copies = [c for c in re.findall(r"cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], (\w+)", ptx)
-                        if int(c, 0) != 16]
-        wide = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)) + ptx.count("cp.async")
+        if cfg.tma:  # several tile copies in flight (the loop pipelined), none by a thread
+            wide = len(re.findall(r"cp\.async\.bulk\.tensor", ptx)) >= cfg.num_stages - 1
+            small_copies = []
+        else:
+            small_copies = [c for c in re.findall(r"cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], (\w+)", ptx)
+                            if int(c, 0) != 16]
+            wide = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)) + ptx.count("cp.async")
         assert not byte_loads and not small_copies and wide, (n, k, gated, rows, cfg, byte_loads, small_copies)
         assert ("griddepcontrol.wait" in ptx) == pdl, (n, k, gated, rows, pdl)
 print("built")
