@@ -184,6 +184,8 @@ def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw:
         "gemv gated": gemv_layer,
         "gemv gated, pointer loads": lambda L: gemv_layer(L, pointer=True),
         "gemv gated, no PDL": lambda L: gemv_layer(L, pdl=False),
+        "gemv gated, no PDL + Triton norms": lambda L: gemv_layer(L, pdl=False, norm="Triton"),
+        "gemv gated, pointer loads, no PDL": lambda L: gemv_layer(L, pdl=False, pointer=True),
         "gemv + silu_and_mul": lambda L: gemv_layer(L, gated=False),
         "splitk + silu_and_mul": lambda L: [lambda: splitk(x["qkv"], *L["qkv"]), lambda: splitk(x["o"], *L["o"]),
                                             lambda: silu_and_mul(splitk(x["gate_up"], *L["gate_up"])),

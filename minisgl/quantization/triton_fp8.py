@@ -123,10 +123,13 @@ def _fp8_gemv_tma_kernel(x_ptr, w_desc, s_ptr, y_ptr, M, N, K, stride_xm, stride
                          GATED: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
     """_fp8_gemv_kernel with the weight tiles brought in by the Tensor Memory Accelerator (w_desc: a
     [BLOCK_N, BLOCK_K] descriptor of the weight; zeros past its edges): the copies run
-    asynchronously, num_stages deep, without a thread's registers or load instructions."""
+    asynchronously, num_stages deep, without a thread's registers or load instructions.
+    PDL: wait for the kernel before at the start, but let the next one launch only at the end: a
+    trigger at the start, as _fp8_gemv_kernel does, let the next kernel's programs take SM room
+    while this one streams (Llama-3.1-8B batch-1 TPOT on an H100: 4.03 ms with the trigger at the
+    start, 3.80 without PDL, 3.73 with the trigger at the end)."""
     if PDL:
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     n0 = tl.program_id(0) * BLOCK_N
     rm = tl.arange(0, BLOCK_M)
     rn = n0 + tl.arange(0, BLOCK_N)
@@ -148,6 +151,8 @@ def _fp8_gemv_tma_kernel(x_ptr, w_desc, s_ptr, y_ptr, M, N, K, stride_xm, stride
         out = out / (1.0 + tl.exp(-out)) * _scaled(acc_up, s_ptr + N, rn, n_ok, DOT)
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @dataclass(frozen=True)
