@@ -44,7 +44,7 @@ from minisgl.layers.fused import flashinfer_ops
 from minisgl.layers.triton_kernels import add_rmsnorm
 from minisgl.quantization.fp8 import quantize_rows
 from minisgl.quantization.gemm import quantize_per_token
-from minisgl.quantization.triton_fp8 import ACC_ELEMENTS, GemvConfig, fp8_gemv, gemv_config
+from minisgl.quantization.triton_fp8 import ACC_ELEMENTS, DOT_MIN_ROWS, N_SMS, GemvConfig, fp8_gemv, gemv_config
 
 L2_BYTES = 50 * 2**20  # an H100's
 
@@ -128,20 +128,23 @@ def sweep_configs(rows: int, gated: bool = False, kinds: str = "all") -> list[Ge
         out += [GemvConfig(bn, bk, w, st, False) for bn in (4, 8, 16, 32) for bk in (128, 256, 512, 1024)
                 for w in (4, 8) for st in (2,) if 16 <= block_m * bn * bk / (32 * w) <= 128]
         out += [GemvConfig(bn, bk, 4, st, True) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
-    if kinds in ("all", "tma"):  # TMA boxes: at most 256 a side
-        out += [GemvConfig(bn, bk, 4, st, False, tma=True) for bn in (8, 16, 32) for bk in (128, 256)
+    if kinds in ("all", "tma", "tma-cores"):  # TMA boxes: at most 256 a side
+        out += [GemvConfig(bn, bk, 4, st, False, tma=True) for bn in (4, 8, 16, 32) for bk in (128, 256)
                 for st in (4, 6, 8) if block_m * bn * bk / 128 <= 128]
+    if kinds in ("all", "tma"):
         out += [GemvConfig(bn, bk, 4, st, True, tma=True) for bn in (32, 64) for bk in (128, 256) for st in (3, 4, 6)]
     return out
 
 
 def pointer_config(rows: int, n: int, k: int, gated: bool) -> GemvConfig:
-    """The table before TMA (pointer loads: CUDA cores, tl.dot gated), for comparison."""
+    """The table before TMA (pointer loads: CUDA cores at one or two rows, tl.dot from three rows
+    and for the gated gate/up), for comparison."""
     table = gemv_config(rows, n, k, gated)
     if not table.tma:
         return table
-    if gated:
-        return GemvConfig(32, 256, 4, 3, True)
+    if gated or rows >= DOT_MIN_ROWS:
+        block_n = 32 if triton.cdiv(n, 32) >= 2 * N_SMS else 16
+        return GemvConfig(block_n, 256, 4, 3 if gated else 4, True)
     return GemvConfig(table.block_n, min(1024, ACC_ELEMENTS // (triton.next_power_of_2(rows) * table.block_n)),
                       4, 2, False)
 
@@ -206,8 +209,8 @@ def main() -> None:
     p.add_argument("--config", default=".bench-models/llama-3.1-8b", help="dir with an HF config.json")
     p.add_argument("--rows", default="1,2,4,8,16")
     p.add_argument("--sweep-rows", default="1", help="row counts to sweep tile configs at ('' for none)")
-    p.add_argument("--sweep-kinds", choices=["all", "pointer", "tma"], default="all",
-                   help="the configs swept: pointer loads, TMA, or both")
+    p.add_argument("--sweep-kinds", choices=["all", "pointer", "tma", "tma-cores"], default="all",
+                   help="the configs swept: pointer loads, TMA (tma-cores: CUDA-core products only), or both")
     p.add_argument("--layers", type=int, default=None, help="layers in the per-token graph (default: the config's)")
     p.add_argument("--out", default="results/fp8_gemv.json")
     args = p.parse_args()

@@ -12,8 +12,8 @@ class RMSNorm(nn.Module):
     With `residual`, it first adds the residual (in the model dtype) and returns
     (normed, new_residual): the pre-norm transformer's add-then-norm in one call. On CUDA in
     half precision both are one kernel that works in place on `x` and `residual`: minisgl's
-    Triton one where programmatic dependent launch exists (Hopper; it lets the next layer's first
-    GEMV start early, see triton_kernels.add_rmsnorm), FlashInfer's elsewhere.
+    Triton one where programmatic dependent launch exists (Hopper; it lets the next GEMM launch
+    while it runs, see triton_kernels.add_rmsnorm), FlashInfer's elsewhere.
     """
 
     def __init__(self, dim: int, eps: float):

@@ -4,8 +4,8 @@ package runs where triton is missing (the callers fall back to torch / FlashInfe
 - `qk_norm_rope_store`: per-head RMSNorm of q and k (Qwen3; optional), rotary embedding, and the
   store of k and v into this layer's KV cache, in one pass over each token's q/k/v (instead of
   five kernels: two norms, rope, two index copies).
-- `add_rmsnorm`: the pre-norm layer's residual add + RMSNorm at decode's few rows, launched so that
-  the kernel after it (the next layer's first GEMV) starts early (programmatic dependent launch).
+- `add_rmsnorm`: the pre-norm layer's residual add + RMSNorm, on Hopper in place of FlashInfer's:
+  it lets the kernel after it (the next GEMM) launch while it runs (programmatic dependent launch).
 - `sample_gumbel_max`: temperature sampling straight from (bf16 or fp32) logits in one pass:
   argmax(logits / T + Gumbel noise), greedy argmax where T == 0.
 """
@@ -118,9 +118,9 @@ def pdl_launch(pdl: bool) -> dict:
 def _add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, stride_x, stride_r, D, eps, BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Row t: r[t] = x[t] + r[t] (rounded to the model dtype, as HF adds), x[t] = rmsnorm(r[t]) * w.
     PDL: wait for the kernel before (it wrote x), then at once let the kernel after launch: it
-    waits for this one to finish, but meanwhile its programs sit on the SMs and prefetch what does
-    not depend on x (fp8_gemv's weight), where a trigger at the end (FlashInfer's norms) leaves
-    the memory idle through this kernel, its launch gap and the next kernel's first loads."""
+    waits for this one to finish, but is launched and placed on the SMs meanwhile, where a
+    trigger at the end (FlashInfer's norms) adds its launch to every layer's critical path
+    (Llama-3.1-8B, FP8, batch 1, the step's GEMMs and 64 norms: 3.375 ms against 3.434)."""
     t = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < D

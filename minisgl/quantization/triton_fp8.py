@@ -1,6 +1,7 @@
 """Triton kernels for the FP8 GEMMs: per-token (row) quantization of the activations to e4m3 in
 one launch (torch would take five: abs, amax, divide, clamp, cast), and the weight-streaming GEMV
-for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in.
+for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in;
+at one or two rows it takes the weight through TMA (the Hopper Tensor Memory Accelerator).
 Imported only on CUDA (and by the CPU tests, under Triton's interpreter)."""
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def _fp8_gemv_tma_kernel(x_ptr, w_desc, s_ptr, y_ptr, M, N, K, stride_xm, stride
                          GATED: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
     """_fp8_gemv_kernel with the weight tiles brought in by the Tensor Memory Accelerator (w_desc: a
     [BLOCK_N, BLOCK_K] descriptor of the weight; zeros past its edges): the copies run
-    asynchronously, num_stages deep, without a thread's registers or load instructions.
+    asynchronously, STAGES deep, without a thread's registers or load instructions.
     PDL: wait for the kernel before at the start, but let the next one launch only at the end: a
     trigger at the start, as _fp8_gemv_kernel does, let the next kernel's programs take SM room
     while this one streams (Llama-3.1-8B batch-1 TPOT on an H100: 4.03 ms with the trigger at the
@@ -140,6 +141,7 @@ def _fp8_gemv_tma_kernel(x_ptr, w_desc, s_ptr, y_ptr, M, N, K, stride_xm, stride
     else:
         acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
     acc_up = tl.zeros_like(acc)
+    # The loop's own num_stages: Triton pipelines descriptor loads that feed no tl.dot only so.
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
         x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None] & (k0 + rk < K)[None, :],
                     other=0.0)
@@ -173,26 +175,39 @@ ACC_ELEMENTS = 8192  # the CUDA-core accumulator: 64 float32 registers a thread 
 N_SMS = 132  # an H100's; programs per tile size are counted against it (see gemv_config)
 
 
+def _widest(n: int, widths: tuple[int, ...], programs: int) -> int:
+    """The widest tile of `widths` that still cuts n output features into >= `programs` tiles."""
+    return next((w for w in widths if triton.cdiv(n, w) >= programs), widths[-1])
+
+
+def _k_step(k: int, cap: int) -> int:
+    return min(cap, max(16, triton.next_power_of_2(k)))
+
+
 def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
     not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
-    only, no split-K: BLOCK_N is the widest that still gives at least two programs per SM (so every
-    SM streams weight rows; narrower tiles rather than a K split for small N, e.g. tensor-parallel
-    shards). One or two rows: products on CUDA cores, the weight through TMA in 256-byte K steps
-    six deep (Llama-3.1-8B, 1 row, against pointer loads: qkv 13.6 -> 12.3 us, gated gate/up 49.1
-    -> 44.5, down 25.1 -> 23.4; needs K a multiple of 16, the descriptor's row alignment, else
-    pointer loads with K steps as long as the accumulator allows). From three rows tl.dot over
-    pointer loads (TMA measured slower there)."""
+    only, no split-K: tiles narrow enough that every SM streams weight rows (narrower tiles rather
+    than a K split for small N, e.g. tensor-parallel shards).
+    - One or two rows, and three or four outside the gated gate/up: products on CUDA cores, the
+      weight through TMA in 256-byte K steps (Llama-3.1-8B, against pointer loads: 1 row qkv 13.6
+      -> 12.3 us, gated gate/up 49.1 -> 44.5, down 25.1 -> 23.4; 4 rows, 16-wide tiles, qkv 19.4
+      -> 15.4, o 14.0 -> 12.0, down 42.5 -> 29.2). TMA needs K a multiple of 16 (its rows 16-byte
+      aligned); else, at one or two rows, pointer loads with K steps as long as the accumulator
+      allows.
+    - Else tl.dot over pointer loads, the rows padded to 16 (CUDA cores measured 1.1-5x slower)."""
+    if k % 16 == 0 and (m < DOT_MIN_ROWS or (m <= 4 and not gated)):
+        if m < DOT_MIN_ROWS:
+            return GemvConfig(_widest(n, (8, 4), 2 * N_SMS), _k_step(k, 256), num_warps=4, num_stages=6, dot=False,
+                              tma=True)
+        return GemvConfig(_widest(n, (16, 8, 4), N_SMS), _k_step(k, 256), num_warps=4, num_stages=4, dot=False,
+                          tma=True)
     if m < DOT_MIN_ROWS:
-        block_n = 8 if triton.cdiv(n, 8) >= 2 * N_SMS else 4
-        if k % 16 == 0:
-            return GemvConfig(block_n, min(256, max(16, triton.next_power_of_2(k))), num_warps=4, num_stages=6,
-                              dot=False, tma=True)
+        block_n = _widest(n, (8, 4), 2 * N_SMS)
         acc = triton.next_power_of_2(m) * block_n * (2 if gated else 1)
-        block_k = min(1024, ACC_ELEMENTS // acc, max(16, triton.next_power_of_2(k)))
-        return GemvConfig(block_n, block_k, num_warps=4, num_stages=2, dot=False)
-    block_n = 32 if triton.cdiv(n, 32) >= 2 * N_SMS else 16
-    return GemvConfig(block_n, min(256, max(16, triton.next_power_of_2(k))), num_warps=4,
+        return GemvConfig(block_n, min(1024, ACC_ELEMENTS // acc, _k_step(k, 1024)), num_warps=4, num_stages=2,
+                          dot=False)
+    return GemvConfig(_widest(n, (32, 16), 2 * N_SMS), _k_step(k, 256), num_warps=4,
                       num_stages=3 if gated else 4, dot=True)
 
 

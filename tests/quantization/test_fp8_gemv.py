@@ -45,12 +45,12 @@ def check(rows: int, n: int, k: int, gated: bool, config: GemvConfig | None = No
         (got.float().cpu() - want).abs().max())
 
 
-@pytest.mark.parametrize("rows", [1, 2, 5, 16])
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 16])
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("k", [200, 208])
 def test_gemv_equals_a_float32_gemm_of_the_fp8_weight(rows, gated, k):
     # N = 70: not a multiple of any tile width; K not a multiple of any K step (208: a multiple of
-    # 16, so TMA at one or two rows; 200: not, so pointer loads).
+    # 16, so TMA up to three rows, two gated; 200: not, so pointer loads).
     check(rows, 70, k, gated)
 
 
@@ -68,6 +68,7 @@ def test_configs_tile_output_features_only_and_fill_the_gpu():
     cfg = gemv_config(1, 4096, 4096)
     assert 4096 // cfg.block_n >= 264 and not cfg.dot and cfg.tma
     assert gemv_config(1, 14336, 4096, gated=True).tma  # gated too
+    assert gemv_config(4, 4096, 14336).tma and not gemv_config(4, 14336, 4096, gated=True).tma  # 4 rows
     assert gemv_config(16, 28672, 4096).dot  # 16 rows: tl.dot over 16-row tiles
     narrow = gemv_config(1, 512, 4096)  # a tensor-parallel shard: narrower tiles, not a K split
     assert 512 // narrow.block_n >= 128
