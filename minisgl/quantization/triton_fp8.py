@@ -189,14 +189,15 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
     only, no split-K: tiles narrow enough that every SM streams weight rows (narrower tiles rather
     than a K split for small N, e.g. tensor-parallel shards).
-    - One or two rows, and three or four outside the gated gate/up: products on CUDA cores, the
-      weight through TMA in 256-byte K steps (Llama-3.1-8B, against pointer loads: 1 row qkv 13.6
-      -> 12.3 us, gated gate/up 49.1 -> 44.5, down 25.1 -> 23.4; 4 rows, 16-wide tiles, qkv 19.4
-      -> 15.4, o 14.0 -> 12.0, down 42.5 -> 29.2). TMA needs K a multiple of 16 (its rows 16-byte
-      aligned); else, at one or two rows, pointer loads with K steps as long as the accumulator
-      allows.
+    - One or two rows, and three or four for ungated weights of at most 8,192 rows (gated, two
+      16-wide accumulators would not fit the registers): products on CUDA cores, the weight
+      through TMA in 256-byte K steps (Llama-3.1-8B, against pointer loads: 1 row qkv 13.6 ->
+      12.3 us, gated gate/up 49.1 -> 44.5, down 25.1 -> 23.4; 4 rows, 16-wide tiles, qkv 19.2 ->
+      15.5, o 13.8 -> 12.1, down 41.5 -> 28.4, but gate/up, 28,672 rows, 46.1 -> 60.0). TMA needs
+      K a multiple of 16 (its rows 16-byte aligned); else, at one or two rows, pointer loads with
+      K steps as long as the accumulator allows.
     - Else tl.dot over pointer loads, the rows padded to 16 (CUDA cores measured 1.1-5x slower)."""
-    if k % 16 == 0 and (m < DOT_MIN_ROWS or (m <= 4 and not gated)):
+    if k % 16 == 0 and (m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192)):
         if m < DOT_MIN_ROWS:
             return GemvConfig(_widest(n, (8, 4), 2 * N_SMS), _k_step(k, 256), num_warps=4, num_stages=6, dot=False,
                               tma=True)

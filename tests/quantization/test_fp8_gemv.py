@@ -68,7 +68,8 @@ def test_configs_tile_output_features_only_and_fill_the_gpu():
     cfg = gemv_config(1, 4096, 4096)
     assert 4096 // cfg.block_n >= 264 and not cfg.dot and cfg.tma
     assert gemv_config(1, 14336, 4096, gated=True).tma  # gated too
-    assert gemv_config(4, 4096, 14336).tma and not gemv_config(4, 14336, 4096, gated=True).tma  # 4 rows
+    assert gemv_config(4, 4096, 14336).tma  # 4 rows: TMA for the narrower weights, tl.dot for gate/up
+    assert gemv_config(4, 14336, 4096, gated=True).dot and gemv_config(4, 28672, 4096).dot
     assert gemv_config(16, 28672, 4096).dot  # 16 rows: tl.dot over 16-row tiles
     narrow = gemv_config(1, 512, 4096)  # a tensor-parallel shard: narrower tiles, not a K split
     assert 512 // narrow.block_n >= 128
