@@ -29,6 +29,17 @@ class ServerProcess(_ServerProcess):
         assert match, f"no pid logged for worker {name}"
         return int(match.group(1))
 
+    def run_until(self, worker: str, condition, slice_s: float = 0.01, timeout: float = 60) -> None:
+        """Within `stopped(worker)`: let the worker run in short slices (SIGCONT, a sleep, SIGSTOP)
+        until `condition()` holds (it may wait a little itself), to catch a fast worker early on."""
+        pid, deadline = self.worker_pid(worker), time.monotonic() + timeout
+        while not condition():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{worker} ran {timeout} s in slices and the condition never held")
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(slice_s)
+            os.kill(pid, signal.SIGSTOP)
+
     @contextlib.contextmanager
     def stopped(self, worker: str):
         """`worker` stopped (SIGSTOP: a hang, or time held still) for the block, continued after

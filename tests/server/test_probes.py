@@ -72,10 +72,11 @@ def test_probe_states_from_start_through_drain(model_dir):
         assert (generated.status_code, generated.text) == (200, "ok")
         assert http.get("/metrics").status_code == 200 and metric(http, "minisgl_server_ready") == "1.0"
 
-        # Draining: SIGTERM with requests in flight, one running and two queued (--max-running-requests 1;
-        # the running one long enough to see the others queued). The scheduler is stopped (SIGSTOP)
-        # while the probes are read, so the drain cannot end before they are, however slow this
-        # machine is; it must still finish all three after.
+        # Draining: SIGTERM with requests in flight, one running and two queued (--max-running-requests 1).
+        # The scheduler is stopped (SIGSTOP) and runs in short slices only until that state is
+        # reported, so the long request cannot end first, and stays stopped while the probes are
+        # read, so the drain cannot end before they are, however slow this machine is; it must
+        # still finish all three after.
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="k", timeout=120)
         results: list = []
         lengths = [900, 50, 50]
@@ -86,13 +87,13 @@ def test_probe_states_from_start_through_drain(model_dir):
                                                      extra_body={"ignore_eos": True}))
 
         threads = [threading.Thread(target=request, args=(n,)) for n in lengths]
-        threads[0].start()
-        wait_for(lambda: metric(http, "minisgl_num_requests_running") == "1.0", "the long request running")
-        for t in threads[1:]:
-            t.start()
         queued = lambda: (metric(http, "minisgl_num_requests_running"), metric(http, "minisgl_num_requests_waiting"))  # noqa: E731
-        wait_for(lambda: queued() == ("1.0", f"{held - 1}.0"), "one request running and the rest queued")
         with srv.stopped("scheduler"):
+            threads[0].start()
+            srv.run_until("scheduler", lambda: metric(http, "minisgl_num_requests_running") == "1.0")
+            for t in threads[1:]:
+                t.start()
+            srv.run_until("scheduler", lambda: queued() == ("1.0", f"{held - 1}.0"))
             srv.proc.send_signal(signal.SIGTERM)
             wait_for(lambda: http.get("/ready").text == "draining", "/ready to say draining")
             draining = http.get("/ready")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import threading
 
 import httpx
 import jsonschema
@@ -217,12 +218,28 @@ def test_a_client_leaving_a_stream_aborts_its_request(client, server):
     whole = client.responses.create(model=MODEL, input=CHAT, max_output_tokens=300, temperature=0)
     assert whole.status == "incomplete"  # the stream below would run 300 tokens if nobody aborted it
     aborted = _aborted(server)
-    with httpx.stream("POST", server.url + "/v1/responses", timeout=60,
-                      json={"model": MODEL, "input": CHAT, "max_output_tokens": 300, "temperature": 0,
-                            "stream": True}) as resp:
-        for line in resp.iter_lines():
-            if "response.output_text.delta" in line:
-                break
+    first_delta, leave = threading.Event(), threading.Event()
+
+    def stream() -> None:
+        with httpx.stream("POST", server.url + "/v1/responses", timeout=60,
+                          json={"model": MODEL, "input": CHAT, "max_output_tokens": 300, "temperature": 0,
+                                "stream": True}) as resp:
+            for line in resp.iter_lines():
+                if "response.output_text.delta" in line:
+                    first_delta.set()
+                    leave.wait(60)
+                    return  # leaving the block closes the connection
+
+    # The scheduler runs in short slices until the client has its first delta and is held while
+    # the client leaves, so the request is far from its 300 tokens then. Running free, the tiny
+    # model on a loaded machine can write all 300 into the socket buffers before the client reads
+    # one, and the stream ends as `length`.
+    reader = threading.Thread(target=stream)
+    with server.stopped("scheduler"):
+        reader.start()
+        server.run_until("scheduler", lambda: first_delta.wait(0.2))
+        leave.set()
+        reader.join(60)
     wait_for(lambda: _aborted(server) == aborted + 1, what="the request counted as aborted")
     wait_for(lambda: metric(server, "minisgl_num_requests_running") == 0
              and metric(server, "minisgl_kv_cache_used_pages") == 0, what="its KV cache freed")
