@@ -9,7 +9,8 @@
 #      very same requests; one table with the ratios;
 #   2. Llama-3.1-8B shapes, batch 1, `--quantization fp8` (dummy weights): TPOT against the FP8
 #      weight-read floor (benchmark/offline/latency.py), with minisgl's Triton kernels launched
-#      without programmatic dependent launch (MINISGL_DISABLE_PDL=1), then with it (the default);
+#      without programmatic dependent launch (MINISGL_DISABLE_PDL=1: FlashInfer's add + RMSNorm
+#      then, which keeps its own PDL), then with it (the default);
 #   3. the FP8 GEMV behind it: per-linear us, GB/s and % of copy bandwidth at 1-16 rows against the
 #      old split-K, _scaled_mm and bf16, its tile sweep, a decode step's GEMMs in one graph against
 #      the weight-read floor (benchmark/offline/fp8_gemv.py); the batch-1 kernel breakdown

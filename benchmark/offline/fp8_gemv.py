@@ -252,7 +252,8 @@ def main() -> None:
             if fp8:
                 nbytes = n * k + 4 * n
                 methods = {"gemv": lambda w, s: fp8_gemv(x, w, s),
-                           "gemv pointer loads": lambda w, s: fp8_gemv(x, w, s, config=pointer_config(rows, n, k, False)),
+                           "gemv pointer loads": lambda w, s: fp8_gemv(x, w, s,
+                                                                       config=pointer_config(rows, n, k, False)),
                            "splitk": lambda w, s: splitk(x, w, s),
                            "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
                 if name == "gate_up":

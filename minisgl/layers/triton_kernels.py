@@ -102,7 +102,7 @@ def qk_norm_rope_store(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positi
 def pdl_supported(device: torch.device) -> bool:
     """Programmatic dependent launch (a kernel launched before the one ahead of it is done, which
     it waits for in-kernel): Hopper and newer, with a Triton that has it. FlashInfer's kernels
-    launch that way there too. Off with MINISGL_DISABLE_PDL=1."""
+    launch that way there too. Off with MINISGL_DISABLE_PDL=1 (read once a process)."""
     if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] < 9 or env.DISABLE_PDL.on():
         return False
     from triton.backends.nvidia.compiler import CUDAOptions

@@ -1,11 +1,12 @@
 """Triton kernels for the FP8 GEMMs: per-token (row) quantization of the activations to e4m3 in
 one launch (torch would take five: abs, amax, divide, clamp, cast), and the weight-streaming GEMV
 for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in;
-at one or two rows it takes the weight through TMA (the Hopper Tensor Memory Accelerator).
+at one to four rows it takes the weight through TMA (the Hopper Tensor Memory Accelerator).
 Imported only on CUDA (and by the CPU tests, under Triton's interpreter)."""
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -164,7 +165,7 @@ class GemvConfig:
     num_warps: int
     num_stages: int
     dot: bool
-    tma: bool = False  # the weight through TMA descriptors (_fp8_gemv_tma_kernel); at most 256 x 256 tiles
+    tma: bool = False  # the weight through TMA descriptors (_fp8_gemv_tma_kernel); tiles of at most 256 a side
 
 
 GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled_mm (gemm.py)
@@ -184,7 +185,7 @@ def _k_step(k: int, cap: int) -> int:
     return min(cap, max(16, triton.next_power_of_2(k)))
 
 
-def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
+def gemv_config(m: int, n: int, k: int, gated: bool = False, tma: bool = True) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
     not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
     only, no split-K: tiles narrow enough that every SM streams weight rows (narrower tiles rather
@@ -194,10 +195,11 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
       through TMA in 256-byte K steps (Llama-3.1-8B, against pointer loads: 1 row qkv 13.6 ->
       12.3 us, gated gate/up 49.1 -> 44.5, down 25.1 -> 23.4; 4 rows, 16-wide tiles, qkv 19.2 ->
       15.5, o 13.8 -> 12.1, down 41.5 -> 28.4, but gate/up, 28,672 rows, 46.1 -> 60.0). TMA needs
-      K a multiple of 16 (its rows 16-byte aligned); else, at one or two rows, pointer loads with
-      K steps as long as the accumulator allows.
+      K a multiple of 16 (its rows 16-byte aligned) and `tma` (the weight and Triton allow it,
+      see fp8_gemv); else, at one or two rows, pointer loads with K steps as long as the
+      accumulator allows.
     - Else tl.dot over pointer loads, the rows padded to 16 (CUDA cores measured 1.1-5x slower)."""
-    if k % 16 == 0 and (m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192)):
+    if tma and k % 16 == 0 and (m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192)):
         if m < DOT_MIN_ROWS:
             return GemvConfig(_widest(n, (8, 4), 2 * N_SMS), _k_step(k, 256), num_warps=4, num_stages=6, dot=False,
                               tma=True)
@@ -210,6 +212,22 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
                           dot=False)
     return GemvConfig(_widest(n, (32, 16), 2 * N_SMS), _k_step(k, 256), num_warps=4,
                       num_stages=3 if gated else 4, dot=True)
+
+
+@functools.cache
+def _tensor_descriptor():
+    """Triton's host-side TMA descriptor (Triton 3.4 and newer), or None."""
+    try:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+    except ImportError:
+        return None
+    return TensorDescriptor
+
+
+def _tma_ok(weight: torch.Tensor) -> bool:
+    """A TMA descriptor can cover `weight`: the API exists, rows 16-byte aligned and contiguous."""
+    return (_tensor_descriptor() is not None and weight.stride(-1) == 1 and weight.stride(0) % 16 == 0
+            and weight.data_ptr() % 16 == 0)
 
 
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
@@ -225,16 +243,14 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    cfg = config or gemv_config(m, n, k, gated)
+    cfg = config or gemv_config(m, n, k, gated, tma=_tma_ok(weight))
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     pdl = pdl_supported(x.device) if pdl is None else pdl
     grid = (triton.cdiv(n, cfg.block_n),)
     tiles = dict(BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated,
                  IEEE=not x.is_cuda, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch(pdl))
     if cfg.tma:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        desc = TensorDescriptor(weight, list(weight.shape), list(weight.stride()), [cfg.block_n, cfg.block_k])
+        desc = _tensor_descriptor()(weight, list(weight.shape), list(weight.stride()), [cfg.block_n, cfg.block_k])
         _fp8_gemv_tma_kernel[grid](x, desc, scale, y, m, n, k, x.stride(0), y.stride(0), STAGES=cfg.num_stages,
                                    **tiles)
     else:

@@ -41,7 +41,8 @@ DISABLE_FLASHINFER_SAMPLING = EnvVar("MINISGL_DISABLE_FLASHINFER_SAMPLING", "0",
 DECODE_TENSOR_CORES = EnvVar("MINISGL_DECODE_TENSOR_CORES", "",
                              "1 or 0: force FlashInfer's tensor-core decode on or off (unset: on for >= 4 query heads per KV head)")
 DISABLE_PDL = EnvVar("MINISGL_DISABLE_PDL", "0",
-                     "1: launch minisgl's Triton kernels without programmatic dependent launch (to measure what it saves)")
+                     "1: launch minisgl's Triton kernels without programmatic dependent launch, and so use "
+                     "FlashInfer's add + RMSNorm again (FlashInfer's kernels keep theirs), to measure what it saves")
 MODEL_FREE_STEP_MS = EnvVar("MINISGL_MODEL_FREE_STEP_MS", "0",
                             "the model-free benchmark engine's time per step, in ms (minisgl.benchmark.model_free)")
 

@@ -1,8 +1,9 @@
 """The FP8 weight-streaming GEMV (minisgl.quantization.triton_fp8.fp8_gemv) computes x @ (w * s)^T
 as a float32 GEMM of the same e4m3 weights does, and its gated form silu(gate) * up, for 1 to 16
 rows, N not a multiple of its tile and K not a multiple of its step, on every path (CUDA cores or
-tl.dot, the weight through pointer loads or TMA); and every tile its table picks builds for Hopper
-streaming the weight in TMA copies or 16-byte loads. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
+tl.dot, the weight through pointer loads or TMA, which a weight view unfit for a TMA descriptor
+does without); and every tile its table picks builds for Hopper streaming the weight in TMA copies
+or 16-byte loads. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1); the device runs this file on the GPU too.
 
     python -m pytest tests/quantization/test_fp8_gemv.py -q
@@ -76,6 +77,19 @@ def test_configs_tile_output_features_only_and_fill_the_gpu():
     assert not gemv_config(1, 4096, 4104).tma  # rows not 16-byte aligned: no TMA descriptor
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_weight_view_unfit_for_tma_takes_pointer_loads(rows):
+    # Rows 210 bytes apart: not 16-byte aligned, so no TMA descriptor can cover this slice.
+    torch.manual_seed(rows)
+    wq, ws = quantize_rows(torch.randn(48, 210, device=DEVICE) * 0.05)
+    view = wq[:, :208]
+    assert gemv_config(rows, 48, 208).tma and not gemv_config(rows, 48, 208, tma=False).tma
+    x = torch.randn(rows, 208, dtype=torch.bfloat16, device=DEVICE)
+    want = reference(x, view, ws, gated=False)
+    got = fp8_gemv(x, view, ws)
+    assert torch.allclose(got.float().cpu(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+
+
 def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
     wq, ws = quantize_rows(torch.ones(16, 32, device=DEVICE))
     with pytest.raises(ValueError, match="at most 16 rows"):
@@ -86,8 +100,9 @@ def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
 # Builds the kernel for Hopper with Triton's compiler (no GPU needed, outside the interpreter) with
 # the tiles gemv_config picks for Llama-3.1-8B's linears and a tensor-parallel shard, and reads the
 # PTX: the e4m3 weight must move in TMA tile copies, several in flight, or 16-byte loads
-# (ld.global.v4, or cp.async of 16 bytes on the tl.dot path), never byte by byte, or the kernel is far from the bandwidth it exists for; with
-# programmatic dependent launch it waits for the kernel before it (griddepcontrol.wait).
+# (ld.global.v4, or cp.async of 16 bytes on the tl.dot path), never byte by byte, or the kernel is
+# far from the bandwidth it exists for; with programmatic dependent launch it waits for the kernel
+# before it (griddepcontrol.wait).
 HOPPER_BUILD = r"""
 import inspect, re, triton
 from triton.backends.compiler import GPUTarget
