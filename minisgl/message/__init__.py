@@ -3,9 +3,9 @@
 from .base import decode, encode, message
 from .messages import (
     AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, SchedulerStatsMsg, StepOutput, TokenBatchMsg,
-    TokenizeMsg, UserMsg, merge_by_request, merge_replies,
+    TextParams, TokenizeMsg, UserMsg, merge_by_request, merge_replies,
 )
 
 __all__ = ["decode", "encode", "message", "AbortMsg", "DetokenizeInfoMsg", "ExitMsg", "Reply", "ReplyBatchMsg",
-           "SchedulerStatsMsg", "StepOutput", "TokenBatchMsg", "TokenizeMsg", "UserMsg",
+           "SchedulerStatsMsg", "StepOutput", "TextParams", "TokenBatchMsg", "TokenizeMsg", "UserMsg",
            "merge_by_request", "merge_replies"]

@@ -14,15 +14,27 @@ from minisgl.core import SamplingParams
 
 from .base import message
 
-message(SamplingParams)  # UserMsg carries one; registered here, so minisgl.core knows nothing of the wire
+message(SamplingParams)  # requests carry one; registered here, so minisgl.core knows nothing of the wire
+
+
+@message
+class TextParams:
+    """What of a request only the tokenizer (the chat template's options) and the detokenizer (stop
+    strings, matched on text; skip_special_tokens) read. Kept apart from SamplingParams, so the
+    scheduler, which keeps a request's params for its whole life, never holds them."""
+
+    stop: list[str] = field(default_factory=list)
+    skip_special_tokens: bool = True
+    # Chat only: {"add_generation_prompt": bool, "kwargs": dict, "tools": [tool objects] | None},
+    # minisgl.tokenizer.chat_template.render_chat's options.
+    template: dict[str, Any] | None = None
 
 
 @message
 class TokenizeMsg:
     uid: int
-    # SamplingParams fields (max_tokens None: the rest of the context), plus what only the tokenizer
-    # or the detokenizer reads (template, stop, skip_special_tokens): minisgl.tokenizer.worker splits them.
-    params: dict[str, Any]
+    params: SamplingParams  # max_tokens may be None, as in UserMsg; checked by the API server already
+    text_params: TextParams
     text: str | None = None
     input_ids: list[int] | None = None
     messages: list[dict[str, Any]] | None = None  # chat: rendered with the tokenizer's chat template

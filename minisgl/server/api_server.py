@@ -11,6 +11,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from minisgl.core import SamplingParams
 from minisgl.utils.logger import get_logger
 
 from .auth import ApiKeyGate, guarded_paths
@@ -25,6 +26,7 @@ from .request_cost import request_cost_problem
 from .responses_api import add_responses_route
 from .tokenize_api import add_tokenize_routes
 from .protocol import (
+    APIError,
     ChatCompletionRequest,
     ChatCompletionResponse,
     CompletionRequest,
@@ -53,12 +55,6 @@ class ServerState:
     def healthy(self) -> bool:
         """What /health says: every worker alive and turning."""
         return self.failed is None and not self.stalled
-
-
-class APIError(Exception):
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
-                 headers: dict | None = None):
-        self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
 
 
 def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
@@ -158,7 +154,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     async def health_generate():
         if not (state.ready and state.healthy):
             return PlainTextResponse("not ready", status_code=503)
-        params = {"temperature": 0.0, "max_tokens": 1, "ignore_eos": True}
+        params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
 
         async def one_token():
             async for reply in client.generate(params, input_ids=[0]):

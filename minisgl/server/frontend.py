@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import AsyncIterator
-from typing import Any
 
-from minisgl.message import AbortMsg, Reply, ReplyBatchMsg, TokenizeMsg, merge_replies
+from minisgl.core import SamplingParams
+from minisgl.message import AbortMsg, Reply, ReplyBatchMsg, TextParams, TokenizeMsg, merge_replies
 from minisgl.utils.zmq import AsyncPullSocket, AsyncPushSocket
 
 # The finish reason of a request that the server itself ended before the pipeline did (the drain
@@ -94,11 +94,13 @@ class FrontendClient:
             stream.push(Reply(uid, "", 0, UNAVAILABLE, reason))
         return len(self.streams)
 
-    async def generate(self, params: dict[str, Any], text: str | None = None, input_ids: list[int] | None = None,
-                       messages: list[dict] | None = None) -> AsyncIterator[Reply]:
+    async def generate(self, params: SamplingParams, text: str | None = None, input_ids: list[int] | None = None,
+                       messages: list[dict] | None = None, text_params: TextParams | None = None,
+                       ) -> AsyncIterator[Reply]:
         """Replies for one request until it finishes (several that arrived together come as one).
         Leaving early (cancel, disconnect, an exception in the consumer) aborts the request, so
-        its KV pages are freed."""
+        its KV pages are freed. `text_params`: stop strings, skip_special_tokens, the chat template's
+        options (default: none, True, none)."""
         self.start()
         uid = next(self._uids)
         stream = self.streams[uid] = ReplyStream()
@@ -109,8 +111,9 @@ class FrontendClient:
                 finished = True
                 yield Reply(uid, "", 0, UNAVAILABLE, self.closed)
                 return
+            msg = TokenizeMsg(uid, params, text_params or TextParams(), text, input_ids, messages)
             try:
-                await to_tokenizer.send(TokenizeMsg(uid, params, text, input_ids, messages))
+                await to_tokenizer.send(msg)
             except (UnicodeEncodeError, ValueError, TypeError, OverflowError) as e:  # e.g. a lone surrogate
                 finished = True
                 yield Reply(uid, "", 0, "error", f"the request cannot be encoded: {e}")

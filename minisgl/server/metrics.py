@@ -39,6 +39,7 @@ from prometheus_client import (
     Histogram, Info, disable_created_metrics, generate_latest,
 )
 
+from minisgl.core import SamplingParams
 from minisgl.message import Reply, SchedulerStatsMsg
 from minisgl.utils.logger import get_logger
 from minisgl.utils.zmq import AsyncPullSocket
@@ -221,7 +222,7 @@ class ObservedClient:
     def __init__(self, client: Any, metrics: ServerMetrics) -> None:
         self._client, self._metrics = client, metrics
 
-    def generate(self, params: dict[str, Any], **kwargs: Any) -> AsyncIterator[Reply]:
+    def generate(self, params: SamplingParams, **kwargs: Any) -> AsyncIterator[Reply]:
         return self._metrics.observe(self._client.generate(params, **kwargs))
 
     def __getattr__(self, name: str) -> Any:

@@ -9,12 +9,13 @@ import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import aclosing
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
+from minisgl.core import SamplingParams
 from minisgl.message import Reply
 
 from .frontend import UNAVAILABLE, FrontendClient
@@ -39,7 +40,7 @@ class Generation:
     """Every choice of one API request (prompts x n), generated concurrently."""
 
     client: FrontendClient
-    jobs: list[tuple[int, dict, dict]]  # (prompt index, params, generate() kwargs)
+    jobs: list[tuple[int, SamplingParams, dict]]  # (prompt index, params, generate() kwargs)
     choices: list[Choice] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -270,18 +271,20 @@ async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | Comp
     return sse_response(events())
 
 
-def _nth_choice(params: dict, j: int) -> dict:
+def _nth_choice(params: SamplingParams, j: int) -> SamplingParams:
     """Choice j of n: with a seed, each choice gets its own (seed + j), so the n choices differ
     from each other and the whole response still reproduces."""
-    return params if j == 0 or params["seed"] is None else {**params, "seed": params["seed"] + j}
+    return params if j == 0 or params.seed is None else replace(params, seed=params.seed + j)
 
 
 def chat_jobs(body: ChatCompletionRequest) -> list:
-    params = {**body.sampling_params(body.max_completion_tokens or body.max_tokens), "template": body.template_options()}
-    messages = [m.as_template_input() for m in body.messages]
-    return [(0, _nth_choice(params, j), {"messages": messages}) for j in range(body.n)]
+    params = body.sampling_params(body.max_completion_tokens or body.max_tokens)
+    kw = {"messages": [m.as_template_input() for m in body.messages],
+          "text_params": body.text_params(body.template_options())}
+    return [(0, _nth_choice(params, j), kw) for j in range(body.n)]
 
 
 def completion_jobs(body: CompletionRequest) -> list:
-    params = body.sampling_params(body.max_tokens)
-    return [(i, _nth_choice(params, j), kw) for i, kw in enumerate(body.prompts()) for j in range(body.n)]
+    params, text_params = body.sampling_params(body.max_tokens), body.text_params()
+    return [(i, _nth_choice(params, j), {**kw, "text_params": text_params})
+            for i, kw in enumerate(body.prompts()) for j in range(body.n)]

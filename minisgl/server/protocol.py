@@ -12,7 +12,9 @@ from typing import Annotated, ClassVar, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
+from minisgl.core import SamplingParams
 from minisgl.core.params import MAX_LOGPROBS
+from minisgl.message import TextParams
 
 # Per-request cost is bounded at the door: every stop string is matched against each new piece of
 # text, and the parameters travel through every process.
@@ -188,28 +190,36 @@ class SamplingFields(KnownFieldsOnly):
             return ("grammar", self.guided_grammar)
         return None
 
-    def sampling_params(self, max_tokens: int | None) -> dict:
-        stop = [self.stop] if isinstance(self.stop, str) else (self.stop or [])
-        return {
-            "temperature": 1.0 if self.temperature is None else self.temperature,
-            "top_p": 1.0 if self.top_p is None else self.top_p,
-            "top_k": -1 if self.top_k is None else self.top_k,
-            "min_p": self.min_p or 0.0,
-            "seed": self.seed,
-            "stop": stop,
-            "stop_token_ids": self.stop_token_ids or [],
-            "ignore_eos": self.ignore_eos,
-            "max_tokens": max_tokens,
-            "logprobs": self.logprobs_k(),
-            "presence_penalty": self.presence_penalty or 0.0,
-            "frequency_penalty": self.frequency_penalty or 0.0,
-            "repetition_penalty": 1.0 if self.repetition_penalty is None else self.repetition_penalty,
-            # Pairs, not a map: msgpack maps with integer keys do not survive the trip.
-            "logit_bias": [[int(t), b] for t, b in (self.logit_bias or {}).items()],
-            "min_tokens": self.min_tokens or 0,
-            "skip_special_tokens": self.skip_special_tokens,
-            "constraint": self.constraint(),
-        }
+    def sampling_params(self, max_tokens: int | None) -> SamplingParams:
+        """The request's SamplingParams, checked here in the API server: an impossible combination
+        (min_tokens above max_tokens, min_tokens with a grammar, a schema that is not JSON) is the
+        client's 400 naming the field, and nothing invalid enters the pipeline. max_tokens None
+        stays for the scheduler to resolve."""
+        try:
+            return SamplingParams(
+                temperature=1.0 if self.temperature is None else self.temperature,
+                top_p=1.0 if self.top_p is None else self.top_p,
+                top_k=-1 if self.top_k is None else self.top_k,
+                min_p=self.min_p or 0.0,
+                seed=self.seed,
+                stop_token_ids=tuple(self.stop_token_ids or ()),
+                ignore_eos=self.ignore_eos,
+                max_tokens=max_tokens,
+                logprobs=self.logprobs_k(),
+                presence_penalty=self.presence_penalty or 0.0,
+                frequency_penalty=self.frequency_penalty or 0.0,
+                repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
+                logit_bias=tuple((int(t), float(b)) for t, b in (self.logit_bias or {}).items()),
+                min_tokens=self.min_tokens or 0,
+                constraint=self.constraint(),
+            )
+        except ValueError as e:
+            raise APIError(400, str(e), code="invalid_request") from None
+
+    def text_params(self, template: dict | None = None) -> TextParams:
+        """What only the tokenizer (`template`: chat) and the detokenizer read of the request."""
+        stop = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        return TextParams(stop, self.skip_special_tokens, template)
 
 
 class StreamOptions(BaseModel):
@@ -413,6 +423,14 @@ class AsciiJSONResponse(JSONResponse):
 
     def render(self, content) -> bytes:
         return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode()
+
+
+class APIError(Exception):
+    """Raised anywhere in a request's handling: the app answers it as error_response(...)."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None,
+                 headers: dict | None = None):
+        self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
 
 
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None,

@@ -23,7 +23,7 @@ from .frontend import UNAVAILABLE
 from .openai_api import Generation, chat_jobs, finished_choices, sse, sse_response, start_generation, stream_failure
 from .openai_formats import openai_finish_reason
 from .parsers import ChatOutputFormat
-from .protocol import generation_responses
+from .protocol import APIError, generation_responses
 from .responses_protocol import ResponseObject, ResponsesRequest
 
 
@@ -138,8 +138,6 @@ def add_responses_route(app: FastAPI, args, client, check_serving, check_limits,
                         dependencies) -> None:
     """POST /v1/responses; `check_serving`/`check_limits`/`check_tool_parser` and `client` (the
     ObservedClient) are the chat route's."""
-    from .api_server import APIError
-
     @app.post("/v1/responses", dependencies=dependencies, tags=["openai"], response_model=None,
               responses=generation_responses(ResponseObject))
     async def responses(body: ResponsesRequest, request: Request):

@@ -11,6 +11,8 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.history import InMemoryHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 
+from minisgl.core import SamplingParams
+
 from .frontend import UNAVAILABLE
 
 HELP = ("Type a message. Ctrl-C stops an answer. Commands: /reset clears the conversation, "
@@ -21,7 +23,7 @@ class AnswerFailed(Exception):
     pass
 
 
-async def _answer(client, params: dict, history: list[dict]) -> str:
+async def _answer(client, params: SamplingParams, history: list[dict]) -> str:
     """Stream one answer to the terminal; its text."""
     answer = ""
     async for reply in client.generate(params, messages=history):
@@ -51,7 +53,7 @@ async def _interruptible(coro) -> tuple[bool, object]:
 async def chat_shell(client, workers, temperature: float = 0.7, max_tokens: int = 512) -> int:
     session: PromptSession = PromptSession(history=InMemoryHistory())
     history: list[dict] = []
-    params = {"temperature": temperature, "max_tokens": max_tokens}
+    params = SamplingParams(temperature=temperature, max_tokens=max_tokens)
     print(HELP, flush=True)
     while True:
         try:

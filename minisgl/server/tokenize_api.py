@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
 from .args import ServerArgs, load_chat_template
-from .protocol import ChatMessage, TokenId, Tool
+from .protocol import APIError, ChatMessage, TokenId, Tool
 
 
 class TokenizePrompt(BaseModel):
@@ -70,8 +70,6 @@ def add_tokenize_routes(app: FastAPI, args: ServerArgs, model_path: str | None, 
             try:
                 ids = render_chat(tok, [m.as_template_input() for m in body.messages], options)
             except Exception as e:  # noqa: BLE001 - a template that cannot render this chat is the request's problem
-                from .api_server import APIError
-
                 raise APIError(400, f"cannot render the chat: {e}", param="messages") from None
         return {"tokens": ids, "count": len(ids)}
 
@@ -80,7 +78,5 @@ def add_tokenize_routes(app: FastAPI, args: ServerArgs, model_path: str | None, 
         check_serving(body.model)
         tok = await asyncio.to_thread(tokenizer)
         if any(t >= len(tok) for t in body.tokens):
-            from .api_server import APIError
-
             raise APIError(400, f"token ids must be below the vocabulary size {len(tok)}", param="tokens")
         return {"prompt": tok.decode(body.tokens)}

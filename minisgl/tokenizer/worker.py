@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from transformers import AutoTokenizer
 
-from minisgl.core import SamplingParams
 from minisgl.message import (
     AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
     merge_by_request,
@@ -24,21 +23,8 @@ def encode_request(tokenizer, msg: TokenizeMsg) -> list[int]:
     if msg.input_ids is not None:
         return list(msg.input_ids)
     if msg.messages is not None:
-        return render_chat(tokenizer, msg.messages, msg.params.get("template"))
+        return render_chat(tokenizer, msg.messages, msg.text_params.template)
     return tokenizer.encode(msg.text or "")
-
-
-# What only the tokenizer (the chat template's options) or only the detokenizer (stop strings, which
-# are matched on text; skip_special_tokens) needs: not copied into the scheduler, which keeps a
-# request's params for its whole life.
-NOT_FOR_SCHEDULER = frozenset({"stop", "template", "skip_special_tokens"})
-
-
-def scheduler_params(params: dict) -> SamplingParams:
-    """The API's parameters as the scheduler's SamplingParams. Built here, so an invalid
-    combination is answered before any tokenizing (a ValueError naming the field) and the
-    scheduler receives only params that passed; max_tokens None stays for the scheduler to resolve."""
-    return SamplingParams(**{k: v for k, v in params.items() if k not in NOT_FOR_SCHEDULER})
 
 
 class RepeatedPrompt:
@@ -52,7 +38,7 @@ class RepeatedPrompt:
     def encode(self, tokenizer, msg: TokenizeMsg) -> list[int]:
         if msg.input_ids is not None:
             return list(msg.input_ids)
-        key = (msg.text, msg.messages, msg.params.get("template"))
+        key = (msg.text, msg.messages, msg.text_params.template)
         if key != self.key:
             self.key, self.ids = None, encode_request(tokenizer, msg)  # a failure leaves nothing stale
             self.key = key
@@ -90,24 +76,19 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat
                     to_scheduler.send(msg)
                     continue
                 try:
-                    params = scheduler_params(msg.params)
-                except (ValueError, TypeError) as e:  # the client's values: its error, not the worker's
-                    to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", str(e))]))
-                    continue
-                try:
                     problem = limit.check_bytes(msg.text, msg.messages) if msg.input_ids is None else None
                     ids = repeated.encode(tokenizer, msg) if problem is None else []
                     problem = problem or limit.check_tokens(len(ids))
                     if problem:
                         to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", problem)]))
                         continue
-                    info = DetokenizeInfoMsg(msg.uid, list(msg.params.get("stop") or []),
-                                             msg.params.get("skip_special_tokens", True), prompt_tail(tokenizer, ids))
+                    info = DetokenizeInfoMsg(msg.uid, msg.text_params.stop, msg.text_params.skip_special_tokens,
+                                             prompt_tail(tokenizer, ids))
                 except Exception as e:  # a bad request must never take the worker down
                     to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", f"cannot tokenize: {e}")]))
                     continue
                 to_detok.send(info)
-                to_scheduler.send(UserMsg(msg.uid, ids, params))
+                to_scheduler.send(UserMsg(msg.uid, ids, msg.params))
 
     run_worker(link, body)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from minisgl.core import SamplingParams
 from minisgl.message import (
-    ReplyBatchMsg, Reply, StepOutput, TokenBatchMsg, TokenizeMsg, UserMsg, decode, encode, merge_by_request,
-    merge_replies,
+    ReplyBatchMsg, Reply, StepOutput, TextParams, TokenBatchMsg, TokenizeMsg, UserMsg, decode, encode,
+    merge_by_request, merge_replies,
 )
 
 
@@ -36,10 +36,26 @@ def test_a_nested_sampling_params_travels_without_field_names():
     assert b"repetition_penalty" not in data and b"temperature" not in data
 
 
-def test_plain_fields_keep_their_values():
-    msg = TokenizeMsg(7, {"temperature": 0.5, "stop": ["\u2028x"], "seed": None}, text="héllo 東京",
-                      messages=[{"role": "user", "content": "hi"}])
-    assert decode(encode(msg)) == msg
+def test_a_tokenize_request_carries_typed_sampling_and_text_params_both_ways():
+    """The API server sends SamplingParams and TextParams objects, not dicts: the tokenizer reads
+    attributes and passes the SamplingParams on to the scheduler as they came."""
+    params = SamplingParams(temperature=0.5, max_tokens=None, seed=2**63 - 1, logit_bias={3: -1.5},
+                            stop_token_ids=(5, 9), constraint=("json_schema", '{"type": "object"}'))
+    template = {"add_generation_prompt": False, "kwargs": {"enable_thinking": False},
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]}
+    text_params = TextParams(["\u2028x", "q" * 1024], skip_special_tokens=False, template=template)
+    msg = TokenizeMsg(7, params, text_params, messages=[{"role": "user", "content": "héllo 東京"}])
+    back = decode(encode(msg))
+    assert back == msg
+    assert type(back.params) is SamplingParams and type(back.text_params) is TextParams
+    assert hash(back.params) == hash(params)  # tuples again, as the scheduler keys on them
+    data = encode(msg)
+    assert b"skip_special_tokens" not in data and b"temperature" not in data
+
+
+def test_text_params_default_to_no_stop_strings_special_tokens_skipped_and_no_template():
+    back = decode(encode(TokenizeMsg(1, SamplingParams(), TextParams(), text="hi")))
+    assert back.text_params == TextParams([], True, None) and back.text == "hi"
 
 
 def test_the_wire_has_no_field_names():
