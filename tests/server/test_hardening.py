@@ -211,14 +211,13 @@ def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_zero(model_
 
     async def main():
         async with httpx.AsyncClient(timeout=360) as client:
-            in_flight = [asyncio.create_task(long_request(client)) for _ in range(8)]
-            for _ in range(300):  # until the scheduler reports all 8 running
-                await asyncio.sleep(0.1)
-                if metric(srv, "minisgl_num_requests_running") == 8:
-                    break
-            # The scheduler stands still while the late request is refused, so the load cannot
-            # end first on a slow machine; then the drain must finish all 8.
+            # The scheduler runs in short slices until it reports all 8 running (free, the tiny
+            # model can end them before that report), and stands still while the late request is
+            # refused, so the load cannot end first on a slow machine; then the drain must finish all 8.
             with srv.stopped("scheduler"):
+                in_flight = [asyncio.create_task(long_request(client)) for _ in range(8)]
+                await asyncio.to_thread(srv.run_until, "scheduler",
+                                        lambda: metric(srv, "minisgl_num_requests_running") == 8)
                 srv.proc.send_signal(signal.SIGTERM)
                 await asyncio.sleep(0.2)
                 late = await client.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "hi"})
