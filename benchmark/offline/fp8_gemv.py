@@ -7,8 +7,8 @@ Shapes from the config: qkv [(heads + 2 kv heads) * head_dim, hidden], o [hidden
 gate_up [2 * intermediate, hidden], down [hidden, intermediate] (FP8 e4m3, per-channel scales),
 lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) it times:
   gemv        minisgl's kernel with its table config (triton_fp8.gemv_config), launched as a
-              programmatic dependent launch; also with pointer loads where the table has TMA
-              (the table before it); gate_up also gated (silu(gate) * up in the epilogue) against
+              programmatic dependent launch; also with pointer loads (gemv_config(tma=False),
+              the table before TMA); gate_up also gated (silu(gate) * up in the epilogue) against
               gemv + silu_and_mul;
   sweep       other tile configs (at --sweep-rows; gate_up gated too): the best is printed next to
               the table's;
@@ -44,7 +44,7 @@ from minisgl.layers.fused import flashinfer_ops
 from minisgl.layers.triton_kernels import add_rmsnorm
 from minisgl.quantization.fp8 import quantize_rows
 from minisgl.quantization.gemm import quantize_per_token
-from minisgl.quantization.triton_fp8 import ACC_ELEMENTS, DOT_MIN_ROWS, N_SMS, GemvConfig, fp8_gemv, gemv_config
+from minisgl.quantization.triton_fp8 import GemvConfig, fp8_gemv, gemv_config
 
 L2_BYTES = 50 * 2**20  # an H100's
 
@@ -136,19 +136,6 @@ def sweep_configs(rows: int, gated: bool = False, kinds: str = "all") -> list[Ge
     return out
 
 
-def pointer_config(rows: int, n: int, k: int, gated: bool) -> GemvConfig:
-    """The table before TMA (pointer loads: CUDA cores at one or two rows, tl.dot from three rows
-    and for the gated gate/up), for comparison."""
-    table = gemv_config(rows, n, k, gated)
-    if not table.tma:
-        return table
-    if gated or rows >= DOT_MIN_ROWS:
-        block_n = 32 if triton.cdiv(n, 32) >= 2 * N_SMS else 16
-        return GemvConfig(block_n, 256, 4, 3 if gated else 4, True)
-    return GemvConfig(table.block_n, min(1024, ACC_ELEMENTS // (triton.next_power_of_2(rows) * table.block_n)),
-                      4, 2, False)
-
-
 def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw: float) -> dict:
     """A decode step's GEMMs at batch 1, `layers` x (qkv, o, gate_up, down) with distinct weights
     plus the bf16 lm_head, in one graph per variant: ms per token against the weight-read floor."""
@@ -169,7 +156,7 @@ def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw:
     def gemv_layer(L, gated=True, pdl=None, norm=None, pointer=False):
         def cfg(name, gated=False):
             n, k = shapes[name]
-            return pointer_config(1, n // 2 if gated else n, k, gated) if pointer else None
+            return gemv_config(1, n // 2 if gated else n, k, gated, tma=False) if pointer else None
 
         up = ((lambda: fp8_gemv(hidden_x, *L["gate_up"], gated=True, pdl=pdl, config=cfg("gate_up", True))) if gated
               else (lambda: silu_and_mul(fp8_gemv(hidden_x, *L["gate_up"], pdl=pdl))))
@@ -253,7 +240,7 @@ def main() -> None:
                 nbytes = n * k + 4 * n
                 methods = {"gemv": lambda w, s: fp8_gemv(x, w, s),
                            "gemv pointer loads": lambda w, s: fp8_gemv(x, w, s,
-                                                                       config=pointer_config(rows, n, k, False)),
+                                                                       config=gemv_config(rows, n, k, tma=False)),
                            "splitk": lambda w, s: splitk(x, w, s),
                            "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
                 if name == "gate_up":

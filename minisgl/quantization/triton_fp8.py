@@ -71,10 +71,30 @@ def _mac(acc, x, w, DOT: tl.constexpr, IEEE: tl.constexpr):
 
 
 @triton.jit
+def _zeros(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr):
+    """The accumulator _mac adds into: [rows, BLOCK_N], or [rows, BLOCK_N, BLOCK_K] on CUDA cores."""
+    if DOT:  # (one return: Triton checks every return of a function against the others)
+        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    return acc
+
+
+@triton.jit
 def _scaled(acc, s_ptr, rn, n_ok, DOT: tl.constexpr):
     if not DOT:
         acc = tl.sum(acc, 2)
     return acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0)[None, :]
+
+
+@triton.jit
+def _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT: tl.constexpr, GATED: tl.constexpr):
+    """y[rm, rn] = acc scaled per output feature; GATED: silu(that) * acc_up scaled by the up rows'."""
+    out = _scaled(acc, s_ptr, rn, n_ok, DOT)
+    if GATED:
+        out = out / (1.0 + tl.exp(-out)) * _scaled(acc_up, s_ptr + N, rn, n_ok, DOT)
+    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
+             mask=m_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
@@ -100,10 +120,7 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
     x_ptrs = x_ptr + rm[:, None] * stride_xm + rk[None, :]
     w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]  # [BLOCK_N, BLOCK_K], K contiguous
     up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
-    if DOT:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    acc = _zeros(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
     acc_up = tl.zeros_like(acc)
     for k0 in range(0, K, BLOCK_K):
         x = _tile(x_ptrs, m_ok, rk, K - k0, EVEN_K)
@@ -112,11 +129,7 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
             acc_up = _mac(acc_up, x, _tile(w_ptrs + up_off, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
-    out = _scaled(acc, s_ptr, rn, n_ok, DOT)
-    if GATED:
-        out = out / (1.0 + tl.exp(-out)) * _scaled(acc_up, s_ptr + N, rn, n_ok, DOT)
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
-             mask=m_ok[:, None] & n_ok[None, :])
+    _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT, GATED)
 
 
 @triton.jit
@@ -137,10 +150,7 @@ def _fp8_gemv_tma_kernel(x_ptr, w_desc, s_ptr, y_ptr, M, N, K, stride_xm, stride
     rn = n0 + tl.arange(0, BLOCK_N)
     rk = tl.arange(0, BLOCK_K)
     m_ok, n_ok = rm < M, rn < N
-    if DOT:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
+    acc = _zeros(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
     acc_up = tl.zeros_like(acc)
     # The loop's own num_stages: Triton pipelines descriptor loads that feed no tl.dot only so.
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
@@ -149,11 +159,7 @@ def _fp8_gemv_tma_kernel(x_ptr, w_desc, s_ptr, y_ptr, M, N, K, stride_xm, stride
         acc = _mac(acc, x, w_desc.load([n0, k0]), DOT, IEEE)
         if GATED:  # (a gate tile past row N reads up rows: those outputs are not stored)
             acc_up = _mac(acc_up, x, w_desc.load([n0 + N, k0]), DOT, IEEE)
-    out = _scaled(acc, s_ptr, rn, n_ok, DOT)
-    if GATED:
-        out = out / (1.0 + tl.exp(-out)) * _scaled(acc_up, s_ptr + N, rn, n_ok, DOT)
-    tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
-             mask=m_ok[:, None] & n_ok[None, :])
+    _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT, GATED)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -196,18 +202,20 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False, tma: bool = True) -
       12.3 us, gated gate/up 49.1 -> 44.5, down 25.1 -> 23.4; 4 rows, 16-wide tiles, qkv 19.2 ->
       15.5, o 13.8 -> 12.1, down 41.5 -> 28.4, but gate/up, 28,672 rows, 46.1 -> 60.0). TMA needs
       K a multiple of 16 (its rows 16-byte aligned) and `tma` (the weight and Triton allow it,
-      see fp8_gemv); else, at one or two rows, pointer loads with K steps as long as the
+      see fp8_gemv); else, ungated at one or two rows, pointer loads with K steps as long as the
       accumulator allows.
-    - Else tl.dot over pointer loads, the rows padded to 16 (CUDA cores measured 1.1-5x slower)."""
+    - Else tl.dot over pointer loads, the rows padded to 16 (CUDA cores measured 1.1-5x slower;
+      gated, with two CUDA-core accumulators the K steps halve: 1 row 64 us against 49 on tl.dot).
+    With `tma` False this is the table from before TMA."""
     if tma and k % 16 == 0 and (m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192)):
         if m < DOT_MIN_ROWS:
             return GemvConfig(_widest(n, (8, 4), 2 * N_SMS), _k_step(k, 256), num_warps=4, num_stages=6, dot=False,
                               tma=True)
         return GemvConfig(_widest(n, (16, 8, 4), N_SMS), _k_step(k, 256), num_warps=4, num_stages=4, dot=False,
                           tma=True)
-    if m < DOT_MIN_ROWS:
+    if m < DOT_MIN_ROWS and not gated:
         block_n = _widest(n, (8, 4), 2 * N_SMS)
-        acc = triton.next_power_of_2(m) * block_n * (2 if gated else 1)
+        acc = triton.next_power_of_2(m) * block_n
         return GemvConfig(block_n, min(1024, ACC_ELEMENTS // acc, _k_step(k, 1024)), num_warps=4, num_stages=2,
                           dot=False)
     return GemvConfig(_widest(n, (32, 16), 2 * N_SMS), _k_step(k, 256), num_warps=4,

@@ -248,10 +248,11 @@ def test_a_client_leaving_a_stream_aborts_its_request(client, server):
         _leave_a_stream_at_its_first_delta(server)
         changed = lambda: {k: v - before[k] for k, v in _finished(server).items() if v != before[k]}  # noqa: E731
         wait_for(changed, what="the request counted as ended")
-        if changed() == {"abort": 1.0}:
+        ended = changed()
+        if ended == {"abort": 1.0}:
             break
         # It reached its end before the client left (see above): nothing was left to abort. Again.
-        assert changed() == {"length": 1.0}, changed()
+        assert ended == {"length": 1.0}, ended
     else:
         pytest.fail("the request ran to its end before the client left, five times")
     wait_for(lambda: metric(server, "minisgl_num_requests_running") == 0
