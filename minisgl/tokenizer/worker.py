@@ -9,12 +9,15 @@ from minisgl.message import (
     merge_by_request,
 )
 from minisgl.utils.liveness import WorkerLink
+from minisgl.utils.logger import get_logger
 from minisgl.utils.process import ParentWatch, run_worker
 from minisgl.utils.zmq import PullSocket, PushSocket
 
 from .chat_template import render_chat
 from .detokenizer import Detokenizer
 from .prompt_bound import PromptLimit
+
+logger = get_logger(__name__)
 
 PROMPT_TAIL = 4  # prompt tokens given to the detokenizer so the first output token is spaced right
 
@@ -89,6 +92,7 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat
                     continue
                 to_detok.send(info)
                 to_scheduler.send(UserMsg(msg.uid, ids, msg.params))
+                logger.debug("request %d: %d prompt tokens sent to the scheduler", msg.uid, len(ids))
 
     run_worker(link, body)
 

@@ -29,6 +29,12 @@ class ServerProcess(_ServerProcess):
         assert match, f"no pid logged for worker {name}"
         return int(match.group(1))
 
+    def sent_to_scheduler(self) -> int:
+        """How many requests the tokenizer has passed to the scheduler so far: it logs each one at
+        debug level (MINISGL_LOG_LEVEL=debug in `env`). With the scheduler stopped they wait in its
+        queue, none started: requests certainly in flight, however slow this machine is."""
+        return self.output().count("prompt tokens sent to the scheduler")
+
     def run_until(self, worker: str, condition, slice_s: float = 0.01, timeout: float = 60) -> None:
         """Within `stopped(worker)`: let the worker run in short slices (SIGCONT, a sleep, SIGSTOP)
         until `condition()` holds (it may wait a little itself), to catch a fast worker early on."""

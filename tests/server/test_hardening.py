@@ -202,7 +202,7 @@ def test_limits_are_flags_with_clear_errors(model_dir):
 
 def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_zero(model_dir):
     srv = ServerProcess("--model", model_dir, *COMMON, "--num-pages", "2048", "--max-seq-len", "1024",
-                        "--drain-timeout", "300").wait_ready()
+                        "--drain-timeout", "300", env={"MINISGL_LOG_LEVEL": "debug"}).wait_ready()
     tokens = 300
 
     async def long_request(client):
@@ -211,13 +211,12 @@ def test_sigterm_under_load_finishes_in_flight_refuses_new_and_exits_zero(model_
 
     async def main():
         async with httpx.AsyncClient(timeout=360) as client:
-            # The scheduler runs in short slices until it reports all 8 running (free, the tiny
-            # model can end them before that report), and stands still while the late request is
-            # refused, so the load cannot end first on a slow machine; then the drain must finish all 8.
+            # The scheduler stands still from before the 8 are sent until the late request is
+            # refused, so the load cannot end first on a slow machine (free, the tiny model ends it
+            # in a blink); at SIGTERM all 8 wait in its queue. Then the drain must run them to their end.
             with srv.stopped("scheduler"):
                 in_flight = [asyncio.create_task(long_request(client)) for _ in range(8)]
-                await asyncio.to_thread(srv.run_until, "scheduler",
-                                        lambda: metric(srv, "minisgl_num_requests_running") == 8)
+                await asyncio.to_thread(wait_for, lambda: srv.sent_to_scheduler() == 8, 60, "8 requests sent")
                 srv.proc.send_signal(signal.SIGTERM)
                 await asyncio.sleep(0.2)
                 late = await client.post(srv.url + "/v1/completions", json={"model": MODEL, "prompt": "hi"})

@@ -14,7 +14,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server.serving import ServerProcess
+from tests.server.serving import ServerProcess, wait_for
 
 MODEL = "tiny-qwen3"
 ARGS = ["--served-model-name", MODEL, "--num-pages", "1024", "--max-seq-len", "1024", "--page-size", "4"]
@@ -43,16 +43,10 @@ def metric(http: httpx.Client, name: str) -> str:
     return line.rsplit(" ", 1)[1]
 
 
-def wait_for(condition, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
 def test_probe_states_from_start_through_drain(model_dir):
+    # At debug level the tokenizer logs each request it passes to the scheduler (sent_to_scheduler).
     srv = ServerProcess("--model", model_dir, *ARGS, "--max-running-requests", "1", "--drain-timeout", "120",
-                        env={"MINISGL_API_KEY": "k"})
+                        env={"MINISGL_API_KEY": "k", "MINISGL_LOG_LEVEL": "debug"})
     # One connection pool for every probe: a new httpx client per call builds an SSL context,
     # which on a loaded two-core machine has taken seconds.
     http = httpx.Client(base_url=srv.url, timeout=30)
@@ -72,14 +66,16 @@ def test_probe_states_from_start_through_drain(model_dir):
         assert (generated.status_code, generated.text) == (200, "ok")
         assert http.get("/metrics").status_code == 200 and metric(http, "minisgl_server_ready") == "1.0"
 
-        # Draining: SIGTERM with requests in flight, one running and two queued (--max-running-requests 1).
-        # The scheduler is stopped (SIGSTOP) and runs in short slices only until that state is
-        # reported, so the long request cannot end first, and stays stopped while the probes are
-        # read, so the drain cannot end before they are, however slow this machine is; it must
-        # still finish all three after.
+        # Draining: SIGTERM with three requests in flight, none of them started. The scheduler is held
+        # still (SIGSTOP) from before they are sent until after the probes are read, so nothing can
+        # end before SIGTERM or before the probes are read, however slow this machine is (letting it
+        # run in short slices was not enough: a loaded machine stretched a slice to the whole work).
+        # The tokenizer's debug log says when all three are in the scheduler's queue. After
+        # SIGCONT it runs them one at a time (--max-running-requests 1), two queued behind the
+        # first, all during the drain.
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="k", timeout=120)
         results: list = []
-        lengths = [900, 50, 50]
+        lengths = [120, 50, 50]
         held = len(lengths)
 
         def request(tokens: int) -> None:
@@ -87,15 +83,13 @@ def test_probe_states_from_start_through_drain(model_dir):
                                                      extra_body={"ignore_eos": True}))
 
         threads = [threading.Thread(target=request, args=(n,)) for n in lengths]
-        queued = lambda: (metric(http, "minisgl_num_requests_running"), metric(http, "minisgl_num_requests_waiting"))  # noqa: E731
+        before = srv.sent_to_scheduler()  # /health_generate's request
         with srv.stopped("scheduler"):
-            threads[0].start()
-            srv.run_until("scheduler", lambda: metric(http, "minisgl_num_requests_running") == "1.0")
-            for t in threads[1:]:
+            for t in threads:
                 t.start()
-            srv.run_until("scheduler", lambda: queued() == ("1.0", f"{held - 1}.0"))
+            wait_for(lambda: srv.sent_to_scheduler() == before + held, 60, "the tokenizer to pass the requests on")
             srv.proc.send_signal(signal.SIGTERM)
-            wait_for(lambda: http.get("/ready").text == "draining", "/ready to say draining")
+            wait_for(lambda: http.get("/ready").text == "draining", what="/ready to say draining")
             draining = http.get("/ready")
             assert (draining.status_code, draining.text) == (503, "draining")
             assert http.get("/health").status_code == 200  # alive while it finishes its work
@@ -146,10 +140,10 @@ def test_health_fails_while_the_scheduler_is_stuck_and_recovers_after(model_dir)
         assert httpx.get(srv.url + "/health").status_code == 200
         with srv.stopped("scheduler"):
             stopped = time.monotonic()
-            wait_for(lambda: httpx.get(srv.url + "/health").status_code == 503, "/health to fail", timeout=20)
+            wait_for(lambda: httpx.get(srv.url + "/health").status_code == 503, 20, "/health to fail")
             assert time.monotonic() - stopped >= 2  # not before the timeout (give or take a heartbeat)
             assert httpx.get(srv.url + "/ready").status_code == 503
-        wait_for(lambda: httpx.get(srv.url + "/health").status_code == 200, "/health to recover", timeout=20)
+        wait_for(lambda: httpx.get(srv.url + "/health").status_code == 200, 20, "/health to recover")
         assert "silent for" in srv.output()
     finally:
         assert srv.stop() == 0
