@@ -180,12 +180,14 @@ def sse(obj: dict | str) -> bytes:
     return b"data: " + data + b"\n\n"
 
 
-async def _watch_disconnect(request: Request, gen: Generation, work: asyncio.Task) -> None:
+async def _watch_disconnect(request: Request, work: asyncio.Task) -> bool:
+    """Cancel `work` once the client has closed its connection; True if it did."""
     while not work.done():
         if await request.is_disconnected():
             work.cancel()
-            return
+            return True
         await asyncio.sleep(0.5)
+    return False
 
 
 async def start_generation(client: FrontendClient, jobs: list) -> tuple[Generation, list[Reply] | JSONResponse]:
@@ -219,11 +221,13 @@ async def _collect(gen: Generation, firsts: list[Reply], request: Request) -> li
             pass
 
     work = asyncio.create_task(drain())
-    watcher = asyncio.create_task(_watch_disconnect(request, gen, work))
+    watcher = asyncio.create_task(_watch_disconnect(request, work))
     try:
         await work
     except asyncio.CancelledError:
-        return None
+        if watcher.done() and not watcher.cancelled() and watcher.result():
+            return None
+        raise  # this handler itself was cancelled (the server's exit), not left by its client
     finally:
         watcher.cancel()
     return gen.choices

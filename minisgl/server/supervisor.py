@@ -8,7 +8,9 @@ are refused, how the requests in flight end.
   /health and /ready fail (the orchestrator restarts the pod) until it turns again.
 * SIGTERM or SIGINT: new requests get 503 and those in flight may finish, for at most
   --drain-timeout in total. At the deadline the rest are ended like above, and aborted in the
-  pipeline too (their KV pages freed); the server exits 0. A second signal exits at once, non-zero.
+  pipeline too (their KV pages freed); the server exits 0. A second signal exits at once,
+  non-zero: what is still in flight is ended the same way first (for at most FORCED_SETTLE_S), so
+  a client gets a 503 it can retry, never a 500 from a handler cancelled at exit.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ logger = get_logger(__name__)
 class Supervisor:
     POLL_S = 0.25  # how often the workers are looked at: a death is noticed this fast
     SETTLE_S = 2.0  # at most this long for ended requests to send their last bytes before the server stops
+    FORCED_SETTLE_S = 0.5  # the same after a second signal: "at once", but each client still hears why
 
     def __init__(self, args: ServerArgs, workers: Any, state: ServerState, client: FrontendClient, server: Any):
         """`workers`: minisgl.server.launch.Workers; `server`: the uvicorn.Server to stop."""
@@ -96,7 +99,9 @@ class Supervisor:
             logger.warning("received %s again: exiting now", name)
             self.forced = True
             self.exit_code = 128 + sig  # the shell's convention for "ended by this signal"
-            self.server.force_exit = self.server.should_exit = True
+            self.client.end_all("the server was stopped at once (a second signal) before this request finished; "
+                                "retry it")
+            asyncio.get_running_loop().create_task(self._exit_at_once())
             return
         logger.info("received %s", name)
         self.stopping.set()
@@ -116,10 +121,14 @@ class Supervisor:
             await self._settle()
         self.server.should_exit = True
 
-    async def _settle(self) -> None:
+    async def _exit_at_once(self) -> None:
+        await self._settle(self.FORCED_SETTLE_S)
+        self.server.force_exit = self.server.should_exit = True
+
+    async def _settle(self, limit_s: float = SETTLE_S) -> None:
         """Give the ended requests their turn to send the last event, [DONE] or the 503."""
-        deadline = time.monotonic() + self.SETTLE_S
-        while self.client.in_flight and time.monotonic() < deadline and not self.forced:
+        deadline = time.monotonic() + limit_s
+        while self.client.in_flight and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
 
 

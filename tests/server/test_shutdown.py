@@ -2,7 +2,8 @@
 for at most --drain-timeout in total; at the deadline the requests left are aborted, every stream
 gets a final error event and [DONE], every waiting client a 503 JSON body; then exit 0 with no
 process of the group left and nothing on the log but the story (no tracebacks, also none for
-clients that left early; no leaked semaphore). A second signal exits at once, non-zero."""
+clients that left early; no leaked semaphore). A second signal exits at once, non-zero, and what
+is in flight still ends with a 503 or a final error event, not a 500 from a cancelled handler."""
 
 from __future__ import annotations
 
@@ -79,6 +80,13 @@ def test_a_second_signal_exits_at_once_and_nonzero(model_dir):
         assert srv.proc.wait(10) == 128 + signal.SIGINT
         assert time.monotonic() - again < 3
         wait_for(lambda: not group_processes(group), 5, "every process of the group to exit")
-        work.join()
+        outcomes = work.join()
+        ended = [o for o in outcomes if not finished_whole(o)]
+        assert ended, "no request was left at the second signal: the test proves nothing"
+        for o in ended:
+            assert_ended_by_the_server(o)  # before: a 500 each, one 499 "the client closed the connection"
+        log = srv.output()
+        for bad in ("Traceback", "Exception in ASGI application", "ERROR:    "):
+            assert bad not in log, log[-3000:]
     finally:
         srv.stop()
