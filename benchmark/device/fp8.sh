@@ -23,7 +23,7 @@
 #   python benchmark/prepare_model.py ../shared/models/llama-3.1-8b .bench-models/llama-3.1-8b
 # New kernels: FlashInfer decode and FA2 prefill for bf16 queries over e4m3 pages, head_dim 128
 # (the first FP8 step compiles them unless the carried workspace has them). Sections can be
-# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_MICRO, SKIP_PROFILE, SKIP_KL
+# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_MICRO, SKIP_ATTN, SKIP_PROFILE, SKIP_KL
 # (e.g. to split the call).
 # Results (logs, JSON, PNG) go to /tmp/fp8-results, packed after every section into
 # $OUT/fp8-results.tgz (one file: a call returns at most 8); the FlashInfer JIT workspace is saved
@@ -44,7 +44,7 @@ quiet() { grep -vE "it/s\]|s/it\]|tensor/s\]|Loading weights|Writing model"; }
 if [ -z "${SKIP_TESTS:-}" ]; then
     step "CUDA tests (the first FP8 attention call compiles its kernels)"
     timeout "${TESTS_TIMEOUT:-300}" python -m pytest tests/quantization/test_fp8_cuda.py tests/quantization/test_fp8_gemv.py \
-        tests/attention/test_flashinfer_cuda.py tests/layers/test_triton_kernels.py tests/engine/test_cuda.py \
+        tests/attention/test_flashinfer_cuda.py tests/attention/test_triton_decode.py tests/layers/test_triton_kernels.py tests/engine/test_cuda.py \
         -q -rs -p no:cacheprovider > "$RES/tests.log" 2>&1
     echo "pytest exit $?"; tail -15 "$RES/tests.log"
     save_jit_cache  # the FP8 kernels, compiled once
@@ -105,6 +105,14 @@ if [ -z "${SKIP_MICRO:-}" ]; then
     timeout "${MICRO_TIMEOUT:-240}" python benchmark/offline/fp8_gemv.py --config "$LLAMA" ${MICRO_ARGS:-} \
         --out "$RES/fp8_gemv.json" > "$RES/fp8_gemv.log" 2>&1
     echo "exit $?"; tail -40 "$RES/fp8_gemv.log"
+    pack
+fi
+
+if [ -z "${SKIP_ATTN:-}" ]; then
+    step "decode attention alone in CUDA graphs: FlashInfer against the small-batch Triton split-KV kernels"
+    timeout "${ATTN_TIMEOUT:-200}" python benchmark/offline/decode_attention.py --out "$RES/decode_attention.json" \
+        > "$RES/decode_attention.log" 2>&1
+    echo "exit $?"; tail -8 "$RES/decode_attention.log"
     pack
 fi
 

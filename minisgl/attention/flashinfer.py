@@ -1,7 +1,9 @@
 """FlashInfer attention over the paged KV cache: paged prefill (FA2 or, on Hopper, FA3 kernels)
 and batch decode (CUDA-core kernel, or the tensor-core one for wide grouped-query attention),
-with fixed-buffer decode wrappers for CUDA graphs. An FP8 KV cache is read by FA2 prefill and
-the decode kernels with its per-layer scales (FA3's templates have no bf16-query/FP8-KV form).
+with fixed-buffer decode wrappers for CUDA graphs; graphs of a few requests decode with
+minisgl's Triton split-KV kernels instead (triton_decode.py says why). An FP8 KV cache is read
+by FA2 prefill and the decode kernels with its per-layer scales (FA3's templates have no
+bf16-query/FP8-KV form).
 
 flashinfer is imported when the backend is created, never at package import, so minisgl runs
 where it is not installed. Lengths and index pointers are computed on the host from the
@@ -53,19 +55,28 @@ def supports(shape: AttnShape, device: torch.device) -> str | None:
 
 @dataclass
 class FlashInferMetadata(BaseAttnMetadata):
-    wrapper: Any  # the planned flashinfer wrapper that runs this batch
+    wrapper: Any  # the planned flashinfer wrapper that runs this batch, or a SmallBatchDecode
+
+
+@dataclass(frozen=True)
+class SmallBatchDecode:
+    """A decode graph of `bs` requests that runs triton_decode over the graph's page buffers."""
+
+    bs: int
 
 
 class FlashInferBackend(BaseAttnBackend):
     """`prefill_kernel`: "fa2" or "fa3" (Hopper). `use_tensor_cores`: decode with the prefill
     kernel (pays for GQA groups of 4 and more); None picks by group size, env
-    MINISGL_DECODE_TENSOR_CORES=0/1 overrides."""
+    MINISGL_DECODE_TENSOR_CORES=0/1 overrides. `small_batch_decode`: graphs of at most
+    triton_decode.MAX_BATCH requests decode with minisgl's Triton kernels (None: unless
+    MINISGL_TRITON_DECODE=0)."""
 
     supports_cuda_graph = True
     accepts_stored_kv = True
 
     def __init__(self, ctx: Context, shape: AttnShape, prefill_kernel: str = "fa2",
-                 use_tensor_cores: bool | None = None):
+                 use_tensor_cores: bool | None = None, small_batch_decode: bool | None = None):
         import flashinfer
 
         problem = supports(shape, ctx.device)
@@ -104,6 +115,7 @@ class FlashInferBackend(BaseAttnBackend):
         self.kv_views = [(kv.k_cache(i).view(shape4), kv.v_cache(i).view(shape4))
                          for i in range(kv.k_buffer.shape[0])]
         self.graph_wrappers: dict[int, Any] = {}
+        self.small_batch_decode = env.TRITON_DECODE.on() if small_batch_decode is None else small_batch_decode
         # FP8 pages: FlashInfer folds k_scale into the softmax scale and multiplies the output by
         # v_scale; both are plain floats, so captured graphs replay them unchanged.
         self.kv_scales = [dict(k_scale=k, v_scale=v) if kv.is_fp8 else {} for k, v in zip(kv.k_scales, kv.v_scales)]
@@ -157,6 +169,8 @@ class FlashInferBackend(BaseAttnBackend):
             self.ctx.kv_cache.store_kv(k, v, batch.out_loc, layer.layer_id)
         wrapper = batch.attn_metadata.wrapper
         i = layer.layer_id
+        if isinstance(wrapper, SmallBatchDecode):
+            return self._small_batch_decode(q, i, wrapper.bs)
         if wrapper is self.prefill_wrapper:  # it would zero-fill a fresh output otherwise
             return wrapper.run(q, self.kv_views[i], out=torch.empty_like(q, memory_format=torch.contiguous_format),
                                **self.kv_scales[i])
@@ -170,21 +184,39 @@ class FlashInferBackend(BaseAttnBackend):
         self.g_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
         self.g_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=device)
         self.g_indices = torch.zeros(max_pages, dtype=torch.int32, device=device)
+        from . import triton_decode
+
         for bs in batch_sizes:
+            if self.small_batch_decode and bs <= triton_decode.MAX_BATCH:
+                self.graph_wrappers[bs] = SmallBatchDecode(bs)
+                continue
             self.graph_wrappers[bs] = self._share(self._decode_wrapper(
                 paged_kv_indptr_buffer=self.g_indptr[: bs + 1], paged_kv_indices_buffer=self.g_indices,
                 paged_kv_last_page_len_buffer=self.g_last_page_len[:bs]))
 
     def _plan_graph(self, batch: Batch, bs: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
         layout = paged_layout(rows, seq_lens, self.page_size, self.table_width)
-        pages = gather_pages(self.ctx.page_table, layout, self.page_size)
         wrapper = self.graph_wrappers[bs]
-        s = self.shape
-        self._plan(wrapper, pinned(layout.kv_indptr), pages, pinned(layout.last_page_len), s.num_qo_heads,
-                   s.num_kv_heads, s.head_dim, self.page_size, q_data_type=s.dtype, kv_data_type=s.cache_dtype,
-                   sm_scale=self.sm_scale)
+        if isinstance(wrapper, SmallBatchDecode):  # the kernels read the graph's buffers themselves
+            self.g_indptr[: bs + 1].copy_(pinned(layout.kv_indptr), non_blocking=True)
+            self.g_last_page_len[:bs].copy_(pinned(layout.last_page_len), non_blocking=True)
+            gather_pages(self.ctx.page_table, layout, self.page_size, out=self.g_indices)
+        else:
+            pages = gather_pages(self.ctx.page_table, layout, self.page_size)
+            s = self.shape
+            self._plan(wrapper, pinned(layout.kv_indptr), pages, pinned(layout.last_page_len), s.num_qo_heads,
+                       s.num_kv_heads, s.head_dim, self.page_size, q_data_type=s.dtype, kv_data_type=s.cache_dtype,
+                       sm_scale=self.sm_scale)
         batch.attn_metadata = FlashInferMetadata(extend_lens=[1] * len(batch.reqs),
                                                  seq_lens=seq_lens[: len(batch.reqs)].tolist(), wrapper=wrapper)
+
+    def _small_batch_decode(self, q: torch.Tensor, layer: int, bs: int) -> torch.Tensor:
+        from .triton_decode import decode_attention
+
+        kv = self.ctx.kv_cache
+        return decode_attention(
+            q, kv.k_cache(layer), kv.v_cache(layer), self.g_indptr[: bs + 1], self.g_indices,
+            self.g_last_page_len[:bs], self.page_size, self.sm_scale, kv.k_scales[layer], kv.v_scales[layer])
 
     def prepare_for_capture(self, batch: Batch, bs: int) -> None:
         self._plan_graph(batch, bs, np.full(bs, self.dummy_row, dtype=np.int64), np.ones(bs, dtype=np.int64))

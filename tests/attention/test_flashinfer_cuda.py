@@ -1,5 +1,6 @@
 """FlashInfer prefill (with a cached prefix) and decode, eager and through the fixed-buffer graph
-wrappers, against a float32 torch reference on random paged data. Needs CUDA and flashinfer:
+wrappers (FlashInfer's, or minisgl's Triton split-KV decode for graphs of a few requests), against
+a float32 torch reference on random paged data. Needs CUDA and flashinfer:
 skipped elsewhere (CI has no GPU)."""
 
 from __future__ import annotations
@@ -29,9 +30,11 @@ def test_prefill_with_cached_prefix_matches_float32_reference(heads, kv_heads, k
 
 @pytest.mark.parametrize("heads,kv_heads", [(16, 8), (32, 8)])
 @pytest.mark.parametrize("tensor_cores", [False, True])
-def test_decode_eager_and_graph_wrappers_match_float32_reference(heads, kv_heads, tensor_cores):
+@pytest.mark.parametrize("small_batch_decode", [False, True])
+def test_decode_eager_and_graph_wrappers_match_float32_reference(heads, kv_heads, tensor_cores, small_batch_decode):
     from minisgl.attention.flashinfer import FlashInferBackend
 
-    errors = decode_errors(lambda ctx, shape: FlashInferBackend(ctx, shape, use_tensor_cores=tensor_cores),
-                           heads, kv_heads)
+    errors = decode_errors(lambda ctx, shape: FlashInferBackend(ctx, shape, use_tensor_cores=tensor_cores,
+                                                                small_batch_decode=small_batch_decode),
+                           heads, kv_heads, graph_bs=4 if small_batch_decode else 8)
     assert max(errors.values()) < 1e-2, errors

@@ -33,11 +33,13 @@ def test_fa2_prefill_reads_the_fp8_cache_like_the_float32_reference(heads, kv_he
 
 @needs_flashinfer
 @pytest.mark.parametrize("heads,kv_heads,tensor_cores", [(16, 8, False), (32, 8, True)])
-def test_decode_reads_the_fp8_cache_eagerly_padded_and_in_graphs(heads, kv_heads, tensor_cores):
+@pytest.mark.parametrize("small_batch_decode", [False, True])  # graphs: FlashInfer's or minisgl's Triton decode
+def test_decode_reads_the_fp8_cache_eagerly_padded_and_in_graphs(heads, kv_heads, tensor_cores, small_batch_decode):
     from minisgl.attention.flashinfer import FlashInferBackend
 
-    errors = decode_errors(lambda ctx, shape: FlashInferBackend(ctx, shape, use_tensor_cores=tensor_cores),
-                           heads, kv_heads, **FP8_KV)
+    errors = decode_errors(lambda ctx, shape: FlashInferBackend(ctx, shape, use_tensor_cores=tensor_cores,
+                                                                small_batch_decode=small_batch_decode),
+                           heads, kv_heads, graph_bs=4 if small_batch_decode else 8, **FP8_KV)
     assert max(errors.values()) < 1e-2, errors
 
 

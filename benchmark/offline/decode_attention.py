@@ -1,0 +1,112 @@
+"""Decode attention alone, in CUDA graphs: FlashInfer's graph wrapper against minisgl's Triton
+split-KV decode (minisgl/attention/triton_decode.py), per layer, at small batches.
+
+    python benchmark/offline/decode_attention.py            # Llama-3.1-8B heads, GPU only
+
+For each batch size and context length, one CUDA graph runs the attention of every layer of a
+model-sized KV cache (so the KV does not sit in L2 between layers) through FlashInferBackend's
+decode graph path, with and without the small-batch Triton kernels, the same requests for both.
+Reports us a layer and the KV bytes read over that time. Writes JSON and a PNG.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from minisgl.attention import triton_decode
+from minisgl.attention.flashinfer import FlashInferBackend
+from minisgl.attention.base import AttnShape
+from minisgl.benchmark.report import bar_plot, device_name, write_json
+from minisgl.core import Batch, Context, Req, SamplingParams
+from minisgl.distributed import DistributedInfo
+from minisgl.engine.graph import ffi_stream
+from minisgl.kvcache import MHAKVCache
+from minisgl.layers import AttentionLayer
+
+PAGE = 16
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--heads", type=int, default=32)
+    p.add_argument("--kv-heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--layers", type=int, default=32)
+    p.add_argument("--batches", default="1,2,4,8")
+    p.add_argument("--contexts", default="138,2048")
+    p.add_argument("--replays", type=int, default=50)
+    p.add_argument("--block-ns", default=str(triton_decode.BLOCK_N), help="the Triton kernel's loop steps to try")
+    p.add_argument("--out", default="results/decode_attention.json")
+    return p.parse_args()
+
+
+def time_layer(args, bs: int, context: int, small_batch: bool) -> float:
+    """us a layer of one graph holding every layer's decode attention for `bs` requests."""
+    dev = torch.device("cuda")
+    pages_each = -(-context // PAGE)
+    width = pages_each * PAGE
+    ctx = Context(device=dev, tp=DistributedInfo())
+    ctx.page_table = torch.zeros(bs + 1, width, dtype=torch.int32, device=dev)
+    total_pages = bs * pages_each + 1
+    ctx.kv_cache = MHAKVCache(args.layers, total_pages, PAGE, args.kv_heads, args.head_dim, torch.bfloat16, dev)
+    perm = torch.randperm(total_pages - 1, device=dev).to(torch.int32)  # pages scattered, as a live cache has them
+    for row in range(bs):
+        pages = perm[row * pages_each : (row + 1) * pages_each]
+        ctx.page_table[row] = (pages.repeat_interleave(PAGE) * PAGE + torch.arange(PAGE, device=dev).repeat(pages_each))
+    ctx.page_table[bs, :PAGE] = torch.arange((total_pages - 1) * PAGE, total_pages * PAGE, device=dev)
+    shape = AttnShape(args.heads, args.kv_heads, args.head_dim, torch.bfloat16)
+    backend = FlashInferBackend(ctx, shape, small_batch_decode=small_batch)
+    reqs = [Req(uid=i, prompt_ids=[0] * context, sampling_params=SamplingParams(), table_idx=i, cached_len=context - 1,
+                device_len=context) for i in range(bs)]
+    batch = Batch(reqs=reqs, phase="decode", out_loc=ctx.page_table[:bs, context - 1].long())
+    layers = [AttentionLayer(i, args.heads, args.kv_heads, args.head_dim) for i in range(args.layers)]
+    q = torch.randn(bs, args.heads, args.head_dim, device=dev, dtype=torch.bfloat16)
+    backend.init_capture_graph(bs, [bs])
+    backend.prepare_for_capture(batch, bs)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), ffi_stream():
+        for layer in layers:  # warm-up: compiles and loads the kernels
+            backend.forward(q, None, None, layer, batch)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream), ffi_stream():
+        for layer in layers:
+            backend.forward(q, None, None, layer, batch)
+    backend.prepare_for_replay(batch, bs)
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(args.replays):
+        graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / args.replays / args.layers
+
+
+def main() -> None:
+    args = parse_args()
+    rows = []
+    kv_bytes_token = 2 * args.kv_heads * args.head_dim * 2
+    for context in (int(c) for c in args.contexts.split(",")):
+        for bs in (int(b) for b in args.batches.split(",")):
+            us = {"flashinfer": time_layer(args, bs, context, False)}
+            for block_n in (int(b) for b in args.block_ns.split(",")):
+                triton_decode.BLOCK_N = block_n
+                us[f"triton{block_n}"] = time_layer(args, bs, context, True)
+            gbs = {name: bs * context * kv_bytes_token / (t * 1e-6) / 1e9 for name, t in us.items()}
+            rows.append(dict(batch=bs, context=context, us=us, gb_per_s=gbs))
+            print(f"batch {bs:2d}, context {context:5d}, us a layer (KV GB/s): "
+                  + ", ".join(f"{name} {t:.2f} ({gbs[name]:.0f})" for name, t in us.items()), flush=True)
+    write_json(args.out, dict(benchmark="decode_attention", device=device_name(), heads=args.heads,
+                              kv_heads=args.kv_heads, head_dim=args.head_dim, layers=args.layers, rows=rows))
+    labels = [f"bs{r['batch']} ctx{r['context']} {name}" for r in rows for name in r["us"]]
+    values = [t for r in rows for t in r["us"].values()]
+    bar_plot(args.out.replace(".json", ".png"), "decode attention, us a layer (CUDA graph)", labels, values, "us")
+
+
+if __name__ == "__main__":
+    main()

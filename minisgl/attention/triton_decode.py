@@ -1,0 +1,144 @@
+"""Decode attention at small batch over the paged KV cache, in two short Triton kernels (split-KV,
+then a merge), for the FlashInfer backend's CUDA graphs of a few requests.
+
+Why: at one request FlashInfer's decode is latency-bound, not bandwidth-bound. Its tensor-core
+kernel walks a request's KV in 128-token chunks, one dependent load after another, and in a CUDA
+graph it launches a grid padded for the largest batch: 9 us a layer at ~140 tokens plus 2.3 us
+for its merge (Llama-3.1-8B shapes, H100), a tenth of a batch-1 step. Here every program takes a
+slice of a request's tokens for one KV head (its group of query heads on tensor cores), loads K
+and V for it at once, and writes a partial output with its log-sum-exp; the slices shrink with the
+context, so a short one costs one load round trip, and a long one is spread over the GPU.
+
+The KV cache is [slots, kv_heads, head_dim] per layer, slot = page * page_size + offset; pages
+come as FlashInfer's paged layout (indptr over page ids, last page lengths). An FP8 cache holds
+k / k_scale and v / v_scale: k_scale folds into the softmax scale, v_scale into the output.
+Imported only on CUDA (and by the CPU tests, under Triton's interpreter).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from minisgl.layers.triton_kernels import pdl_launch, pdl_supported
+
+# Graphs of up to this many requests decode here, larger ones with FlashInfer. Llama-3.1-8B FP8,
+# H100, batch-1..4 TPOT: 3.65 / 4.25 / 4.73 ms against FlashInfer's 3.72 / 4.34 / 4.80; at 8 the
+# step was slower (8.29 against 7.70 ms) although the attention alone was faster (8.5 against
+# 11.6 us a layer, benchmark/offline/decode_attention.py).
+MAX_BATCH = 4
+MAX_SPLITS = 64
+BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
+N_SMS = 132  # an H100's: programs are counted against it
+
+
+@triton.jit
+def _split_kernel(q_ptr, kc_ptr, vc_ptr, indptr_ptr, indices_ptr, last_ptr, o_ptr, lse_ptr, stride_qt, stride_qh,
+                  qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr, G_P: tl.constexpr, D: tl.constexpr,
+                  PAGE: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr,
+                  PDL: tl.constexpr):
+    """Program (request b, KV head h, slice s): the G query heads of h over tokens
+    [s * chunk, (s + 1) * chunk) of b, chunk = the request's length / SPLITS rounded up to BLOCK.
+    Writes o (normalized, times v_scale) and lse (log2-sum-exp2 of the scaled scores; -inf for an
+    empty slice) at [b, h * G + g, s]. qk_scale = softmax scale * k_scale * log2(e)."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    s = tl.program_id(2)
+    first = tl.load(indptr_ptr + b)
+    length = (tl.load(indptr_ptr + b + 1) - first - 1) * PAGE + tl.load(last_ptr + b)
+    chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK) * BLOCK
+    start = s * chunk
+    end = tl.minimum(length, start + chunk)
+    rg = tl.arange(0, G_P)
+    rd = tl.arange(0, D)
+    g_ok = rg < G
+    if PDL:  # q comes from the kernel before; the page layout was copied before the graph ran
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    q = tl.load(q_ptr + b * stride_qt + (h * G + rg)[:, None] * stride_qh + rd[None, :], mask=g_ok[:, None], other=0.0)
+    if IEEE:
+        q = q.to(tl.float32)
+    m = tl.full([G_P], float("-inf"), tl.float32)
+    l = tl.zeros([G_P], tl.float32)
+    acc = tl.zeros([G_P, D], tl.float32)
+    for t0 in range(start, end, BLOCK):
+        t = t0 + tl.arange(0, BLOCK)
+        ok = t < end
+        page = tl.load(indices_ptr + first + t // PAGE, mask=ok, other=0)
+        slot = page.to(tl.int64) * PAGE + t % PAGE
+        offs = slot[:, None] * (HK * D) + h * D + rd[None, :]
+        k = tl.load(kc_ptr + offs, mask=ok[:, None], other=0.0)
+        v = tl.load(vc_ptr + offs, mask=ok[:, None], other=0.0)
+        if IEEE:  # (Triton's CPU interpreter mishandles bf16 dots)
+            scores = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
+        else:  # e4m3 / e5m2 -> bf16 is exact
+            scores = tl.dot(q, tl.trans(k.to(q.dtype)))
+        scores = tl.where(ok[None, :], scores * qk_scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        p = tl.exp2(scores - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        l = l * alpha + tl.sum(p, 1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
+        m = m_new
+    filled = l > 0
+    o = tl.where(filled[:, None], acc / tl.where(filled, l, 1.0)[:, None] * v_scale, 0.0)
+    lse = tl.where(filled, m + tl.log2(tl.where(filled, l, 1.0)), float("-inf"))
+    row = b * (HK * G) + h * G + rg
+    tl.store(lse_ptr + row * SPLITS + s, lse, mask=g_ok)
+    tl.store(o_ptr + (row * SPLITS + s)[:, None] * D + rd[None, :], o, mask=g_ok[:, None])
+
+
+@triton.jit
+def _merge_kernel(o_ptr, lse_ptr, out_ptr, D: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr):
+    """Program (request, query head): the softmax-weighted sum of its slices' outputs."""
+    row = tl.program_id(0).to(tl.int64)
+    rs = tl.arange(0, SPLITS)
+    rd = tl.arange(0, D)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    lse = tl.load(lse_ptr + row * SPLITS + rs)
+    filled = lse > float("-inf")
+    w = tl.where(filled, tl.exp2(lse - tl.max(lse, 0)), 0.0)
+    o = tl.load(o_ptr + (row * SPLITS + rs)[:, None] * D + rd[None, :], mask=filled[:, None], other=0.0)
+    tl.store(out_ptr + row * D + rd, (tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)).to(out_ptr.dtype.element_ty))
+
+
+def num_splits(batch: int, kv_heads: int) -> int:
+    """Slices a request is cut into: about two programs an SM over the batch's KV heads (a power of
+    two, at most MAX_SPLITS)."""
+    want = max(1, 2 * N_SMS // max(1, batch * kv_heads))
+    return min(MAX_SPLITS, 1 << int(math.log2(want)))
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_indptr: torch.Tensor,
+                     kv_indices: torch.Tensor, last_page_len: torch.Tensor, page_size: int, sm_scale: float,
+                     k_scale: float = 1.0, v_scale: float = 1.0, splits: int | None = None) -> torch.Tensor:
+    """q [batch, qo_heads, D] (last dim contiguous) attending over each request's cached tokens:
+    k_cache / v_cache [slots, kv_heads, D] (q's dtype, or FP8 holding k / k_scale, v / v_scale),
+    request i's pages kv_indices[kv_indptr[i]:kv_indptr[i+1]] (int32), the last one holding
+    last_page_len[i] tokens (every request has at least one). Returns [batch, qo_heads, D] in q's
+    dtype."""
+    batch, qo_heads, d = q.shape
+    kv_heads = k_cache.shape[1]
+    group = qo_heads // kv_heads
+    splits = splits or num_splits(batch, kv_heads)
+    out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
+    if batch == 0:
+        return out
+    o = torch.empty((batch * qo_heads, splits, d), dtype=torch.float32, device=q.device)
+    lse = torch.empty((batch * qo_heads, splits), dtype=torch.float32, device=q.device)
+    pdl = pdl_supported(q.device)
+    _split_kernel[(batch, kv_heads, splits)](
+        q, k_cache, v_cache, kv_indptr, kv_indices, last_page_len, o, lse, q.stride(0), q.stride(1),
+        sm_scale * k_scale * math.log2(math.e), v_scale, HK=kv_heads, G=group,
+        G_P=max(16, triton.next_power_of_2(group)), D=d, PAGE=page_size, SPLITS=splits, BLOCK=BLOCK_N,
+        IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
+    _merge_kernel[(batch * qo_heads,)](o, lse, out, D=d, SPLITS=splits, PDL=pdl, num_warps=4, **pdl_launch(pdl))
+    return out

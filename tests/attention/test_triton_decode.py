@@ -1,0 +1,89 @@
+"""minisgl.attention.triton_decode (small-batch decode attention: split-KV slices, then a merge)
+equals float32 softmax attention over each request's cached tokens, gathered page by page: for
+lengths inside one page, on page edges and over many slices, grouped and plain multi-head
+attention, pages out of order, and an FP8 cache with per-tensor scales. On the CPU its kernels run
+under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1); the device runs this file
+on the GPU too.
+
+    python -m pytest tests/attention/test_triton_decode.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("triton")
+
+from minisgl.attention.triton_decode import MAX_SPLITS, decode_attention, num_splits  # noqa: E402
+
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+PAGE = 16
+
+
+def paged_problem(lengths: list[int], heads: int, kv_heads: int, dim: int, cache_dtype=torch.bfloat16):
+    """Random q and a random cache with each request's pages scattered over it."""
+    torch.manual_seed(sum(lengths) + heads + kv_heads)
+    pages_each = [-(-n // PAGE) for n in lengths]
+    total_pages = sum(pages_each) + 3
+    order = torch.randperm(total_pages)[: sum(pages_each)]
+    k_cache = torch.randn(total_pages * PAGE, kv_heads, dim).to(cache_dtype)
+    v_cache = torch.randn(total_pages * PAGE, kv_heads, dim).to(cache_dtype)
+    indptr = torch.tensor([0] + list(torch.tensor(pages_each).cumsum(0)), dtype=torch.int32)
+    last = torch.tensor([n - (p - 1) * PAGE for n, p in zip(lengths, pages_each)], dtype=torch.int32)
+    q = torch.randn(len(lengths), heads, dim).to(torch.bfloat16)
+    return q, k_cache, v_cache, indptr, order.to(torch.int32), last
+
+
+def reference(q, k_cache, v_cache, indptr, indices, lengths, sm_scale, k_scale=1.0, v_scale=1.0):
+    group = q.shape[1] // k_cache.shape[1]
+    out = []
+    for i, n in enumerate(lengths):
+        pages = indices[indptr[i] : indptr[i + 1]].long()
+        slots = (pages[:, None] * PAGE + torch.arange(PAGE)).flatten()[:n]
+        k = k_cache[slots].float().repeat_interleave(group, dim=1) * k_scale  # [n, heads, dim]
+        v = v_cache[slots].float().repeat_interleave(group, dim=1) * v_scale
+        scores = torch.einsum("hd,nhd->hn", q[i].float(), k) * sm_scale
+        out.append(torch.einsum("hn,nhd->hd", scores.softmax(-1), v))
+    return torch.stack(out)
+
+
+def run(lengths, heads=8, kv_heads=2, dim=64, cache_dtype=torch.bfloat16, scales=(1.0, 1.0), splits=None):
+    q, kc, vc, indptr, indices, last = paged_problem(lengths, heads, kv_heads, dim, cache_dtype)
+    sm_scale = dim**-0.5
+    got = decode_attention(q.to(DEVICE), kc.to(DEVICE), vc.to(DEVICE), indptr.to(DEVICE), indices.to(DEVICE),
+                           last.to(DEVICE), PAGE, sm_scale, *scales, splits=splits)
+    assert got.dtype == torch.bfloat16 and got.shape == q.shape
+    want = reference(q, kc, vc, indptr, indices, lengths, sm_scale, *scales)
+    # float32 softmax and sums; the bf16 output's rounding (2^-9 relative) and, on the GPU, bf16
+    # probabilities into the P @ V product (2^-9 each) bound the error.
+    torch.testing.assert_close(got.float().cpu(), want, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("lengths", [[1], [5, 16, 17], [138], [33, 1, 64, 300]])
+def test_grouped_query_attention_over_scattered_pages(lengths):
+    run(lengths)
+
+
+def test_more_slices_than_tokens_leave_empty_slices_out_of_the_merge():
+    run([3, 40], splits=16)  # 16 slices of 32 tokens: at most two hold any
+
+
+def test_one_slice_walks_the_whole_request():
+    run([200], splits=1)
+
+
+def test_plain_multi_head_attention():
+    run([20, 70], heads=4, kv_heads=4)
+
+
+@pytest.mark.parametrize("cache_dtype", [torch.float8_e4m3fn, torch.float8_e5m2])
+def test_an_fp8_cache_is_read_with_its_scales(cache_dtype):
+    run([50, 129], cache_dtype=cache_dtype, scales=(0.5, 2.0))
+
+
+def test_slices_fill_the_gpu_and_stay_bounded():
+    assert num_splits(1, 8) == 32  # Llama-3.1-8B at one request: 256 programs for 132 SMs
+    assert num_splits(8, 8) == 4
+    assert num_splits(1, 1) == MAX_SPLITS
+    assert num_splits(64, 8) == 1
