@@ -116,6 +116,8 @@ class FlashInferBackend(BaseAttnBackend):
                          for i in range(kv.k_buffer.shape[0])]
         self.graph_wrappers: dict[int, Any] = {}
         self.small_batch_decode = env.TRITON_DECODE.on() if small_batch_decode is None else small_batch_decode
+        if kv.is_fp8 and torch.cuda.get_device_capability(device) < (8, 9):
+            self.small_batch_decode = False  # Triton converts e4m3 only from Ada/Hopper on
         # FP8 pages: FlashInfer folds k_scale into the softmax scale and multiplies the output by
         # v_scale; both are plain floats, so captured graphs replay them unchanged.
         self.kv_scales = [dict(k_scale=k, v_scale=v) if kv.is_fp8 else {} for k, v in zip(kv.k_scales, kv.v_scales)]
@@ -184,10 +186,13 @@ class FlashInferBackend(BaseAttnBackend):
         self.g_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
         self.g_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=device)
         self.g_indices = torch.zeros(max_pages, dtype=torch.int32, device=device)
-        from . import triton_decode
+        small = 0  # graphs of at most this many requests decode with triton_decode
+        if self.small_batch_decode:
+            from . import triton_decode
 
+            small = triton_decode.MAX_BATCH
         for bs in batch_sizes:
-            if self.small_batch_decode and bs <= triton_decode.MAX_BATCH:
+            if bs <= small:
                 self.graph_wrappers[bs] = SmallBatchDecode(bs)
                 continue
             self.graph_wrappers[bs] = self._share(self._decode_wrapper(

@@ -26,10 +26,9 @@ import triton.language as tl
 from minisgl.layers.triton_kernels import pdl_launch, pdl_supported
 
 # Graphs of up to this many requests decode here, larger ones with FlashInfer. Llama-3.1-8B FP8,
-# H100, batch-1..4 TPOT: 3.65 / 4.25 / 4.73 ms against FlashInfer's 3.72 / 4.34 / 4.80; at 8 the
-# step was slower (8.29 against 7.70 ms) although the attention alone was faster (8.5 against
-# 11.6 us a layer, benchmark/offline/decode_attention.py).
-MAX_BATCH = 4
+# H100, TPOT at batch 1 / 4 / 8: 3.65 / 4.43 / 5.28 ms against FlashInfer's 3.72 / 4.80 / 5.48
+# (benchmark/NOTES.md; the attention alone: benchmark/offline/decode_attention.py).
+MAX_BATCH = 8
 MAX_SPLITS = 64
 BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
 N_SMS = 132  # an H100's: programs are counted against it
@@ -57,7 +56,6 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, indptr_ptr, indices_ptr, last_ptr, o_pt
     g_ok = rg < G
     if PDL:  # q comes from the kernel before; the page layout was copied before the graph ran
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     q = tl.load(q_ptr + b * stride_qt + (h * G + rg)[:, None] * stride_qh + rd[None, :], mask=g_ok[:, None], other=0.0)
     if IEEE:
         q = q.to(tl.float32)
@@ -92,6 +90,8 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, indptr_ptr, indices_ptr, last_ptr, o_pt
     row = b * (HK * G) + h * G + rg
     tl.store(lse_ptr + row * SPLITS + s, lse, mask=g_ok)
     tl.store(o_ptr + (row * SPLITS + s)[:, None] * D + rd[None, :], o, mask=g_ok[:, None])
+    if PDL:  # (at the end, as the GEMVs: a merge launched at the start waits on the SMs meanwhile)
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
@@ -102,12 +102,13 @@ def _merge_kernel(o_ptr, lse_ptr, out_ptr, D: tl.constexpr, SPLITS: tl.constexpr
     rd = tl.arange(0, D)
     if PDL:
         tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     lse = tl.load(lse_ptr + row * SPLITS + rs)
     filled = lse > float("-inf")
     w = tl.where(filled, tl.exp2(lse - tl.max(lse, 0)), 0.0)
     o = tl.load(o_ptr + (row * SPLITS + rs)[:, None] * D + rd[None, :], mask=filled[:, None], other=0.0)
     tl.store(out_ptr + row * D + rd, (tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)).to(out_ptr.dtype.element_ty))
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 def num_splits(batch: int, kv_heads: int) -> int:
@@ -127,6 +128,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     dtype."""
     batch, qo_heads, d = q.shape
     kv_heads = k_cache.shape[1]
+    if q.stride(-1) != 1 or not k_cache.is_contiguous() or not v_cache.is_contiguous() or d & (d - 1):
+        raise ValueError("decode_attention needs q's last dim contiguous, contiguous [slots, kv_heads, D] "
+                         f"caches and a power-of-two head dim (got {d})")
     group = qo_heads // kv_heads
     splits = splits or num_splits(batch, kv_heads)
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)

@@ -89,17 +89,15 @@ def prefill_error(make_backend, heads: int, kv_heads: int, **cache) -> float:
     return rel_err(out, reference(ctx, reqs, q, k, v, layer, out_loc))  # after the store: same cache
 
 
-def decode_errors(make_backend, heads: int, kv_heads: int, graph_bs: int = 8, **cache) -> dict[str, float]:
-    """Relative errors of one decode batch (at most six requests, one fewer than `graph_bs`) run
-    eagerly, through the graph buffers padded to `graph_bs` with dummy requests, and inside a
-    captured CUDA graph, against the float32 reference."""
+def decode_errors(make_backend, heads: int, kv_heads: int, **cache) -> dict[str, float]:
+    """Relative errors of one decode batch run eagerly, through the graph buffers padded to 8
+    with dummy requests, and inside a captured CUDA graph, against the float32 reference."""
     from minisgl.engine.graph import ffi_stream
 
     torch.manual_seed(2)
     ctx, shape = setup_paged(heads, kv_heads, **cache)
-    lens = [1024, 1, 17, 16, 200, 555][: graph_bs - 1]
+    lens = [1, 16, 17, 200, 1024, 555]
     n = len(lens)
-    pad = graph_bs - n
     reqs = make_reqs(cached=[x - 1 for x in lens], device=lens)
     q, k, v, out_loc = make_inputs(ctx, reqs, shape)
     layer = AttentionLayer(0, heads, kv_heads, HEAD_DIM)
@@ -109,17 +107,17 @@ def decode_errors(make_backend, heads: int, kv_heads: int, graph_bs: int = 8, **
     eager = backend.forward(q, k, v, layer, batch)
     ref = reference(ctx, reqs, q, k, v, layer, out_loc)
 
-    backend.init_capture_graph(graph_bs, [1, graph_bs])
+    backend.init_capture_graph(8, [1, 8])
     dummy = ctx.page_table[-1, 0].long().view(1)
-    pq, pk, pv = (torch.cat([t, torch.zeros(pad, *t.shape[1:], device="cuda", dtype=t.dtype)]) for t in (q, k, v))
-    batch.out_loc = torch.cat([out_loc, dummy.expand(pad)])
-    backend.prepare_for_replay(batch, graph_bs)
+    pq, pk, pv = (torch.cat([t, torch.zeros(2, *t.shape[1:], device="cuda", dtype=t.dtype)]) for t in (q, k, v))
+    batch.out_loc = torch.cat([out_loc, dummy, dummy])
+    backend.prepare_for_replay(batch, 8)
     padded = backend.forward(pq, pk, pv, layer, batch)
 
     static_q = pq.clone()
     graph = torch.cuda.CUDAGraph()
     capture = Batch(reqs=[], phase="decode", out_loc=batch.out_loc)
-    backend.prepare_for_capture(capture, graph_bs)
+    backend.prepare_for_capture(capture, 8)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream), ffi_stream():
@@ -127,7 +125,7 @@ def decode_errors(make_backend, heads: int, kv_heads: int, graph_bs: int = 8, **
     torch.cuda.current_stream().wait_stream(stream)
     with torch.cuda.graph(graph, stream=stream), ffi_stream():
         static_out = backend.forward(static_q, pk, pv, layer, capture)
-    backend.prepare_for_replay(batch, graph_bs)  # the real lengths, then replay
+    backend.prepare_for_replay(batch, 8)  # the real lengths, then replay
     graph.replay()
     torch.cuda.synchronize()
     return {"eager": rel_err(eager, ref), "padded": rel_err(padded[:n], ref), "graph": rel_err(static_out[:n], ref)}

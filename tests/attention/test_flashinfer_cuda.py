@@ -36,5 +36,8 @@ def test_decode_eager_and_graph_wrappers_match_float32_reference(heads, kv_heads
 
     errors = decode_errors(lambda ctx, shape: FlashInferBackend(ctx, shape, use_tensor_cores=tensor_cores,
                                                                 small_batch_decode=small_batch_decode),
-                           heads, kv_heads, graph_bs=4 if small_batch_decode else 8)
+                           heads, kv_heads)
     assert max(errors.values()) < 1e-2, errors
+    if small_batch_decode:  # the graphs' Triton kernels are as accurate as the eager FlashInfer ones
+        # (H100: 0.93e-3 against 0.80-0.94e-3; the bf16 output's own rounding is ~1e-3)
+        assert errors["graph"] < 1.3 * errors["eager"], errors
