@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minisgl.layers.triton_kernels import pdl_launch, pdl_supported
+from minisgl.layers.triton_kernels import N_SMS, pdl_launch, pdl_supported
 
 # Graphs of up to this many requests decode here, larger ones with FlashInfer. Llama-3.1-8B FP8,
 # H100, TPOT at batch 1 / 4 / 8: 3.65 / 4.43 / 5.28 ms against FlashInfer's 3.72 / 4.80 / 5.48
@@ -31,7 +31,6 @@ from minisgl.layers.triton_kernels import pdl_launch, pdl_supported
 MAX_BATCH = 8
 MAX_SPLITS = 64
 BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
-N_SMS = 132  # an H100's: programs are counted against it
 
 
 @triton.jit

@@ -20,6 +20,10 @@ import triton.language as tl
 
 from minisgl.utils import env
 
+# An H100's (and H200's) SMs. The Triton kernels' grids are sized against it (programs per SM), as
+# fixed tables: a CUDA graph capture must not autotune.
+N_SMS = 132
+
 
 @triton.jit
 def _qk_norm_rope_store_kernel(

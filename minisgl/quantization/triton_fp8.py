@@ -13,7 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minisgl.layers.triton_kernels import pdl_launch, pdl_supported
+from minisgl.layers.triton_kernels import N_SMS, pdl_launch, pdl_supported
 
 from .fp8 import FP8, FP8_MAX
 
@@ -181,7 +181,6 @@ GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled
 # steps would shrink below 16 bytes of weight a thread (at 4 rows, gated: 8 bytes).
 DOT_MIN_ROWS = 3
 ACC_ELEMENTS = 8192  # the CUDA-core accumulator: 64 float32 registers a thread at 4 warps
-N_SMS = 132  # an H100's; programs per tile size are counted against it (see gemv_config)
 
 
 def _widest(n: int, widths: tuple[int, ...], programs: int) -> int:
