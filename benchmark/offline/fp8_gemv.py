@@ -7,9 +7,8 @@ Shapes from the config: qkv [(heads + 2 kv heads) * head_dim, hidden], o [hidden
 gate_up [2 * intermediate, hidden], down [hidden, intermediate] (FP8 e4m3, per-channel scales),
 lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) it times:
   gemv        minisgl's kernel with its table config (triton_fp8.gemv_config), launched as a
-              programmatic dependent launch; also with pointer loads (gemv_config(tma=False),
-              the table before TMA); gate_up also gated (silu(gate) * up in the epilogue) against
-              gemv + silu_and_mul;
+              programmatic dependent launch; gate_up also gated (silu(gate) * up in the epilogue)
+              against gemv + silu_and_mul;
   sweep       other tile configs (at --sweep-rows; gate_up gated too): the best is printed next to
               the table's;
   splitk      the previous kernel (K split over the SMs, fp32 atomics into torch.zeros, a cast),
@@ -20,8 +19,7 @@ Each is timed inside a CUDA graph of >= 20 calls that rotate over enough weight 
 L2) that every call reads its weight from HBM, as decode does; medians of 7 replays. Bandwidth is
 weight bytes / time, also as a share of a measured device-to-device copy. Then one graph of
 --layers x (qkv, o, gate_up[, silu_and_mul], down) + the bf16 lm_head, i.e. a decode step's GEMMs
-at batch 1, against the floor (its bytes at copy bandwidth): with and without PDL, the weight
-through TMA (the table) or pointer loads (the table before it), and with the two add + RMSNorm
+at batch 1, against the floor (its bytes at copy bandwidth): with and without PDL, and with the two add + RMSNorm
 kernels in front of qkv and gate_up (FlashInfer's, or minisgl's Triton one, which lets the GEMV
 launch at once); that one first. Writes JSON and a PNG.
 """
@@ -119,20 +117,13 @@ def copy_bandwidth() -> float:
     return 2 * a.numel() / (us * 1e-6)
 
 
-def sweep_configs(rows: int, gated: bool = False, kinds: str = "all") -> list[GemvConfig]:
+def sweep_configs(rows: int, gated: bool = False) -> list[GemvConfig]:
     """Tile configs around the table's: CUDA-core ones whose accumulators fit 16-128 registers a
-    thread, and tl.dot ones (rows padded to 16); with pointer loads and/or TMA (`kinds`)."""
+    thread, pipelined 2-8 deep, and tl.dot ones (rows padded to 16)."""
     block_m = triton.next_power_of_2(rows) * (2 if gated else 1)
-    out = []
-    if kinds in ("all", "pointer"):
-        out += [GemvConfig(bn, bk, w, st, False) for bn in (4, 8, 16, 32) for bk in (128, 256, 512, 1024)
-                for w in (4, 8) for st in (2,) if 16 <= block_m * bn * bk / (32 * w) <= 128]
-        out += [GemvConfig(bn, bk, 4, st, True) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
-    if kinds in ("all", "tma", "tma-cores"):  # TMA boxes: at most 256 a side
-        out += [GemvConfig(bn, bk, 4, st, False, tma=True) for bn in (4, 8, 16, 32) for bk in (128, 256)
-                for st in (4, 6, 8) if block_m * bn * bk / 128 <= 128]
-    if kinds in ("all", "tma"):
-        out += [GemvConfig(bn, bk, 4, st, True, tma=True) for bn in (32, 64) for bk in (128, 256) for st in (3, 4, 6)]
+    out = [GemvConfig(bn, bk, w, st, False) for bn in (4, 8, 16) for bk in (256, 512, 1024) for w in (4, 8)
+           for st in (2, 4, 6, 8) if 16 <= block_m * bn * bk / (32 * w) <= 128 and bn * bk * st <= 2**15]
+    out += [GemvConfig(bn, bk, 4, st, True) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
     return out
 
 
@@ -153,29 +144,21 @@ def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw:
     norms = {"FlashInfer": lambda: fi_norm(hidden_x, residual, norm_w, 1e-5),
              "Triton": lambda: add_rmsnorm(hidden_x, residual, norm_w, 1e-5, pdl=True)}
 
-    def gemv_layer(L, gated=True, pdl=None, norm=None, pointer=False):
-        def cfg(name, gated=False):
-            n, k = shapes[name]
-            return gemv_config(1, n // 2 if gated else n, k, gated, tma=False) if pointer else None
-
-        up = ((lambda: fp8_gemv(hidden_x, *L["gate_up"], gated=True, pdl=pdl, config=cfg("gate_up", True))) if gated
+    def gemv_layer(L, gated=True, pdl=None, norm=None):
+        up = ((lambda: fp8_gemv(hidden_x, *L["gate_up"], gated=True, pdl=pdl)) if gated
               else (lambda: silu_and_mul(fp8_gemv(hidden_x, *L["gate_up"], pdl=pdl))))
         pre = [norms[norm]] if norm else []
-        return [*pre, lambda: fp8_gemv(hidden_x, *L["qkv"], pdl=pdl, config=cfg("qkv")),
-                lambda: fp8_gemv(x["o"], *L["o"], pdl=pdl, config=cfg("o")),
-                *pre, up, lambda: fp8_gemv(x["down"], *L["down"], pdl=pdl, config=cfg("down"))]
+        return [*pre, lambda: fp8_gemv(hidden_x, *L["qkv"], pdl=pdl), lambda: fp8_gemv(x["o"], *L["o"], pdl=pdl),
+                *pre, up, lambda: fp8_gemv(x["down"], *L["down"], pdl=pdl)]
 
     # With the input norms between them (add + RMSNorm: FlashInfer's, or minisgl's Triton one that
-    # lets the GEMV after it launch at once) or without; the weight through TMA or pointer loads.
+    # lets the GEMV after it launch at once) or without.
     variants = {
         "gemv gated + Triton norms": lambda L: gemv_layer(L, norm="Triton"),
         "gemv gated + FlashInfer norms": lambda L: gemv_layer(L, norm="FlashInfer"),
-        "gemv gated, pointer loads + FlashInfer norms": lambda L: gemv_layer(L, norm="FlashInfer", pointer=True),
         "gemv gated": gemv_layer,
-        "gemv gated, pointer loads": lambda L: gemv_layer(L, pointer=True),
         "gemv gated, no PDL": lambda L: gemv_layer(L, pdl=False),
         "gemv gated, no PDL + Triton norms": lambda L: gemv_layer(L, pdl=False, norm="Triton"),
-        "gemv gated, pointer loads, no PDL": lambda L: gemv_layer(L, pdl=False, pointer=True),
         "gemv + silu_and_mul": lambda L: gemv_layer(L, gated=False),
         "splitk + silu_and_mul": lambda L: [lambda: splitk(x["qkv"], *L["qkv"]), lambda: splitk(x["o"], *L["o"]),
                                             lambda: silu_and_mul(splitk(x["gate_up"], *L["gate_up"])),
@@ -196,8 +179,6 @@ def main() -> None:
     p.add_argument("--config", default=".bench-models/llama-3.1-8b", help="dir with an HF config.json")
     p.add_argument("--rows", default="1,2,4,8,16")
     p.add_argument("--sweep-rows", default="1", help="row counts to sweep tile configs at ('' for none)")
-    p.add_argument("--sweep-kinds", choices=["all", "pointer", "tma", "tma-cores"], default="all",
-                   help="the configs swept: pointer loads, TMA (tma-cores: CUDA-core products only), or both")
     p.add_argument("--layers", type=int, default=None, help="layers in the per-token graph (default: the config's)")
     p.add_argument("--out", default="results/fp8_gemv.json")
     args = p.parse_args()
@@ -239,8 +220,6 @@ def main() -> None:
             if fp8:
                 nbytes = n * k + 4 * n
                 methods = {"gemv": lambda w, s: fp8_gemv(x, w, s),
-                           "gemv pointer loads": lambda w, s: fp8_gemv(x, w, s,
-                                                                       config=gemv_config(rows, n, k, tma=False)),
                            "splitk": lambda w, s: splitk(x, w, s),
                            "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
                 if name == "gate_up":
@@ -248,7 +227,7 @@ def main() -> None:
                     methods["gemv gated"] = lambda w, s: fp8_gemv(x, w, s, gated=True)
                 want = x.float() @ (quant[0][0].float() * quant[0][1][:, None]).T
                 for method, fn in methods.items():
-                    if method in ("gemv", "gemv pointer loads", "splitk", "scaled_mm"):
+                    if method in ("gemv", "splitk", "scaled_mm"):
                         err = ((fn(*quant[0]).float() - want).norm() / want.norm()).item()
                     else:
                         err = None
@@ -264,7 +243,7 @@ def main() -> None:
                     method = "sweep gated" if gated else "sweep"
                     table = gemv_config(rows, n // 2 if gated else n, k, gated)
                     best = None
-                    for c in sweep_configs(rows, gated, args.sweep_kinds):
+                    for c in sweep_configs(rows, gated):
                         try:
                             us = graph_us([lambda i=i, c=c: fp8_gemv(x, *quant[i % copies], config=c, gated=gated)
                                            for i in range(calls)])

@@ -1,12 +1,10 @@
 """Triton kernels for the FP8 GEMMs: per-token (row) quantization of the activations to e4m3 in
 one launch (torch would take five: abs, amax, divide, clamp, cast), and the weight-streaming GEMV
-for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in;
-at one to four rows it takes the weight through TMA (the Hopper Tensor Memory Accelerator).
+for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in.
 Imported only on CUDA (and by the CPU tests, under Triton's interpreter)."""
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import torch
@@ -100,12 +98,14 @@ def _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT: tl.
 @triton.jit
 def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
-                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
+                     STAGES: tl.constexpr):
     """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features,
     over all of K (no split: no atomics, no zeroed buffer, no cast kernel). GATED: w holds
     [gate; up] (2N rows) and y = silu(gate) * up, both halves streamed by the same program.
-    DOT=False (one or two rows): products on CUDA cores, the loop body only loads and FMAs;
-    DOT=True (more rows): tl.dot with the rows padded to BLOCK_M=16.
+    DOT=False (up to four rows): products on CUDA cores, the loop body only loads and FMAs;
+    DOT=True (more rows): tl.dot with the rows padded to BLOCK_M=16. Either way the loop is
+    software-pipelined STAGES deep (cp.async copies in flight while the products run).
     PDL: launched as a programmatic dependent launch, i.e. before the kernel that writes x is done
     (hiding the launch gap, a few us of a ~6-40 us kernel): wait for it before reading anything,
     and let the next kernel launch only at the end. A trigger at the start let the next kernel's
@@ -123,44 +123,14 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
     up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
     acc = _zeros(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
     acc_up = tl.zeros_like(acc)
-    for k0 in range(0, K, BLOCK_K):
-        x = _tile(x_ptrs, m_ok, rk, K - k0, EVEN_K)
-        acc = _mac(acc, x, _tile(w_ptrs, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
-        if GATED:
-            acc_up = _mac(acc_up, x, _tile(w_ptrs + up_off, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
-    _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT, GATED)
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-@triton.jit
-def _fp8_gemv_tma_kernel(x_ptr, w_desc, s_ptr, y_ptr, M, N, K, stride_xm, stride_ym,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
-                         GATED: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr, STAGES: tl.constexpr):
-    """_fp8_gemv_kernel with the weight tiles brought in by the Tensor Memory Accelerator (w_desc: a
-    [BLOCK_N, BLOCK_K] descriptor of the weight; zeros past its edges): the copies run
-    asynchronously, STAGES deep, without a thread's registers or load instructions.
-    PDL: as _fp8_gemv_kernel, the wait at the start and the trigger at the end (Llama-3.1-8B
-    batch-1 TPOT on an H100: 4.03 ms with the trigger at the start, 3.80 without PDL, 3.73 with
-    the trigger at the end)."""
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-    n0 = tl.program_id(0) * BLOCK_N
-    rm = tl.arange(0, BLOCK_M)
-    rn = n0 + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    m_ok, n_ok = rm < M, rn < N
-    acc = _zeros(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
-    acc_up = tl.zeros_like(acc)
-    # The loop's own num_stages: Triton pipelines descriptor loads that feed no tl.dot only so.
+    # The loop's own num_stages: without it Triton pipelines only the loads that feed a tl.dot,
+    # and the CUDA-core loop streamed one tile at a time (Llama-3.1-8B gate/up at one row: 64 us
+    # unpipelined, 45 through TMA copies, 43 pipelined like this).
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
-        x = tl.load(x_ptr + rm[:, None] * stride_xm + (k0 + rk)[None, :], mask=m_ok[:, None] & (k0 + rk < K)[None, :],
-                    other=0.0)
-        acc = _mac(acc, x, w_desc.load([n0, k0]), DOT, IEEE)
-        if GATED:  # (a gate tile past row N reads up rows: those outputs are not stored)
-            acc_up = _mac(acc_up, x, w_desc.load([n0 + N, k0]), DOT, IEEE)
+        x = _tile(x_ptrs + k0, m_ok, rk, K - k0, EVEN_K)
+        acc = _mac(acc, x, _tile(w_ptrs + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
+        if GATED:
+            acc_up = _mac(acc_up, x, _tile(w_ptrs + up_off + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
     _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT, GATED)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -173,7 +143,6 @@ class GemvConfig:
     num_warps: int
     num_stages: int
     dot: bool
-    tma: bool = False  # the weight through TMA descriptors (_fp8_gemv_tma_kernel); tiles of at most 256 a side
 
 
 GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled_mm (gemm.py)
@@ -192,51 +161,26 @@ def _k_step(k: int, cap: int) -> int:
     return min(cap, max(16, triton.next_power_of_2(k)))
 
 
-def gemv_config(m: int, n: int, k: int, gated: bool = False, tma: bool = True) -> GemvConfig:
+def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
     not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
     only, no split-K: tiles narrow enough that every SM streams weight rows (narrower tiles rather
     than a K split for small N, e.g. tensor-parallel shards).
-    - One or two rows, and three or four for ungated weights of at most 8,192 rows (gated, two
-      16-wide accumulators would not fit the registers): products on CUDA cores, the weight
-      through TMA in 256-byte K steps (Llama-3.1-8B, against pointer loads: 1 row qkv 13.6 ->
-      12.3 us, gated gate/up 49.1 -> 44.5, down 25.1 -> 23.4; 4 rows, 16-wide tiles, qkv 19.2 ->
-      15.5, o 13.8 -> 12.1, down 41.5 -> 28.4, but gate/up, 28,672 rows, 46.1 -> 60.0). TMA needs
-      K a multiple of 16 (its rows 16-byte aligned) and `tma` (the weight and Triton allow it,
-      see fp8_gemv); else, ungated at one or two rows, pointer loads with K steps as long as the
-      accumulator allows.
-    - Else tl.dot over pointer loads, the rows padded to 16 (CUDA cores measured 1.1-5x slower;
-      gated, with two CUDA-core accumulators the K steps halve: 1 row 64 us against 49 on tl.dot).
-    With `tma` False this is the table from before TMA."""
-    if tma and k % 16 == 0 and (m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192)):
-        if m < DOT_MIN_ROWS:
-            return GemvConfig(_widest(n, (8, 4), 2 * N_SMS), _k_step(k, 256), num_warps=4, num_stages=6, dot=False,
-                              tma=True)
-        return GemvConfig(_widest(n, (16, 8, 4), N_SMS), _k_step(k, 256), num_warps=4, num_stages=4, dot=False,
-                          tma=True)
-    if m < DOT_MIN_ROWS and not gated:
-        block_n = _widest(n, (8, 4), 2 * N_SMS)
-        acc = triton.next_power_of_2(m) * block_n
-        return GemvConfig(block_n, min(1024, ACC_ELEMENTS // acc, _k_step(k, 1024)), num_warps=4, num_stages=2,
-                          dot=False)
+    - One or two rows, and three or four for ungated weights of at most 8,192 rows: products on
+      CUDA cores in 512-byte K steps (256 from three rows), 8 output features a tile or as many
+      as the accumulator holds (two rows gated: 4), pipelined 4 deep (gated, 6). Llama-3.1-8B,
+      one row, against the weight through TMA copies: qkv 12.1 -> 11.7 us, o 9.4 -> 8.7, gated
+      gate/up 45.7 -> 43.2, down 23.9 -> 22.8; two rows: 15.1 -> 12.8, 11.8 -> 9.3, 52.8 ->
+      46.1, 29.6 -> 23.5.
+    - Else tl.dot, the rows padded to 16 (CUDA cores measured 1.1-5x slower; gated, two CUDA-core
+      accumulators would halve the K steps)."""
+    if m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192):
+        block_k = _k_step(k, 512 if m < DOT_MIN_ROWS else 256)
+        fits = ACC_ELEMENTS // (triton.next_power_of_2(m) * (2 if gated else 1) * block_k)
+        block_n = min(fits, _widest(n, (8, 4), 2 * N_SMS))
+        return GemvConfig(block_n, block_k, num_warps=4, num_stages=6 if gated else 4, dot=False)
     return GemvConfig(_widest(n, (32, 16), 2 * N_SMS), _k_step(k, 256), num_warps=4,
                       num_stages=3 if gated else 4, dot=True)
-
-
-@functools.cache
-def _tensor_descriptor():
-    """Triton's host-side TMA descriptor (Triton 3.4 and newer), or None."""
-    try:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-    except ImportError:
-        return None
-    return TensorDescriptor
-
-
-def _tma_ok(weight: torch.Tensor) -> bool:
-    """A TMA descriptor can cover `weight`: the API exists, rows 16-byte aligned and contiguous."""
-    return (_tensor_descriptor() is not None and weight.stride(-1) == 1 and weight.stride(0) % 16 == 0
-            and weight.data_ptr() % 16 == 0)
 
 
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
@@ -252,17 +196,12 @@ def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gate
     y = torch.empty((m, n), dtype=x.dtype, device=x.device)
     if m == 0:
         return y
-    cfg = config or gemv_config(m, n, k, gated, tma=_tma_ok(weight))
+    cfg = config or gemv_config(m, n, k, gated)
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     pdl = pdl_supported(x.device) if pdl is None else pdl
     grid = (triton.cdiv(n, cfg.block_n),)
     tiles = dict(BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated,
                  IEEE=not x.is_cuda, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch(pdl))
-    if cfg.tma:
-        desc = _tensor_descriptor()(weight, list(weight.shape), list(weight.stride()), [cfg.block_n, cfg.block_k])
-        _fp8_gemv_tma_kernel[grid](x, desc, scale, y, m, n, k, x.stride(0), y.stride(0), STAGES=cfg.num_stages,
-                                   **tiles)
-    else:
-        _fp8_gemv_kernel[grid](x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
-                               EVEN_K=k % cfg.block_k == 0, **tiles)
+    _fp8_gemv_kernel[grid](x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
+                           EVEN_K=k % cfg.block_k == 0, STAGES=cfg.num_stages, **tiles)
     return y

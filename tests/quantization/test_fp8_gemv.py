@@ -1,9 +1,8 @@
 """The FP8 weight-streaming GEMV (minisgl.quantization.triton_fp8.fp8_gemv) computes x @ (w * s)^T
 as a float32 GEMM of the same e4m3 weights does, and its gated form silu(gate) * up, for 1 to 16
-rows, N not a multiple of its tile and K not a multiple of its step, on every path (CUDA cores or
-tl.dot, the weight through pointer loads or TMA, which a weight view unfit for a TMA descriptor
-does without); and every tile its table picks builds for Hopper streaming the weight in TMA copies
-or 16-byte loads. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
+rows, N not a multiple of its tile and K not a multiple of its step, on both paths (CUDA cores or
+tl.dot), over a strided weight view too; and every tile its table picks builds for Hopper streaming
+the weight in pipelined 16-byte copies. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1); the device runs this file on the GPU too.
 
     python -m pytest tests/quantization/test_fp8_gemv.py -q
@@ -50,40 +49,37 @@ def check(rows: int, n: int, k: int, gated: bool, config: GemvConfig | None = No
 @pytest.mark.parametrize("gated", [False, True])
 @pytest.mark.parametrize("k", [200, 208])
 def test_gemv_equals_a_float32_gemm_of_the_fp8_weight(rows, gated, k):
-    # N = 70: not a multiple of any tile width; K not a multiple of any K step (208: a multiple of
-    # 16, so TMA up to three rows, two gated; 200: not, so pointer loads).
+    # N = 70: not a multiple of any tile width; K not a multiple of any K step (208: rows 16-byte
+    # aligned; 200: not).
     check(rows, 70, k, gated)
 
 
 @pytest.mark.parametrize("rows", [1, 5])
 @pytest.mark.parametrize("gated", [False, True])
-@pytest.mark.parametrize("tma", [False, True])
-def test_every_path_agrees_with_the_reference_whatever_the_rows(rows, gated, tma):
+def test_every_path_agrees_with_the_reference_whatever_the_rows(rows, gated):
     for dot in (False, True):
-        check(rows, 40, 96, gated, GemvConfig(block_n=16, block_k=64, num_warps=4, num_stages=2, dot=dot, tma=tma))
+        check(rows, 40, 96, gated, GemvConfig(block_n=16, block_k=64, num_warps=4, num_stages=2, dot=dot))
 
 
 def test_configs_tile_output_features_only_and_fill_the_gpu():
     # Llama-3.1-8B's o_proj at batch 1: at least two programs per SM of an H100 (132), no K split,
-    # CUDA cores fed by TMA.
+    # on CUDA cores.
     cfg = gemv_config(1, 4096, 4096)
-    assert 4096 // cfg.block_n >= 264 and not cfg.dot and cfg.tma
-    assert gemv_config(1, 14336, 4096, gated=True).tma  # gated too
-    assert gemv_config(4, 4096, 14336).tma  # 4 rows: TMA for the narrower weights, tl.dot for gate/up
+    assert 4096 // cfg.block_n >= 264 and not cfg.dot
+    assert not gemv_config(2, 14336, 4096, gated=True).dot  # gated too, up to two rows
+    assert not gemv_config(4, 4096, 14336).dot  # 4 rows: CUDA cores for the narrower weights, tl.dot for gate/up
     assert gemv_config(4, 14336, 4096, gated=True).dot and gemv_config(4, 28672, 4096).dot
     assert gemv_config(16, 28672, 4096).dot  # 16 rows: tl.dot over 16-row tiles
     narrow = gemv_config(1, 512, 4096)  # a tensor-parallel shard: narrower tiles, not a K split
     assert 512 // narrow.block_n >= 128
-    assert not gemv_config(1, 4096, 4104).tma  # rows not 16-byte aligned: no TMA descriptor
 
 
 @pytest.mark.parametrize("rows", [1, 4])
-def test_a_weight_view_unfit_for_tma_takes_pointer_loads(rows):
-    # Rows 210 bytes apart: not 16-byte aligned, so no TMA descriptor can cover this slice.
+def test_a_strided_weight_view_is_read_by_its_row_stride(rows):
+    # Rows 210 bytes apart (a slice of a wider weight): not 16-byte aligned.
     torch.manual_seed(rows)
     wq, ws = quantize_rows(torch.randn(48, 210, device=DEVICE) * 0.05)
     view = wq[:, :208]
-    assert gemv_config(rows, 48, 208).tma and not gemv_config(rows, 48, 208, tma=False).tma
     x = torch.randn(rows, 208, dtype=torch.bfloat16, device=DEVICE)
     want = reference(x, view, ws, gated=False)
     got = fp8_gemv(x, view, ws)
@@ -99,10 +95,10 @@ def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
 
 # Builds the kernel for Hopper with Triton's compiler (no GPU needed, outside the interpreter) with
 # the tiles gemv_config picks for Llama-3.1-8B's linears and a tensor-parallel shard, and reads the
-# PTX: the e4m3 weight must move in TMA tile copies, several in flight, or 16-byte loads
-# (ld.global.v4, or cp.async of 16 bytes on the tl.dot path), never byte by byte, or the kernel is
-# far from the bandwidth it exists for; with programmatic dependent launch it waits for the kernel
-# before it (griddepcontrol.wait).
+# PTX: the e4m3 weight must move in 16-byte asynchronous copies (cp.async: the loop pipelined, several
+# tiles in flight), never byte by byte nor one tile at a time, or the kernel is far from the
+# bandwidth it exists for; with programmatic dependent launch it waits for the kernel before it
+# (griddepcontrol.wait) and lets the next one launch only after its last store.
 HOPPER_BUILD = r"""
 import inspect, re, triton
 from triton.backends.compiler import GPUTarget
@@ -113,13 +109,12 @@ shapes = [(6144, 4096, False), (4096, 4096, False), (14336, 4096, True), (4096, 
 for n, k, gated in shapes:
     for rows, pdl in ((1, True), (2, False), (4, True), (16, False)):
         cfg = tf.gemv_config(rows, n, k, gated)
-        kernel = tf._fp8_gemv_tma_kernel if cfg.tma else tf._fp8_gemv_kernel
+        kernel = tf._fp8_gemv_kernel
         names = list(inspect.signature(kernel.fn).parameters)
-        types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "w_desc": f"tensordesc<fp8e4nv[{cfg.block_n}, {cfg.block_k}]>",
-                 "s_ptr": "*fp32", "y_ptr": "*bf16"}
+        types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16"}
         consts = {"BLOCK_M": 16 if cfg.dot else triton.next_power_of_2(rows), "BLOCK_N": cfg.block_n,
                   "BLOCK_K": cfg.block_k, "DOT": cfg.dot, "GATED": gated, "IEEE": False, "PDL": pdl}
-        consts.update({"STAGES": cfg.num_stages} if cfg.tma else {"EVEN_K": k % cfg.block_k == 0})
+        consts.update({"STAGES": cfg.num_stages, "EVEN_K": k % cfg.block_k == 0})
         sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
         # What Triton's launcher tells the compiler of these arguments: 16-byte aligned, multiples of 16.
         aligned = [a for a in ["x_ptr", "w_ptr", "s_ptr", "y_ptr", "N", "K", "stride_xm", "stride_wn", "stride_ym"]
@@ -129,14 +124,10 @@ for n, k, gated in shapes:
                              target=GPUTarget("cuda", 90, 32),
                              options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}).asm["ptx"]
         byte_loads = re.findall(r"ld\.global(?:\.\w+)*\.[bsu]8\b", ptx)
-        if cfg.tma:  # several tile copies in flight (the loop pipelined), none by a thread
-            wide = len(re.findall(r"cp\.async\.bulk\.tensor", ptx)) >= cfg.num_stages - 1
-            small_copies = []
-        else:
-            small_copies = [c for c in re.findall(r"cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], (\w+)", ptx)
-                            if int(c, 0) != 16]
-            wide = len(re.findall(r"ld\.global(?:\.\w+)*\.v4\.b32", ptx)) + ptx.count("cp.async")
-        assert not byte_loads and not small_copies and wide, (n, k, gated, rows, cfg, byte_loads, small_copies)
+        copies = [int(c, 0) for c in re.findall(r"cp\.async\.\w+\.shared\.global \[[^]]*\], \[[^]]*\], (\w+)", ptx)]
+        # 16-byte copies (8: one bf16 row of x at one row), committed in groups: the loop pipelined.
+        pipelined = 16 in copies and min(copies) >= 8 and ptx.count("cp.async.commit_group") >= cfg.num_stages - 1
+        assert not byte_loads and pipelined, (n, k, gated, rows, cfg, byte_loads, sorted(set(copies)))
         assert ("griddepcontrol.wait" in ptx) == pdl, (n, k, gated, rows, pdl)
         if pdl:  # the next kernel may launch only once the weight is streamed and the output stored
             assert ptx.rfind("st.global") < ptx.find("griddepcontrol.launch_dependents"), (n, k, gated, rows)
