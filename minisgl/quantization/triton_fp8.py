@@ -167,17 +167,17 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     only, no split-K: tiles narrow enough that every SM streams weight rows (narrower tiles rather
     than a K split for small N, e.g. tensor-parallel shards).
     - One or two rows, and three or four for ungated weights of at most 8,192 rows: products on
-      CUDA cores in 512-byte K steps (256 from three rows), 8 output features a tile or as many
-      as the accumulator holds (two rows gated: 4), pipelined 4 deep (gated, 6). Llama-3.1-8B,
-      one row, against the weight through TMA copies: qkv 12.1 -> 11.7 us, o 9.4 -> 8.7, gated
-      gate/up 45.7 -> 43.2, down 23.9 -> 22.8; two rows: 15.1 -> 12.8, 11.8 -> 9.3, 52.8 ->
-      46.1, 29.6 -> 23.5.
+      CUDA cores in 512-byte K steps (256 from three rows; 1,024 gated at one row), 8 output
+      features a tile or as many as the accumulator holds (gated: 4), pipelined 4 deep (gated,
+      6). Llama-3.1-8B, one row, against the weight through TMA copies: qkv 12.1 -> 11.7 us, o
+      9.4 -> 8.7, gated gate/up 45.7 -> 41.6, down 23.9 -> 22.8; two rows: 15.1 -> 12.8, 11.8 ->
+      9.3, 52.8 -> 46.1, 29.6 -> 23.5.
     - Else tl.dot, the rows padded to 16 (CUDA cores measured 1.1-5x slower; gated, two CUDA-core
       accumulators would halve the K steps), 32 output features a tile even where that leaves
       fewer programs than SMs (Llama-3.1-8B, 8 rows, against 16-wide tiles: qkv 21.3 -> 16.3 us,
       o 15.9 -> 12.4, down 47.0 -> 34.3; gated gate/up in 128-byte K steps: 50.5 -> 48.9)."""
     if m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192):
-        block_k = _k_step(k, 512 if m < DOT_MIN_ROWS else 256)
+        block_k = _k_step(k, (1024 if gated and m == 1 else 512) if m < DOT_MIN_ROWS else 256)
         fits = ACC_ELEMENTS // (triton.next_power_of_2(m) * (2 if gated else 1) * block_k)
         block_n = min(fits, _widest(n, (8, 4), 2 * N_SMS))
         return GemvConfig(block_n, block_k, num_warps=4, num_stages=6 if gated else 4, dot=False)
