@@ -14,6 +14,7 @@ lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) 
   splitk      the previous kernel (K split over the SMs, fp32 atomics into torch.zeros, a cast),
               kept here only as the baseline;
   scaled_mm   per-token activation quantization + torch._scaled_mm (the path above 16 rows);
+  read only   (first row count) a kernel that reads the same weight bytes and computes nothing;
   bf16        F.linear on a bf16 copy of the weight.
 Each is timed inside a CUDA graph of >= 20 calls that rotate over enough weight copies (> 2x the
 L2) that every call reads its weight from HBM, as decode does; medians of 7 replays. Bandwidth is
@@ -65,6 +66,21 @@ def _splitk_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, st
         acc += tl.dot(x.to(tl.bfloat16), w.to(tl.bfloat16))
     acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0)[None, :]
     tl.atomic_add(y_ptr + rm[:, None] * stride_ym + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def _read_kernel(w_ptr, out_ptr, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
+    # Reads CHUNK contiguous bytes a program and nothing more: what streaming the weight alone costs.
+    pid = tl.program_id(0).to(tl.int64)
+    acc = tl.zeros([BLOCK], tl.int32)
+    for i in tl.range(0, CHUNK, BLOCK, num_stages=4):
+        acc += tl.load(w_ptr + pid * CHUNK + i + tl.arange(0, BLOCK)).to(tl.int32)
+    tl.store(out_ptr + pid, tl.sum(acc, 0))
+
+
+def read_only(w: torch.Tensor, out: torch.Tensor, chunk: int = 16384) -> None:
+    flat = w.view(torch.uint8).view(-1)
+    _read_kernel[(flat.numel() // chunk,)](flat, out, CHUNK=chunk, BLOCK=2048, num_warps=4)
 
 
 def splitk(x, w, s):
@@ -222,6 +238,9 @@ def main() -> None:
                 methods = {"gemv": lambda w, s: fp8_gemv(x, w, s),
                            "splitk": lambda w, s: splitk(x, w, s),
                            "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
+                if rows == rows_list[0]:  # the same bytes read by a kernel that does nothing else
+                    sink = torch.empty(n * k // 16384 + 1, dtype=torch.int32, device="cuda")
+                    methods["read only"] = lambda w, s: read_only(w, sink)
                 if name == "gate_up":
                     methods["gemv+silu_and_mul"] = lambda w, s: silu_and_mul(fp8_gemv(x, w, s))
                     methods["gemv gated"] = lambda w, s: fp8_gemv(x, w, s, gated=True)
