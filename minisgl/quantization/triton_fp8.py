@@ -174,15 +174,16 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
       9.3, 52.8 -> 46.1, 29.6 -> 23.5.
     - Else tl.dot, the rows padded to 16 (CUDA cores measured 1.1-5x slower; gated, two CUDA-core
       accumulators would halve the K steps), 32 output features a tile even where that leaves
-      fewer programs than SMs (Llama-3.1-8B, 8 rows, against 16-wide tiles: qkv 21.3 -> 16.3 us,
-      o 15.9 -> 12.4, down 47.0 -> 34.3; gated gate/up in 128-byte K steps: 50.5 -> 48.9)."""
+      fewer programs than SMs, in 512-byte K steps 3 deep (96 KB of shared memory; gated, in
+      128-byte steps). Llama-3.1-8B, 8 rows, against 16-wide tiles of 256-byte steps 4 deep:
+      qkv 21.3 -> 15.6 us, o 15.9 -> 11.7, down 47.0 -> 31.9; gated gate/up 50.5 -> 49.2."""
     if m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192):
         block_k = _k_step(k, (1024 if gated and m == 1 else 512) if m < DOT_MIN_ROWS else 256)
         fits = ACC_ELEMENTS // (triton.next_power_of_2(m) * (2 if gated else 1) * block_k)
         block_n = min(fits, _widest(n, (8, 4), 2 * N_SMS))
         return GemvConfig(block_n, block_k, num_warps=4, num_stages=6 if gated else 4, dot=False)
-    return GemvConfig(_widest(n, (32, 16), N_SMS // 2), _k_step(k, 128 if gated else 256), num_warps=4,
-                      num_stages=3 if gated else 4, dot=True)
+    return GemvConfig(_widest(n, (32, 16), N_SMS // 2), _k_step(k, 128 if gated else 512), num_warps=4,
+                      num_stages=3, dot=True)
 
 
 def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
