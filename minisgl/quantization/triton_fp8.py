@@ -164,8 +164,8 @@ def _k_step(k: int, cap: int) -> int:
 def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
     not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
-    only, no split-K: tiles narrow enough that every SM streams weight rows (narrower tiles rather
-    than a K split for small N, e.g. tensor-parallel shards).
+    only, no split-K: for small N (e.g. tensor-parallel shards) narrower tiles rather than a K
+    split.
     - One or two rows, and three or four for ungated weights of at most 8,192 rows: products on
       CUDA cores in 512-byte K steps (256 from three rows; 1,024 gated at one row), 8 output
       features a tile or as many as the accumulator holds (gated: 4), pipelined 4 deep (gated,
