@@ -78,11 +78,16 @@ def measure(args, graphs: bool) -> dict:
             finished += sum(1 for o in outs if o.finish_reason)
         gaps = [b - a for a, b in itertools.pairwise(stamps)]
         tpot = (stamps[-1] - stamps[0]) / (len(stamps) - 1)
+        median = sorted(gaps)[len(gaps) // 2]
+        # Where the mean leaves the median: the slowest steps, and how many took 1.5x the median.
+        slowest = sorted(range(len(gaps)), key=gaps.__getitem__)[-5:][::-1]
         kv_token = kv_bytes_per_token(e)
         mean_len = args.prompt_len + args.decode_steps / 2
         return {"cuda_graphs": e.graph_runner is not None, "attention": type(e.attn_backend).__name__,
                 "init_s": init_s, "ttft_s": stamps[0] - begin, "tpot_s": tpot,
-                "tpot_median_s": sorted(gaps)[len(gaps) // 2], "steps": len(stamps),
+                "tpot_median_s": median, "steps": len(stamps),
+                "slowest_steps": [{"step": i + 1, "ms": gaps[i] * 1e3} for i in slowest],
+                "steps_over_1_5x_median": sum(g > 1.5 * median for g in gaps),
                 "weight_bytes": e.weight_bytes, "active_weight_bytes": active_weight_bytes(e, args.batch),
                 "startup": e.timings, "kv_bytes_per_step": int(args.batch * mean_len * kv_token)}
     finally:
@@ -113,6 +118,8 @@ def main() -> None:
               f"{r['tpot_median_s'] * 1e3:.2f}), TTFT {r['ttft_s'] * 1e3:.1f} ms, floor {floor * 1e3:.2f} ms "
               f"({r['active_weight_bytes'] / 1e9:.2f} GB weights read at {bw / 1e12:.2f} TB/s), "
               f"{r['tpot_over_floor']:.2f}x floor; start-up {r['init_s']:.1f} s")
+        slow = ", ".join(f"#{x['step']} {x['ms']:.1f}" for x in r["slowest_steps"])
+        print(f"  slowest steps (ms): {slow}; {r['steps_over_1_5x_median']} over 1.5x the median")
     write_json(args.out, result)
     png = os.path.splitext(args.out)[0] + ".png"
     labels = ["floor"] + [("graphs" if r["cuda_graphs"] else "eager") for r in runs]

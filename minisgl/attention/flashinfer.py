@@ -24,7 +24,7 @@ from minisgl.prebuild import ATTENTION_DTYPES, ATTENTION_FP8_KV_DTYPES, ATTENTIO
 from minisgl.utils import env
 
 from .base import AttnShape, BaseAttnBackend, BaseAttnMetadata
-from .paging import batch_arrays, gather_pages, indptr, paged_layout, pinned
+from .paging import batch_arrays, gather_pages, indptr, paged_layout, pinned, warm_up_gather_pages
 
 WORKSPACE_BYTES = 256 << 20
 INT_WORKSPACE_BYTES = 8 << 20
@@ -121,6 +121,7 @@ class FlashInferBackend(BaseAttnBackend):
         # FP8 pages: FlashInfer folds k_scale into the softmax scale and multiplies the output by
         # v_scale; both are plain floats, so captured graphs replay them unchanged.
         self.kv_scales = [dict(k_scale=k, v_scale=v) if kv.is_fp8 else {} for k, v in zip(kv.k_scales, kv.v_scales)]
+        warm_up_gather_pages(ctx.page_table, self.page_size)  # its kernels loaded now, not mid-decode
 
     @property
     def label(self) -> str:

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from minisgl.attention import HybridBackend, create_attention_backend
-from minisgl.attention.paging import indptr, paged_layout, ragged_arange
+from minisgl.attention.paging import gather_pages, indptr, paged_layout, ragged_arange, warm_up_gather_pages
 from minisgl.attention.torch_native import TorchGraphMetadata, TorchNativeBackend
 from minisgl.core import Batch, Context, Req, SamplingParams
 from minisgl.distributed import DistributedInfo
@@ -72,6 +72,20 @@ def test_paged_layout_matches_a_python_loop():
     assert layout.num_pages == ptr[-1]
     assert ragged_arange(np.array([3, 0, 2])).tolist() == [0, 1, 2, 0, 1]
     assert indptr(np.array([3, 0, 2])).tolist() == [0, 3, 3, 5]
+
+
+@pytest.mark.parametrize("rows, width", [(1, 12), (3, 80)])
+def test_warming_up_the_page_gather_stays_inside_the_table(rows, width):
+    # It gathers 1 and 17 pages of row 0 (torch's index_select has another kernel above 16
+    # indices) and fewer where the table holds fewer: a gather past its end would raise here.
+    page_size = 4
+    table = torch.arange(rows * width, dtype=torch.int32).view(rows, width) * 3
+    before = table.clone()
+    warm_up_gather_pages(table, page_size)
+    assert torch.equal(table, before)
+    pages = min(17, rows * width // page_size)
+    layout = paged_layout(np.zeros(1, dtype=np.int64), np.array([pages * page_size]), page_size, width)
+    assert gather_pages(table, layout, page_size).tolist() == [3 * j for j in range(pages)]
 
 
 def test_torch_graph_decode_path_matches_per_request_path():
