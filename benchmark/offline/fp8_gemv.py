@@ -20,8 +20,8 @@ Each is timed inside a CUDA graph of >= 20 calls that rotate over enough weight 
 L2) that every call reads its weight from HBM, as decode does; medians of 7 replays. Bandwidth is
 weight bytes / time, also as a share of a measured device-to-device copy. Then one graph of
 --layers x (qkv, o, gate_up[, silu_and_mul], down) + the bf16 lm_head, i.e. a decode step's GEMMs
-at batch 1, against the floor (its bytes at copy bandwidth): with and without PDL, and with the two add + RMSNorm
-kernels in front of qkv and gate_up (FlashInfer's, or minisgl's Triton one, which lets the GEMV
+at batch 1, against the floor (its bytes at copy bandwidth): with and without PDL, and with the
+two add + RMSNorm kernels in front of qkv and gate_up (FlashInfer's, or minisgl's Triton one, which lets the GEMV
 launch at once); that one first. Writes JSON and a PNG.
 """
 
@@ -78,9 +78,13 @@ def _read_kernel(w_ptr, out_ptr, CHUNK: tl.constexpr, BLOCK: tl.constexpr):
     tl.store(out_ptr + pid, tl.sum(acc, 0))
 
 
-def read_only(w: torch.Tensor, out: torch.Tensor, chunk: int = 16384) -> None:
+READ_CHUNK = 16384  # bytes a program of _read_kernel reads
+
+
+def read_only(w: torch.Tensor, out: torch.Tensor) -> None:
+    """Reads w's bytes (whole chunks) into one int32 sum a program, in out [>= w.nbytes // READ_CHUNK]."""
     flat = w.view(torch.uint8).view(-1)
-    _read_kernel[(flat.numel() // chunk,)](flat, out, CHUNK=chunk, BLOCK=2048, num_warps=4)
+    _read_kernel[(flat.numel() // READ_CHUNK,)](flat, out, CHUNK=READ_CHUNK, BLOCK=2048, num_warps=4)
 
 
 def splitk(x, w, s):
@@ -239,7 +243,7 @@ def main() -> None:
                            "splitk": lambda w, s: splitk(x, w, s),
                            "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
                 if rows == rows_list[0]:  # the same bytes read by a kernel that does nothing else
-                    sink = torch.empty(n * k // 16384 + 1, dtype=torch.int32, device="cuda")
+                    sink = torch.empty(n * k // READ_CHUNK, dtype=torch.int32, device="cuda")
                     methods["read only"] = lambda w, s: read_only(w, sink)
                 if name == "gate_up":
                     methods["gemv+silu_and_mul"] = lambda w, s: silu_and_mul(fp8_gemv(x, w, s))
