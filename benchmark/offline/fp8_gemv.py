@@ -18,7 +18,8 @@ lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) 
   bf16        F.linear on a bf16 copy of the weight.
 Each is timed inside a CUDA graph of >= 20 calls that rotate over enough weight copies (> 2x the
 L2) that every call reads its weight from HBM, as decode does; medians of 7 replays. Bandwidth is
-weight bytes / time, also as a share of a measured device-to-device copy. Then one graph of
+weight bytes / time, also as a share of the device-to-device copy rate that latency.py measures
+(minisgl.benchmark.floor). Then one graph of
 --layers x (qkv, o, gate_up[, silu_and_mul], down) + the bf16 lm_head, i.e. a decode step's GEMMs
 at batch 1, against the floor (its bytes at copy bandwidth): with and without PDL, and with the
 two add + RMSNorm kernels in front of qkv and gate_up (FlashInfer's, or minisgl's Triton one, which lets the GEMV
@@ -37,6 +38,7 @@ import torch.nn.functional as F
 import triton
 import triton.language as tl
 
+from minisgl.benchmark.floor import copy_bandwidth
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.layers import silu_and_mul
 from minisgl.layers.fused import flashinfer_ops
@@ -127,14 +129,6 @@ def graph_us(calls: list, replays: int = 7) -> float:
         times.append(a.elapsed_time(b) * 1e3)
     del graph
     return sorted(times)[len(times) // 2] / len(calls)
-
-
-def copy_bandwidth() -> float:
-    """Device-to-device copy bandwidth (read + write bytes / s) of a 1 GiB tensor."""
-    a = torch.empty(2**30, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    us = graph_us([lambda: b.copy_(a)] * 5)
-    return 2 * a.numel() / (us * 1e-6)
 
 
 def sweep_configs(rows: int, gated: bool = False) -> list[GemvConfig]:
