@@ -187,6 +187,9 @@ class FlashInferBackend(BaseAttnBackend):
         self.g_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
         self.g_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=device)
         self.g_indices = torch.zeros(max_pages, dtype=torch.int32, device=device)
+        # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
+        # and lengths at [bs:2 bs], refilled by one host-to-device copy a step.
+        self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
         small = 0  # graphs of at most this many requests decode with triton_decode
         if self.small_batch_decode:
             from . import triton_decode
@@ -201,13 +204,12 @@ class FlashInferBackend(BaseAttnBackend):
                 paged_kv_last_page_len_buffer=self.g_last_page_len[:bs]))
 
     def _plan_graph(self, batch: Batch, bs: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
-        layout = paged_layout(rows, seq_lens, self.page_size, self.table_width)
         wrapper = self.graph_wrappers[bs]
-        if isinstance(wrapper, SmallBatchDecode):  # the kernels read the graph's buffers themselves
-            self.g_indptr[: bs + 1].copy_(pinned(layout.kv_indptr), non_blocking=True)
-            self.g_last_page_len[:bs].copy_(pinned(layout.last_page_len), non_blocking=True)
-            gather_pages(self.ctx.page_table, layout, self.page_size, out=self.g_indices)
+        if isinstance(wrapper, SmallBatchDecode):  # the kernels read the page table themselves
+            host = pinned(np.concatenate([rows, seq_lens]).astype(np.int32))
+            self.g_rows_lens[: 2 * bs].copy_(host, non_blocking=True)
         else:
+            layout = paged_layout(rows, seq_lens, self.page_size, self.table_width)
             pages = gather_pages(self.ctx.page_table, layout, self.page_size)
             s = self.shape
             self._plan(wrapper, pinned(layout.kv_indptr), pages, pinned(layout.last_page_len), s.num_qo_heads,
@@ -221,8 +223,8 @@ class FlashInferBackend(BaseAttnBackend):
 
         kv = self.ctx.kv_cache
         return decode_attention(
-            q, kv.k_cache(layer), kv.v_cache(layer), self.g_indptr[: bs + 1], self.g_indices,
-            self.g_last_page_len[:bs], self.page_size, self.sm_scale, kv.k_scales[layer], kv.v_scales[layer])
+            q, kv.k_cache(layer), kv.v_cache(layer), self.ctx.page_table, self.g_rows_lens[:bs],
+            self.g_rows_lens[bs : 2 * bs], self.sm_scale, kv.k_scales[layer], kv.v_scales[layer])
 
     def prepare_for_capture(self, batch: Batch, bs: int) -> None:
         self._plan_graph(batch, bs, np.full(bs, self.dummy_row, dtype=np.int64), np.ones(bs, dtype=np.int64))

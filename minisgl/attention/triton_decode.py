@@ -9,8 +9,9 @@ slice of a request's tokens for one KV head (its group of query heads on tensor 
 and V for it at once, and writes a partial output with its log-sum-exp; the slices shrink with the
 context, so a short one costs one load round trip, and a long one is spread over the GPU.
 
-The KV cache is [slots, kv_heads, head_dim] per layer, slot = page * page_size + offset; pages
-come as FlashInfer's paged layout (indptr over page ids, last page lengths). An FP8 cache holds
+The KV cache is [slots, kv_heads, head_dim] per layer; a request's token t is at slot
+page_table[row, t] (the engine's per-token slot table, read directly: no page list to gather
+before each step). An FP8 cache holds
 k / k_scale and v / v_scale: k_scale folds into the softmax scale, v_scale into the output.
 Imported only on CUDA (and by the CPU tests, under Triton's interpreter).
 """
@@ -34,10 +35,9 @@ BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 
 
 
 @triton.jit
-def _split_kernel(q_ptr, kc_ptr, vc_ptr, indptr_ptr, indices_ptr, last_ptr, o_ptr, lse_ptr, stride_qt, stride_qh,
-                  qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr, G_P: tl.constexpr, D: tl.constexpr,
-                  PAGE: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr,
-                  PDL: tl.constexpr):
+def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, lse_ptr, stride_qt, stride_qh,
+                  table_width, qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr, G_P: tl.constexpr,
+                  D: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
     """Program (request b, KV head h, slice s): the G query heads of h over tokens
     [s * chunk, (s + 1) * chunk) of b, chunk = the request's length / SPLITS rounded up to BLOCK.
     Writes o (normalized, times v_scale) and lse (log2-sum-exp2 of the scaled scores; -inf for an
@@ -45,15 +45,15 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, indptr_ptr, indices_ptr, last_ptr, o_pt
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
-    first = tl.load(indptr_ptr + b)
-    length = (tl.load(indptr_ptr + b + 1) - first - 1) * PAGE + tl.load(last_ptr + b)
+    length = tl.load(lens_ptr + b)
+    slots_ptr = table_ptr + tl.load(rows_ptr + b).to(tl.int64) * table_width
     chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK) * BLOCK
     start = s * chunk
     end = tl.minimum(length, start + chunk)
     rg = tl.arange(0, G_P)
     rd = tl.arange(0, D)
     g_ok = rg < G
-    if PDL:  # q comes from the kernel before; the page layout was copied before the graph ran
+    if PDL:  # q comes from the kernel before; the rows and lengths were copied before the graph ran
         tl.extra.cuda.gdc_wait()
     q = tl.load(q_ptr + b * stride_qt + (h * G + rg)[:, None] * stride_qh + rd[None, :], mask=g_ok[:, None], other=0.0)
     if IEEE:
@@ -64,8 +64,7 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, indptr_ptr, indices_ptr, last_ptr, o_pt
     for t0 in range(start, end, BLOCK):
         t = t0 + tl.arange(0, BLOCK)
         ok = t < end
-        page = tl.load(indices_ptr + first + t // PAGE, mask=ok, other=0)
-        slot = page.to(tl.int64) * PAGE + t % PAGE
+        slot = tl.load(slots_ptr + t, mask=ok, other=0).to(tl.int64)
         offs = slot[:, None] * (HK * D) + h * D + rd[None, :]
         k = tl.load(kc_ptr + offs, mask=ok[:, None], other=0.0)
         v = tl.load(vc_ptr + offs, mask=ok[:, None], other=0.0)
@@ -117,14 +116,14 @@ def num_splits(batch: int, kv_heads: int) -> int:
     return min(MAX_SPLITS, 1 << int(math.log2(want)))
 
 
-def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, kv_indptr: torch.Tensor,
-                     kv_indices: torch.Tensor, last_page_len: torch.Tensor, page_size: int, sm_scale: float,
-                     k_scale: float = 1.0, v_scale: float = 1.0, splits: int | None = None) -> torch.Tensor:
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
+                     rows: torch.Tensor, lengths: torch.Tensor, sm_scale: float, k_scale: float = 1.0,
+                     v_scale: float = 1.0, splits: int | None = None) -> torch.Tensor:
     """q [batch, qo_heads, D] (last dim contiguous) attending over each request's cached tokens:
     k_cache / v_cache [slots, kv_heads, D] (q's dtype, or FP8 holding k / k_scale, v / v_scale),
-    request i's pages kv_indices[kv_indptr[i]:kv_indptr[i+1]] (int32), the last one holding
-    last_page_len[i] tokens (every request has at least one). Returns [batch, qo_heads, D] in q's
-    dtype."""
+    request i's token t at slot page_table[rows[i], t] for t < lengths[i] (int32 [batch] each,
+    every length at least 1; page_table int32 [table rows, width], rows contiguous). Returns
+    [batch, qo_heads, D] in q's dtype."""
     batch, qo_heads, d = q.shape
     kv_heads = k_cache.shape[1]
     if q.stride(-1) != 1 or not k_cache.is_contiguous() or not v_cache.is_contiguous() or d & (d - 1):
@@ -139,9 +138,9 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     lse = torch.empty((batch * qo_heads, splits), dtype=torch.float32, device=q.device)
     pdl = pdl_supported(q.device)
     _split_kernel[(batch, kv_heads, splits)](
-        q, k_cache, v_cache, kv_indptr, kv_indices, last_page_len, o, lse, q.stride(0), q.stride(1),
+        q, k_cache, v_cache, page_table, rows, lengths, o, lse, q.stride(0), q.stride(1), page_table.stride(0),
         sm_scale * k_scale * math.log2(math.e), v_scale, HK=kv_heads, G=group,
-        G_P=max(16, triton.next_power_of_2(group)), D=d, PAGE=page_size, SPLITS=splits, BLOCK=BLOCK_N,
+        G_P=max(16, triton.next_power_of_2(group)), D=d, SPLITS=splits, BLOCK=BLOCK_N,
         IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
     _merge_kernel[(batch * qo_heads,)](o, lse, out, D=d, SPLITS=splits, PDL=pdl, num_warps=4, **pdl_launch(pdl))
     return out

@@ -1,5 +1,6 @@
 """minisgl.attention.triton_decode (small-batch decode attention: split-KV slices, then a merge)
-equals float32 softmax attention over each request's cached tokens, gathered page by page: for
+equals float32 softmax attention over each request's cached tokens, gathered page by page (the
+kernel reads each token's slot from the per-token page table, rows in any order): for
 lengths inside one page, on page edges and over many slices, grouped and plain multi-head
 attention, pages out of order, and an FP8 cache with per-tensor scales. On the CPU its kernels run
 under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1); the device runs this file
@@ -48,11 +49,24 @@ def reference(q, k_cache, v_cache, indptr, indices, lengths, sm_scale, k_scale=1
     return torch.stack(out)
 
 
+def slot_table(indptr, indices, lengths, width=1024):
+    """The engine's page table for these requests: row i + 1 holds request i's token slots (row 0
+    unused, so that rows must be looked up), the rest of each row zeros."""
+    table = torch.zeros(len(lengths) + 1, width, dtype=torch.int32)
+    for i, n in enumerate(lengths):
+        pages = indices[indptr[i] : indptr[i + 1]].long()
+        table[i + 1, :n] = (pages[:, None] * PAGE + torch.arange(PAGE)).flatten()[:n].to(torch.int32)
+    return table
+
+
 def run(lengths, heads=8, kv_heads=2, dim=64, cache_dtype=torch.bfloat16, scales=(1.0, 1.0), splits=None):
-    q, kc, vc, indptr, indices, last = paged_problem(lengths, heads, kv_heads, dim, cache_dtype)
+    q, kc, vc, indptr, indices, _ = paged_problem(lengths, heads, kv_heads, dim, cache_dtype)
     sm_scale = dim**-0.5
-    got = decode_attention(q.to(DEVICE), kc.to(DEVICE), vc.to(DEVICE), indptr.to(DEVICE), indices.to(DEVICE),
-                           last.to(DEVICE), PAGE, sm_scale, *scales, splits=splits)
+    table = slot_table(indptr, indices, lengths)
+    rows = torch.arange(1, len(lengths) + 1, dtype=torch.int32)
+    lens = torch.tensor(lengths, dtype=torch.int32)
+    got = decode_attention(q.to(DEVICE), kc.to(DEVICE), vc.to(DEVICE), table.to(DEVICE), rows.to(DEVICE),
+                           lens.to(DEVICE), sm_scale, *scales, splits=splits)
     assert got.dtype == torch.bfloat16 and got.shape == q.shape
     want = reference(q, kc, vc, indptr, indices, lengths, sm_scale, *scales)
     # float32 softmax and sums; the bf16 output's rounding (2^-9 relative) and, on the GPU, bf16

@@ -1,6 +1,7 @@
 """minisgl.layers.triton_kernels.add_rmsnorm (the decode path's residual add + RMSNorm on Hopper)
 computes what minisgl.layers.RMSNorm's torch code computes, in place; built for Hopper, it waits
-for the kernel before it and then lets the next kernel launch before reading anything. On the CPU
+for the kernel before it and then lets the next kernel launch before reading anything. Its greedy
+sampling (sample_gumbel_max without temperatures) is torch.argmax, ties to the lowest index. On the CPU
 the kernel runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1); the device
 runs this file on the GPU too.
 
@@ -19,7 +20,7 @@ import torch
 pytest.importorskip("triton")
 
 from minisgl.layers import RMSNorm  # noqa: E402
-from minisgl.layers.triton_kernels import add_rmsnorm, pdl_supported  # noqa: E402
+from minisgl.layers.triton_kernels import add_rmsnorm, pdl_supported, sample_gumbel_max  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -69,3 +70,16 @@ def test_add_rmsnorm_builds_for_hopper_triggering_the_next_kernel_at_once():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and "built" in proc.stdout, proc.stderr[-4000:]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_greedy_rows_are_torch_argmax_with_ties_to_the_lowest_index(dtype):
+    torch.manual_seed(0)
+    vocab = 3000  # three 1,024-token slices and a partial one
+    logits = torch.randn(4, vocab).to(dtype)
+    logits[1, [5, 2500]] = 9.0  # a tie across slices
+    logits[2, [1030, 1031]] = 9.0  # within one
+    logits[3] = -1.0  # all tied
+    got = sample_gumbel_max(logits.to(DEVICE), None)
+    assert got.dtype == torch.int32
+    assert got.cpu().tolist() == logits.argmax(dim=-1).tolist() == [got.cpu().tolist()[0], 5, 1030, 0]
