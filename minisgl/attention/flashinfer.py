@@ -60,7 +60,8 @@ class FlashInferMetadata(BaseAttnMetadata):
 
 @dataclass(frozen=True)
 class SmallBatchDecode:
-    """A decode graph of `bs` requests that runs triton_decode over the graph's page buffers."""
+    """A decode graph of `bs` requests that runs triton_decode over the page table (its rows and lengths
+    in the backend's g_rows_lens)."""
 
     bs: int
 
