@@ -227,19 +227,21 @@ def _best_of_splits_kernel(val_ptr, idx_ptr, out_ptr, SPLITS: tl.constexpr):
     tl.store(out_ptr + row, tl.min(tl.where(val == tl.max(val, 0), idx, 2147483647), 0))
 
 
-# A row is cut into slices of one 1,024-token block each, read at once (Llama-3's 128,256 tokens:
-# 126 programs at batch 1). torch's argmax walks a row in one program: 37 us against ~4 on an H100.
-GUMBEL_BLOCK = 1024
+# Up to WIDE_ROWS rows, a row is cut into slices of one 1,024-token block each, read at once
+# (Llama-3's 128,256 tokens: 128 programs at batch 1; torch's argmax walks a row in one program:
+# 37 us against ~4 on an H100). More rows fill the GPU by themselves: GUMBEL_SPLITS slices a row.
+GUMBEL_BLOCK, GUMBEL_SPLITS, WIDE_ROWS = 1024, 16, 16
 
 
 def sample_gumbel_max(logits: torch.Tensor, temperatures: torch.Tensor | None, seed: int = 0) -> torch.Tensor:
     """One token per row of `logits` [rows, vocab] (last dim contiguous), int32: a draw from
     softmax(logits / T) where T > 0, the argmax where T <= 0 (every row's where `temperatures` is
-    None). Same seed, same draws. Each row is split over vocab / GUMBEL_BLOCK programs, then one
-    program a row picks the winner."""
+    None). Same seed, same draws. Each row is split over several programs, then one program a
+    row picks the winner."""
     rows, vocab = logits.shape
     block = GUMBEL_BLOCK
-    splits = triton.next_power_of_2(-(-vocab // block))
+    splits = triton.next_power_of_2(-(-vocab // block)) if rows <= WIDE_ROWS else GUMBEL_SPLITS
+    chunk = triton.cdiv(triton.cdiv(vocab, splits), block) * block  # (one block up to WIDE_ROWS rows)
     vals = torch.empty(rows, splits, dtype=torch.float32, device=logits.device)
     idxs = torch.empty(rows, splits, dtype=torch.int32, device=logits.device)
     out = torch.empty(rows, dtype=torch.int32, device=logits.device)
@@ -249,6 +251,6 @@ def sample_gumbel_max(logits: torch.Tensor, temperatures: torch.Tensor | None, s
     # `seed` is not specialized on (do_not_specialize): the key ignores its value.
     _launch(_gumbel_max_kernel, (rows, splits, 1),
             (logits, logits.stride(0), logits if greedy else temperatures, vals, idxs, seed),
-            {"vocab": vocab, "CHUNK": block, "SPLITS": splits, "BLOCK": block, "GREEDY": greedy}, num_warps=4)
+            {"vocab": vocab, "CHUNK": chunk, "SPLITS": splits, "BLOCK": block, "GREEDY": greedy}, num_warps=4)
     _launch(_best_of_splits_kernel, (rows, 1, 1), (vals, idxs, out), {"SPLITS": splits}, num_warps=4)
     return out
