@@ -182,10 +182,7 @@ def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed
     B4: tl.constexpr = BLOCK // 4
     row = tl.program_id(0)
     split = tl.program_id(1)
-    if GREEDY:
-        greedy = True
-        inv_t = 1.0
-    else:
+    if not GREEDY:
         temp = tl.load(temps_ptr + row).to(tl.float32)
         greedy = temp <= 0.0
         inv_t = 1.0 / tl.where(greedy, 1.0, temp)
@@ -228,8 +225,9 @@ def _best_of_splits_kernel(val_ptr, idx_ptr, out_ptr, SPLITS: tl.constexpr):
 
 
 # Up to WIDE_ROWS rows, a row is cut into slices of one 1,024-token block each, read at once
-# (Llama-3's 128,256 tokens: 128 programs at batch 1; torch's argmax walks a row in one program:
-# 37 us against ~4 on an H100). More rows fill the GPU by themselves: GUMBEL_SPLITS slices a row.
+# (Llama-3's 128,256 tokens: 128 programs at batch 1, where torch's argmax walks the row in one
+# program, 37 us of a 3.4 ms step on an H100). More rows fill the GPU by themselves: GUMBEL_SPLITS
+# slices a row, and greedy rows take torch's argmax (benchmark/NOTES.md, issue 16).
 GUMBEL_BLOCK, GUMBEL_SPLITS, WIDE_ROWS = 1024, 16, 16
 
 
