@@ -77,24 +77,17 @@ def to_device(arr: np.ndarray, device: torch.device) -> torch.Tensor:
     return pinned(arr).to(device, non_blocking=True)
 
 
-def gather_pages(page_table: torch.Tensor, layout: PagedLayout, page_size: int,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
-    """Page ids (int32, on the table's device) of the layout's pages, optionally into `out`."""
+def gather_pages(page_table: torch.Tensor, layout: PagedLayout, page_size: int) -> torch.Tensor:
+    """Page ids (int32, on the table's device) of the layout's pages."""
     idx = to_device(layout.page_slots, page_table.device)
-    if out is None:
-        return torch.div(page_table.view(-1)[idx], page_size, rounding_mode="floor")
-    dst = out[: layout.num_pages]
-    torch.index_select(page_table.view(-1), 0, idx, out=dst)
-    dst.div_(page_size, rounding_mode="floor")
-    return dst
+    return torch.div(page_table.view(-1)[idx], page_size, rounding_mode="floor")
 
 
 def warm_up_gather_pages(page_table: torch.Tensor, page_size: int) -> None:
-    """Gathers a 1-page and a 17-page layout once, both ways gather_pages does. torch's index_select
-    runs one kernel for at most 16 indices and another above, and CUDA loads a kernel at its first
-    launch (lazy module loading): without this the first decode step whose batch held 17 pages
-    stalled 12-19 ms (Llama-3.1-8B FP8, batch 1, H100: step 128 after a 128-token prompt)."""
+    """Gathers a 1-page and a 17-page layout once, so that the kernels a gather runs are loaded at
+    start, not mid-decode (CUDA loads a kernel at its first launch; torch's index_select, which an
+    earlier form of this gather used, has another kernel above 16 indices, and the first decode
+    step whose batch held 17 pages stalled 12-19 ms: Llama-3.1-8B FP8, batch 1, H100)."""
     for pages in (1, min(17, page_table.numel() // page_size)):
         layout = paged_layout(np.zeros(1, dtype=np.int64), np.array([pages * page_size]), page_size, 0)
         gather_pages(page_table, layout, page_size)
-        gather_pages(page_table, layout, page_size, out=torch.empty(pages, dtype=torch.int32, device=page_table.device))

@@ -73,6 +73,12 @@ class GraphRunner:
         self.table_width = e.page_table.shape[1]
         dummy_slot = int(e.page_table[self.dummy_row, 0])
         self.input_ids = torch.zeros(self.max_bs, dtype=torch.int32, device=device)
+        # replay() gathers the token ids with torch's index_select, which runs another kernel above
+        # 16 indices; CUDA loads a kernel at its first launch: both now, not at the first step of
+        # 17 requests (such a load stalled a step 12-19 ms on an H100, benchmark/NOTES.md).
+        for n in sorted({1, min(17, self.max_bs)}):
+            torch.index_select(e.token_pool.view(-1), 0, torch.zeros(n, dtype=torch.int64, device=device),
+                               out=self.input_ids[:n])
         self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
         self.out_loc = torch.full((self.max_bs,), dummy_slot, dtype=torch.int64, device=device)
         self.last_token_idx = torch.arange(self.max_bs, dtype=torch.int64, device=device)

@@ -76,8 +76,8 @@ def test_paged_layout_matches_a_python_loop():
 
 @pytest.mark.parametrize("rows, width", [(1, 12), (3, 80)])
 def test_warming_up_the_page_gather_stays_inside_the_table(rows, width):
-    # It gathers 1 and 17 pages of row 0 (torch's index_select has another kernel above 16
-    # indices) and fewer where the table holds fewer: a gather past its end would raise here.
+    # It gathers 1 and 17 pages of row 0 (so that the gather's kernels load at start) and fewer
+    # where the table holds fewer: a gather past its end would raise here.
     page_size = 4
     table = torch.arange(rows * width, dtype=torch.int32).view(rows, width) * 3
     before = table.clone()
