@@ -18,7 +18,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minisgl.attention.paging import batch_arrays, to_device
+from minisgl.attention.paging import batch_arrays, pinned
 from minisgl.core import Batch
 from minisgl.utils.logger import get_logger
 
@@ -73,12 +73,12 @@ class GraphRunner:
         self.table_width = e.page_table.shape[1]
         dummy_slot = int(e.page_table[self.dummy_row, 0])
         self.input_ids = torch.zeros(self.max_bs, dtype=torch.int32, device=device)
-        # replay() gathers the token ids with torch's index_select, which runs another kernel above
-        # 16 indices; CUDA loads a kernel at its first launch: both now, not at the first step of
-        # 17 requests (such a load stalled a step 12-19 ms on an H100, benchmark/NOTES.md).
-        for n in sorted({1, min(17, self.max_bs)}):
-            torch.index_select(e.token_pool.view(-1), 0, torch.zeros(n, dtype=torch.int64, device=device),
-                               out=self.input_ids[:n])
+        # What replay() copies in: graph bs reads its requests' positions at [:bs] and their
+        # token-table indices at [bs:2 bs]; the graph's first kernel gathers the rest from them.
+        self.step_inputs = torch.zeros(2 * self.max_bs, dtype=torch.int64, device=device)
+        from minisgl.layers.triton_kernels import gather_decode_inputs  # (CUDA graphs imply triton)
+
+        self.gather_inputs = gather_decode_inputs
         self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
         self.out_loc = torch.full((self.max_bs,), dummy_slot, dtype=torch.int64, device=device)
         self.last_token_idx = torch.arange(self.max_bs, dtype=torch.int64, device=device)
@@ -93,6 +93,9 @@ class GraphRunner:
         self._capture()
 
     def _static_batch(self, bs: int) -> Batch:
+        """The batch a graph is captured with: bs padding requests (the dummy row, position 0)."""
+        self.step_inputs[:bs] = 0
+        self.step_inputs[bs : 2 * bs] = self.dummy_row * self.table_width
         batch = Batch(reqs=[], phase="decode")
         batch.input_ids = self.input_ids[:bs]
         batch.positions = self.positions[:bs]
@@ -131,7 +134,12 @@ class GraphRunner:
                     len(sizes), _ranges(self.batch_sizes), self.capture_seconds, self.memory_bytes / 2**30)
 
     def _forward(self, batch: Batch, bs: int) -> None:
-        model = self.engine.model
+        e = self.engine
+        # Inside the graph, so one launch of it replaces four small ops between steps (a copy,
+        # two gathers, a cast) that each cost a few us of a ~3.4 ms batch-1 step.
+        self.gather_inputs(self.step_inputs[: 2 * bs], e.token_pool, e.page_table, self.positions[:bs],
+                             self.input_ids[:bs], self.out_loc[:bs])
+        model = e.model
         if not self.split_model:
             self.logits[:bs].copy_(model.forward())
             return
@@ -157,12 +165,7 @@ class GraphRunner:
         positions = np.concatenate([device_lens - 1, np.zeros(pad, dtype=np.int64)])
         flat = np.concatenate([rows * self.table_width + device_lens - 1,
                                np.full(pad, self.dummy_row * self.table_width, dtype=np.int64)])
-        host = np.concatenate([positions, flat])
-        dev = to_device(host, e.device)
-        pos, flat_d = dev[:padded], dev[padded:]
-        self.positions[:padded].copy_(pos)
-        torch.index_select(e.token_pool.view(-1), 0, flat_d, out=self.input_ids[:padded])
-        self.out_loc[:padded].copy_(e.page_table.view(-1)[flat_d])
+        self.step_inputs[: 2 * padded].copy_(pinned(np.concatenate([positions, flat])), non_blocking=True)
         batch.positions = self.positions[:bs]
         batch.input_ids = self.input_ids[:bs]
         batch.out_loc = self.out_loc[:bs]

@@ -1,7 +1,8 @@
 """minisgl.layers.triton_kernels.add_rmsnorm (the decode path's residual add + RMSNorm on Hopper)
 computes what minisgl.layers.RMSNorm's torch code computes, in place; built for Hopper, it waits
 for the kernel before it and then lets the next kernel launch before reading anything. Its greedy
-sampling (sample_gumbel_max without temperatures) is torch.argmax, ties to the lowest index. On the CPU
+sampling (sample_gumbel_max without temperatures) is torch.argmax, ties to the lowest index. The
+decode graphs' input gather is torch's indexing of the token pool and page table. On the CPU
 the kernel runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1); the device
 runs this file on the GPU too.
 
@@ -20,7 +21,9 @@ import torch
 pytest.importorskip("triton")
 
 from minisgl.layers import RMSNorm  # noqa: E402
-from minisgl.layers.triton_kernels import add_rmsnorm, pdl_supported, sample_gumbel_max  # noqa: E402
+from minisgl.layers.triton_kernels import (  # noqa: E402
+    add_rmsnorm, gather_decode_inputs, pdl_supported, sample_gumbel_max,
+)
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -86,3 +89,22 @@ def test_greedy_rows_are_torch_argmax_with_ties_to_the_lowest_index(dtype, rows)
     want = logits.argmax(dim=-1)
     assert want[1:4].tolist() == [5, 1030, 0]
     assert got.cpu().tolist() == want.tolist()
+
+
+@pytest.mark.parametrize("bs", [1, 5, 40])
+def test_decode_inputs_are_the_token_pool_and_page_table_at_each_request_position(bs):
+    torch.manual_seed(bs)
+    rows, width = 50, 64
+    token_pool = torch.randint(0, 32000, (rows, width), dtype=torch.int32, device=DEVICE)
+    page_table = torch.randint(0, 10_000, (rows, width), dtype=torch.int32, device=DEVICE)
+    req_rows = torch.randperm(rows)[:bs]
+    positions = torch.randint(0, width, (bs,))
+    flat = req_rows * width + positions
+    step = torch.cat([positions, flat]).to(DEVICE)
+    out_pos = torch.full((bs,), -1, dtype=torch.int64, device=DEVICE)
+    out_ids = torch.full((bs,), -1, dtype=torch.int32, device=DEVICE)
+    out_loc = torch.full((bs,), -1, dtype=torch.int64, device=DEVICE)
+    gather_decode_inputs(step, token_pool, page_table, out_pos, out_ids, out_loc)
+    assert out_pos.cpu().tolist() == positions.tolist()
+    assert out_ids.cpu().tolist() == token_pool.cpu()[req_rows, positions].tolist()
+    assert out_loc.cpu().tolist() == page_table.cpu()[req_rows, positions].long().tolist()
