@@ -138,7 +138,7 @@ class GraphRunner:
         # Inside the graph, so one launch of it replaces four small ops between steps (a copy,
         # two gathers, a cast) that each cost a few us of a ~3.4 ms batch-1 step.
         self.gather_inputs(self.step_inputs[: 2 * bs], e.token_pool, e.page_table, self.positions[:bs],
-                             self.input_ids[:bs], self.out_loc[:bs])
+                           self.input_ids[:bs], self.out_loc[:bs])
         model = e.model
         if not self.split_model:
             self.logits[:bs].copy_(model.forward())
