@@ -71,7 +71,6 @@ class GraphRunner:
         device = e.device
         self.dummy_row = e.page_table.shape[0] - 1
         self.table_width = e.page_table.shape[1]
-        dummy_slot = int(e.page_table[self.dummy_row, 0])
         self.input_ids = torch.zeros(self.max_bs, dtype=torch.int32, device=device)
         # What replay() copies in: graph bs reads its requests' positions at [:bs] and their
         # token-table indices at [bs:2 bs]; the graph's first kernel gathers the rest from them.
@@ -80,7 +79,7 @@ class GraphRunner:
 
         self.gather_inputs = gather_decode_inputs
         self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
-        self.out_loc = torch.full((self.max_bs,), dummy_slot, dtype=torch.int64, device=device)
+        self.out_loc = torch.zeros(self.max_bs, dtype=torch.int64, device=device)  # (written by the gather)
         self.last_token_idx = torch.arange(self.max_bs, dtype=torch.int64, device=device)
         # Logits stay in the model dtype inside the graph (the sampler reads them once); a model
         # without the usual .model / .lm_head split falls back to forward()'s float32 logits.
