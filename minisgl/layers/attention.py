@@ -14,7 +14,8 @@ class AttentionLayer(nn.Module):
     Given `positions` and `rotary` (and Qwen3's per-head `q_norm` / `k_norm`), it also applies
     those to q and k first: on CUDA in half precision with a backend that accepts K/V already in
     the cache, one Triton kernel normalizes, rotates and stores them; otherwise the layers' own
-    code runs, then the backend stores.
+    code runs, then the backend stores. Called with k and v None, it attends over what the cache
+    holds: `project` stored them.
     """
 
     def __init__(self, layer_id: int, num_heads: int, num_kv_heads: int, head_dim: int):
@@ -29,7 +30,22 @@ class AttentionLayer(nn.Module):
         self.k_scale: float | None = None
         self.v_scale: float | None = None
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, positions: torch.Tensor | None = None,
+    def project(self, qkv_proj, x: torch.Tensor, positions: torch.Tensor, rotary) -> torch.Tensor | None:
+        """The q/k/v projection, rotary and KV store in one kernel, where the projection has one
+        (QKVParallelLinear.rope_store_gemm: FP8 at small batch) and the backend reads K/V from the
+        cache: returns q, rotated, with this step's k and v in the cache. Else None."""
+        gemm = qkv_proj.rope_store_gemm
+        ctx = get_global_ctx()
+        if gemm is None or not ctx.attn_backend.accepts_stored_kv or rotary.cos_sin.shape[1] != self.head_dim:
+            return None
+        kv = ctx.kv_cache
+        return gemm(x, qkv_proj.weight, qkv_proj.bias, heads=self.num_heads, kv_heads=self.num_kv_heads,
+                    positions=positions, cos_sin=rotary.cos_sin, out_loc=ctx.current_batch().out_loc,
+                    k_cache=kv.k_cache(self.layer_id), v_cache=kv.v_cache(self.layer_id),
+                    k_scale=kv.k_scales[self.layer_id], v_scale=kv.v_scales[self.layer_id])
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None,
+                positions: torch.Tensor | None = None,
                 rotary=None, q_norm=None, k_norm=None) -> torch.Tensor:
         ctx = get_global_ctx()
         batch = ctx.current_batch()

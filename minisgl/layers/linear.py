@@ -91,7 +91,9 @@ class ColumnParallelLinear(nn.Module):
 
 class QKVParallelLinear(ColumnParallelLinear):
     """q, k and v projections in one matmul. Attention heads are split across ranks; when there
-    are fewer KV heads than ranks, each KV head is replicated on tp/num_kv_heads ranks."""
+    are fewer KV heads than ranks, each KV head is replicated on tp/num_kv_heads ranks.
+    `rope_store_gemm`, where minisgl.quantization sets one (an FP8 kernel at small batch), also
+    rotates q and k and stores k and v in the KV cache in its epilogue (AttentionLayer.project)."""
 
     def __init__(self, hidden: int, head_dim: int, num_heads: int, num_kv_heads: int, bias: bool):
         tp = _tp()
@@ -105,6 +107,7 @@ class QKVParallelLinear(ColumnParallelLinear):
         self.kv_replicas = max(1, tp.size // num_kv_heads)
         sizes = [self.local_heads * head_dim, self.local_kv_heads * head_dim, self.local_kv_heads * head_dim]
         super().__init__(hidden, [s * tp.size for s in sizes], bias)
+        self.rope_store_gemm = None
 
     def shard_ids(self) -> list:
         return ["q", "k", "v"]

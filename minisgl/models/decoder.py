@@ -34,16 +34,22 @@ class Attention(nn.Module):
         self.attn = AttentionLayer(layer_id, self.heads, self.kv_heads, cfg.head_dim)
 
     def forward(self, positions: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        q, k, v = self.qkv_proj(x).split(
-            [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
-        )
-        q = q.view(-1, self.heads, self.head_dim)
-        k = k.view(-1, self.kv_heads, self.head_dim)
-        v = v.view(-1, self.kv_heads, self.head_dim)
-        # The attention layer applies the q/k norms (Qwen3) and rotary before attending, fused
-        # with the KV store where a kernel can.
-        o = self.attn(q, k, v, positions, self.rotary, self.q_norm if self.qk_norm else None,
-                      self.k_norm if self.qk_norm else None)
+        # FP8 at small batch, one kernel projects, rotates and stores K/V (not with per-head q/k
+        # norms: they need a whole head, which none of its programs has).
+        q = None if self.qk_norm else self.attn.project(self.qkv_proj, x, positions, self.rotary)
+        if q is not None:
+            o = self.attn(q, None, None)
+        else:
+            q, k, v = self.qkv_proj(x).split(
+                [self.heads * self.head_dim, self.kv_heads * self.head_dim, self.kv_heads * self.head_dim], dim=-1
+            )
+            q = q.view(-1, self.heads, self.head_dim)
+            k = k.view(-1, self.kv_heads, self.head_dim)
+            v = v.view(-1, self.kv_heads, self.head_dim)
+            # The attention layer applies the q/k norms (Qwen3) and rotary before attending, fused
+            # with the KV store where a kernel can.
+            o = self.attn(q, k, v, positions, self.rotary, self.q_norm if self.qk_norm else None,
+                          self.k_norm if self.qk_norm else None)
         return self.o_proj(o.reshape(-1, self.heads * self.head_dim))
 
 

@@ -17,12 +17,12 @@ import functools
 import torch
 from torch import nn
 
-from minisgl.layers.linear import ColumnParallelLinear, GateUpParallelLinear, RowParallelLinear
+from minisgl.layers.linear import ColumnParallelLinear, GateUpParallelLinear, QKVParallelLinear, RowParallelLinear
 from minisgl.utils.logger import get_logger
 
 from .config import ONLINE_QUANTIZATION, CheckpointQuant
 from .fp8 import quantize_rows, round_trip_rows
-from .gemm import fp8_gemm_problem, fp8_linear, fp8_linear_silu_and_mul
+from .gemm import fp8_gemm_problem, fp8_linear, fp8_linear_silu_and_mul, fp8_qkv_rope_store
 
 logger = get_logger(__name__)
 
@@ -60,6 +60,8 @@ def quantize_model(model: nn.Module, checkpoint: CheckpointQuant | None, online:
             layer.gemm = functools.partial(fp8_linear, weight_scale=layer.weight_scale)
             if isinstance(layer, GateUpParallelLinear):
                 layer.gated_gemm = functools.partial(fp8_linear_silu_and_mul, weight_scale=layer.weight_scale)
+            if isinstance(layer, QKVParallelLinear):
+                layer.rope_store_gemm = functools.partial(fp8_qkv_rope_store, weight_scale=layer.weight_scale)
             gemm += 1
         elif checkpoint is None:
             w.data.copy_(round_trip_rows(w.data))
@@ -67,7 +69,8 @@ def quantize_model(model: nn.Module, checkpoint: CheckpointQuant | None, online:
         torch.cuda.empty_cache()  # the bf16 copies: give the KV cache their memory
     if gemm:
         how = (f"FP8 GEMMs in {gemm} of {len(layers)} linear layers (per-channel scales; a Triton weight-streaming "
-               "GEMV at <= 16 rows, silu(gate) * up in the gate/up one; torch._scaled_mm above)")
+               "GEMV at <= 16 rows, silu(gate) * up in the gate/up one, rotary + KV store in the q/k/v one "
+               "without q/k norms; torch._scaled_mm above)")
         if checkpoint is not None and checkpoint.static_activations:
             how += "; the static input scales are unused: activations are quantized per token"
     else:

@@ -3,7 +3,8 @@ activations are quantized per token at run time (one Triton kernel) and `torch._
 row-wise scaled FP8 GEMM writes bfloat16; at 16 rows and fewer (decode at small batch, where
 reading the weight is the whole cost and the tensor-core GEMM leaves most SMs idle) a Triton
 GEMV streams the FP8 weight over all SMs in one launch and keeps the activations in bf16; for the
-MLP's gate/up projection it also applies silu(gate) * up (`fp8_linear_silu_and_mul`).
+MLP's gate/up projection it also applies silu(gate) * up (`fp8_linear_silu_and_mul`), for the
+attention's q/k/v one the rotary embedding and the KV store (`fp8_qkv_rope_store`).
 Activations are always quantized dynamically: a checkpoint's static per-tensor input scale is
 coarser than a per-token one, so it is not used.
 
@@ -51,6 +52,15 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return (x.float() / scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8), scale
 
 
+@functools.cache
+def _triton_qkv():
+    try:
+        from . import triton_qkv
+    except ImportError:
+        return None
+    return triton_qkv
+
+
 def _gemv(x2: torch.Tensor):
     """The Triton kernels when x2 (rows of a bf16 input) is decode at small batch, else None."""
     kernels = _triton()
@@ -91,3 +101,15 @@ def fp8_linear_silu_and_mul(x: torch.Tensor, weight: torch.Tensor, bias: torch.T
         return silu_and_mul(fp8_linear(x2, weight, bias, weight_scale=weight_scale)).reshape(*x.shape[:-1], -1)
     y = kernels.fp8_gemv(x2, weight, weight_scale.view(-1), gated=True)
     return y.reshape(*x.shape[:-1], weight.shape[0] // 2)
+
+
+def fp8_qkv_rope_store(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, *,
+                       weight_scale: torch.Tensor, **attention) -> torch.Tensor | None:
+    """The q/k/v layer's FP8 gemm with the rotary embedding and the KV store in its epilogue
+    (triton_qkv.fp8_qkv_rope_store, whose keywords `attention` are): q rotated, k and v in the
+    cache. None where that kernel does not run (large batch, a bias, tiles that do not fit a
+    head): then the caller multiplies, rotates and stores as usual."""
+    x2 = _rows(x)
+    if bias is not None or _gemv(x2) is None or _triton_qkv() is None:
+        return None
+    return _triton_qkv().fp8_qkv_rope_store(x2, weight, weight_scale.view(-1), **attention)

@@ -136,3 +136,46 @@ def test_engine_with_fp8_weights_and_fp8_kv_runs_graphs_and_stays_close_to_bf16(
     # an H100: 0.983 to 0.992.
     cos = torch.nn.functional.cosine_similarity(got, ref, dim=-1)
     assert (cos > 0.97).all(), cos
+
+
+@needs_flashinfer
+@pytest.mark.skipif(not HOPPER, reason="FP8 GEMMs run on Hopper")
+@pytest.mark.parametrize("kv_cache_dtype", ["auto", "fp8_e4m3"])
+def test_qkv_gemv_that_rotates_and_stores_decodes_as_the_separate_kernels_do(tiny_model_dir, monkeypatch,
+                                                                              kv_cache_dtype):
+    """Llama (no q/k norms) with FP8 weights: decode steps in CUDA graphs run the q/k/v GEMV that
+    rotates and stores K/V (triton_qkv), and give the tokens and logits of the GEMV followed by the
+    rope + store kernel (that path taken by making the fused one decline), up to the bf16 rounding
+    of q/k/v that the fused kernel skips."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from minisgl.engine import Engine, EngineConfig
+    from minisgl.quantization import apply
+    from tests.helpers import EngineDriver
+
+    model = tiny_model_dir("LlamaForCausalLM", head_dim=128, hidden_size=256, intermediate_size=512)
+    prompts = [[5, 17, 42, 99, 3], list(range(10, 47)), [7] * 12 + [250, 251, 252]]
+
+    def run():
+        e = Engine(EngineConfig(model, dtype=torch.bfloat16, page_size=16, max_running_requests=8, num_pages=64,
+                                cuda_graph_max_bs=8, quantization="fp8", kv_cache_dtype=kv_cache_dtype))
+        try:
+            driver = EngineDriver(e)
+            reqs = [driver.add(p) for p in prompts]
+            driver.step(reqs)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                logits = [driver.step(reqs).float().clone() for _ in range(8)]  # decode: graphs
+                torch.cuda.synchronize()
+            kernels = {evt.name for evt in prof.events() if evt.device_type == torch.autograd.DeviceType.CUDA}
+            return torch.stack(logits), [r.output_ids for r in reqs], kernels
+        finally:
+            e.shutdown()
+
+    fused, fused_tokens, fused_kernels = run()
+    monkeypatch.setattr(apply, "fp8_qkv_rope_store", lambda *args, **kwargs: None)
+    separate, separate_tokens, separate_kernels = run()
+    assert any("qkv_rope" in k for k in fused_kernels) and not any("qk_norm_rope_store" in k for k in fused_kernels)
+    assert any("qk_norm_rope_store" in k for k in separate_kernels)
+    assert fused_tokens == separate_tokens
+    cos = torch.nn.functional.cosine_similarity(fused.flatten(1), separate.flatten(1), dim=-1)
+    assert (cos > 0.999).all(), cos
