@@ -75,3 +75,8 @@ class BaseAttnBackend(ABC):
     def prepare_for_replay(self, batch: Batch, bs: int) -> None:
         """Refill the static metadata of graph `bs` for `batch` (padded to `bs` with dummies)."""
         raise NotImplementedError
+
+    def graph_rows_lens(self, bs: int) -> torch.Tensor | None:
+        """An int32 [2 bs] buffer from which graph `bs` reads each request's page-table row ([:bs])
+        and length ([bs:]), which the graph's first kernel fills (no host copy), or None."""
+        return None

@@ -189,7 +189,7 @@ class FlashInferBackend(BaseAttnBackend):
         self.g_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=device)
         self.g_indices = torch.zeros(max_pages, dtype=torch.int32, device=device)
         # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
-        # and lengths at [bs:2 bs], refilled by one host-to-device copy a step.
+        # and lengths at [bs:2 bs], which the graph runner's first kernel writes (graph_rows_lens).
         self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
         small = 0  # graphs of at most this many requests decode with triton_decode
         if self.small_batch_decode:
@@ -206,10 +206,9 @@ class FlashInferBackend(BaseAttnBackend):
 
     def _plan_graph(self, batch: Batch, bs: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
         wrapper = self.graph_wrappers[bs]
-        if isinstance(wrapper, SmallBatchDecode):  # the kernels read the page table themselves
-            host = pinned(np.concatenate([rows, seq_lens]).astype(np.int32))
-            self.g_rows_lens[: 2 * bs].copy_(host, non_blocking=True)
-        else:
+        # Small graphs: the kernels read the page table themselves, at the rows and lengths that
+        # the graph's first kernel writes into g_rows_lens; nothing to plan.
+        if not isinstance(wrapper, SmallBatchDecode):
             layout = paged_layout(rows, seq_lens, self.page_size, self.table_width)
             pages = gather_pages(self.ctx.page_table, layout, self.page_size)
             s = self.shape
@@ -218,6 +217,9 @@ class FlashInferBackend(BaseAttnBackend):
                        sm_scale=self.sm_scale)
         batch.attn_metadata = FlashInferMetadata(extend_lens=[1] * len(batch.reqs),
                                                  seq_lens=seq_lens[: len(batch.reqs)].tolist(), wrapper=wrapper)
+
+    def graph_rows_lens(self, bs: int) -> torch.Tensor | None:
+        return self.g_rows_lens[: 2 * bs] if isinstance(self.graph_wrappers.get(bs), SmallBatchDecode) else None
 
     def _small_batch_decode(self, q: torch.Tensor, layer: int, bs: int) -> torch.Tensor:
         from .triton_decode import decode_attention

@@ -1,5 +1,6 @@
-"""Decode attention at small batch over the paged KV cache, in two short Triton kernels (split-KV,
-then a merge), for the FlashInfer backend's CUDA graphs of a few requests.
+"""Decode attention at small batch over the paged KV cache, in one short Triton kernel (split-KV,
+its last slice of each request and KV head merging the slices), for the FlashInfer backend's CUDA
+graphs of a few requests.
 
 Why: at one request FlashInfer's decode is latency-bound, not bandwidth-bound. Its tensor-core
 kernel walks a request's KV in 128-token chunks, one dependent load after another, and in a CUDA
@@ -7,7 +8,10 @@ graph it launches a grid padded for the largest batch: 9 us a layer at ~140 toke
 for its merge (Llama-3.1-8B shapes, H100), a tenth of a batch-1 step. Here every program takes a
 slice of a request's tokens for one KV head (its group of query heads on tensor cores), loads K
 and V for it at once, and writes a partial output with its log-sum-exp; the slices shrink with the
-context, so a short one costs one load round trip, and a long one is spread over the GPU.
+context, so a short one costs one load round trip, and a long one is spread over the GPU. The
+last program of a (request, KV head) to finish, counted by an atomic, merges its slices: a
+separate merge kernel cost ~1.7 us a layer, mostly the gap between two kernels (Llama-3.1-8B FP8,
+batch 1: TPOT 3.31 against 3.32 ms).
 
 The KV cache is [slots, kv_heads, head_dim] per layer; a request's token t is at slot
 page_table[row, t] (the engine's per-token slot table, read directly: no page list to gather
@@ -18,6 +22,7 @@ Imported only on CUDA (and by the CPU tests, under Triton's interpreter).
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -31,17 +36,21 @@ from minisgl.layers.triton_kernels import N_SMS, pdl_launch, pdl_supported
 # (benchmark/NOTES.md; the attention alone: benchmark/offline/decode_attention.py).
 MAX_BATCH = 8
 MAX_SPLITS = 64
+MAX_ARRIVALS = 4096  # (request, KV head) pairs a launch: the arrival counts' buffer
 BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
 
 
 @triton.jit
-def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, lse_ptr, stride_qt, stride_qh,
-                  table_width, qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr, G_P: tl.constexpr,
-                  D: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, lse_ptr, out_ptr, arrivals_ptr,
+                  stride_qt, stride_qh, table_width, qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr,
+                  G_P: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
+                  IEEE: tl.constexpr, PDL: tl.constexpr):
     """Program (request b, KV head h, slice s): the G query heads of h over tokens
     [s * chunk, (s + 1) * chunk) of b, chunk = the request's length / SPLITS rounded up to BLOCK.
     Writes o (normalized, times v_scale) and lse (log2-sum-exp2 of the scaled scores; -inf for an
-    empty slice) at [b, h * G + g, s]. qk_scale = softmax scale * k_scale * log2(e)."""
+    empty slice) at [b, h * G + g, s], then counts itself in at arrivals[b, h]; the last of the
+    SPLITS merges them into out[b, h * G + g] and sets the count back to 0 for the next launch.
+    qk_scale = softmax scale * k_scale * log2(e)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -88,25 +97,39 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, l
     row = b * (HK * G) + h * G + rg
     tl.store(lse_ptr + row * SPLITS + s, lse, mask=g_ok)
     tl.store(o_ptr + (row * SPLITS + s)[:, None] * D + rd[None, :], o, mask=g_ok[:, None])
-    if PDL:  # (at the end, as the GEMVs: a merge launched at the start waits on the SMs meanwhile)
+    # Every thread's stores, then one release-acquire count: the last program in sees all slices.
+    tl.debug_barrier()
+    if tl.atomic_add(arrivals_ptr + b * HK + h, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
+        tl.store(arrivals_ptr + b * HK + h, 0)
+        _merge(o_ptr, lse_ptr, out_ptr, b * (HK * G) + h * G, G, G_M, D, SPLITS)
+    if PDL:  # (at the end, as the GEMVs: a kernel launched at the start waits on the SMs meanwhile)
         tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
-def _merge_kernel(o_ptr, lse_ptr, out_ptr, D: tl.constexpr, SPLITS: tl.constexpr, PDL: tl.constexpr):
-    """Program (request, query head): the softmax-weighted sum of its slices' outputs."""
-    row = tl.program_id(0).to(tl.int64)
+def _merge(o_ptr, lse_ptr, out_ptr, first_row, G: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr,
+           SPLITS: tl.constexpr):
+    """Rows first_row + [0, G) of out: the softmax-weighted sum of their slices' outputs, all loaded
+    at once (a slice loop would wait on L2 once a slice). Through L2 (.cg): other SMs wrote them."""
+    rows = first_row + tl.arange(0, G_M)
     rs = tl.arange(0, SPLITS)
     rd = tl.arange(0, D)
-    if PDL:
-        tl.extra.cuda.gdc_wait()
-    lse = tl.load(lse_ptr + row * SPLITS + rs)
+    ok = tl.arange(0, G_M) < G
+    lse = tl.load(lse_ptr + rows[:, None] * SPLITS + rs[None, :], mask=ok[:, None], other=float("-inf"),
+                  cache_modifier=".cg")
     filled = lse > float("-inf")
-    w = tl.where(filled, tl.exp2(lse - tl.max(lse, 0)), 0.0)
-    o = tl.load(o_ptr + (row * SPLITS + rs)[:, None] * D + rd[None, :], mask=filled[:, None], other=0.0)
-    tl.store(out_ptr + row * D + rd, (tl.sum(w[:, None] * o, 0) / tl.sum(w, 0)).to(out_ptr.dtype.element_ty))
-    if PDL:
-        tl.extra.cuda.gdc_launch_dependents()
+    w = tl.where(filled, tl.exp2(lse - tl.max(lse, 1)[:, None]), 0.0)
+    parts = tl.load(o_ptr + (rows[:, None, None] * SPLITS + rs[None, :, None]) * D + rd[None, None, :],
+                    mask=filled[:, :, None], other=0.0, cache_modifier=".cg")
+    merged = tl.sum(w[:, :, None] * parts, 1) / tl.where(ok, tl.sum(w, 1), 1.0)[:, None]
+    tl.store(out_ptr + rows[:, None] * D + rd[None, :], merged.to(out_ptr.dtype.element_ty), mask=ok[:, None])
+
+
+@functools.cache
+def _arrivals(device: torch.device) -> torch.Tensor:
+    """The split kernels' counts a (request, KV head), zero between launches (the last program in
+    resets its count); one buffer for every layer, whose kernels run one after another."""
+    return torch.zeros(MAX_ARRIVALS, dtype=torch.int32, device=device)
 
 
 def num_splits(batch: int, kv_heads: int) -> int:
@@ -134,13 +157,15 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
+    if batch * kv_heads > MAX_ARRIVALS:
+        raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs, got "
+                         f"{batch} x {kv_heads}")
     o = torch.empty((batch * qo_heads, splits, d), dtype=torch.float32, device=q.device)
     lse = torch.empty((batch * qo_heads, splits), dtype=torch.float32, device=q.device)
     pdl = pdl_supported(q.device)
     _split_kernel[(batch, kv_heads, splits)](
-        q, k_cache, v_cache, page_table, rows, lengths, o, lse, q.stride(0), q.stride(1), page_table.stride(0),
-        sm_scale * k_scale * math.log2(math.e), v_scale, HK=kv_heads, G=group,
-        G_P=max(16, triton.next_power_of_2(group)), D=d, SPLITS=splits, BLOCK=BLOCK_N,
-        IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
-    _merge_kernel[(batch * qo_heads,)](o, lse, out, D=d, SPLITS=splits, PDL=pdl, num_warps=4, **pdl_launch(pdl))
+        q, k_cache, v_cache, page_table, rows, lengths, o, lse, out, _arrivals(q.device), q.stride(0), q.stride(1),
+        page_table.stride(0), sm_scale * k_scale * math.log2(math.e), v_scale, HK=kv_heads, G=group,
+        G_P=max(16, triton.next_power_of_2(group)), G_M=triton.next_power_of_2(group), D=d, SPLITS=splits,
+        BLOCK=BLOCK_N, IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
     return out

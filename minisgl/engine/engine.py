@@ -275,16 +275,18 @@ class Engine:
             _, cached, device_lens = batch_arrays(batch)
             self._check(batch, device_lens, device_lens - cached)
             logits = self.graph_runner.replay(batch)
+            store_at = self.graph_runner.next_token_index[: batch.size]
         else:
             self.prepare(batch)
             with self.ctx.forward_batch(batch):
                 logits = self.model.forward()
+            store_at = None
         if callable(args):
             args = args()
         # Penalties, biases and grammar masks change a copy: logprobs report the model's own distribution.
         adjusted = args.adjust.apply(logits, self.token_pool) if args.adjust is not None else logits
         next_tokens = self.sampler.sample(adjusted, args).to(torch.int32)
-        self._store_next_tokens(batch, next_tokens)
+        self._store_next_tokens(batch, next_tokens, store_at)
         batch.logits = logits
         # Only rank 0's outputs reach anyone: the other ranks skip the log-softmax over the vocabulary.
         wanted = args.logprobs_k is not None and self.tp.is_primary
@@ -297,9 +299,10 @@ class Engine:
             return ForwardOutput(next_tokens, cpu, event, logprobs)
         return ForwardOutput(next_tokens, next_tokens.clone(), _DoneEvent(), logprobs)
 
-    def _store_next_tokens(self, batch: Batch, next_tokens: torch.Tensor) -> None:
+    def _store_next_tokens(self, batch: Batch, next_tokens: torch.Tensor, store_at: torch.Tensor | None) -> None:
         """Write each finished-prefill or decode request's new token into the token pool on the
-        device, so the next step reads it without a round trip through the CPU."""
+        device, so the next step reads it without a round trip through the CPU. `store_at`: the
+        flat pool index after each request's last token, on the device (a decode graph's)."""
         reqs = batch.reqs
         n = len(reqs)
         rows, _, device_lens = batch_arrays(batch)
@@ -309,7 +312,7 @@ class Engine:
         if len(idx) == 0:
             return
         if len(idx) == n:
-            flat = to_device(rows * width + device_lens, self.device)
+            flat = store_at if store_at is not None else to_device(rows * width + device_lens, self.device)
             self.token_pool.view(-1)[flat] = next_tokens
             return
         dev = to_device(np.concatenate([idx, rows[idx] * width + device_lens[idx]]), self.device)

@@ -80,6 +80,9 @@ class GraphRunner:
         self.gather_inputs = gather_decode_inputs
         self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
         self.out_loc = torch.zeros(self.max_bs, dtype=torch.int64, device=device)  # (written by the gather)
+        # Where each request's sampled token goes in the flattened token pool (written by the
+        # gather too): the engine stores the tokens there with no host copy of indices.
+        self.next_token_index = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
         self.last_token_idx = torch.arange(self.max_bs, dtype=torch.int64, device=device)
         # Logits stay in the model dtype inside the graph (the sampler reads them once); a model
         # without the usual .model / .lm_head split falls back to forward()'s float32 logits.
@@ -134,10 +137,12 @@ class GraphRunner:
 
     def _forward(self, batch: Batch, bs: int) -> None:
         e = self.engine
-        # Inside the graph, so one launch of it replaces four small ops between steps (a copy,
-        # two gathers, a cast) that each cost a few us of a ~3.4 ms batch-1 step.
+        # Inside the graph, so one launch of it replaces four small ops and two host copies between
+        # steps (a copy, two gathers, a cast; the store's indices, the attention's rows and
+        # lengths), each a few us of a ~3.3 ms batch-1 step.
         self.gather_inputs(self.step_inputs[: 2 * bs], e.token_pool, e.page_table, self.positions[:bs],
-                           self.input_ids[:bs], self.out_loc[:bs])
+                           self.input_ids[:bs], self.out_loc[:bs], self.next_token_index[:bs],
+                           e.attn_backend.graph_rows_lens(bs))
         model = e.model
         if not self.split_model:
             self.logits[:bs].copy_(model.forward())

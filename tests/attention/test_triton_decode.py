@@ -1,8 +1,9 @@
-"""minisgl.attention.triton_decode (small-batch decode attention: split-KV slices, then a merge)
-equals float32 softmax attention over each request's cached tokens, gathered page by page (the
-kernel reads each token's slot from the per-token page table, rows in any order): for
-lengths inside one page, on page edges and over many slices, grouped and plain multi-head
-attention, pages out of order, and an FP8 cache with per-tensor scales. On the CPU its kernels run
+"""minisgl.attention.triton_decode (small-batch decode attention: split-KV slices, the last one of
+each request and KV head merging them) equals float32 softmax attention over each request's cached
+tokens, gathered page by page (the kernel reads each token's slot from the per-token page table,
+rows in any order): for lengths inside one page, on page edges and over many slices, grouped and
+plain multi-head attention, pages out of order, and an FP8 cache with per-tensor scales; the
+arrival counts are back at zero after every launch. On the CPU its kernels run
 under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1); the device runs this file
 on the GPU too.
 
@@ -16,7 +17,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from minisgl.attention.triton_decode import MAX_SPLITS, decode_attention, num_splits  # noqa: E402
+from minisgl.attention.triton_decode import MAX_ARRIVALS, MAX_SPLITS, _arrivals, decode_attention, num_splits  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 PAGE = 16
@@ -60,6 +61,7 @@ def slot_table(indptr, indices, lengths, width=1024):
 
 
 def run(lengths, heads=8, kv_heads=2, dim=64, cache_dtype=torch.bfloat16, scales=(1.0, 1.0), splits=None):
+    """The kernel's output against the float32 reference; returns it."""
     q, kc, vc, indptr, indices, _ = paged_problem(lengths, heads, kv_heads, dim, cache_dtype)
     sm_scale = dim**-0.5
     table = slot_table(indptr, indices, lengths)
@@ -72,6 +74,7 @@ def run(lengths, heads=8, kv_heads=2, dim=64, cache_dtype=torch.bfloat16, scales
     # float32 softmax and sums; the bf16 output's rounding (2^-9 relative) and, on the GPU, bf16
     # probabilities into the P @ V product (2^-9 each) bound the error.
     torch.testing.assert_close(got.float().cpu(), want, rtol=2e-2, atol=2e-2)
+    return got
 
 
 @pytest.mark.parametrize("lengths", [[1], [5, 16, 17], [138], [33, 1, 64, 300]])
@@ -101,3 +104,18 @@ def test_slices_fill_the_gpu_and_stay_bounded():
     assert num_splits(8, 8) == 4
     assert num_splits(1, 1) == MAX_SPLITS
     assert num_splits(64, 8) == 1
+
+
+def test_each_launch_leaves_the_arrival_counts_at_zero_for_the_next():
+    first = run([33, 1, 64, 300])
+    assert not _arrivals(DEVICE).any()
+    again = run([33, 1, 64, 300])  # (a count left over would make a program merge too early)
+    assert torch.equal(first, again) and not _arrivals(DEVICE).any()
+
+
+def test_more_request_and_head_pairs_than_counts_are_refused():
+    q = torch.zeros(MAX_ARRIVALS // 8 + 1, 8, 64, dtype=torch.bfloat16, device=DEVICE)
+    cache = torch.zeros(16, 8, 64, dtype=torch.bfloat16, device=DEVICE)
+    rows = torch.zeros(q.shape[0], dtype=torch.int32, device=DEVICE)
+    with pytest.raises(ValueError, match="at most 4096"):
+        decode_attention(q, cache, cache, torch.zeros(1, 16, dtype=torch.int32, device=DEVICE), rows, rows + 1, 0.1)

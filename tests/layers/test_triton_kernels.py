@@ -104,7 +104,16 @@ def test_decode_inputs_are_the_token_pool_and_page_table_at_each_request_positio
     out_pos = torch.full((bs,), -1, dtype=torch.int64, device=DEVICE)
     out_ids = torch.full((bs,), -1, dtype=torch.int32, device=DEVICE)
     out_loc = torch.full((bs,), -1, dtype=torch.int64, device=DEVICE)
-    gather_decode_inputs(step, token_pool, page_table, out_pos, out_ids, out_loc)
+    next_index = torch.full((bs,), -1, dtype=torch.int64, device=DEVICE)
+    rows_lens = torch.full((2 * bs,), -1, dtype=torch.int32, device=DEVICE)
+    gather_decode_inputs(step, token_pool, page_table, out_pos, out_ids, out_loc, next_index, rows_lens)
     assert out_pos.cpu().tolist() == positions.tolist()
     assert out_ids.cpu().tolist() == token_pool.cpu()[req_rows, positions].tolist()
+    assert out_loc.cpu().tolist() == page_table.cpu()[req_rows, positions].long().tolist()
+    # The next token goes right after this one; the attention reads the row and the length.
+    assert next_index.cpu().tolist() == (flat + 1).tolist()
+    assert rows_lens.cpu().tolist() == req_rows.tolist() + (positions + 1).tolist()
+    # Without a rows/lengths buffer (a backend whose graphs do not read them) the rest is the same.
+    out_loc.fill_(-1)
+    gather_decode_inputs(step, token_pool, page_table, out_pos, out_ids, out_loc, next_index)
     assert out_loc.cpu().tolist() == page_table.cpu()[req_rows, positions].long().tolist()
