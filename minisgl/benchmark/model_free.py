@@ -43,7 +43,7 @@ class ModelFreeEngine(Engine):
             args()  # the scheduler's work before sampling (Engine.forward_batch)
         picks = torch.randint(len(self.allowed), (len(batch.reqs),), generator=self.generator)
         tokens = self.allowed[picks]
-        self._store_next_tokens(batch, tokens)
+        self._store_next_tokens(tokens, *self._next_token_slots(batch), None)
         left = self.step_s - (time.perf_counter() - start)
         if left > 0:
             time.sleep(left)

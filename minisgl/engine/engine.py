@@ -23,7 +23,7 @@ from minisgl.utils.logger import get_logger
 
 from .config import EngineConfig, check_moe_backend_dtype, resolve_device, resolve_moe_backend
 from .graph import GraphRunner, graph_batch_sizes
-from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, token_logprobs
+from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, TokenOutputs, token_logprobs
 
 logger = get_logger(__name__)
 
@@ -285,37 +285,46 @@ class Engine:
             args = args()
         # Penalties, biases and grammar masks change a copy: logprobs report the model's own distribution.
         adjusted = args.adjust.apply(logits, self.token_pool) if args.adjust is not None else logits
-        next_tokens = self.sampler.sample(adjusted, args).to(torch.int32)
-        self._store_next_tokens(batch, next_tokens, store_at)
+        store_rows, store_flat = self._next_token_slots(batch)
+        outputs = None
+        if self.device.type == "cuda":  # the sampling kernel may write the tokens where they go
+            outputs = TokenOutputs(torch.empty(batch.size, dtype=torch.int32, pin_memory=True),
+                                   self.token_pool.view(-1), store_at if len(store_rows) == batch.size else None)
+        next_tokens = self.sampler.sample(adjusted, args, outputs).to(torch.int32)
+        if outputs is None or not outputs.written or outputs.pool_index is None:
+            self._store_next_tokens(next_tokens, store_rows, store_flat, store_at)
         batch.logits = logits
         # Only rank 0's outputs reach anyone: the other ranks skip the log-softmax over the vocabulary.
         wanted = args.logprobs_k is not None and self.tp.is_primary
         logprobs = token_logprobs(logits, next_tokens, args.logprobs_k) if wanted else None
         if self.device.type == "cuda":
-            cpu = _to_host(next_tokens)
+            cpu = outputs.host if outputs.written else _to_host(next_tokens)
             logprobs = logprobs and TokenLogprobs(*map(_to_host, logprobs))
             event = torch.cuda.Event()
             event.record()
             return ForwardOutput(next_tokens, cpu, event, logprobs)
         return ForwardOutput(next_tokens, next_tokens.clone(), _DoneEvent(), logprobs)
 
-    def _store_next_tokens(self, batch: Batch, next_tokens: torch.Tensor, store_at: torch.Tensor | None) -> None:
-        """Write each finished-prefill or decode request's new token into the token pool on the
-        device, so the next step reads it without a round trip through the CPU. `store_at`: the
-        flat pool index after each request's last token, on the device (a decode graph's)."""
-        reqs = batch.reqs
-        n = len(reqs)
+    def _next_token_slots(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
+        """(the batch rows whose sampled token goes into the token pool: finished prefills and
+        decodes with room left; their flat pool indices)."""
         rows, _, device_lens = batch_arrays(batch)
-        seq_lens = np.fromiter((r.seq_len for r in reqs), dtype=np.int64, count=n)
+        seq_lens = np.fromiter((r.seq_len for r in batch.reqs), dtype=np.int64, count=len(batch.reqs))
         width = self.token_pool.shape[1]
         idx = np.flatnonzero((device_lens == seq_lens) & (device_lens < width))
+        return idx, rows[idx] * width + device_lens[idx]
+
+    def _store_next_tokens(self, next_tokens: torch.Tensor, idx: np.ndarray, flat: np.ndarray,
+                           store_at: torch.Tensor | None) -> None:
+        """Write the new tokens of rows `idx` into the token pool at `flat` on the device, so the
+        next step reads them without a round trip through the CPU. `store_at`: the flat indices
+        of every row, already on the device (a decode graph's)."""
         if len(idx) == 0:
             return
-        if len(idx) == n:
-            flat = store_at if store_at is not None else to_device(rows * width + device_lens, self.device)
-            self.token_pool.view(-1)[flat] = next_tokens
+        if len(idx) == len(next_tokens):
+            self.token_pool.view(-1)[store_at if store_at is not None else to_device(flat, self.device)] = next_tokens
             return
-        dev = to_device(np.concatenate([idx, rows[idx] * width + device_lens[idx]]), self.device)
+        dev = to_device(np.concatenate([idx, flat]), self.device)
         self.token_pool.view(-1)[dev[len(idx):]] = next_tokens[dev[: len(idx)]]
 
     def shutdown(self) -> None:

@@ -95,6 +95,19 @@ def filtered_probs(logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tenso
     return probs
 
 
+@dataclass
+class TokenOutputs:
+    """Where a step's tokens go besides the device tensor that Sampler.sample returns: `host` (int32
+    [rows], pinned) and, with `pool_index` (int64 [rows], on the device), the flattened token pool
+    `pool` at those indices. The Triton sampling kernel writes them as it picks each token and
+    sets `written`; otherwise the engine copies and stores the returned tokens itself."""
+
+    host: torch.Tensor
+    pool: torch.Tensor
+    pool_index: torch.Tensor | None
+    written: bool = False
+
+
 class TokenLogprobs(NamedTuple):
     chosen: torch.Tensor  # float32 [rows]: log-probability of each row's sampled token
     top_values: torch.Tensor  # float32 [rows, k], descending
@@ -122,14 +135,15 @@ def _flashinfer_sampling():
 
 
 class Sampler:
-    def sample(self, logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tensor:
-        """logits [rows, vocab]: float32, or the model dtype (CUDA graphs) on CUDA."""
+    def sample(self, logits: torch.Tensor, args: BatchSamplingArgs, outputs: TokenOutputs | None = None) -> torch.Tensor:
+        """logits [rows, vocab]: float32, or the model dtype (CUDA graphs) on CUDA. `outputs`:
+        where the Triton kernels also write the tokens, if they run."""
         if args.temperatures is None:  # every row greedy
             # At a few rows torch's argmax is one program a row, latency-bound (37 us a step at one
             # 128K-token row on an H100): the Triton kernel spreads each row over many.
             kernels = triton_ops() if logits.is_cuda else None
             if kernels is not None and logits.shape[0] <= kernels.WIDE_ROWS:
-                return kernels.sample_gumbel_max(logits, None)
+                return _gumbel_max(kernels, logits, None, 0, outputs)
             return logits.argmax(dim=-1)
         plain = not args.seeded and args.top_k is None and args.top_p is None and args.min_p is None
         kernels = triton_ops() if logits.is_cuda and plain else None
@@ -139,7 +153,7 @@ class Sampler:
             if args.greedy_rows is not None:
                 temps = temps.masked_fill(args.greedy_rows, 0.0)
             seed = int(torch.randint(0, 2**31 - 1, ()))  # the CPU generator: no device sync
-            return kernels.sample_gumbel_max(logits, temps, seed)
+            return _gumbel_max(kernels, logits, temps, seed, outputs)
         logits = logits.float()
         fi = _flashinfer_sampling() if logits.is_cuda and not args.seeded and args.min_p is None else None
         if fi is not None:
@@ -165,3 +179,13 @@ class Sampler:
         top_k = args.top_k.clamp(max=vocab).to(torch.int32) if args.top_k is not None else vocab
         top_p = args.top_p if args.top_p is not None else 1.0
         return fi.top_k_top_p_sampling_from_logits(scaled, top_k, top_p)
+
+
+def _gumbel_max(kernels, logits: torch.Tensor, temperatures: torch.Tensor | None, seed: int,
+                outputs: TokenOutputs | None) -> torch.Tensor:
+    if outputs is None:
+        return kernels.sample_gumbel_max(logits, temperatures, seed)
+    outputs.written = True
+    return kernels.sample_gumbel_max(logits, temperatures, seed, host=outputs.host,
+                                     pool=outputs.pool if outputs.pool_index is not None else None,
+                                     pool_index=outputs.pool_index)

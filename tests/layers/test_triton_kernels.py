@@ -91,6 +91,23 @@ def test_greedy_rows_are_torch_argmax_with_ties_to_the_lowest_index(dtype, rows)
     assert got.cpu().tolist() == want.tolist()
 
 
+@pytest.mark.parametrize("temperatures", [None, [0.0, 0.7, 0.0]])
+def test_the_sampled_tokens_are_also_written_to_the_host_and_into_the_token_pool(temperatures):
+    torch.manual_seed(3)
+    logits = torch.randn(3, 5000).to(DEVICE)
+    temps = None if temperatures is None else torch.tensor(temperatures, device=DEVICE)
+    pool = torch.full((4, 16), -1, dtype=torch.int32, device=DEVICE)
+    index = torch.tensor([5, 17, 40], device=DEVICE)  # flat: rows 0, 1, 2 at positions 5, 1, 8
+    host = torch.full((3,), -1, dtype=torch.int32, pin_memory=DEVICE.type == "cuda")
+    got = sample_gumbel_max(logits, temps, 11, host=host, pool=pool.view(-1), pool_index=index)
+    assert got.cpu().tolist() == sample_gumbel_max(logits, temps, 11).cpu().tolist()  # same seed, same draws
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+    assert host.tolist() == got.cpu().tolist()
+    flat = pool.view(-1).cpu()
+    assert flat[index.cpu()].tolist() == got.cpu().tolist() and (flat >= 0).sum() == 3  # nothing else touched
+
+
 @pytest.mark.parametrize("bs", [1, 5, 40])
 def test_decode_inputs_are_the_token_pool_and_page_table_at_each_request_position(bs):
     torch.manual_seed(bs)

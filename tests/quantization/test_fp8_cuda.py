@@ -144,9 +144,10 @@ def test_engine_with_fp8_weights_and_fp8_kv_runs_graphs_and_stays_close_to_bf16(
 def test_qkv_gemv_that_rotates_and_stores_decodes_as_the_separate_kernels_do(tiny_model_dir, monkeypatch,
                                                                               kv_cache_dtype):
     """Llama (no q/k norms) with FP8 weights: decode steps in CUDA graphs run the q/k/v GEMV that
-    rotates and stores K/V (triton_qkv), and give the tokens and logits of the GEMV followed by the
-    rope + store kernel (that path taken by making the fused one decline), up to the bf16 rounding
-    of q/k/v that the fused kernel skips."""
+    rotates and stores K/V (triton_qkv), and give the logits of the GEMV followed by the rope +
+    store kernel (that path taken by making the fused one decline), up to the bf16 rounding of
+    q/k/v that the fused kernel skips: compared at every step until a near-tie picks another
+    token (the contexts differ from there on), the first step always."""
     from torch.profiler import ProfilerActivity, profile
 
     from minisgl.engine import Engine, EngineConfig
@@ -164,18 +165,25 @@ def test_qkv_gemv_that_rotates_and_stores_decodes_as_the_separate_kernels_do(tin
             reqs = [driver.add(p) for p in prompts]
             driver.step(reqs)
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                logits = [driver.step(reqs).float().clone() for _ in range(8)]  # decode: graphs
+                steps = []
+                for _ in range(8):  # decode: graphs
+                    logits = driver.step(reqs).float().clone()
+                    steps.append((logits, [r.output_ids[-1] for r in reqs]))
                 torch.cuda.synchronize()
             kernels = {evt.name for evt in prof.events() if evt.device_type == torch.autograd.DeviceType.CUDA}
-            return torch.stack(logits), [r.output_ids for r in reqs], kernels
+            return steps, kernels
         finally:
             e.shutdown()
 
-    fused, fused_tokens, fused_kernels = run()
+    fused, fused_kernels = run()
     monkeypatch.setattr(apply, "fp8_qkv_rope_store", lambda *args, **kwargs: None)
-    separate, separate_tokens, separate_kernels = run()
-    assert any("qkv_rope" in k for k in fused_kernels) and not any("qk_norm_rope_store" in k for k in fused_kernels)
+    separate, separate_kernels = run()
+    assert any("qkv_rope" in k for k in fused_kernels), sorted(fused_kernels)
+    assert not any("qk_norm_rope_store" in k for k in fused_kernels)
     assert any("qk_norm_rope_store" in k for k in separate_kernels)
-    assert fused_tokens == separate_tokens
-    cos = torch.nn.functional.cosine_similarity(fused.flatten(1), separate.flatten(1), dim=-1)
-    assert (cos > 0.999).all(), cos
+    cos = []
+    for (got, got_tokens), (want, want_tokens) in zip(fused, separate):
+        cos.append(torch.nn.functional.cosine_similarity(got, want, dim=-1).min().item())
+        if got_tokens != want_tokens:
+            break
+    assert min(cos) > 0.999, cos
