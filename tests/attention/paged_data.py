@@ -89,6 +89,17 @@ def prefill_error(make_backend, heads: int, kv_heads: int, **cache) -> float:
     return rel_err(out, reference(ctx, reqs, q, k, v, layer, out_loc))  # after the store: same cache
 
 
+def replay_inputs(backend, batch: Batch, bs: int) -> None:
+    """prepare_for_replay, then what the graph runner's first kernel writes for a backend whose
+    graph reads each request's page-table row and length (padding: the dummy row, length 1)."""
+    backend.prepare_for_replay(batch, bs)
+    rows_lens = backend.graph_rows_lens(bs)
+    if rows_lens is not None:
+        pad = bs - len(batch.reqs)
+        rows = [r.table_idx for r in batch.reqs] + [backend.ctx.page_table.shape[0] - 1] * pad
+        rows_lens.copy_(torch.tensor(rows + [r.device_len for r in batch.reqs] + [1] * pad, dtype=torch.int32))
+
+
 def decode_errors(make_backend, heads: int, kv_heads: int, **cache) -> dict[str, float]:
     """Relative errors of one decode batch run eagerly, through the graph buffers padded to 8
     with dummy requests, and inside a captured CUDA graph, against the float32 reference."""
@@ -111,7 +122,7 @@ def decode_errors(make_backend, heads: int, kv_heads: int, **cache) -> dict[str,
     dummy = ctx.page_table[-1, 0].long().view(1)
     pq, pk, pv = (torch.cat([t, torch.zeros(2, *t.shape[1:], device="cuda", dtype=t.dtype)]) for t in (q, k, v))
     batch.out_loc = torch.cat([out_loc, dummy, dummy])
-    backend.prepare_for_replay(batch, 8)
+    replay_inputs(backend, batch, 8)
     padded = backend.forward(pq, pk, pv, layer, batch)
 
     static_q = pq.clone()
@@ -125,7 +136,7 @@ def decode_errors(make_backend, heads: int, kv_heads: int, **cache) -> dict[str,
     torch.cuda.current_stream().wait_stream(stream)
     with torch.cuda.graph(graph, stream=stream), ffi_stream():
         static_out = backend.forward(static_q, pk, pv, layer, capture)
-    backend.prepare_for_replay(batch, 8)  # the real lengths, then replay
+    replay_inputs(backend, batch, 8)  # the real lengths, then replay
     graph.replay()
     torch.cuda.synchronize()
     return {"eager": rel_err(eager, ref), "padded": rel_err(padded[:n], ref), "graph": rel_err(static_out[:n], ref)}
