@@ -45,7 +45,7 @@ from minisgl.layers.fused import flashinfer_ops
 from minisgl.layers.triton_kernels import add_rmsnorm
 from minisgl.quantization.fp8 import quantize_rows
 from minisgl.quantization.gemm import quantize_per_token
-from minisgl.quantization.triton_fp8 import GemvConfig, fp8_gemv, gemv_config
+from minisgl.quantization.triton_fp8 import GemvConfig, gemv, gemv_config
 
 L2_BYTES = 50 * 2**20  # an H100's
 
@@ -53,7 +53,7 @@ L2_BYTES = 50 * 2**20  # an H100's
 @triton.jit
 def _splitk_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym, k_per_split,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    # The kernel minisgl used before fp8_gemv (baseline only): y += x @ w^T * s over one K split.
+    # The kernel minisgl used before gemv (baseline only): y += x @ w^T * s over one K split.
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     rm, rn, rk = tl.arange(0, BLOCK_M), pid_n * BLOCK_N + tl.arange(0, BLOCK_N), tl.arange(0, BLOCK_K)
     k_start = pid_k * k_per_split
@@ -159,11 +159,11 @@ def per_token_gemms(shapes: dict, layers: int, vocab: int, hidden: int, copy_bw:
              "Triton": lambda: add_rmsnorm(hidden_x, residual, norm_w, 1e-5, pdl=True)}
 
     def gemv_layer(L, gated=True, pdl=None, norm=None):
-        up = ((lambda: fp8_gemv(hidden_x, *L["gate_up"], gated=True, pdl=pdl)) if gated
-              else (lambda: silu_and_mul(fp8_gemv(hidden_x, *L["gate_up"], pdl=pdl))))
+        up = ((lambda: gemv(hidden_x, *L["gate_up"], gated=True, pdl=pdl)) if gated
+              else (lambda: silu_and_mul(gemv(hidden_x, *L["gate_up"], pdl=pdl))))
         pre = [norms[norm]] if norm else []
-        return [*pre, lambda: fp8_gemv(hidden_x, *L["qkv"], pdl=pdl), lambda: fp8_gemv(x["o"], *L["o"], pdl=pdl),
-                *pre, up, lambda: fp8_gemv(x["down"], *L["down"], pdl=pdl)]
+        return [*pre, lambda: gemv(hidden_x, *L["qkv"], pdl=pdl), lambda: gemv(x["o"], *L["o"], pdl=pdl),
+                *pre, up, lambda: gemv(x["down"], *L["down"], pdl=pdl)]
 
     # With the input norms between them (add + RMSNorm: FlashInfer's, or minisgl's Triton one that
     # lets the GEMV after it launch at once) or without.
@@ -233,15 +233,15 @@ def main() -> None:
             line = []
             if fp8:
                 nbytes = n * k + 4 * n
-                methods = {"gemv": lambda w, s: fp8_gemv(x, w, s),
+                methods = {"gemv": lambda w, s: gemv(x, w, s),
                            "splitk": lambda w, s: splitk(x, w, s),
                            "scaled_mm": lambda w, s: scaled_mm(x, w, s)}
                 if rows == rows_list[0]:  # the same bytes read by a kernel that does nothing else
                     sink = torch.empty(n * k // READ_CHUNK, dtype=torch.int32, device="cuda")
                     methods["read only"] = lambda w, s: read_only(w, sink)
                 if name == "gate_up":
-                    methods["gemv+silu_and_mul"] = lambda w, s: silu_and_mul(fp8_gemv(x, w, s))
-                    methods["gemv gated"] = lambda w, s: fp8_gemv(x, w, s, gated=True)
+                    methods["gemv+silu_and_mul"] = lambda w, s: silu_and_mul(gemv(x, w, s))
+                    methods["gemv gated"] = lambda w, s: gemv(x, w, s, gated=True)
                 want = x.float() @ (quant[0][0].float() * quant[0][1][:, None]).T
                 for method, fn in methods.items():
                     if method in ("gemv", "splitk", "scaled_mm"):
@@ -262,7 +262,7 @@ def main() -> None:
                     best = None
                     for c in sweep_configs(rows, gated):
                         try:
-                            us = graph_us([lambda i=i, c=c: fp8_gemv(x, *quant[i % copies], config=c, gated=gated)
+                            us = graph_us([lambda i=i, c=c: gemv(x, *quant[i % copies], config=c, gated=gated)
                                            for i in range(calls)])
                         except Exception as e:  # a tile that does not build (e.g. out of resources)
                             print(f"  {rows:>2} rows config {vars(c)}: {type(e).__name__}")

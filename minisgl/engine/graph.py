@@ -149,9 +149,9 @@ class GraphRunner:
             return
         # Decode: one token per request, so every row is a last token.
         hidden = model.model(batch.input_ids, batch.positions)
-        head = model.lm_head.weight
-        if self.engine.tp.size == 1 and head.shape[0] == self.logits.shape[1]:
-            torch.mm(hidden, head.t(), out=self.logits[:bs])  # straight into the static buffer
+        head = model.lm_head
+        if self.engine.tp.size == 1 and head.weight.shape[0] == self.logits.shape[1]:
+            head.project(hidden, out=self.logits[:bs])  # straight into the static buffer
         else:
             self.logits[:bs].copy_(model.lm_head(hidden))
 

@@ -8,6 +8,7 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 from minisgl.distributed import all_gather, all_reduce
+from minisgl.quantization.gemm import head_gemv
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -46,6 +47,14 @@ class ParallelLMHead(VocabParallelEmbedding):
         if tie_to is not None:
             self.weight = tie_to.weight
 
+    def project(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """This rank's slice of the logits for hidden [rows, H], into `out` when given. Decode's few
+        rows on a GPU take the weight-streaming GEMV, which reads the head faster than cuBLAS."""
+        logits = head_gemv(hidden, self.weight, out)
+        if logits is None:
+            logits = F.linear(hidden, self.weight) if out is None else torch.mm(hidden, self.weight.t(), out=out)
+        return logits
+
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        logits = all_gather(F.linear(hidden, self.weight), dim=-1)
+        logits = all_gather(self.project(hidden), dim=-1)
         return logits[..., : self.vocab_size]

@@ -1,6 +1,7 @@
 """Triton kernels for the FP8 GEMMs: per-token (row) quantization of the activations to e4m3 in
 one launch (torch would take five: abs, amax, divide, clamp, cast), and the weight-streaming GEMV
-for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in.
+for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in;
+the GEMV also serves the bf16 lm_head (`gemm.head_gemv`), where it beats cuBLAS.
 Imported only on CUDA (and by the CPU tests, under Triton's interpreter)."""
 
 from __future__ import annotations
@@ -86,21 +87,33 @@ def _scaled(acc, s_ptr, rn, n_ok, DOT: tl.constexpr):
 
 
 @triton.jit
-def _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT: tl.constexpr, GATED: tl.constexpr):
-    """y[rm, rn] = acc scaled per output feature; GATED: silu(that) * acc_up scaled by the up rows'."""
-    out = _scaled(acc, s_ptr, rn, n_ok, DOT)
+def _output(acc, s_ptr, rn, n_ok, DOT: tl.constexpr, SCALED: tl.constexpr):
+    if SCALED:
+        acc = _scaled(acc, s_ptr, rn, n_ok, DOT)
+    elif not DOT:
+        acc = tl.sum(acc, 2)
+    return acc
+
+
+@triton.jit
+def _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT: tl.constexpr, GATED: tl.constexpr,
+           SCALED: tl.constexpr):
+    """y[rm, rn] = acc (SCALED: times its output feature's scale); GATED: silu(that) * acc_up
+    (scaled by the up rows')."""
+    out = _output(acc, s_ptr, rn, n_ok, DOT, SCALED)
     if GATED:
-        out = out / (1.0 + tl.exp(-out)) * _scaled(acc_up, s_ptr + N, rn, n_ok, DOT)
+        out = out / (1.0 + tl.exp(-out)) * _output(acc_up, s_ptr + N, rn, n_ok, DOT, SCALED)
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
-def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
-                     GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
-                     STAGES: tl.constexpr):
-    """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features,
+def _gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stride_ym,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr,
+                 GATED: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
+                 STAGES: tl.constexpr, SCALED: tl.constexpr):
+    """y[:M, tile] = x[:M] @ (w[tile] * s[tile])^T in bf16 for one tile of BLOCK_N output features
+    (SCALED: an FP8 weight's per-feature scales s; else a bf16 weight as it is, e.g. the lm_head),
     over all of K (no split: no atomics, no zeroed buffer, no cast kernel). GATED: w holds
     [gate; up] (2N rows) and y = silu(gate) * up, both halves streamed by the same program.
     DOT=False (up to four rows): products on CUDA cores, the loop body only loads and FMAs;
@@ -131,7 +144,7 @@ def _fp8_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, 
         acc = _mac(acc, x, _tile(w_ptrs + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
         if GATED:
             acc_up = _mac(acc_up, x, _tile(w_ptrs + up_off + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
-    _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT, GATED)
+    _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT, GATED, SCALED)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -161,50 +174,57 @@ def _k_step(k: int, cap: int) -> int:
     return min(cap, max(16, triton.next_power_of_2(k)))
 
 
-def gemv_config(m: int, n: int, k: int, gated: bool = False) -> GemvConfig:
+def gemv_config(m: int, n: int, k: int, gated: bool = False, weight_bytes: int = 1) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
     not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
     only, no split-K: for small N (e.g. tensor-parallel shards) narrower tiles rather than a K
-    split.
+    split. `weight_bytes`: 1 for e4m3, 2 for a bf16 weight (the lm_head), which streams as many
+    bytes an output feature as a gated e4m3 one and takes its tiles.
     - One or two rows, and three or four for ungated weights of at most 8,192 rows: products on
       CUDA cores in 512-byte K steps (256 from three rows; 1,024 gated at one row), 8 output
       features a tile or as many as the accumulator holds (gated: 4), pipelined 4 deep (gated,
       6). Llama-3.1-8B, one row, against the weight through TMA copies: qkv 12.1 -> 11.7 us, o
       9.4 -> 8.7, gated gate/up 45.7 -> 41.6, down 23.9 -> 22.8; two rows: 15.1 -> 12.8, 11.8 ->
-      9.3, 52.8 -> 46.1, 29.6 -> 23.5.
+      9.3, 52.8 -> 46.1, 29.6 -> 23.5. Its bf16 lm_head (1.05 GB), in graphs against cuBLAS's
+      377 us: 332 us at one row (4 features x 2 KB steps, 6 deep), 337 at two.
     - Else tl.dot, the rows padded to 16 (CUDA cores measured 1.1-5x slower; gated, two CUDA-core
       accumulators would halve the K steps), 32 output features a tile even where that leaves
-      fewer programs than SMs, in 512-byte K steps 3 deep (96 KB of shared memory; gated, in
-      128-byte steps). Llama-3.1-8B, 8 rows, against 16-wide tiles of 256-byte steps 4 deep:
-      qkv 21.3 -> 15.6 us, o 15.9 -> 11.7, down 47.0 -> 31.9; gated gate/up 50.5 -> 49.2."""
+      fewer programs than SMs, in 512-element K steps 3 deep (96 KB of shared memory for e4m3;
+      gated, 128-element steps). Llama-3.1-8B, 8 rows, against 16-wide tiles of 256-byte steps 4
+      deep: qkv 21.3 -> 15.6 us, o 15.9 -> 11.7, down 47.0 -> 31.9; gated gate/up 50.5 -> 49.2.
+      Its bf16 lm_head at 4 / 8 / 16 rows: 344 / 346 / 350 us against cuBLAS's 378-380."""
+    wide = gated or weight_bytes > 1  # two bytes an output feature per K
     if m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192):
-        block_k = _k_step(k, (1024 if gated and m == 1 else 512) if m < DOT_MIN_ROWS else 256)
-        fits = ACC_ELEMENTS // (triton.next_power_of_2(m) * (2 if gated else 1) * block_k)
+        block_k = _k_step(k, (1024 if wide and m == 1 else 512) if m < DOT_MIN_ROWS else 256)
+        fits = ACC_ELEMENTS // (triton.next_power_of_2(m) * (2 if wide else 1) * block_k)
         block_n = min(fits, _widest(n, (8, 4), 2 * N_SMS))
-        return GemvConfig(block_n, block_k, num_warps=4, num_stages=6 if gated else 4, dot=False)
+        return GemvConfig(block_n, block_k, num_warps=4, num_stages=6 if wide else 4, dot=False)
     return GemvConfig(_widest(n, (32, 16), N_SMS // 2), _k_step(k, 128 if gated else 512), num_warps=4,
                       num_stages=3, dot=True)
 
 
-def fp8_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, *, gated: bool = False,
-             config: GemvConfig | None = None, pdl: bool | None = None) -> torch.Tensor:
+def gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None = None, *, gated: bool = False,
+         config: GemvConfig | None = None, pdl: bool | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
     """x [M <= 16, K] (bf16, rows contiguous) @ (weight [N, K] e4m3 * scale [N])^T in x's dtype,
-    in one launch; with `gated`, weight is [gate; up] (2I rows) and the result is silu(gate) * up
-    [M, I]. For decode at small batch, where streaming the weight is the whole cost and a
-    tensor-core GEMM leaves most SMs idle; x stays unquantized. `pdl`: None for where it runs."""
+    in one launch; with no `scale`, weight is in x's dtype and used as it is (the lm_head). With
+    `gated`, weight is [gate; up] (2I rows) and the result is silu(gate) * up [M, I]. For decode
+    at small batch, where streaming the weight is the whole cost and a tensor-core GEMM leaves
+    most SMs idle; x stays unquantized. `pdl`: None for where it runs; `out`: where to write
+    (rows contiguous), else a new tensor."""
     m, k = x.shape
     n = weight.shape[0] // 2 if gated else weight.shape[0]
     if m > GEMV_MAX_ROWS:
-        raise ValueError(f"fp8_gemv takes at most {GEMV_MAX_ROWS} rows, got {m}")
-    y = torch.empty((m, n), dtype=x.dtype, device=x.device)
+        raise ValueError(f"gemv takes at most {GEMV_MAX_ROWS} rows, got {m}")
+    y = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
     if m == 0:
         return y
-    cfg = config or gemv_config(m, n, k, gated)
+    cfg = config or gemv_config(m, n, k, gated, weight.element_size())
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     pdl = pdl_supported(x.device) if pdl is None else pdl
     grid = (triton.cdiv(n, cfg.block_n),)
     tiles = dict(BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated,
                  IEEE=not x.is_cuda, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch(pdl))
-    _fp8_gemv_kernel[grid](x, weight, scale, y, m, n, k, x.stride(0), weight.stride(0), y.stride(0),
-                           EVEN_K=k % cfg.block_k == 0, STAGES=cfg.num_stages, **tiles)
+    _gemv_kernel[grid](x, weight, weight if scale is None else scale, y, m, n, k, x.stride(0), weight.stride(0),
+                       y.stride(0), EVEN_K=k % cfg.block_k == 0, STAGES=cfg.num_stages, SCALED=scale is not None,
+                       **tiles)
     return y

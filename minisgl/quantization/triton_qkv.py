@@ -39,7 +39,7 @@ def _fp8_qkv_rope_kernel(x_ptr, w_ptr, s_ptr, q_ptr, kc_ptr, vc_ptr, cos_sin_ptr
                          DOT: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
                          STAGES: tl.constexpr):
     """Program (head h of the HQ + 2 HK, part j): output features d and d + D/2 of head h for
-    d in [j * PAIRS, (j + 1) * PAIRS), side by side in its tile; the loop is _fp8_gemv_kernel's."""
+    d in [j * PAIRS, (j + 1) * PAIRS), side by side in its tile; the loop is _gemv_kernel's."""
     HALF: tl.constexpr = D // 2
     PAIRS: tl.constexpr = BLOCK_N // 2
     PARTS: tl.constexpr = HALF // PAIRS

@@ -1,4 +1,4 @@
-"""The FP8 weight-streaming GEMV (minisgl.quantization.triton_fp8.fp8_gemv) computes x @ (w * s)^T
+"""The FP8 weight-streaming GEMV (minisgl.quantization.triton_fp8.gemv) computes x @ (w * s)^T
 as a float32 GEMM of the same e4m3 weights does, and its gated form silu(gate) * up, for 1 to 16
 rows, N not a multiple of its tile and K not a multiple of its step, on both paths (CUDA cores or
 tl.dot), over a strided weight view too; and every tile its table picks builds for Hopper streaming
@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("triton")
 
 from minisgl.quantization.fp8 import quantize_rows  # noqa: E402
-from minisgl.quantization.triton_fp8 import GemvConfig, fp8_gemv, gemv_config  # noqa: E402
+from minisgl.quantization.triton_fp8 import GemvConfig, gemv, gemv_config  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -37,7 +37,7 @@ def check(rows: int, n: int, k: int, gated: bool, config: GemvConfig | None = No
     torch.manual_seed(rows * 1000 + n + k)
     x = torch.randn(rows, k, dtype=torch.bfloat16, device=DEVICE)
     wq, ws = quantize_rows(torch.randn(2 * n if gated else n, k, device=DEVICE) * 0.05)
-    got = fp8_gemv(x, wq, ws, gated=gated, config=config)
+    got = gemv(x, wq, ws, gated=gated, config=config)
     assert got.dtype == torch.bfloat16 and got.shape == (rows, n)
     want = reference(x, wq, ws, gated)
     # Exact products, float32 sums: the bf16 output's rounding (2^-9 relative) is the error.
@@ -74,6 +74,26 @@ def test_configs_tile_output_features_only_and_fill_the_gpu():
     assert 512 // narrow.block_n >= 128
 
 
+@pytest.mark.parametrize("rows", [1, 2, 5, 16])
+def test_with_no_scale_a_bf16_weight_is_multiplied_as_it_is(rows):
+    # The lm_head's form: the weight in x's dtype, no per-feature scales; written into `out`.
+    torch.manual_seed(rows)
+    x = torch.randn(rows, 208, dtype=torch.bfloat16, device=DEVICE)
+    w = torch.randn(70, 208, dtype=torch.bfloat16, device=DEVICE)
+    out = torch.full((rows, 70), float("nan"), dtype=torch.bfloat16, device=DEVICE)
+    assert gemv(x, w, out=out) is out
+    want = x.float().cpu() @ w.float().cpu().T
+    assert torch.allclose(out.float().cpu(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
+
+
+def test_a_bf16_weight_takes_the_tiles_of_a_gated_fp8_one():
+    # The same bytes an output feature per K step: Llama-3.1-8B's head, 4 features x 2 KB steps at
+    # one row, 1 KB at two, tl.dot from three rows (each measured faster than cuBLAS on an H100).
+    assert gemv_config(1, 128256, 4096, weight_bytes=2) == GemvConfig(4, 1024, 4, 6, False)
+    assert gemv_config(2, 128256, 4096, weight_bytes=2) == GemvConfig(4, 512, 4, 6, False)
+    assert gemv_config(3, 128256, 4096, weight_bytes=2).dot
+
+
 @pytest.mark.parametrize("rows", [1, 4])
 def test_a_strided_weight_view_is_read_by_its_row_stride(rows):
     # Rows 210 bytes apart (a slice of a wider weight): not 16-byte aligned.
@@ -82,15 +102,15 @@ def test_a_strided_weight_view_is_read_by_its_row_stride(rows):
     view = wq[:, :208]
     x = torch.randn(rows, 208, dtype=torch.bfloat16, device=DEVICE)
     want = reference(x, view, ws, gated=False)
-    got = fp8_gemv(x, view, ws)
+    got = gemv(x, view, ws)
     assert torch.allclose(got.float().cpu(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
 
 
 def test_more_than_16_rows_is_refused_and_no_rows_give_an_empty_result():
     wq, ws = quantize_rows(torch.ones(16, 32, device=DEVICE))
     with pytest.raises(ValueError, match="at most 16 rows"):
-        fp8_gemv(torch.zeros(17, 32, dtype=torch.bfloat16, device=DEVICE), wq, ws)
-    assert fp8_gemv(torch.zeros(0, 32, dtype=torch.bfloat16, device=DEVICE), wq, ws).shape == (0, 16)
+        gemv(torch.zeros(17, 32, dtype=torch.bfloat16, device=DEVICE), wq, ws)
+    assert gemv(torch.zeros(0, 32, dtype=torch.bfloat16, device=DEVICE), wq, ws).shape == (0, 16)
 
 
 # Builds the kernel for Hopper with Triton's compiler (no GPU needed, outside the interpreter) with
@@ -105,16 +125,18 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from minisgl.quantization import triton_fp8 as tf
 
-shapes = [(6144, 4096, False), (4096, 4096, False), (14336, 4096, True), (4096, 14336, False), (768, 4096, False)]
-for n, k, gated in shapes:
+# (N, K, gated, bytes a weight element): Llama-3.1-8B's FP8 linears, a shard, its bf16 lm_head.
+shapes = [(6144, 4096, False, 1), (4096, 4096, False, 1), (14336, 4096, True, 1), (4096, 14336, False, 1),
+          (768, 4096, False, 1), (128256, 4096, False, 2)]
+for n, k, gated, wbytes in shapes:
     for rows, pdl in ((1, True), (2, False), (4, True), (16, False)):
-        cfg = tf.gemv_config(rows, n, k, gated)
-        kernel = tf._fp8_gemv_kernel
+        cfg = tf.gemv_config(rows, n, k, gated, wbytes)
+        kernel = tf._gemv_kernel
         names = list(inspect.signature(kernel.fn).parameters)
-        types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv", "s_ptr": "*fp32", "y_ptr": "*bf16"}
+        types = {"x_ptr": "*bf16", "w_ptr": "*fp8e4nv" if wbytes == 1 else "*bf16", "s_ptr": "*fp32", "y_ptr": "*bf16"}
         consts = {"BLOCK_M": 16 if cfg.dot else triton.next_power_of_2(rows), "BLOCK_N": cfg.block_n,
                   "BLOCK_K": cfg.block_k, "DOT": cfg.dot, "GATED": gated, "IEEE": False, "PDL": pdl}
-        consts.update({"STAGES": cfg.num_stages, "EVEN_K": k % cfg.block_k == 0})
+        consts.update({"STAGES": cfg.num_stages, "EVEN_K": k % cfg.block_k == 0, "SCALED": wbytes == 1})
         sig = {a: "constexpr" if a in consts else types.get(a, "i32") for a in names}
         # What Triton's launcher tells the compiler of these arguments: 16-byte aligned, multiples of 16.
         aligned = [a for a in ["x_ptr", "w_ptr", "s_ptr", "y_ptr", "N", "K", "stride_xm", "stride_wn", "stride_ym"]

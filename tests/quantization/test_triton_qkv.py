@@ -75,7 +75,7 @@ def test_q_is_returned_and_k_v_are_stored_rotated_as_hf_rotates_them(rows, head_
                                                              cache_dtype=torch.bfloat16)
     assert q.shape == (rows, 4, head_dim) and q.dtype == torch.bfloat16
     # Rotated in float32 from float32 sums: the bf16 outputs' own rounding (2^-9 relative) is the
-    # error on the GPU; Triton's interpreter converts more coarsely (fp8_gemv's test allows 1e-2 too).
+    # error on the GPU; Triton's interpreter converts more coarsely (gemv's test allows 1e-2 too).
     assert close(q.double().cpu(), want_q, 1e-2), (q.double().cpu() - want_q).abs().max()
     assert close(k_cache[loc], want_k, 1e-2) and close(v_cache[loc], want_v, 1e-2)
     others = torch.ones(SLOTS, dtype=torch.bool)
