@@ -288,8 +288,7 @@ class Engine:
         store_rows, store_flat = self._next_token_slots(batch)
         outputs = None
         if self.device.type == "cuda":  # the sampling kernel may write the tokens where they go
-            outputs = TokenOutputs(torch.empty(batch.size, dtype=torch.int32, pin_memory=True),
-                                   self.token_pool.view(-1), store_at if len(store_rows) == batch.size else None)
+            outputs = TokenOutputs(self.token_pool.view(-1), store_at if len(store_rows) == batch.size else None)
         next_tokens = self.sampler.sample(adjusted, args, outputs).to(torch.int32)
         if outputs is None or not outputs.written or outputs.pool_index is None:
             self._store_next_tokens(next_tokens, store_rows, store_flat, store_at)

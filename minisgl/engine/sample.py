@@ -97,14 +97,15 @@ def filtered_probs(logits: torch.Tensor, args: BatchSamplingArgs) -> torch.Tenso
 
 @dataclass
 class TokenOutputs:
-    """Where a step's tokens go besides the device tensor that Sampler.sample returns: `host` (int32
-    [rows], pinned) and, with `pool_index` (int64 [rows], on the device), the flattened token pool
-    `pool` at those indices. The Triton sampling kernel writes them as it picks each token and
-    sets `written`; otherwise the engine copies and stores the returned tokens itself."""
+    """Where a step's tokens go besides the device tensor that Sampler.sample returns: with
+    `pool_index` (int64 [rows], on the device), the flattened token pool `pool` at those indices,
+    and `host` (int32 [rows], pinned, allocated only by the path that writes it). The Triton
+    sampling kernel writes them as it picks each token and sets `written`; otherwise the engine
+    copies and stores the returned tokens itself."""
 
-    host: torch.Tensor
     pool: torch.Tensor
     pool_index: torch.Tensor | None
+    host: torch.Tensor | None = None
     written: bool = False
 
 
@@ -186,6 +187,7 @@ def _gumbel_max(kernels, logits: torch.Tensor, temperatures: torch.Tensor | None
     if outputs is None:
         return kernels.sample_gumbel_max(logits, temperatures, seed)
     outputs.written = True
+    outputs.host = torch.empty(logits.shape[0], dtype=torch.int32, pin_memory=True)
     return kernels.sample_gumbel_max(logits, temperatures, seed, host=outputs.host,
                                      pool=outputs.pool if outputs.pool_index is not None else None,
                                      pool_index=outputs.pool_index)
