@@ -59,7 +59,7 @@ def _tile(ptrs, row_ok, rk, k_left, EVEN_K: tl.constexpr):
 def _mac(acc, x, w, DOT: tl.constexpr, IEEE: tl.constexpr):
     """acc + x @ w^T. DOT: on tensor cores in bf16 (e4m3 -> bf16 is exact; IEEE: float32, for
     Triton's CPU interpreter, whose dot mishandles bf16). Else elementwise products into a
-    [rows, BLOCK_N, BLOCK_K] accumulator, reduced over K once after the loop (_scaled)."""
+    [rows, BLOCK_N, BLOCK_K] accumulator, reduced over K once after the loop (_output)."""
     if not DOT:
         acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
     elif IEEE:
@@ -80,18 +80,13 @@ def _zeros(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, 
 
 
 @triton.jit
-def _scaled(acc, s_ptr, rn, n_ok, DOT: tl.constexpr):
+def _output(acc, s_ptr, rn, n_ok, DOT: tl.constexpr, SCALED: tl.constexpr):
+    """The accumulator as [rows, BLOCK_N] (summed over K on CUDA cores), times each output
+    feature's scale where the weight has them (SCALED)."""
     if not DOT:
         acc = tl.sum(acc, 2)
-    return acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0)[None, :]
-
-
-@triton.jit
-def _output(acc, s_ptr, rn, n_ok, DOT: tl.constexpr, SCALED: tl.constexpr):
     if SCALED:
-        acc = _scaled(acc, s_ptr, rn, n_ok, DOT)
-    elif not DOT:
-        acc = tl.sum(acc, 2)
+        acc = acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0)[None, :]
     return acc
 
 
@@ -224,6 +219,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None = Non
     grid = (triton.cdiv(n, cfg.block_n),)
     tiles = dict(BLOCK_M=block_m, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, DOT=cfg.dot, GATED=gated,
                  IEEE=not x.is_cuda, PDL=pdl, num_warps=cfg.num_warps, num_stages=cfg.num_stages, **pdl_launch(pdl))
+    # (With no scale the kernel reads none: the weight stands in for the pointer.)
     _gemv_kernel[grid](x, weight, weight if scale is None else scale, y, m, n, k, x.stride(0), weight.stride(0),
                        y.stride(0), EVEN_K=k % cfg.block_k == 0, STAGES=cfg.num_stages, SCALED=scale is not None,
                        **tiles)

@@ -23,7 +23,7 @@ import triton.language as tl
 
 from minisgl.layers.triton_kernels import pdl_launch, pdl_supported
 
-from .triton_fp8 import GEMV_MAX_ROWS, _mac, _scaled, _tile, _zeros, gemv_config
+from .triton_fp8 import GEMV_MAX_ROWS, _mac, _output, _tile, _zeros, gemv_config
 
 
 @triton.jit
@@ -66,7 +66,7 @@ def _fp8_qkv_rope_kernel(x_ptr, w_ptr, s_ptr, q_ptr, kc_ptr, vc_ptr, cos_sin_ptr
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
         x = _tile(x_ptrs + k0, m_ok, rk, K - k0, EVEN_K)
         acc = _mac(acc, x, _tile(w_ptrs + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
-    first, second = tl.split(tl.reshape(_scaled(acc, s_ptr, rn, n_ok, DOT), (BLOCK_M, PAIRS, 2)))
+    first, second = tl.split(tl.reshape(_output(acc, s_ptr, rn, n_ok, DOT, True), (BLOCK_M, PAIRS, 2)))
     ok = m_ok[:, None]
     if h < HQ:
         _rotated_store(q_ptr + (rm[:, None] * HQ + h) * D + dims[None, :], first * cos - second * sin,
