@@ -4,8 +4,9 @@ No registry serves base images here, so the Debian base is made with debootstrap
 into podman; it is cached as an image tagged by its inputs and the ISO week (a rebuild a week
 picks up Debian's updates). pip inside a build uses this machine's pip configuration: the
 effective settings (`pip config list`, environment included) are written to a pip.conf mounted
-at /etc/pip.conf for the build's RUN steps, with the local folders and certificate bundle it
-names mounted read-only. Nothing of that ends up in an image.
+at /etc/pip.conf for the build's RUN steps, with every local file and folder they name (wheel
+folders, indexes, constraints files, the certificate bundle) mounted read-only. Nothing of that
+ends up in an image.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import datetime
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,20 +124,52 @@ def _pip_settings() -> dict[str, str]:
     return settings
 
 
+# Settings whose paths pip writes to or that describe this machine's own install: they mean nothing
+# inside a build, so they are left out of its pip.conf instead of mounted.
+MACHINE_ONLY_SETTINGS = {"cache-dir", "log", "log-file", "src", "target", "root", "prefix", "build"}
+# A requirements or constraints file may name further files, relative to itself.
+_INCLUDE = re.compile(r"^\s*(?:-r|-c|--requirement|--constraint)(?:\s+|=)(\S+)")
+
+
+def _local_path(item: str) -> Path | None:
+    """The local path a setting's value names (`/x`, `file:///x`), if it exists here."""
+    path = urlsplit(item).path if item.startswith("file:") else item if item.startswith("/") else None
+    return Path(path) if path and Path(path).exists() else None
+
+
+def _with_includes(path: Path, seen: set[Path]) -> None:
+    """`path` and, for a requirements/constraints file, every file it includes, into `seen`."""
+    if path in seen:
+        return
+    seen.add(path)
+    if path.is_file() and path.stat().st_size < 1_000_000:
+        for line in path.read_text(errors="replace").splitlines():
+            match = _INCLUDE.match(line)
+            if match:
+                included = _local_path(str((path.parent / match.group(1)).resolve()))
+                if included:
+                    _with_includes(included, seen)
+
+
 def pip_build_mounts(workdir: Path) -> list[str]:
-    """`podman build` arguments that give its RUN steps this machine's pip configuration."""
-    settings = _pip_settings()
-    local: set[str] = set()
-    for key in ("find-links", "index-url", "extra-index-url"):
-        for item in settings.get(key, "").split():
-            path = urlsplit(item).path if item.startswith("file:") else item if item.startswith("/") else None
-            if path:
-                local.add(str(Path(path).parent if path.rstrip("/").endswith("/simple") else path))
+    """`podman build` arguments that give its RUN steps this machine's pip configuration: its
+    effective settings as /etc/pip.conf, and every local file or folder any setting names (wheel
+    folders, indexes, constraints and requirements files with what they include) mounted read-only
+    at the same path. Derived from the values, not from a list of keys: the configuration changes."""
+    settings = {k: v for k, v in _pip_settings().items() if k not in MACHINE_ONLY_SETTINGS}
     mounts = []
     if settings.get("cert"):
         # Not at /etc/ssl/certs: the image's own ca-certificates package writes there.
         mounts += ["--volume", f"{settings['cert']}:/run/minisgl-build/ca.crt:ro"]
         settings["cert"] = "/run/minisgl-build/ca.crt"
+    local: set[Path] = set()
+    for key, value in settings.items():
+        for item in value.split():
+            path = _local_path(item)
+            if path is None or key == "cert":
+                continue
+            # A simple index's pages link to files beside the `simple` folder.
+            _with_includes(path.parent if path.name == "simple" else path, local)
     conf = workdir / "pip.conf"
     conf.write_text("[global]\n" + "".join(f"{k} = {v}\n" for k, v in sorted(settings.items())))
     mounts += ["--volume", f"{conf}:/etc/pip.conf:ro"]
