@@ -215,9 +215,9 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
     if isvc.affinity:
         pod_spec["affinity"] = copy.deepcopy(dict(isvc.affinity))
 
-    pod_labels = labels(isvc)
-    if isvc.router is not None:
-        pod_labels[c.EPP_ENGINE_LABEL] = c.EPP_ENGINE_NAME  # which metric names the endpoint picker reads
+    # Which metric names the endpoint picker reads; on every pod, router or not, so adding or removing
+    # spec.router leaves the pod template (and so every GPU pod) as it is.
+    pod_labels = {**labels(isvc), c.EPP_ENGINE_LABEL: c.EPP_ENGINE_NAME}
     annotations = {} if role == WORKER else {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(isvc.port),
@@ -376,18 +376,8 @@ def horizontal_pod_autoscaler(isvc: InferenceService) -> Obj | None:
                     },
                 }
             ],
-            "behavior": _scaling_behavior(),
+            "behavior": scaling_behavior(isvc),
         },
-    }
-
-
-def _scaling_behavior() -> Obj:
-    # A GPU pod takes minutes to start: scale down one pod at a time, after a long calm.
-    return {
-        "scaleDown": {
-            "stabilizationWindowSeconds": c.SCALE_DOWN_STABILIZATION_SECONDS,
-            "policies": [{"type": "Pods", "value": 1, "periodSeconds": c.SCALE_DOWN_PERIOD_SECONDS}],
-        }
     }
 
 
@@ -405,8 +395,8 @@ def _prometheus_query(isvc: InferenceService, metric: str) -> tuple[str, str]:
     )
 
 
-def _keda_behavior(isvc: InferenceService) -> Obj:
-    """The HPA behaviour KEDA's HPA gets, with the model's load time in it. A pod that is still
+def scaling_behavior(isvc: InferenceService) -> Obj:
+    """The behaviour of the HPA (ours, or the one KEDA makes), with the model's load time in it. A pod that is still
     loading adds no capacity, so the queue keeps rising meanwhile: a load must last
     SCALE_UP_STABILIZATION_SECONDS to count, and the replicas at most double per that period.
     Scale-down waits at least as long as a pod takes to load (startupTimeoutSeconds), so capacity
@@ -460,7 +450,7 @@ def scaled_object(isvc: InferenceService) -> Obj | None:
             "initialCooldownPeriod": isvc.startup_timeout_seconds,
             "advanced": {
                 "horizontalPodAutoscalerConfig": {
-                    "behavior": _keda_behavior(isvc),
+                    "behavior": scaling_behavior(isvc),
                 }
             },
             "triggers": triggers,

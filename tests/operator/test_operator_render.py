@@ -579,3 +579,37 @@ def test_render_uses_the_namespace_flag_only_when_the_file_has_none(tmp_path):
     out = list(yaml.safe_load_all(_cli("render", "-n", "team-a", str(path)).stdout))
     assert {o["metadata"]["namespace"] for o in out} == {"team-a"}
     assert cli.main(["render", str(path), "--image", "x/y:1"]) == 0
+
+
+# --- issue 38: scaling, disk, and what a router switch may touch ---------------------------------
+
+
+def test_the_hpa_scales_up_no_faster_than_new_pods_can_load():
+    # A burst must not add a pod every 15 s (the HPA's sync period) while each takes minutes to load.
+    hpa = objects({"model": "m", "startupTimeoutSeconds": 900, "autoscaling": {"maxReplicas": 16}})["HorizontalPodAutoscaler"]
+    up = hpa["spec"]["behavior"]["scaleUp"]
+    assert up["stabilizationWindowSeconds"] >= 60
+    (policy,) = up["policies"]
+    assert policy["periodSeconds"] >= up["stabilizationWindowSeconds"]
+    assert policy in ({"type": "Percent", "value": 100, "periodSeconds": policy["periodSeconds"]},
+                      {"type": "Pods", "value": 1, "periodSeconds": policy["periodSeconds"]})  # fmt: skip
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 900
+
+
+@pytest.mark.parametrize("case", ["tp1-minimal", "tp8-everything", "multi-node-recreate"])
+def test_adding_or_removing_the_router_leaves_the_gpu_pods_alone(case):
+    # A changed pod template rolls every GPU pod (minutes of model load each): the router must not.
+    def templates(spec: dict) -> list[dict]:
+        workload = next(o for o in render.render(isvc(spec)) if o["metadata"]["name"] == "chat" and o["kind"] in ("Deployment", "LeaderWorkerSet"))
+        return [workload["spec"].get("template")] + list(workload["spec"].get("leaderWorkerTemplate", {}).values())
+
+    without = MATRIX[case]
+    with_router = {**without, "router": {"gateway": {"name": "gw"}}}
+    assert templates(with_router) == templates(without)
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_no_example_sets_replicas_beside_autoscaling(example):
+    # The autoscaler writes spec.replicas; a manifest that sets it too resets the count on every apply.
+    for doc in example_docs(example):
+        assert not ("replicas" in doc["spec"] and "autoscaling" in doc["spec"]), doc["metadata"]["name"]
