@@ -1,14 +1,49 @@
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
 from minisgl.distributed import DistributedInfo
 
 
+def accepts_seed_names(cls):
+    """Let `cls(...)` take, and its instances answer to, the names in `cls.SEED_NAMES` (Mini-SGLang's
+    for the same settings), so code written against the seed design runs as written."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        for seed_name, name in cls.SEED_NAMES.items():
+            if seed_name in kwargs:
+                if name in kwargs:
+                    raise TypeError(f"{seed_name} and {name} are the same setting; pass {name} only")
+                kwargs[name] = kwargs.pop(seed_name)
+        init(self, *args, **kwargs)
+
+    def __getattr__(self, name):  # only called for names that are not fields
+        if name in cls.SEED_NAMES:
+            return getattr(self, cls.SEED_NAMES[name])
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    cls.__init__, cls.__getattr__ = __init__, __getattr__
+    return cls
+
+
+@accepts_seed_names
 @dataclass(frozen=True)
 class EngineConfig:
+    # Mini-SGLang's name -> ours (the flags' names: --max-running-requests, --num-pages, ...).
+    SEED_NAMES: ClassVar[dict[str, str]] = {
+        "max_running_req": "max_running_requests",
+        "num_page_override": "num_pages",
+        "max_seq_len_override": "max_seq_len",
+        "use_dummy_weight": "dummy_weight",
+        "attention_backend": "attn",
+    }
+
     model_path: str
     tp_info: DistributedInfo = DistributedInfo()
     dtype: torch.dtype | None = None  # None: the checkpoint's dtype

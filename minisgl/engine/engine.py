@@ -134,6 +134,8 @@ class Engine:
         self.attn_backend = create_attention_backend(config.attn, self.ctx, shape)
         self.ctx.attn_backend = self.attn_backend
         self.sampler = Sampler()
+        # The MoE backend's name (the seed design's attribute); None for a dense model.
+        self.moe_backend = self.ctx.moe_backend if cfg.num_experts else None
         logger.info("engine: %s on %s (%s), %s attention, %d KV pages of %d tokens (%s), max_seq_len %d",
                     cfg.architecture, self.device, _dtype_name(self.dtype), self.attn_backend.label,
                     self.num_pages, self.page_size, self._kv_dtype_note(), self.max_seq_len)

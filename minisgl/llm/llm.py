@@ -16,22 +16,27 @@ from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo, destroy
-from minisgl.message import ExitMsg, UserMsg
+from minisgl.message import AbortMsg, ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
 from minisgl.utils.liveness import WorkerLink
 from minisgl.utils.logger import get_logger
 from minisgl.utils.net import rendezvous_addr
 from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
+from minisgl.tokenizer.detokenize import IncrementalDetokenizer
+from minisgl.tokenizer.worker import prompt_tail
 
 logger = get_logger(__name__)
 
 
 class LLM:
     """Keyword arguments are SchedulerConfig / EngineConfig fields, named as the server's flags (e.g.
-    `max_seq_len`, `max_prefill_length`, `page_size`, `cuda_graph_max_bs`); `tp` sets the
-    tensor-parallel size."""
+    `max_seq_len`, `max_prefill_length`, `page_size`, `cuda_graph_max_bs`) or as Mini-SGLang names
+    them (`SchedulerConfig.SEED_NAMES`); `tp` sets the tensor-parallel size. As in Mini-SGLang,
+    `dtype` may come second: `LLM(path, torch.bfloat16)`."""
 
-    def __init__(self, model_path: str, tp: int = 1, **kwargs):
+    def __init__(self, model_path: str, dtype=None, tp: int = 1, **kwargs):
+        if dtype is not None:
+            kwargs["dtype"] = dtype
         config = SchedulerConfig(model_path=model_path, **kwargs)
         self.followers: list[mp.process.BaseProcess] = []
         if tp > 1:
@@ -73,6 +78,10 @@ class LLM:
                 raise ValueError(f"prompt {i}: {problem}")
             requests.append((ids, params))
         uids = [next(self._uids) for _ in requests]
+        # Stop strings are matched on the text as it grows, as the server's detokenizer does: the
+        # text ends before the stop string, and the request is aborted in the scheduler at once
+        # (its later outputs dropped, its pages freed before this call returns).
+        texts = {uid: self._stop_watch(ids, params) for uid, (ids, params) in zip(uids, requests) if params.stop}
         for uid, (ids, params) in zip(uids, requests):
             self.inbox.put(UserMsg(uid, ids, params))
         results = {uid: [] for uid in uids}
@@ -83,18 +92,35 @@ class LLM:
                 self.server.run_once()
                 outputs, self._outputs[:] = list(self._outputs), []
                 for out in outputs:
-                    if out.token_id is not None:
+                    text = texts.get(out.uid)
+                    stopped = text is not None and text.stopped
+                    if out.token_id is not None and not stopped:
                         results[out.uid].append(out.token_id)
                         if out.logprob is not None:
                             logprobs[out.uid].append({"token_id": out.token_id, "logprob": out.logprob,
                                                       "top_logprobs": [tuple(p) for p in out.top_logprobs]})
+                        if text is not None:
+                            text.add(out.token_id)
+                            if text.stopped and not out.finish_reason:
+                                self.inbox.put(AbortMsg(out.uid))
                     if out.finish_reason:
                         if out.error:
                             raise ValueError(out.error)
-                        finished[out.uid] = out.finish_reason
+                        finished[out.uid] = "stop" if text is not None and text.stopped else out.finish_reason
                         bar.update(1)
-        return [{"text": self._decode(results[u]), "token_ids": results[u], "finish_reason": finished[u],
-                 "logprobs": logprobs[u]} for u in uids]
+        return [{"text": self._text(results[u], texts.get(u)), "token_ids": results[u],
+                 "finish_reason": finished[u], "logprobs": logprobs[u]} for u in uids]
+
+    def _stop_watch(self, ids: list[int], params: SamplingParams) -> IncrementalDetokenizer:
+        if self.tokenizer is None:
+            raise ValueError("stop strings need the model's tokenizer; this model has none (use stop_token_ids)")
+        tokenizer = self.tokenizer.backend_tokenizer
+        return IncrementalDetokenizer(tokenizer, list(params.stop), True, prompt_tail(self.tokenizer, ids))
+
+    def _text(self, ids: list[int], watch: IncrementalDetokenizer | None) -> str:
+        if watch is None:
+            return self._decode(ids)
+        return "".join(watch.pieces)[: watch.stops.found_at] if watch.stopped else self._decode(ids)
 
     def _encode(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):
