@@ -1,5 +1,5 @@
 """Decode attention alone, in CUDA graphs: FlashInfer's graph wrapper against minisgl's Triton
-split-KV decode (minisgl/attention/triton_decode.py), per layer, at small batches.
+split-KV decode (minisgl/kernels/decode_attention.py), per layer, at small batches.
 
     python benchmark/offline/decode_attention.py            # Llama-3.1-8B heads, GPU only
 
@@ -17,13 +17,13 @@ import argparse
 
 import torch
 
-from minisgl.attention import triton_decode
 from minisgl.attention.flashinfer import FlashInferBackend
 from minisgl.attention.base import AttnShape
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import Batch, Context, Req, SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.engine.graph import ffi_stream
+from minisgl.kernels import decode_attention as triton_decode
 from minisgl.kvcache import MHAKVCache
 from minisgl.layers import AttentionLayer
 

@@ -6,7 +6,7 @@ weight-read floor, for Llama-3.1-8B's shapes (issue 16: batch-1 FP8 TPOT <= 3.3 
 Shapes from the config: qkv [(heads + 2 kv heads) * head_dim, hidden], o [hidden, heads * head_dim],
 gate_up [2 * intermediate, hidden], down [hidden, intermediate] (FP8 e4m3, per-channel scales),
 lm_head [vocab, hidden] (bf16, for reference). Per shape and row count (--rows) it times:
-  gemv        minisgl's kernel with its table config (triton_fp8.gemv_config), launched as a
+  gemv        minisgl's kernel with its table config (minisgl.kernels.gemv.gemv_config), launched as a
               programmatic dependent launch; gate_up also gated (silu(gate) * up in the epilogue)
               against gemv + silu_and_mul;
   sweep       other tile configs (at --sweep-rows; gate_up gated too): the best is printed next to
@@ -41,11 +41,11 @@ import triton.language as tl
 from minisgl.benchmark.floor import copy_bandwidth
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.layers import silu_and_mul
-from minisgl.layers.fused import flashinfer_ops
-from minisgl.layers.triton_kernels import add_rmsnorm
+from minisgl.kernels.dispatch import flashinfer_ops
+from minisgl.kernels.triton_kernels import add_rmsnorm
 from minisgl.quantization.fp8 import quantize_rows
 from minisgl.quantization.gemm import quantize_per_token
-from minisgl.quantization.triton_fp8 import GemvConfig, gemv, gemv_config
+from minisgl.kernels.gemv import GemvConfig, gemv, gemv_config
 
 L2_BYTES = 50 * 2**20  # an H100's
 

@@ -1,9 +1,9 @@
 """FlashInfer attention over the paged KV cache: paged prefill (FA2 or, on Hopper, FA3 kernels)
 and batch decode (CUDA-core kernel, or the tensor-core one for wide grouped-query attention),
 with fixed-buffer decode wrappers for CUDA graphs; graphs of a few requests decode with
-minisgl's Triton split-KV kernels instead (triton_decode.py says why). An FP8 KV cache is read
-by FA2 prefill and the decode kernels with its per-layer scales (FA3's templates have no
-bf16-query/FP8-KV form).
+minisgl's Triton split-KV kernels instead (minisgl/kernels/decode_attention.py says why). An
+FP8 KV cache is read by FA2 prefill and the decode kernels with its per-layer scales (FA3's
+templates have no bf16-query/FP8-KV form).
 
 flashinfer is imported when the backend is created, never at package import, so minisgl runs
 where it is not installed. Lengths and index pointers are computed on the host from the
@@ -60,8 +60,8 @@ class FlashInferMetadata(BaseAttnMetadata):
 
 @dataclass(frozen=True)
 class SmallBatchDecode:
-    """A decode graph of `bs` requests that runs triton_decode over the page table (its rows and lengths
-    in the backend's g_rows_lens)."""
+    """A decode graph of `bs` requests that runs minisgl.kernels.decode_attention over the page
+    table (its rows and lengths in the backend's g_rows_lens)."""
 
     bs: int
 
@@ -70,7 +70,7 @@ class FlashInferBackend(BaseAttnBackend):
     """`prefill_kernel`: "fa2" or "fa3" (Hopper). `use_tensor_cores`: decode with the prefill
     kernel (pays for GQA groups of 4 and more); None picks by group size, env
     MINISGL_DECODE_TENSOR_CORES=0/1 overrides. `small_batch_decode`: graphs of at most
-    triton_decode.MAX_BATCH requests decode with minisgl's Triton kernels (None: unless
+    decode_attention.MAX_BATCH requests decode with minisgl's Triton kernels (None: unless
     MINISGL_TRITON_DECODE=0)."""
 
     supports_cuda_graph = True
@@ -191,11 +191,11 @@ class FlashInferBackend(BaseAttnBackend):
         # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
         # and lengths at [bs:2 bs], which the graph runner's first kernel writes (graph_rows_lens).
         self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
-        small = 0  # graphs of at most this many requests decode with triton_decode
+        small = 0  # graphs of at most this many requests decode with minisgl.kernels.decode_attention
         if self.small_batch_decode:
-            from . import triton_decode
+            from minisgl.kernels.decode_attention import MAX_BATCH
 
-            small = triton_decode.MAX_BATCH
+            small = MAX_BATCH
         for bs in batch_sizes:
             if bs <= small:
                 self.graph_wrappers[bs] = SmallBatchDecode(bs)
@@ -222,7 +222,7 @@ class FlashInferBackend(BaseAttnBackend):
         return self.g_rows_lens[: 2 * bs] if isinstance(self.graph_wrappers.get(bs), SmallBatchDecode) else None
 
     def _small_batch_decode(self, q: torch.Tensor, layer: int, bs: int) -> torch.Tensor:
-        from .triton_decode import decode_attention
+        from minisgl.kernels.decode_attention import decode_attention
 
         kv = self.ctx.kv_cache
         return decode_attention(

@@ -19,7 +19,7 @@ import torch
 
 from minisgl.attention.paging import to_device
 from minisgl.core import Req
-from minisgl.layers.fused import triton_ops
+from minisgl.kernels.dispatch import triton_ops
 from minisgl.utils import env
 
 from .logits import LogitsAdjustment

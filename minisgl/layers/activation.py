@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from .fused import fused_ops
+from minisgl.kernels.dispatch import fused_ops
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:

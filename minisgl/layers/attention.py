@@ -5,7 +5,7 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 
-from .fused import triton_for
+from minisgl.kernels.dispatch import triton_for
 
 
 class AttentionLayer(nn.Module):

@@ -71,7 +71,7 @@ class MoELayer(nn.Module):
     def warm_up(self) -> None:
         """Build the fused path's Triton kernels at start (the engine calls this on CUDA)."""
         if get_global_ctx().moe_backend in ("fused", "auto") and self.w13.is_cuda:
-            from .fused_moe import warm_up
+            from minisgl.kernels.fused_moe import warm_up
 
             warm_up(self.w13, self.w2, self.top_k, self.norm_topk_prob)
 
@@ -87,7 +87,7 @@ class MoELayer(nn.Module):
         if backend == "auto":
             backend = "grouped" if x.shape[0] > FUSED_MAX_TOKENS and x.dtype == torch.bfloat16 else "fused"
         if backend == "fused":
-            from .fused_moe import fused_experts
+            from minisgl.kernels.fused_moe import fused_experts
 
             return all_reduce(fused_experts(x, self.gate(x), self.w13, self.w2, self.top_k, self.norm_topk_prob))
         weights, experts = self.route(x)

@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .fused import fused_ops, triton_for
+from minisgl.kernels.dispatch import fused_ops, triton_for
 
 
 class RMSNorm(nn.Module):

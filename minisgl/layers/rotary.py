@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from .fused import fused_ops
+from minisgl.kernels.dispatch import fused_ops
 
 
 class RotaryEmbedding(nn.Module):

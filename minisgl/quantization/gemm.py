@@ -38,10 +38,10 @@ def fp8_gemm_problem(device: torch.device, dtype: torch.dtype) -> str | None:
 @functools.cache
 def _triton():
     try:
-        from . import triton_fp8
+        from minisgl.kernels import gemv
     except ImportError:
         return None
-    return triton_fp8
+    return gemv
 
 
 def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -56,10 +56,10 @@ def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @functools.cache
 def _triton_qkv():
     try:
-        from . import triton_qkv
+        from minisgl.kernels import qkv_rope
     except ImportError:
         return None
-    return triton_qkv
+    return qkv_rope
 
 
 def _gemv(x2: torch.Tensor):

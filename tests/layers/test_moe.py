@@ -16,7 +16,7 @@ from minisgl.core import Context, set_global_ctx
 from minisgl.distributed import DistributedInfo
 from minisgl.engine import Engine, EngineConfig
 from minisgl.layers import MoELayer
-from minisgl.layers import fused_moe
+from minisgl.kernels import fused_moe
 from tests.helpers import EngineDriver, hf_greedy
 
 # The GPU paths on the GPU where there is one (the device runs this file too), else on the CPU.
@@ -108,7 +108,7 @@ HOPPER_BUILD = r"""
 import inspect, torch, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from minisgl.layers import fused_moe as fm
+from minisgl.kernels import fused_moe as fm
 
 INT_PTRS = {"ids_ptr", "sorted_ptr", "expert_ids_ptr", "num_padded_ptr"}
 

@@ -59,7 +59,7 @@ def test_fused_store_writes_what_the_torch_store_writes_into_an_fp8_cache():
     pytest.importorskip("triton")
     from minisgl.kvcache.mha_pool import quantize
     from minisgl.layers import RotaryEmbedding
-    from minisgl.layers.triton_kernels import qk_norm_rope_store
+    from minisgl.kernels.triton_kernels import qk_norm_rope_store
 
     torch.manual_seed(0)
     dev, dt, tokens, heads, kv_heads, dim = torch.device("cuda"), torch.bfloat16, 64, 16, 8, 128
@@ -150,7 +150,7 @@ def test_qkv_gemv_that_rotates_and_stores_decodes_as_the_separate_kernels_do(tin
     token (the contexts differ from there on), the first step always. This tiny random model
     amplifies roundings: the separate path's own graphs against its eager run give cos 0.9998 to
     0.99996, fused against separate 0.9987 to 0.9997 (H100, bf16 and FP8 KV, up to 6 steps); the
-    kernel's own outputs are checked element by element in tests/quantization/test_triton_qkv.py."""
+    kernel's own outputs are checked element by element in tests/kernels/test_qkv_rope.py."""
     from torch.profiler import ProfilerActivity, profile
 
     from minisgl.engine import Engine, EngineConfig

@@ -1,4 +1,4 @@
-"""minisgl.layers.triton_kernels.add_rmsnorm (the decode path's residual add + RMSNorm on Hopper)
+"""minisgl.kernels.triton_kernels.add_rmsnorm (the decode path's residual add + RMSNorm on Hopper)
 computes what minisgl.layers.RMSNorm's torch code computes, in place; built for Hopper, it waits
 for the kernel before it and then lets the next kernel launch before reading anything. Its greedy
 sampling (sample_gumbel_max without temperatures) is torch.argmax, ties to the lowest index. The
@@ -6,7 +6,7 @@ decode graphs' input gather is torch's indexing of the token pool and page table
 the kernel runs under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1); the device
 runs this file on the GPU too.
 
-    python -m pytest tests/layers/test_triton_kernels.py -q
+    python -m pytest tests/kernels/test_triton_kernels.py -q
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 pytest.importorskip("triton")
 
 from minisgl.layers import RMSNorm  # noqa: E402
-from minisgl.layers.triton_kernels import (  # noqa: E402
+from minisgl.kernels.triton_kernels import (  # noqa: E402
     add_rmsnorm, gather_decode_inputs, pdl_supported, sample_gumbel_max,
 )
 
@@ -53,7 +53,7 @@ HOPPER_BUILD = r"""
 import inspect, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from minisgl.layers import triton_kernels as tk
+from minisgl.kernels import triton_kernels as tk
 
 kernel = tk._add_rmsnorm_kernel
 names = list(inspect.signature(kernel.fn).parameters)

@@ -1,11 +1,11 @@
-"""The FP8 weight-streaming GEMV (minisgl.quantization.triton_fp8.gemv) computes x @ (w * s)^T
+"""The FP8 weight-streaming GEMV (minisgl.kernels.gemv.gemv) computes x @ (w * s)^T
 as a float32 GEMM of the same e4m3 weights does, and its gated form silu(gate) * up, for 1 to 16
 rows, N not a multiple of its tile and K not a multiple of its step, on both paths (CUDA cores or
 tl.dot), over a strided weight view too; and every tile its table picks builds for Hopper streaming
 the weight in pipelined 16-byte copies. On the CPU its kernel runs under Triton's interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1); the device runs this file on the GPU too.
 
-    python -m pytest tests/quantization/test_fp8_gemv.py -q
+    python -m pytest tests/kernels/test_gemv.py -q
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 pytest.importorskip("triton")
 
 from minisgl.quantization.fp8 import quantize_rows  # noqa: E402
-from minisgl.quantization.triton_fp8 import GemvConfig, gemv, gemv_config  # noqa: E402
+from minisgl.kernels.gemv import GemvConfig, gemv, gemv_config  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -123,7 +123,7 @@ HOPPER_BUILD = r"""
 import inspect, re, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from minisgl.quantization import triton_fp8 as tf
+from minisgl.kernels import gemv as tf
 
 # (N, K, gated, bytes a weight element): Llama-3.1-8B's FP8 linears, a shard, its bf16 lm_head.
 shapes = [(6144, 4096, False, 1), (4096, 4096, False, 1), (14336, 4096, True, 1), (4096, 14336, False, 1),

@@ -1,11 +1,11 @@
 """The q/k/v FP8 GEMV with rotary and the KV store in its epilogue
-(minisgl.quantization.triton_qkv) writes what the float32 GEMM of the same e4m3 weight, HF's
+(minisgl.kernels.qkv_rope) writes what the float32 GEMM of the same e4m3 weight, HF's
 rotate-half rotary and a store into the cache slots write: q returned, k and v at each token's
 slot (divided by an FP8 cache's scales), no other slot touched; on both GEMV paths (CUDA cores,
 tl.dot), for head dims 64 and 128. On the CPU under Triton's interpreter (tests/conftest.py sets
 TRITON_INTERPRET=1; the FP8 cache only on the GPU); the device runs this file on the GPU too.
 
-    python -m pytest tests/quantization/test_triton_qkv.py -q
+    python -m pytest tests/kernels/test_qkv_rope.py -q
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ pytest.importorskip("triton")
 
 from minisgl.quantization.fp8 import quantize_rows  # noqa: E402
 from minisgl.quantization.gemm import fp8_qkv_rope_store  # noqa: E402
-from minisgl.quantization.triton_qkv import fused_tile  # noqa: E402
+from minisgl.kernels.qkv_rope import fused_tile  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SLOTS = 40
@@ -112,7 +112,7 @@ HOPPER_BUILD = r"""
 import inspect, re, triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
-from minisgl.quantization import triton_qkv as tq
+from minisgl.kernels import qkv_rope as tq
 
 for rows, cache in ((1, "*bf16"), (2, "*fp8e4nv"), (8, "*bf16")):
     cfg = tq.fused_tile(rows, 6144, 4096, 128)

@@ -21,9 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from minisgl.layers.triton_kernels import pdl_launch, pdl_supported
-
-from .triton_fp8 import GEMV_MAX_ROWS, _mac, _output, _tile, _zeros, gemv_config
+from .gemv import GEMV_MAX_ROWS, _mac, _output, _tile, _zeros, gemv_config
+from .triton_kernels import pdl_launch, pdl_supported
 
 
 @triton.jit

@@ -1,4 +1,4 @@
-"""minisgl.attention.triton_decode (small-batch decode attention: split-KV slices, the last one of
+"""minisgl.kernels.decode_attention (small-batch decode attention: split-KV slices, the last one of
 each request and KV head merging them) equals float32 softmax attention over each request's cached
 tokens, gathered page by page (the kernel reads each token's slot from the per-token page table,
 rows in any order): for lengths inside one page, on page edges and over many slices, grouped and
@@ -7,7 +7,7 @@ arrival counts are back at zero after every launch. On the CPU its kernels run
 under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1); the device runs this file
 on the GPU too.
 
-    python -m pytest tests/attention/test_triton_decode.py -q
+    python -m pytest tests/kernels/test_decode_attention.py -q
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from minisgl.attention.triton_decode import MAX_ARRIVALS, MAX_SPLITS, _arrivals, decode_attention, num_splits  # noqa: E402
+from minisgl.kernels.decode_attention import MAX_ARRIVALS, MAX_SPLITS, _arrivals, decode_attention, num_splits  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 PAGE = 16

@@ -12,9 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
-from minisgl.layers.triton_kernels import N_SMS, pdl_launch, pdl_supported
+from minisgl.quantization.fp8 import FP8, FP8_MAX
 
-from .fp8 import FP8, FP8_MAX
+from .triton_kernels import N_SMS, pdl_launch, pdl_supported
 
 
 @triton.jit

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from minisgl.layers.triton_kernels import N_SMS, pdl_launch, pdl_supported
+from .triton_kernels import N_SMS, pdl_launch, pdl_supported
 
 # Graphs of up to this many requests decode here, larger ones with FlashInfer. Llama-3.1-8B FP8,
 # H100, TPOT at batch 1 / 4 / 8: 3.65 / 4.43 / 5.28 ms against FlashInfer's 3.72 / 4.80 / 5.48
