@@ -21,10 +21,28 @@ QUANTITY_PATTERN = (
 # its Service, Deployment and pods' label values, so it must be one.
 DNS_1035_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS_1035_MAX = 63
+# The longest name whose derived names all fit: NAME-epp names the endpoint picker's Service (a
+# DNS-1035 label). A multi-node replica is a LeaderWorkerSet, whose group g runs a StatefulSet
+# NAME-g; StatefulSet pods carry the label controller-revision-hash=NAME-g-HASH (HASH: up to 10
+# characters), and a label value has at most 63. g is below spec.replicas, an int32.
+NAME_MAX = DNS_1035_MAX - len(c.EPP_SUFFIX)
+_REVISION_HASH_MAX = 10
+MULTI_NODE_NAME_MAX = DNS_1035_MAX - len(f"-{2**31 - 1}-") - _REVISION_HASH_MAX
+# Bounds of the lists, maps and strings the CEL rules read: the API server prices a rule at the
+# largest value a request could hold where the schema sets no bound (cel_cost in tests/operator).
+ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 128, 1024
+QUANTITY_MAX_LENGTH = 64
+RESOURCE_NAMES_MAX = 32
+DNS_1123_SUBDOMAIN_MAX = 253
+ACCESS_MODES = ("ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany", "ReadOnlyMany")  # a PVC's, each at most once
 
 # CEL rules (x-kubernetes-validations): what a JSON schema cannot say. spec.py checks each of them
 # again in Python (CEL_TWINS), so the operator and the render command catch the same mistakes.
-NAME_RULE = f"size(self.metadata.name) <= {DNS_1035_MAX} && self.metadata.name.matches('{DNS_1035_PATTERN}')"
+_MULTI_NODE = f"has(self.spec.gpusPerNode) && (has(self.spec.tp) ? self.spec.tp : {c.DEFAULT_TP}) > self.spec.gpusPerNode"
+NAME_RULE = (
+    f"size(self.metadata.name) <= ({_MULTI_NODE} ? {MULTI_NODE_NAME_MAX} : {NAME_MAX}) && "
+    f"self.metadata.name.matches('{DNS_1035_PATTERN}')"
+)
 AUTOSCALING_RULE = "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas"
 CACHE_RULE = "!has(self.claimName) || (!has(self.storageClassName) && !has(self.accessModes))"
 PER_POD_CACHE_RULE = "!has(self.perPod) || !self.perPod || has(self.size)"
@@ -108,7 +126,8 @@ def _quantity_map(description: str) -> dict[str, Any]:
     return {
         "type": "object",
         "description": description,
-        "additionalProperties": _quantity("A quantity, e.g. 8, 500m, 64Gi."),
+        "maxProperties": RESOURCE_NAMES_MAX,
+        "additionalProperties": {**_quantity("A quantity, e.g. 8, 500m, 64Gi."), "maxLength": QUANTITY_MAX_LENGTH},
     }
 
 
@@ -269,9 +288,8 @@ def spec_schema() -> dict[str, Any]:
             },
             "args": {
                 "type": "array",
-                # Bounds keep the CEL rule's cost within the API server's budget.
-                "maxItems": 128,
-                "items": {"type": "string", "maxLength": 2048},
+                "maxItems": ARGS_MAX_ITEMS,
+                "items": {"type": "string", "maxLength": ARG_MAX_LENGTH},
                 "x-kubernetes-validations": [
                     {
                         "rule": ARGS_RULE,
@@ -338,10 +356,15 @@ def spec_schema() -> dict[str, Any]:
                     "claimName": {"type": "string", "minLength": 1, "description": "An existing PVC."},
                     "size": {
                         "type": "string",
+                        "maxLength": QUANTITY_MAX_LENGTH,
                         "pattern": QUANTITY_PATTERN,
                         "description": "Size of the PVC the operator creates, e.g. 200Gi.",
                     },
-                    "storageClassName": {"type": "string", "description": "Storage class of the created PVC."},
+                    "storageClassName": {
+                        "type": "string",
+                        "maxLength": DNS_1123_SUBDOMAIN_MAX,
+                        "description": "Storage class of the created PVC.",
+                    },
                     "perPod": {
                         "type": "boolean",
                         "description": (
@@ -351,14 +374,12 @@ def spec_schema() -> dict[str, Any]:
                     },
                     "accessModes": {
                         "type": "array",
+                        "maxItems": len(ACCESS_MODES),
                         "description": (
                             "Access modes of the created PVC (default ReadWriteOnce: one pod at a time). "
                             "More than one pod (replicas, autoscaling, a surge pod) needs ReadWriteMany."
                         ),
-                        "items": {
-                            "type": "string",
-                            "enum": ["ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany", "ReadOnlyMany"],
-                        },
+                        "items": {"type": "string", "enum": list(ACCESS_MODES)},
                     },
                 },
                 "x-kubernetes-validations": [
@@ -576,7 +597,16 @@ def openapi_schema() -> dict[str, Any]:
         "properties": {
             "apiVersion": {"type": "string"},
             "kind": {"type": "string"},
-            "metadata": {"type": "object"},
+            # Only name and generateName may be declared here; both are, so that the API server
+            # prices NAME_RULE at this length rather than a request's (before 1.37 it takes the
+            # declared length only when both are). It appends 5 characters to a generateName.
+            "metadata": {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "maxLength": NAME_MAX},
+                    "generateName": {"type": "string", "maxLength": NAME_MAX - 5},
+                },
+            },
             "spec": spec_schema(),
             "status": status_schema(),
         },
@@ -586,7 +616,8 @@ def openapi_schema() -> dict[str, Any]:
                 "rule": NAME_RULE,
                 "message": (
                     "the name must be a DNS-1035 label (lower case letters, digits and '-', starting "
-                    f"with a letter, at most {DNS_1035_MAX} characters): it names the Service"
+                    f"with a letter) of at most {NAME_MAX} characters, {MULTI_NODE_NAME_MAX} when tp spans "
+                    "several nodes: it names the Service, NAME-epp and the LeaderWorkerSet's StatefulSets"
                 ),
             }
         ],

@@ -18,7 +18,7 @@ import jsonschema
 from . import crd
 
 
-def to_json_schema(node: dict[str, Any], *, strict: bool = True) -> dict[str, Any]:
+def to_json_schema(node: dict[str, Any], *, strict: bool = True, root: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key.startswith("x-kubernetes-"):
@@ -26,11 +26,16 @@ def to_json_schema(node: dict[str, Any], *, strict: bool = True) -> dict[str, An
         if key == "nullable":
             continue
         if key == "properties":
-            out[key] = {name: to_json_schema(sub, strict=strict) for name, sub in value.items()}
+            # A root's metadata schema declares only name and generateName: the rest of ObjectMeta
+            # is the API server's own, never unknown.
+            out[key] = {
+                name: to_json_schema(sub, strict=strict and not (root and name == "metadata"), root=False)
+                for name, sub in value.items()
+            }
         elif key in ("additionalProperties", "items", "not") and isinstance(value, dict):
-            out[key] = to_json_schema(value, strict=strict)
+            out[key] = to_json_schema(value, strict=strict, root=False)
         elif key in ("anyOf", "oneOf", "allOf"):
-            out[key] = [to_json_schema(sub, strict=strict) for sub in value]
+            out[key] = [to_json_schema(sub, strict=strict, root=False) for sub in value]
         else:
             out[key] = value
     if node.get("nullable") and "type" in out:

@@ -170,10 +170,15 @@ class InferenceService:
 
 def _check_name(obj: Mapping[str, Any]) -> list[str]:
     name = obj.get("metadata", {}).get("name", "")
-    if len(name) > crd.DNS_1035_MAX or not re.fullmatch(crd.DNS_1035_PATTERN, name):
+    spec = _spec(obj)
+    multi_node = "gpusPerNode" in spec and spec.get("tp", c.DEFAULT_TP) > spec["gpusPerNode"]
+    longest = crd.MULTI_NODE_NAME_MAX if multi_node else crd.NAME_MAX
+    if len(name) > longest or not re.fullmatch(crd.DNS_1035_PATTERN, name):
         return [
             f"metadata.name: {name!r} is not a DNS-1035 label (lower case letters, digits and '-', "
-            f"starting with a letter, at most {crd.DNS_1035_MAX} characters): it names the Service"
+            f"starting with a letter) of at most {longest} characters"
+            + (" (tp spans several nodes)" if multi_node else "")
+            + ": it names the Service, NAME-epp and the LeaderWorkerSet's StatefulSets"
         ]
     return []
 

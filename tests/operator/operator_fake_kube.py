@@ -37,6 +37,7 @@ import json
 from decimal import Decimal
 from typing import Any, Callable
 
+import cel_cost
 import operator_crds
 from minisgl_operator import constants as c
 from minisgl_operator.kube import ApiError
@@ -202,6 +203,19 @@ class FakeKube:
                 new["status"] = copy.deepcopy(old["status"])
         self.objects[key] = new
         return copy.deepcopy(new)
+
+    def apply_crd(self, crd: Obj) -> Obj:
+        """Server-side apply of a CustomResourceDefinition: refused (422) where the API server's
+        estimate of its CEL rules' cost exceeds its limits (cel_cost.py)."""
+        name = crd["metadata"]["name"]
+        self._record("apply", "CustomResourceDefinition", "", name)
+        problems = cel_cost.crd_problems(crd)
+        if problems:
+            raise ApiError(422, "Invalid", f'CustomResourceDefinition.apiextensions.k8s.io "{name}" is invalid: [{", ".join(problems)}]')
+        stored = copy.deepcopy(crd)
+        stored["metadata"]["resourceVersion"] = str(next(self._versions))
+        self.objects[("CustomResourceDefinition", "", name)] = stored
+        return copy.deepcopy(stored)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         self._record("delete", kind, namespace, name)

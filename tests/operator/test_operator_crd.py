@@ -178,6 +178,9 @@ def with_spec(**changes) -> dict:
         (with_spec(env=[{"value": "x"}]), "spec.env[0]: 'name' is a required property"),
         (with_spec(tolerations=[{"operator": "Maybe"}]), "spec.tolerations[0].operator: 'Maybe' is not one of"),
         (with_spec(gpus=2), "spec: Additional properties are not allowed ('gpus' was unexpected) (unknown field)"),
+        ({**MINIMAL, "metadata": {"name": "a" * (crd.NAME_MAX + 1)}}, "metadata.name: 'aaaa"),
+        (with_spec(args=["--x"] * (crd.ARGS_MAX_ITEMS + 1)), "spec.args: ['--x'"),
+        (with_spec(modelCache={"size": "1Gi", "accessModes": ["ReadWriteMany"] * 5}), "spec.modelCache.accessModes: ['ReadWriteMany'"),
         ({k: v for k, v in MINIMAL.items() if k != "spec"}, "<root>: 'spec' is a required property"),
     ],
 )
@@ -207,7 +210,9 @@ KEDA = {"prometheusAddress": "http://prometheus:9090", "target": "4"}
 REJECTED = [
         ({**MINIMAL, "metadata": {"name": "Chat_Bot"}}, crd.NAME_RULE, "DNS-1035"),
         ({**MINIMAL, "metadata": {"name": "1chat"}}, crd.NAME_RULE, "DNS-1035"),
-        ({**MINIMAL, "metadata": {"name": "a" * 64}}, crd.NAME_RULE, "DNS-1035"),
+        # NAME-epp and a LeaderWorkerSet's StatefulSet labels must fit (test_operator_names).
+        ({**MINIMAL, "metadata": {"name": "a" * (crd.MULTI_NODE_NAME_MAX + 1)}, "spec": {"model": "m", "tp": 16, "gpusPerNode": 8}},
+         crd.NAME_RULE, f"at most {crd.MULTI_NODE_NAME_MAX} characters"),
         (with_spec(autoscaling={"minReplicas": 5, "maxReplicas": 2}), crd.AUTOSCALING_RULE, "minReplicas must not exceed"),
         (with_spec(modelCache={"claimName": "x", "storageClassName": "y"}), crd.CACHE_RULE, "apply only to a PVC"),
         (with_spec(modelCache={"claimName": "x", "perPod": True}), crd.PER_POD_CACHE_RULE, "perPod needs size"),
