@@ -15,6 +15,8 @@ if not torch.cuda.is_available():
 
 from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model
 
+pytest_plugins = ["tests.reaper"]  # no process a test starts outlives the session
+
 ARCHITECTURES = list(ARCH_CONFIGS)
 
 torch.set_num_threads(2)

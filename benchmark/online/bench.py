@@ -41,7 +41,7 @@ from minisgl.benchmark.report import device_name, write_json
 from minisgl.benchmark.sse_client import BenchRequest, Target, run_requests
 from minisgl.benchmark.workload import offline_workload
 from minisgl.utils.net import free_port
-from minisgl.utils.server_process import ServerProcess
+from minisgl.benchmark.server_process import ServerProcess
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 
@@ -227,6 +227,7 @@ def launch_command(command: str, url: str, log_path: str, timeout: float) -> Ser
 
 
 def main(argv: list[str] | None = None) -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # progress shows as it happens, also through a pipe
     args, server_flags = parse_args(sys.argv[1:] if argv is None else argv)
     server = launch(args, server_flags) if args.launch else None
     base_url = server.url if server else args.base_url

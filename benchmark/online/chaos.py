@@ -19,7 +19,7 @@ import tempfile
 from minisgl.benchmark import chaos
 from minisgl.benchmark.report import write_json
 from minisgl.utils.net import free_port
-from minisgl.utils.server_process import ServerProcess
+from minisgl.benchmark.server_process import ServerProcess
 
 
 def log(message: str) -> None:

@@ -6,10 +6,10 @@ import json
 import os
 import platform
 
-import torch
-
 
 def device_name() -> str:
+    import torch  # not at import: the benchmarks' client processes import this module's users
+
     if torch.cuda.is_available():
         return torch.cuda.get_device_name()
     return f"CPU ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"

@@ -12,7 +12,7 @@ import time
 import httpx
 
 from minisgl.utils.net import free_port
-from minisgl.utils.server_process import ServerProcess as _ServerProcess
+from minisgl.benchmark.server_process import ServerProcess as _ServerProcess
 
 
 class ServerProcess(_ServerProcess):

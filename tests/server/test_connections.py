@@ -17,7 +17,7 @@ import pytest
 from minisgl.benchmark import chaos
 from minisgl.server.args import parse_args
 from minisgl.utils.net import free_port
-from minisgl.utils.server_process import ServerProcess as CommandProcess
+from minisgl.benchmark.server_process import ServerProcess as CommandProcess
 from tests.server.serving import ServerProcess, tiny_qwen3_server
 
 FAST = ["--num-pages", "256", "--max-seq-len", "256"]

@@ -11,7 +11,7 @@ PACKAGE = pathlib.Path(env.__file__).parents[1]
 READS = re.compile(r"os\.environ\.get\(|os\.getenv\(|os\.environ\[")
 # prebuild.py sets variables for the FlashInfer build it starts; server_process.py hands a copy of
 # the environment to the server it starts. Neither reads a setting.
-NOT_READERS = {"utils/env.py", "prebuild.py", "utils/server_process.py"}
+NOT_READERS = {"utils/env.py", "prebuild.py", "benchmark/server_process.py"}
 
 
 def test_no_module_reads_the_environment_directly():
