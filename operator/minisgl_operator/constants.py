@@ -91,6 +91,10 @@ CACHE_ENV = {
 # node's disk unnoticed (the kubelet evicts the pod instead). podTemplate can raise it.
 EMPTYDIR_CACHE_SIZE_LIMIT = "200Gi"
 TMP_SIZE_LIMIT = "16Gi"
+# Node disk a pod asks for beyond its disk-backed emptyDirs: container logs (the root filesystem is
+# read-only). Requested and limited, so the scheduler places the pod where its emptyDirs fit.
+EPHEMERAL_STORAGE = "ephemeral-storage"
+EPHEMERAL_LOG_MARGIN = "2Gi"
 
 # A GPU pod with no CPU or memory request is BestEffort (evicted first under node pressure): these
 # requests per GPU apply where spec.resources sets none.
@@ -154,6 +158,17 @@ EPP_ENGINE_NAME = "minisgl"
 # is what lets KEDA scale from zero. Labelled by the pool's name.
 EPP_QUEUE_METRIC = "llm_d_epp_flow_control_queue_size"
 EPP_POOL_LABEL = "inference_pool"
+# Two pickers, both serving (no leader election): one can go (a node drain, a crash, a rollout)
+# without taking the gateway's routing with it. With leader election only the leader is Ready, so a
+# PDB could never let it be evicted and every drain of its node would hang.
+EPP_REPLICAS = 2
+EPP_CONTAINER = "epp"
+EPP_METRICS_PORT_NAME = "metrics"
+# The longest a response may stream through the gateway (HTTPRoute backendRequest timeout; an
+# Envoy-based gateway otherwise cuts every request at 15 s). spec.router.requestTimeoutSeconds.
+DEFAULT_ROUTE_TIMEOUT_SECONDS = 3600
+# With two pickers, both down is rare; then serving without smart routing beats refusing everything.
+DEFAULT_FAILURE_MODE = "FailOpen"
 
 # Multi-node: LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) and the variables it gives each pod.
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"

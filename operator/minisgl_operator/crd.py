@@ -189,8 +189,23 @@ def _router_schema() -> dict[str, Any]:
             "failureMode": {
                 "type": "string",
                 "enum": ["FailClose", "FailOpen"],
-                "default": "FailClose",
-                "description": "What the gateway does when the endpoint picker is down: refuse, or pick a pod itself.",
+                "default": c.DEFAULT_FAILURE_MODE,
+                "description": (
+                    "What the gateway does when both endpoint pickers are down: pick a pod itself (FailOpen: "
+                    "requests still served, without prefix- and load-aware routing or flow control), or refuse "
+                    "every request (FailClose)."
+                ),
+            },
+            "requestTimeoutSeconds": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 86400,
+                "default": c.DEFAULT_ROUTE_TIMEOUT_SECONDS,
+                "description": (
+                    "The longest a response may take through the gateway, streaming included (the HTTPRoute's "
+                    "backendRequest timeout; the request timeout adds the time flow control holds a request "
+                    "while the service is scaled to zero)."
+                ),
             },
         },
         "x-kubernetes-validations": [

@@ -30,3 +30,9 @@ def parse(value: Any) -> Decimal | None:
         return Decimal(number) * factor
     except InvalidOperation:
         return None
+
+
+def format_bytes(value: Decimal) -> str:
+    """A byte count as a quantity, in Gi where it is whole Gi (so it reads like the sizes it sums)."""
+    whole = int(value)
+    return f"{whole // 2**30}Gi" if whole % 2**30 == 0 else str(whole)

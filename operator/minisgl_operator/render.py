@@ -11,10 +11,11 @@ import copy
 import hashlib
 import json
 import math
+from decimal import Decimal
 from typing import Any, Mapping
 
 from . import constants as c
-from . import merge, server
+from . import merge, quantity, server
 from . import spec as spec_mod
 from .spec import InferenceService
 
@@ -225,11 +226,31 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
     }
     template = {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}
     template = merge.strategic_merge(template, dict(isvc.pod_template))
+    reserve_disk(template["spec"], c.CONTAINER_NAME)
     # The Deployment and Service select the pods by these: an override must not change them.
     template["metadata"]["labels"].update(pod_labels)
     if not template["metadata"]["annotations"]:
         del template["metadata"]["annotations"]
     return template
+
+
+def reserve_disk(pod_spec: Obj, container_name: str) -> None:
+    """Request (and limit) the node disk the pod's disk-backed emptyDirs may fill, plus its logs, on
+    ``container_name``, unless its resources already name ephemeral-storage. Without a request the
+    scheduler places a 200Gi cache on a node with 50Gi free, and the kubelet evicts it mid-download.
+    Computed from the final volumes, so a podTemplate that resizes an emptyDir moves the request."""
+    sizes = [
+        quantity.parse(v["emptyDir"].get("sizeLimit")) or Decimal(0)
+        for v in pod_spec.get("volumes", [])
+        if isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("medium") != "Memory"
+    ]
+    total = quantity.format_bytes(sum(sizes, quantity.parse(c.EPHEMERAL_LOG_MARGIN) or Decimal(0)))
+    container = next(ctr for ctr in pod_spec["containers"] if ctr["name"] == container_name)
+    resources = container.setdefault("resources", {})
+    if any(c.EPHEMERAL_STORAGE in (resources.get(kind) or {}) for kind in ("requests", "limits")):
+        return
+    for kind in ("requests", "limits"):
+        resources.setdefault(kind, {})[c.EPHEMERAL_STORAGE] = total
 
 
 # --- the children ------------------------------------------------------------------------------
@@ -513,8 +534,8 @@ def removable(isvc: InferenceService) -> list[tuple[str, str]]:
     return [
         ("Deployment", isvc.name), ("LeaderWorkerSet", isvc.name), ("PodDisruptionBudget", isvc.name),
         ("HorizontalPodAutoscaler", isvc.name), ("ScaledObject", isvc.name), ("HTTPRoute", isvc.name),
-        ("InferencePool", isvc.name), ("Service", epp), ("Deployment", epp), ("RoleBinding", epp), ("Role", epp),
-        ("ServiceAccount", epp), ("ConfigMap", epp),
+        ("InferencePool", isvc.name), ("Service", epp), ("PodDisruptionBudget", epp), ("Deployment", epp),
+        ("RoleBinding", epp), ("Role", epp), ("ServiceAccount", epp), ("ConfigMap", epp),
     ]  # fmt: skip
 
 

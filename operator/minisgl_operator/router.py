@@ -4,8 +4,8 @@ sends each request to the pod that the endpoint picker (EPP, llm-d's router) cho
 
 - ``InferencePool`` (inference.networking.k8s.io/v1): the serving pods and their EPP;
 - the EPP: ConfigMap (its EndpointPickerConfig), ServiceAccount, Role and RoleBinding (it watches
-  the pool and its pods), Deployment (image: the chart's endpointPicker.image) and Service (ext-proc
-  gRPC, which the gateway calls);
+  the pool and its pods), Deployment of two replicas (image: the chart's endpointPicker.image), its
+  PodDisruptionBudget, and Service (ext-proc gRPC, which the gateway calls);
 - ``HTTPRoute`` (gateway.networking.k8s.io/v1) on the user's Gateway, when spec.router.gateway is
   set: its backends are this pool and, for a canary, another InferenceService's pool, weighted.
 
@@ -19,7 +19,7 @@ import json
 
 from . import constants as c
 from . import server
-from .render import Obj, child_metadata, labels, serving_selector
+from .render import Obj, child_metadata, config_hash, labels, reserve_disk, serving_selector
 from .spec import InferenceService
 
 POOL_GROUP = c.INFERENCE_POOL_API_VERSION.split("/")[0]
@@ -72,7 +72,7 @@ def endpoint_picker_config(isvc: InferenceService) -> Obj:
         # With no pod up, flow control holds the requests (its queue is what KEDA activates on)
         # for as long as a pod may take to start and load the model.
         config["featureGates"] = ["flowControl"]
-        config["flowControl"] = {"defaultRequestTTL": f"{isvc.startup_timeout_seconds + 60}s"}
+        config["flowControl"] = {"defaultRequestTTL": f"{held_seconds(isvc)}s"}
     return config
 
 
@@ -149,10 +149,13 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
         "--grpc-health-port", str(c.EPP_HEALTH_PORT),
         "--metrics-port", str(c.EPP_METRICS_PORT),
         "--metrics-endpoint-auth=false",
+        # Both replicas serve (constants.EPP_REPLICAS says why); each keeps the prefix index of the
+        # requests it routes.
+        "--ha-enable-leader-election=false",
         "--zap-encoder", "json",
     ]  # fmt: skip
     container = {
-        "name": "epp",
+        "name": c.EPP_CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "args": args,
@@ -161,7 +164,7 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
         "ports": [
             {"name": "grpc", "containerPort": c.EPP_GRPC_PORT, "protocol": "TCP"},
             {"name": "grpc-health", "containerPort": c.EPP_HEALTH_PORT, "protocol": "TCP"},
-            {"name": "metrics", "containerPort": c.EPP_METRICS_PORT, "protocol": "TCP"},
+            {"name": c.EPP_METRICS_PORT_NAME, "containerPort": c.EPP_METRICS_PORT, "protocol": "TCP"},
         ],
         "livenessProbe": _grpc_probe(10),
         "readinessProbe": _grpc_probe(2),
@@ -177,29 +180,45 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
                          {"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT}],
     }
     selector = epp_selector(isvc)
+    pod_spec = {
+        "serviceAccountName": epp_name(isvc),
+        "enableServiceLinks": False,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": c.RUN_AS_USER, "runAsGroup": c.RUN_AS_USER,
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+        # The two pickers on two nodes where there are two: one node's drain leaves the other.
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+                                       "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector}}],
+        "containers": [container],
+        "volumes": [{"name": "config", "configMap": {"name": epp_name(isvc)}},
+                    {"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}],
+    }  # fmt: skip
+    reserve_disk(pod_spec, c.EPP_CONTAINER)
+    # llm-d reads its config file only at start: the config's hash on the pod template rolls the
+    # pickers when it changes (flow control on or off as minReplicas crosses 0).
+    annotations = {c.ANNOTATION_CONFIG_HASH: config_hash(config_map(isvc)["data"])}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _epp_metadata(isvc),
         "spec": {
-            # One picker: its prefix index lives in memory, two would each see half the requests.
-            "replicas": 1,
-            "strategy": {"type": "Recreate"},
+            "replicas": c.EPP_REPLICAS,
+            # A new picker is Ready before an old one goes: routing never stops during a rollout.
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "selector": {"matchLabels": selector},
             "revisionHistoryLimit": 3,
-            "template": {
-                "metadata": {"labels": _epp_metadata(isvc)["labels"]},
-                "spec": {
-                    "serviceAccountName": epp_name(isvc),
-                    "enableServiceLinks": False,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": c.RUN_AS_USER, "runAsGroup": c.RUN_AS_USER,
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
-                    "containers": [container],
-                    "volumes": [{"name": "config", "configMap": {"name": epp_name(isvc)}},
-                                {"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}],
-                },
-            },
+            "template": {"metadata": {"labels": _epp_metadata(isvc)["labels"], "annotations": annotations}, "spec": pod_spec},
         },
+    }
+
+
+def epp_disruption_budget(isvc: InferenceService) -> Obj:
+    """One picker at a time may be evicted (a node drain): the other keeps routing."""
+    return {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": _epp_metadata(isvc),
+        "spec": {"maxUnavailable": 1, "selector": {"matchLabels": epp_selector(isvc)},
+                 "unhealthyPodEvictionPolicy": "AlwaysAllow"},
     }  # fmt: skip
 
 
@@ -214,7 +233,7 @@ def epp_service(isvc: InferenceService) -> Obj:
             "ports": [
                 {"name": "grpc-ext-proc", "port": c.EPP_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
                  "appProtocol": "kubernetes.io/h2c"},
-                {"name": "http-metrics", "port": c.EPP_METRICS_PORT, "targetPort": "metrics", "protocol": "TCP"},
+                {"name": "http-metrics", "port": c.EPP_METRICS_PORT, "targetPort": c.EPP_METRICS_PORT_NAME, "protocol": "TCP"},
             ],
         },
     }  # fmt: skip
@@ -243,6 +262,26 @@ def _pool_backend(name: str, weight: int) -> Obj:
     return {"group": POOL_GROUP, "kind": "InferencePool", "name": name, "weight": weight}
 
 
+def held_seconds(isvc: InferenceService) -> int:
+    """How long flow control holds a request while no pod runs: as long as a pod may take to start."""
+    return isvc.startup_timeout_seconds + 60
+
+
+def _duration(seconds: int) -> str:
+    """A Gateway API duration (GEP-2257: at most 5 digits a unit)."""
+    hours, rest = divmod(seconds, 3600)
+    return (f"{hours}h" if hours else "") + (f"{rest}s" if rest or not hours else "")
+
+
+def route_timeouts(isvc: InferenceService) -> Obj:
+    """backendRequest: the longest a response may stream; request adds the time the picker may hold a
+    request before any pod is up (scale from zero). An Envoy-based gateway's default cuts both at 15 s."""
+    assert isvc.router is not None
+    stream = isvc.router.request_timeout_seconds
+    held = held_seconds(isvc) if scales_to_zero(isvc) else 0
+    return {"request": _duration(stream + held), "backendRequest": _duration(stream)}
+
+
 def http_route(isvc: InferenceService) -> Obj | None:
     router = isvc.router
     if router is None or router.gateway is None:
@@ -256,10 +295,8 @@ def http_route(isvc: InferenceService) -> Obj | None:
     backends = [_pool_backend(isvc.name, 100 - (canary.weight if canary else 0))]
     if canary is not None:
         backends.append(_pool_backend(canary.inference_service, canary.weight))
-    spec: Obj = {
-        "parentRefs": [parent],
-        "rules": [{"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": backends}],
-    }
+    rule = {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": backends, "timeouts": route_timeouts(isvc)}
+    spec: Obj = {"parentRefs": [parent], "rules": [rule]}
     if router.hostnames:
         spec["hostnames"] = list(router.hostnames)
     return {
@@ -276,5 +313,5 @@ def objects(isvc: InferenceService, epp_image: str) -> list[Obj]:
     if isvc.router is None:
         return []
     built = [config_map(isvc), service_account(isvc), role(isvc), role_binding(isvc), deployment(isvc, epp_image),
-             epp_service(isvc), inference_pool(isvc), http_route(isvc)]
+             epp_disruption_budget(isvc), epp_service(isvc), inference_pool(isvc), http_route(isvc)]
     return [obj for obj in built if obj is not None]

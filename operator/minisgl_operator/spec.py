@@ -93,7 +93,8 @@ class Router:
     gateway: Gateway | None = None
     hostnames: tuple[str, ...] = ()
     canary: Canary | None = None
-    failure_mode: str = "FailClose"
+    failure_mode: str = c.DEFAULT_FAILURE_MODE
+    request_timeout_seconds: int = c.DEFAULT_ROUTE_TIMEOUT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -507,5 +508,6 @@ def _router(router: Mapping[str, Any]) -> Router:
         else Gateway(name=gateway["name"], namespace=gateway.get("namespace"), section_name=gateway.get("sectionName")),
         hostnames=tuple(router.get("hostnames", ())),
         canary=None if canary is None else Canary(canary["inferenceService"], canary["weight"]),
-        failure_mode=router.get("failureMode", "FailClose"),
+        failure_mode=router.get("failureMode", c.DEFAULT_FAILURE_MODE),
+        request_timeout_seconds=router.get("requestTimeoutSeconds", c.DEFAULT_ROUTE_TIMEOUT_SECONDS),
     )

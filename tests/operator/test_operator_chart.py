@@ -258,8 +258,8 @@ def test_monitors_are_off_by_default():
 
 def test_pod_and_service_monitors_scrape_the_inference_servers_metrics_path():
     objects = helm_template({**ALL_ON, "watchNamespaces": ["llm"]})
-    (pm,) = by_kind(objects, "PodMonitor")
-    (sm,) = by_kind(objects, "ServiceMonitor")
+    (pm,) = [m for m in by_kind(objects, "PodMonitor") if m["metadata"]["name"].endswith("-servers")]
+    (sm,) = [m for m in by_kind(objects, "ServiceMonitor") if m["metadata"]["name"].endswith("-servers")]
     # The series carry their InferenceService's name: what KEDA's queries select on.
     relabel = {"sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"], "targetLabel": c.PROMETHEUS_ISVC_LABEL}
     assert c.LABEL_INSTANCE.replace(".", "_").replace("/", "_") in relabel["sourceLabels"][0]
@@ -272,8 +272,39 @@ def test_pod_and_service_monitors_scrape_the_inference_servers_metrics_path():
         assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["llm"]}
         selector = monitor["spec"]["selector"]["matchLabels"]
         assert selector.items() <= labels.items()  # it selects the operator's pods (and Services)
-    everywhere = by_kind(helm_template({**ALL_ON}), "PodMonitor")[0]
-    assert everywhere["spec"]["namespaceSelector"] == {"any": True}
+    for everywhere in by_kind(helm_template({**ALL_ON}), "PodMonitor"):
+        assert everywhere["spec"]["namespaceSelector"] == {"any": True}
+
+
+def test_the_monitors_scrape_the_endpoint_pickers_whose_queue_wakes_a_service_scaled_to_zero():
+    # KEDA's scale-from-zero trigger reads llm_d_epp_flow_control_queue_size: unscraped, its
+    # `or vector(0)` reads a healthy 0 and no request ever wakes the first pod.
+    keda = {"prometheusAddress": "http://prom:9090", "target": "4"}
+    example = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "x", "namespace": "llm"},
+               "spec": {"model": "m", "router": {}, "autoscaling": {"minReplicas": 0, "maxReplicas": 2, "keda": keda}}}  # fmt: skip
+    rendered = {(o["kind"], o["metadata"]["name"]): o for o in render.render(example)}
+    picker = rendered[("Deployment", "x-epp")]["spec"]["template"]
+    picker_service = rendered[("Service", "x-epp")]
+    (held,) = [t for t in rendered[("ScaledObject", "x")]["spec"]["triggers"] if c.EPP_QUEUE_METRIC in t["metadata"]["query"]]
+    assert held["metadata"]["activationThreshold"] == "0"
+    objects = helm_template({**ALL_ON, "watchNamespaces": ["llm"]})
+
+    def scraping(monitors, labels):
+        return [m for m in monitors if m["spec"]["selector"]["matchLabels"].items() <= labels.items()]
+
+    (pm,) = scraping(by_kind(objects, "PodMonitor"), picker["metadata"]["labels"])
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    (ctr,) = picker["spec"]["containers"]
+    port = next(p for p in ctr["ports"] if p["name"] == endpoint["port"])
+    assert ctr["args"][ctr["args"].index("--metrics-port") + 1] == str(port["containerPort"])
+    assert "--metrics-endpoint-auth=false" in ctr["args"]  # Prometheus scrapes without a token
+    (sm,) = scraping(by_kind(objects, "ServiceMonitor"), picker_service["metadata"]["labels"])
+    (endpoint,) = sm["spec"]["endpoints"]
+    assert endpoint["port"] in {p["name"] for p in picker_service["spec"]["ports"]}
+    # Neither picker monitor scrapes the servers, nor a server monitor the pickers (no double series).
+    server_pod = rendered[("Deployment", "x")]["spec"]["template"]["metadata"]["labels"]
+    assert pm not in scraping(by_kind(objects, "PodMonitor"), server_pod)
+    assert len(scraping(by_kind(objects, "PodMonitor"), server_pod)) == 1
 
 
 # --- the dashboard and alert rules from files/ (another part of the project writes them) ---------

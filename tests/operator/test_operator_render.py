@@ -334,13 +334,16 @@ def _qos(pod_spec: dict) -> str:
 
 
 def test_a_gpu_pod_without_resources_is_never_best_effort():
+    def cpu_memory(res: dict) -> dict:
+        return {k: v for k, v in res.items() if k != c.EPHEMERAL_STORAGE}
+
     ctr = container({"model": "m", "tp": 4})
-    assert ctr["resources"]["requests"] == {"cpu": str(4 * c.DEFAULT_CPU_PER_GPU), "memory": f"{4 * c.DEFAULT_MEMORY_GI_PER_GPU}Gi"}
+    assert cpu_memory(ctr["resources"]["requests"]) == {"cpu": str(4 * c.DEFAULT_CPU_PER_GPU), "memory": f"{4 * c.DEFAULT_MEMORY_GI_PER_GPU}Gi"}
     assert _qos(pod({"model": "m", "tp": 4})) == "Burstable"
     # What the spec names wins; a limit alone already sets the request.
     ctr = container({"model": "m", "resources": {"limits": {"memory": "64Gi"}, "requests": {"cpu": "2"}}})
-    assert ctr["resources"]["requests"] == {"cpu": "2"}
-    assert ctr["resources"]["limits"] == {"memory": "64Gi", c.GPU_RESOURCE: 1}
+    assert cpu_memory(ctr["resources"]["requests"]) == {"cpu": "2"}
+    assert cpu_memory(ctr["resources"]["limits"]) == {"memory": "64Gi", c.GPU_RESOURCE: 1}
 
 
 
@@ -613,3 +616,46 @@ def test_no_example_sets_replicas_beside_autoscaling(example):
     # The autoscaler writes spec.replicas; a manifest that sets it too resets the count on every apply.
     for doc in example_docs(example):
         assert not ("replicas" in doc["spec"] and "autoscaling" in doc["spec"]), doc["metadata"]["name"]
+
+
+def _ephemeral(ctr: dict) -> tuple[str | None, str | None]:
+    res = ctr.get("resources") or {}
+    return (res.get("requests") or {}).get(c.EPHEMERAL_STORAGE), (res.get("limits") or {}).get(c.EPHEMERAL_STORAGE)
+
+
+def _disk_backed_emptydirs(pod_spec: dict) -> int:
+    from minisgl_operator import quantity
+
+    return sum(quantity.parse(v["emptyDir"]["sizeLimit"]) for v in pod_spec["volumes"]
+               if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory")  # fmt: skip
+
+
+@pytest.mark.parametrize("case", sorted(MATRIX))
+def test_every_pod_asks_the_scheduler_for_the_disk_its_emptydirs_may_fill(case):
+    # Without an ephemeral-storage request the scheduler puts a 200Gi emptyDir cache on a node with
+    # 50Gi free and the kubelet evicts the pod mid-download (DiskPressure).
+    from minisgl_operator import quantity
+
+    for obj in render.render(isvc(MATRIX[case])):
+        templates = [obj["spec"]["template"]] if obj["kind"] == "Deployment" else []
+        if obj["kind"] == "LeaderWorkerSet":
+            templates += [obj["spec"]["leaderWorkerTemplate"][t] for t in ("leaderTemplate", "workerTemplate")]
+        for template in templates:
+            spec = template["spec"]
+            main = spec["containers"][0]
+            request, limit = _ephemeral(main)
+            assert request is not None and limit is not None, (case, obj["metadata"]["name"])
+            assert quantity.parse(request) >= _disk_backed_emptydirs(spec) + quantity.parse(c.EPHEMERAL_LOG_MARGIN)
+
+
+def test_the_emptydir_model_cache_counts_and_a_pvc_cache_does_not():
+    from minisgl_operator import quantity
+
+    on_node = _ephemeral(container({"model": "m"}))[0]
+    on_pvc = _ephemeral(container({"model": "m", "modelCache": {"claimName": "models"}}))[0]
+    assert quantity.parse(on_node) - quantity.parse(on_pvc) == quantity.parse(c.EMPTYDIR_CACHE_SIZE_LIMIT)
+    # A podTemplate that resizes the emptyDir cache moves the request with it; spec.resources names its own.
+    resized = pod(MATRIX["per-pod-cache-surge-rollout"])  # its podTemplate turns the cache into a 1Ti emptyDir
+    assert quantity.parse(_ephemeral(resized["containers"][0])[0]) >= quantity.parse("1Ti")
+    own = container({"model": "m", "resources": {"requests": {c.EPHEMERAL_STORAGE: "50Gi"}}})
+    assert _ephemeral(own) == ("50Gi", None)

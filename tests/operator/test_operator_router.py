@@ -40,6 +40,7 @@ def test_the_router_adds_a_pool_a_picker_and_a_route_all_valid_for_their_publish
         ("Deployment", "chat"), ("Service", "chat"), ("PodDisruptionBudget", "chat"),
         ("InferencePool", "chat"), ("HTTPRoute", "chat"), ("ConfigMap", "chat-epp"), ("ServiceAccount", "chat-epp"),
         ("Role", "chat-epp"), ("RoleBinding", "chat-epp"), ("Deployment", "chat-epp"), ("Service", "chat-epp"),
+        ("PodDisruptionBudget", "chat-epp"),
     }  # fmt: skip
     for obj in objs.values():
         operator_crds.validate(obj)
@@ -70,7 +71,7 @@ def test_the_pool_names_the_pickers_service_and_its_ext_proc_port():
     assert matches(svc["selector"], picker["metadata"]["labels"])
     (ctr,) = picker["spec"]["containers"]
     assert grpc["targetPort"] in {p["name"] for p in ctr["ports"]}
-    assert ref["failureMode"] == "FailClose"
+    assert ref["failureMode"] == "FailOpen"  # two pickers down: serve without smart routing, not refuse all
 
 
 def test_the_picker_runs_the_chart_image_on_this_pool_with_the_mounted_config():
@@ -86,8 +87,6 @@ def test_the_picker_runs_the_chart_image_on_this_pool_with_the_mounted_config():
     volume = next(v for v in pod["volumes"] if v["name"] == "config")
     assert volume["configMap"]["name"] == "chat-epp" and config_path.startswith(mount["mountPath"] + "/")
     assert config_path.rsplit("/", 1)[1] in objs[("ConfigMap", "chat-epp")]["data"]
-    # One picker: its prefix index is in memory.
-    assert objs[("Deployment", "chat-epp")]["spec"]["replicas"] == 1
 
 
 def test_the_pickers_account_may_read_its_pool_and_pods_and_the_operator_may_grant_that():
@@ -188,7 +187,7 @@ def test_the_reconciler_applies_the_router_and_removes_it_when_the_spec_drops_it
     body = fake.update_spec("chat", lambda spec: spec.pop("router"))
     outcome = reconciler.reconcile(body)
     assert set(fake.children()) == {("Deployment", "chat"), ("Service", "chat"), ("PodDisruptionBudget", "chat")}
-    assert "InferencePool/chat" in outcome.deleted and "Deployment/chat-epp" in outcome.deleted
+    assert {"InferencePool/chat", "Deployment/chat-epp", "PodDisruptionBudget/chat-epp"} <= set(outcome.deleted)
 
 
 def test_the_fake_api_server_refuses_a_pool_its_crd_refuses(fake):
@@ -215,3 +214,70 @@ def test_the_fake_api_server_runs_the_crds_cel_rules_too(fake):
     pool = rendered()[("InferencePool", "chat")]
     pool["spec"]["targetPorts"] *= 2
     assert operator_crds.custom_errors(pool) == ["InferencePool.spec.targetPorts: port number must be unique"]
+
+
+# --- issue 38: a picker that survives a node, a route that waits, a config that reaches the picker ------
+
+
+def test_two_pickers_serve_side_by_side_roll_one_at_a_time_and_a_pdb_keeps_one():
+    objs = rendered()
+    dep = objs[("Deployment", "chat-epp")]["spec"]
+    assert dep["replicas"] == 2
+    assert dep["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    # Both serve: with leader election only the leader is Ready and a PDB would block every drain of its node.
+    (ctr,) = dep["template"]["spec"]["containers"]
+    assert "--ha-enable-leader-election=false" in ctr["args"]
+    pdb = objs[("PodDisruptionBudget", "chat-epp")]["spec"]
+    assert pdb["maxUnavailable"] == 1 and pdb["selector"]["matchLabels"] == dep["selector"]["matchLabels"]
+    # The server's PDB and the picker's select disjoint pods.
+    server_pdb = objs[("PodDisruptionBudget", "chat")]["spec"]["selector"]["matchLabels"]
+    assert not matches(server_pdb, dep["template"]["metadata"]["labels"])
+    assert not matches(pdb["selector"]["matchLabels"], objs[("Deployment", "chat")]["spec"]["template"]["metadata"]["labels"])
+    spread = dep["template"]["spec"]["topologySpreadConstraints"]
+    assert spread[0]["topologyKey"] == "kubernetes.io/hostname" and spread[0]["labelSelector"]["matchLabels"] == dep["selector"]["matchLabels"]
+
+
+def test_the_failure_mode_is_the_users_choice():
+    for mode in ("FailOpen", "FailClose"):
+        spec = {"model": "m", "router": {"failureMode": mode}}
+        assert rendered(spec)[("InferencePool", "chat")]["spec"]["endpointPickerRef"]["failureMode"] == mode
+
+
+def test_the_pickers_pods_carry_their_configs_hash_so_a_config_change_restarts_them():
+    # llm-d reads its config at start only: switching minReplicas between 0 and 1 turns flow control
+    # on or off in the ConfigMap, and the pickers must restart to see it.
+    keda = {"prometheusAddress": "http://prom:9090", "target": "4"}
+    always_up = {"model": "m", "router": {}, "autoscaling": {"minReplicas": 1, "maxReplicas": 3, "keda": keda}}
+    to_zero = {"model": "m", "router": {}, "autoscaling": {"minReplicas": 0, "maxReplicas": 3, "keda": keda}}
+    a, b = rendered(always_up), rendered(to_zero)
+    assert a[("ConfigMap", "chat-epp")]["data"] != b[("ConfigMap", "chat-epp")]["data"]
+    template_a = a[("Deployment", "chat-epp")]["spec"]["template"]
+    template_b = b[("Deployment", "chat-epp")]["spec"]["template"]
+    assert template_a != template_b
+    assert template_a["metadata"]["annotations"][c.ANNOTATION_CONFIG_HASH] == render.config_hash(a[("ConfigMap", "chat-epp")]["data"])
+
+
+def _seconds(duration: str) -> int:
+    import re
+
+    units = {"h": 3600, "m": 60, "s": 1}
+    return sum(int(n) * units[u] for n, u in re.findall(r"([0-9]+)(h|m|s)", duration))
+
+
+def test_the_route_lets_a_response_stream_and_a_held_request_wait_for_a_pod():
+    # An Envoy-based gateway's default (15 s) cuts streams and the requests held while a pod starts.
+    route = rendered()[("HTTPRoute", "chat")]
+    (rule,) = route["spec"]["rules"]
+    assert _seconds(rule["timeouts"]["backendRequest"]) == c.DEFAULT_ROUTE_TIMEOUT_SECONDS
+    assert _seconds(rule["timeouts"]["request"]) == c.DEFAULT_ROUTE_TIMEOUT_SECONDS  # nothing held: all pods up
+    keda = {"prometheusAddress": "http://prom:9090", "target": "4"}
+    to_zero = {"model": "m", "startupTimeoutSeconds": 1200, "router": {"gateway": GATEWAY, "requestTimeoutSeconds": 600},
+               "autoscaling": {"minReplicas": 0, "maxReplicas": 3, "keda": keda}}  # fmt: skip
+    objs = rendered(to_zero)
+    (rule,) = objs[("HTTPRoute", "chat")]["spec"]["rules"]
+    config = json.loads(objs[("ConfigMap", "chat-epp")]["data"][c.EPP_CONFIG_FILE])
+    held = _seconds(config["flowControl"]["defaultRequestTTL"])
+    assert held > 1200
+    assert _seconds(rule["timeouts"]["backendRequest"]) == 600
+    assert _seconds(rule["timeouts"]["request"]) == 600 + held
+    operator_crds.validate(objs[("HTTPRoute", "chat")])
