@@ -23,12 +23,15 @@ from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.kvcache import create_prefix_cache
 from minisgl.message import StepOutput
 from minisgl.utils import env
+from minisgl.utils.logger import get_logger
 
 from .cache import CacheManager
 from .config import SchedulerConfig
 from .decode import DecodeManager
 from .prefill import PrefillManager
 from .table import RequestTable
+
+logger = get_logger(__name__)
 
 
 @dataclass
@@ -51,9 +54,9 @@ class SchedulerStats:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, engine: Engine | None = None):
+    def __init__(self, config: SchedulerConfig):
         self.config = config
-        self.engine = engine or Engine(config)
+        self.engine = Engine(config)
         e = self.engine
         self.table = RequestTable(config.max_running_requests)
         self.prefix_cache = create_prefix_cache(config.cache, e.page_size)
@@ -94,9 +97,12 @@ class Scheduler:
             return f"token id {bad} is outside the vocabulary (0..{vocab - 1})"
         if prompt_len < 1:
             return "the prompt is empty"
-        bad = next((t for t, _ in params.logit_bias if not 0 <= t < vocab), None)
-        if bad is not None:
-            return f"logit_bias: token id {bad} is outside the vocabulary (0..{vocab - 1})"
+        # Every id a request carries indexes the logits somewhere (a bias, a ban under min_tokens):
+        # one outside them would fail the whole batch's step, or on a GPU its context.
+        for field, ids in (("logit_bias", (t for t, _ in params.logit_bias)), ("stop_token_ids", params.stop_token_ids)):
+            bad = next((t for t in ids if not 0 <= t < vocab), None)
+            if bad is not None:
+                return f"{field}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
         limit = self.config.max_prompt_tokens
         if limit and prompt_len > limit:
             return f"the prompt has {prompt_len} tokens, more than this server's limit of {limit}"
@@ -118,8 +124,13 @@ class Scheduler:
         return params, self.check(prompt_ids, params)
 
     def add_request(self, uid: int, prompt_ids: list[int], params: SamplingParams) -> None:
-        """A request that can never run gets an error output instead."""
-        params, problem = self.admit(prompt_ids, params)
+        """A request that can never run gets an error output instead, as does one whose admission
+        fails in any way: one request's fault never reaches the scheduler's loop."""
+        try:
+            params, problem = self.admit(prompt_ids, params)
+        except Exception as e:  # noqa: BLE001
+            logger.exception("admitting request %d failed", uid)
+            params, problem = params, f"the request could not be admitted: {e}"
         if problem:
             self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return

@@ -94,3 +94,25 @@ def test_shared_prefix_is_computed_once(model_dir):
     assert stats.prompt_tokens == total
     assert stats.prefix_hit_tokens == 11 * 200
     assert stats.computed_prompt_tokens == total - 11 * 200
+
+
+@pytest.mark.parametrize("params, field", [
+    (SamplingParams(max_tokens=4, min_tokens=2, stop_token_ids=(2147483647,)), "stop_token_ids"),
+    (SamplingParams(max_tokens=4, stop_token_ids=(-1,)), "stop_token_ids"),
+    (SamplingParams(max_tokens=4, logit_bias=((10**9, 1.0),)), "logit_bias"),
+])
+def test_an_id_outside_the_vocabulary_fails_its_request_not_the_scheduler(model_dir, params, field):
+    """The request that once killed the server (stop_token_ids far outside the vocabulary, banned
+    under min_tokens) is refused by name at admission; the next one runs."""
+    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_pages=256, page_size=4)
+    try:
+        with pytest.raises(ValueError, match=rf"prompt 0: {field}: token id -?\d+ is outside the vocabulary"):
+            llm.generate([[5, 6, 7]], params, use_tqdm=False)
+        scheduler = llm.scheduler
+        scheduler.add_request(99, [5, 6, 7], params)  # the server's way in: an error output, no exception
+        outputs = scheduler.step()
+        assert [(o.uid, o.finish_reason) for o in outputs] == [(99, "error")] and field in outputs[0].error
+        ok = llm.generate([[5, 6, 7]], SamplingParams(max_tokens=3, ignore_eos=True), use_tqdm=False)[0]
+        assert len(ok["token_ids"]) == 3 and scheduler.cache.used_pages == 0
+    finally:
+        llm.shutdown()

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from minisgl.server.protocol import REFUSED_UNLESS
+from minisgl.server.http.protocol import REFUSED_UNLESS
 from tests.server.serving import ServerProcess, tiny_qwen3_server
 
 MODEL = "tiny-qwen3"
@@ -112,13 +112,16 @@ def test_out_of_range_sampling_controls_are_400(server, field, value):
 
 
 @pytest.mark.parametrize("body", [{"min_tokens": 300},  # above the rest of the context (--max-seq-len 256)
-                                  {"min_tokens": 2, "response_format": {"type": "json_object"}}])
+                                  {"min_tokens": 2, "response_format": {"type": "json_object"}},
+                                  # once took the scheduler down (an index far outside the logits)
+                                  {"max_tokens": 4, "min_tokens": 2, "stop_token_ids": [2147483647]}])
 def test_an_impossible_combination_is_400_naming_the_field_and_the_server_serves_on(server, body):
     """Caught by SamplingParams (on its way to the scheduler, or at the scheduler once it knows the
     context left): the client gets a clear 400, the workers stay up, the next request is served."""
     resp = post(server, "/v1/chat/completions", {"model": MODEL, "messages": CHAT, **body})
     assert resp.status_code == 400, resp.text
-    assert resp.json()["error"]["code"] == "invalid_request" and "min_tokens" in resp.json()["error"]["message"]
+    field = "stop_token_ids" if "stop_token_ids" in body else "min_tokens"
+    assert resp.json()["error"]["code"] == "invalid_request" and field in resp.json()["error"]["message"]
     resp = post(server, "/v1/chat/completions", {"model": MODEL, "messages": CHAT, "max_tokens": 2, "ignore_eos": True})
     assert resp.status_code == 200 and resp.json()["usage"]["completion_tokens"] == 2
 
