@@ -44,6 +44,7 @@ from minisgl.utils.net import free_port
 from minisgl.benchmark.server_process import ServerProcess
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+MODEL_FREE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_free.py")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -58,7 +59,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
                    help="start `python -m minisgl` with the flags after -- on a free loopback port, stop it at the end")
     p.add_argument("--model-free", action="store_true",
                    help="with --launch: the server's engine runs no model and emits random tokens as fast as the "
-                   "CPU allows (minisgl.benchmark.model_free), to measure the serving path alone")
+                   "CPU allows (model_free.py beside this script), to measure the serving path alone")
     p.add_argument("--ready-timeout", type=float, default=900, help="seconds to wait for a launched server")
     p.add_argument("--api", choices=["completions", "chat"], default="completions",
                    help="completions: token-id prompts of exact length; chat: word prompts of about that length")
@@ -112,8 +113,8 @@ def launch(args: argparse.Namespace, server_flags: list[str]) -> ServerProcess:
     host = "127.0.0.1" if server.host in ("0.0.0.0", "::", "") else server.host
     args.api_key = args.api_key or server.api_key
     log_path = os.path.splitext(args.out)[0] + "-server.log"
-    module = "minisgl.benchmark.model_free" if args.model_free else "minisgl"
-    command = [sys.executable, "-m", module, *flags]
+    program = [MODEL_FREE] if args.model_free else ["-m", "minisgl"]
+    command = [sys.executable, *program, *flags]
     print(f"launching: {shlex.join(command)}  (log: {log_path})", flush=True)
     srv = ServerProcess(command, f"http://{host}:{server.port}", log_path, command=True)
     try:

@@ -24,7 +24,7 @@ logger = get_logger(__name__)
 
 class StatsReporter:
     """Sends the API process what /metrics shows from the scheduler: queue times, running and
-    waiting requests, KV pages, prefix-cache tokens (minisgl.server.metrics says why a message).
+    waiting requests, KV pages, prefix-cache tokens (minisgl.server.http.metrics says why a message).
 
     Queue time runs from a request's arrival here to the step that admits it. Admission happens
     inside Scheduler.step, so this watches the waiting queue instead: it is first come, first
@@ -177,14 +177,14 @@ class SchedulerServer:
             pass
 
 
-def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], link: WorkerLink, engine_cls=None) -> None:
-    """The scheduler process. `engine_cls` replaces the Engine (benchmarks: minisgl.benchmark.model_free)."""
+def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], link: WorkerLink) -> None:
+    """The scheduler process."""
 
     def body(ready):
         if config.tp_info.size > 1 and not torch.cuda.is_available():
             # CPU ranks share the machine's cores.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tp_info.size))
-        scheduler = Scheduler(config, engine_cls(config) if engine_cls else None)
+        scheduler = Scheduler(config)
         server = SchedulerServer.over_zmq(scheduler, addrs, link.heartbeat)
         ready()
         try:

@@ -13,7 +13,7 @@ from prompt_toolkit.patch_stdout import patch_stdout
 
 from minisgl.core import SamplingParams
 
-from .frontend import UNAVAILABLE
+from .runtime.frontend import UNAVAILABLE
 
 HELP = ("Type a message. Ctrl-C stops an answer. Commands: /reset clears the conversation, "
         "/exit (or Ctrl-D) leaves.")

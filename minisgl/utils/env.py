@@ -47,7 +47,7 @@ TRITON_DECODE = EnvVar("MINISGL_TRITON_DECODE", "1",
                        "0: FlashInfer's decode kernels in the CUDA graphs of a few requests too, instead of minisgl's "
                        "Triton split-KV decode (minisgl/attention/triton_decode.py), to measure what it saves")
 MODEL_FREE_STEP_MS = EnvVar("MINISGL_MODEL_FREE_STEP_MS", "0",
-                            "the model-free benchmark engine's time per step, in ms (minisgl.benchmark.model_free)")
+                            "the model-free benchmark engine's time per step, in ms (benchmark/online/model_free.py)")
 
 ALL = (API_KEY, LOG_LEVEL, CACHE, DISABLE_OVERLAP, DISABLE_FUSED_KERNELS, DISABLE_FLASHINFER_SAMPLING,
        DECODE_TENSOR_CORES, DISABLE_PDL, TRITON_DECODE, MODEL_FREE_STEP_MS)

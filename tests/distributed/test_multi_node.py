@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from minisgl.server.args import parse_args
-from minisgl.server.nodes import NodePlacement
+from minisgl.server.runtime.nodes import NodePlacement
 from minisgl.utils.net import free_port
 from tests.distributed.test_tensor_parallel import PROMPTS, single_rank_texts
 from tests.server.serving import ServerProcess
@@ -106,7 +106,7 @@ def test_bad_node_flags_are_refused_in_one_line(argv, problem, capsys):
 
 
 def test_ranks_over_several_nodes_never_use_the_single_node_custom_all_reduce():
-    from minisgl.server.launch import scheduler_config
+    from minisgl.server.runtime.workers import scheduler_config
 
     one_node = parse_args(["--tp", "2"])
     two_nodes = parse_args(["--tp", "2", "--nnodes", "2", "--dist-init-addr", "h:1"])

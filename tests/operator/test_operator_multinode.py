@@ -8,7 +8,7 @@ import pytest
 
 import operator_crds
 from minisgl.server.args import parse_args
-from minisgl.server.nodes import NodePlacement
+from minisgl.server.runtime.nodes import NodePlacement
 from minisgl_operator import constants as c
 from minisgl_operator import handlers, render
 

@@ -83,7 +83,7 @@ def test_the_server_module_reads_minisgl_server_args_and_nothing_heavier():
 
 def test_the_server_exports_the_gauge_the_hpa_scales_on():
     # The observability side of the server defines the metrics; the operator's HPA names one of them.
-    metrics = pytest.importorskip("minisgl.server.metrics", reason="the server's metrics module is not there yet")
+    metrics = pytest.importorskip("minisgl.server.http.metrics", reason="the server's metrics module is not there yet")
     from prometheus_client import generate_latest
 
     from minisgl_operator import constants
@@ -98,7 +98,7 @@ def test_the_server_exports_what_the_endpoint_picker_and_keda_read():
     from prometheus_client.parser import text_string_to_metric_families
 
     from minisgl.message import SchedulerStatsMsg
-    from minisgl.server.metrics import ServerMetrics
+    from minisgl.server.http.metrics import ServerMetrics
     from minisgl_operator import constants
     from minisgl_operator.router import ENGINE_METRICS
 

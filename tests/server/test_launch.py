@@ -12,7 +12,7 @@ import torch
 from minisgl.distributed import DistributedInfo
 from minisgl.scheduler import SchedulerConfig
 from minisgl.server.args import ServerArgs
-from minisgl.server.launch import scheduler_config
+from minisgl.server.runtime.workers import scheduler_config
 
 # Config fields no flag sets: given by the launcher (model_path, tp_info from --tp and the rank,
 # distributed_addr) or only by offline callers and tests (cuda_graph_bs, overlap).

@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from transformers import AutoConfig
 
 from minisgl.message import Reply, SchedulerStatsMsg
-from minisgl.server.metrics import FINISHED_REASONS, PREFIX, ServerMetrics
+from minisgl.server.http.metrics import FINISHED_REASONS, PREFIX, ServerMetrics
 from tests.server.serving import ServerProcess, free_port
 
 REPO = Path(__file__).resolve().parents[2]

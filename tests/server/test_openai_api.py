@@ -251,7 +251,7 @@ def test_stream_events_survive_line_splitting_clients():
     aiter_lines) treats as line ends; each event must still arrive as one parseable line."""
     from httpx._decoders import LineDecoder
 
-    from minisgl.server.openai_api import sse
+    from minisgl.server.http.generation import sse
 
     chunk = {"choices": [{"text": "a\x85b\u2028c\u2029d\r\ne\x1cf\u00e9\u4e2d"}]}
     lines = LineDecoder().decode(sse(chunk).decode()) + LineDecoder().flush()

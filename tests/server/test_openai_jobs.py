@@ -9,8 +9,9 @@ import pytest
 
 from minisgl.core import SamplingParams
 from minisgl.message import TextParams
-from minisgl.server.openai_api import chat_jobs, completion_jobs
-from minisgl.server.protocol import APIError, ChatCompletionRequest, CompletionRequest
+from minisgl.server.http.chat import chat_jobs
+from minisgl.server.http.completions import completion_jobs
+from minisgl.server.http.protocol import APIError, ChatCompletionRequest, CompletionRequest
 
 CHAT = [{"role": "user", "content": "hi"}]
 

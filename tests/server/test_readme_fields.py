@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from minisgl.server.protocol import REFUSED_UNLESS, ChatCompletionRequest, CompletionRequest
-from minisgl.server.responses_protocol import RESPONSES_REFUSED_UNLESS, ResponsesRequest
+from minisgl.server.http.protocol import REFUSED_UNLESS, ChatCompletionRequest, CompletionRequest
+from minisgl.server.http.responses_protocol import RESPONSES_REFUSED_UNLESS, ResponsesRequest
 
 README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 

@@ -9,7 +9,7 @@ import asyncio
 import httpx
 from transformers import AutoTokenizer
 
-from minisgl.server.request_cost import MAX_SCHEMA_BYTES
+from minisgl.server.http.request_cost import MAX_SCHEMA_BYTES
 from tests.server.serving import tiny_qwen3_server
 
 MAX_PROMPT = 64

@@ -17,7 +17,7 @@ from openai.types.responses import Response
 from prometheus_client.parser import text_string_to_metric_families
 
 from minisgl.server.parsers import ChatOutputFormat
-from minisgl.server.responses_api import OutputItems
+from minisgl.server.http.responses import OutputItems
 from tests.server.serving import ServerProcess, metric, tiny_qwen3_server, wait_for
 from tests.server.tool_chat import CHAT, TEMPLATE, TIME, WEATHER
 

@@ -190,11 +190,16 @@ class SamplingFields(KnownFieldsOnly):
             return ("grammar", self.guided_grammar)
         return None
 
-    def sampling_params(self, max_tokens: int | None) -> SamplingParams:
+    def max_new_tokens(self) -> int | None:
+        """The most tokens a choice may generate (None: as many as fit); each request spells it its way."""
+        raise NotImplementedError
+
+    def sampling_params(self) -> SamplingParams:
         """The request's SamplingParams, checked here in the API server: an impossible combination
         (min_tokens above max_tokens, min_tokens with a grammar, a schema that is not JSON) is the
         client's 400 naming the field, and nothing invalid enters the pipeline. max_tokens None
         stays for the scheduler to resolve."""
+        max_tokens = self.max_new_tokens()
         try:
             return SamplingParams(
                 temperature=1.0 if self.temperature is None else self.temperature,
@@ -377,6 +382,9 @@ class ChatCompletionRequest(SamplingFields):
     def logprobs_k(self) -> int | None:
         return (self.top_logprobs or 0) if self.logprobs else None
 
+    def max_new_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
+
 
 class CompletionRequest(SamplingFields):
     prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)] = \
@@ -387,6 +395,9 @@ class CompletionRequest(SamplingFields):
 
     def logprobs_k(self) -> int | None:
         return self.logprobs
+
+    def max_new_tokens(self) -> int | None:
+        return self.max_tokens
 
     def prompts(self) -> list[dict]:
         """Each prompt as generate() keyword arguments."""

@@ -1,6 +1,7 @@
-"""/v1/completions and /v1/chat/completions: turning OpenAI requests into pipeline requests and
-replies into OpenAI responses (JSON or server-sent events), the same way for both; what the two
-spell differently is their format's (openai_formats.py)."""
+"""Serving a generation request, the same way for /v1/chat/completions, /v1/completions and
+/v1/responses: its choices run concurrently (Generation), their first replies decide the HTTP
+status, then the replies become one JSON response or server-sent events. What the chat and
+completions spell differently is their format's (formats.py)."""
 
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from minisgl.core import SamplingParams
 from minisgl.message import Reply
 
-from .frontend import UNAVAILABLE, FrontendClient
-from .openai_formats import OpenAIFormat
+from ..runtime.frontend import UNAVAILABLE, FrontendClient
+from .formats import OpenAIFormat
 from .protocol import ChatCompletionRequest, CompletionRequest, error_response
 
 
@@ -275,20 +276,7 @@ async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | Comp
     return sse_response(events())
 
 
-def _nth_choice(params: SamplingParams, j: int) -> SamplingParams:
+def nth_choice(params: SamplingParams, j: int) -> SamplingParams:
     """Choice j of n: with a seed, each choice gets its own (seed + j), so the n choices differ
     from each other and the whole response still reproduces."""
     return params if j == 0 or params.seed is None else replace(params, seed=params.seed + j)
-
-
-def chat_jobs(body: ChatCompletionRequest) -> list:
-    params = body.sampling_params(body.max_completion_tokens or body.max_tokens)
-    kw = {"messages": [m.as_template_input() for m in body.messages],
-          "text_params": body.text_params(body.template_options())}
-    return [(0, _nth_choice(params, j), kw) for j in range(body.n)]
-
-
-def completion_jobs(body: CompletionRequest) -> list:
-    params, text_params = body.sampling_params(body.max_tokens), body.text_params()
-    return [(i, _nth_choice(params, j), {**kw, "text_params": text_params})
-            for i, kw in enumerate(body.prompts()) for j in range(body.n)]

@@ -1,18 +1,21 @@
-"""A server whose engine runs no model, for measuring the serving path alone (benchmarks only).
+"""A server whose engine runs no model, for measuring the serving path alone (benchmark support,
+outside the package: bench.py --model-free runs it).
 
 `ModelFreeEngine` is the real Engine (page table, token pool, KV pool sized as usual) with the
 forward pass replaced by drawing random token ids, so every other part runs for real: the API
 process, the tokenizer and detokenizer workers, ZMQ and msgpack, and the scheduler's host side
 (batching, prefix cache, pages). It decodes as fast as the host allows, or one step per
 `MINISGL_MODEL_FREE_STEP_MS` to mimic a GPU's step time. It is reachable only through this
-module, never through the server's flags:
+script, never through the server's flags:
 
-    python -m minisgl.benchmark.model_free [server flags]      # e.g. --port 1919
+    python benchmark/online/model_free.py [server flags]      # e.g. --port 1919
+
+The server takes no hook for it: this script swaps the scheduler processes' entry point in the
+launcher (spawned children unpickle it from here) and, in each scheduler process, the Engine.
 """
 
 from __future__ import annotations
 
-import functools
 import sys
 import time
 
@@ -50,17 +53,27 @@ class ModelFreeEngine(Engine):
         return ForwardOutput(tokens, tokens.clone(), _DoneEvent())
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_model_free_scheduler(config, addrs: dict[str, str], link) -> None:
+    """The scheduler process, its Engine a ModelFreeEngine."""
+    import minisgl.scheduler.scheduler
     from minisgl.scheduler.io import run_scheduler
+
+    minisgl.scheduler.scheduler.Engine = ModelFreeEngine
+    run_scheduler(config, addrs, link)
+
+
+def main(argv: list[str] | None = None) -> int:
+    import minisgl.server.runtime.workers
     from minisgl.server.args import parse_args
     from minisgl.server.launch import serve
 
     args = parse_args(argv)
     if args.device == "cuda" or args.tp != 1:
-        print("minisgl.benchmark.model_free: error: runs on the CPU with --tp 1 only", file=sys.stderr)
+        print("model_free.py: error: runs on the CPU with --tp 1 only", file=sys.stderr)
         return 2
     args = type(args)(**{**args.__dict__, "device": "cpu"})
-    return serve(args, scheduler_target=functools.partial(run_scheduler, engine_cls=ModelFreeEngine))
+    minisgl.server.runtime.workers.run_scheduler = run_model_free_scheduler
+    return serve(args)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,9 @@ from typing import Any
 
 from minisgl.utils.logger import get_logger
 
-from .api_server import ServerState
-from .args import ServerArgs
+from ..args import ServerArgs
 from .frontend import FrontendClient
+from .state import ServerState
 
 logger = get_logger(__name__)
 
@@ -35,7 +35,7 @@ class Supervisor:
     FORCED_SETTLE_S = 0.5  # the same after a second signal: "at once", but each client still hears why
 
     def __init__(self, args: ServerArgs, workers: Any, state: ServerState, client: FrontendClient, server: Any):
-        """`workers`: minisgl.server.launch.Workers; `server`: the uvicorn.Server to stop."""
+        """`workers`: runtime.workers.Workers; `server`: the uvicorn.Server to stop."""
         self.args, self.workers, self.state, self.client, self.server = args, workers, state, client, server
         self.exit_code = 0
         self.stopping = asyncio.Event()  # a signal arrived (or the server is stopping anyway)

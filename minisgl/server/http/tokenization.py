@@ -7,10 +7,11 @@ import asyncio
 import functools
 from typing import Annotated
 
-from fastapi import FastAPI
+from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from .args import ServerArgs, load_chat_template
+from ..args import load_chat_template
+from .deps import ApiDeps
 from .protocol import APIError, ChatMessage, TokenId, Tool
 
 
@@ -43,24 +44,27 @@ class DetokenizeRequest(BaseModel):
     tokens: list[TokenId]
 
 
-def add_tokenize_routes(app: FastAPI, args: ServerArgs, model_path: str | None, check_serving, dependencies) -> None:
+def router(deps: ApiDeps) -> APIRouter:
+    api = APIRouter()
+    args = deps.args
+
     @functools.cache
     def tokenizer():
         from transformers import AutoTokenizer
 
         from minisgl.models.demo import demo_model_dir
 
-        tok = AutoTokenizer.from_pretrained(model_path or args.model or demo_model_dir())
+        tok = AutoTokenizer.from_pretrained(args.model or demo_model_dir())
         template = load_chat_template(args.chat_template)
         if template:
             tok.chat_template = template
         return tok
 
-    @app.post("/tokenize", dependencies=dependencies, tags=["extensions"])
+    @api.post("/tokenize", tags=["extensions"])
     async def tokenize(body: TokenizePrompt | TokenizeChat):
         from minisgl.tokenizer.chat_template import render_chat
 
-        check_serving(body.model)
+        deps.check_serving(body.model)
         tok = await asyncio.to_thread(tokenizer)  # loaded once, off the event loop
         if isinstance(body, TokenizePrompt):
             ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
@@ -73,10 +77,12 @@ def add_tokenize_routes(app: FastAPI, args: ServerArgs, model_path: str | None, 
                 raise APIError(400, f"cannot render the chat: {e}", param="messages") from None
         return {"tokens": ids, "count": len(ids)}
 
-    @app.post("/detokenize", dependencies=dependencies, tags=["extensions"])
+    @api.post("/detokenize", tags=["extensions"])
     async def detokenize(body: DetokenizeRequest):
-        check_serving(body.model)
+        deps.check_serving(body.model)
         tok = await asyncio.to_thread(tokenizer)
         if any(t >= len(tok) for t in body.tokens):
             raise APIError(400, f"token ids must be below the vocabulary size {len(tok)}", param="tokens")
         return {"prompt": tok.decode(body.tokens)}
+
+    return api

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from minisgl.utils.net import rendezvous_addr
 
-from .args import ServerArgs
+from ..args import ServerArgs
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from minisgl.message import Reply
 
-from .parsers import ChatOutputFormat, ChatOutputReader
+from ..parsers import ChatOutputFormat, ChatOutputReader
 from .protocol import (
     AssistantMessage,
     ChatChoice,
@@ -26,7 +26,7 @@ from .protocol import (
 )
 
 if TYPE_CHECKING:
-    from .openai_api import Choice
+    from .generation import Choice
 
 
 def openai_finish_reason(reason: str | None) -> str | None:

@@ -6,7 +6,7 @@ beyond `limit_concurrency` with 503; what it lacks is a deadline for a request's
 sending its headers a byte every few seconds (slowloris) resets uvicorn's keep-alive timer with
 each byte and holds its socket forever. `head_deadline_protocol` adds that deadline to uvicorn's
 own HTTP protocol classes (httptools or h11, whichever uvicorn would pick). The body's deadline is
-an ASGI concern and lives in api_server.BodySizeLimit, which reads the body anyway.
+an ASGI concern and lives in http.middleware.BodySizeLimit, which reads the body anyway.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """/v1/responses: OpenAI's Responses API, stateless (nothing is stored, so nothing can be referred
 back to). The request (responses_protocol.py) becomes the chat request it means and is served by
-the chat endpoint's own path: its limits, metrics, drain behaviour, Generation (abort on
+the chat endpoint's own path (chat.py): its limits, metrics, drain behaviour, Generation (abort on
 disconnect) and output format (tool-call and reasoning parsers). The output is read back into
 Responses output items (reasoning, message, function_call), whole or as the Responses stream
 events."""
@@ -13,16 +13,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from minisgl.message import Reply
 
-from .frontend import UNAVAILABLE
-from .openai_api import Generation, chat_jobs, finished_choices, sse, sse_response, start_generation, stream_failure
-from .openai_formats import openai_finish_reason
-from .parsers import ChatOutputFormat
+from ..parsers import ChatOutputFormat
+from ..runtime.frontend import UNAVAILABLE
+from .chat import chat_jobs
+from .deps import ApiDeps
+from .formats import openai_finish_reason
+from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure
 from .protocol import APIError, generation_responses
 from .responses_protocol import ResponseObject, ResponsesRequest
 
@@ -134,38 +136,32 @@ def _usage(gen: Generation) -> dict:
 _RESPONSES_NAMES = {"max_tokens": "max_output_tokens", "response_format": "text.format", "messages": "input"}
 
 
-def add_responses_route(app: FastAPI, args, client, check_serving, check_limits, check_tool_parser, defaults: dict,
-                        dependencies) -> None:
-    """POST /v1/responses; `check_serving`/`check_limits`/`check_tool_parser` and `client` (the
-    ObservedClient) are the chat route's."""
-    @app.post("/v1/responses", dependencies=dependencies, tags=["openai"], response_model=None,
-              responses=generation_responses(ResponseObject))
+def router(deps: ApiDeps) -> APIRouter:
+    api = APIRouter()
+
+    @api.post("/v1/responses", tags=["openai"], response_model=None, responses=generation_responses(ResponseObject))
     async def responses(body: ResponsesRequest, request: Request):
-        check_serving(body.model)
+        deps.check_serving(body.model)
         if body.built_in_tool():
             raise APIError(400, f"tools: the built-in tool {body.built_in_tool()!r} is not supported; only function "
                                 "tools are", param="tools", code="unsupported_parameter")
-        unsupported = body.unsupported_field(args.allow_unknown_fields)
-        if unsupported:
-            raise APIError(400, f"{unsupported} is not supported by this server", param=unsupported,
-                           code="unsupported_parameter")
+        deps.check_unsupported(body)
         try:
-            chat = body.chat_request().with_defaults(defaults)
+            chat = body.chat_request().with_defaults(deps.sampling_defaults)
         except ValidationError as e:  # the request validated, so its chat form should too: a clear 400 anyway
             raise APIError(400, f"input: {e.errors()[0]['msg']}", param="input") from None
         try:
-            check_limits(chat, 1)
+            deps.check_limits(chat, 1)
         except APIError as e:
             if e.param in _RESPONSES_NAMES:
                 e.message, e.param = e.message.replace(e.param, _RESPONSES_NAMES[e.param]), _RESPONSES_NAMES[e.param]
             raise
-        check_tool_parser(chat)
-        output = ChatOutputFormat.for_chat(chat, args.reasoning_parser, args.tool_call_parser)
-        gen, firsts = await start_generation(client, chat_jobs(chat))
+        output = deps.chat_output(chat)
+        gen, firsts = await start_generation(deps.client, chat_jobs(chat))
         if isinstance(firsts, JSONResponse):
             return firsts
-        base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()), "model": args.model_name,
-                **body.echo(chat)}
+        base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()),
+                "model": deps.args.model_name, **body.echo(chat)}
         if body.stream:
             return sse_response(_events(gen, firsts, base, output))
         choices = await finished_choices(gen, firsts, request)
@@ -174,6 +170,8 @@ def add_responses_route(app: FastAPI, args, client, check_serving, check_limits,
         items = OutputItems(output)
         items.read(choices[0].text, choices[0].finish_reason)
         return JSONResponse({**base, **items.response_fields(), "error": None, "usage": _usage(gen)})
+
+    return api
 
 
 async def _events(gen: Generation, firsts: list[Reply], base: dict, output: ChatOutputFormat) -> AsyncIterator[bytes]:
@@ -211,4 +209,4 @@ async def _events(gen: Generation, firsts: list[Reply], base: dict, output: Chat
                                           error={"code": "server_error", "message": message})})
 
 
-__all__ = ["OutputItems", "add_responses_route"]
+__all__ = ["OutputItems", "router"]

@@ -1,0 +1,95 @@
+"""The FastAPI app: one router per endpoint family, each given the same `ApiDeps`; OpenAI-style
+errors for everything that goes wrong; the middleware (API key, body limits, CORS) around it."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from minisgl.utils.logger import get_logger
+
+from ..args import ServerArgs
+from ..runtime.frontend import FrontendClient
+from ..runtime.state import ServerState
+from . import chat, completions, models, probes, responses, tokenization
+from .deps import ApiDeps
+from .generation_defaults import sampling_defaults
+from .metrics import ServerMetrics
+from .middleware import ApiKeyGate, BodySizeLimit, guarded_paths
+from .protocol import APIError, ErrorResponse, error_response
+
+logger = get_logger(__name__)
+ROUTERS = (probes, models, chat, completions, responses, tokenization)  # in the OpenAPI schema's order
+
+
+def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
+               metrics: ServerMetrics | None = None) -> FastAPI:
+    app = FastAPI(title="minisgl", version="0.1.0", description="OpenAI-compatible LLM inference server",
+                  responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
+                             404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+    state.created = state.created or int(time.time())
+    metrics = metrics or ServerMetrics(args.model_name, args.model or args.model_name, args.tp)
+    metrics.track_readiness(lambda: state.can_serve)
+    deps = ApiDeps(args, state, client, metrics, sampling_defaults(args.generation_config, args.model))
+    _answer_errors_the_openai_way(app)
+    routers = [module.router(deps) for module in ROUTERS]
+    for router in routers:
+        app.include_router(router)
+    app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout)
+    if args.api_key:  # outside BodySizeLimit: a client without the key never gets its body read
+        guarded = guarded_paths(route for router in routers for route in router.routes)
+        app.add_middleware(ApiKeyGate, api_key=args.api_key, guarded=guarded)
+    if args.origins():
+        from fastapi.middleware.cors import CORSMiddleware
+
+        app.add_middleware(CORSMiddleware, allow_origins=args.origins(), allow_methods=["*"], allow_headers=["*"],
+                           allow_credentials="*" not in args.origins())
+    _document_model_name(app, args.model_names)
+    return app
+
+
+def _answer_errors_the_openai_way(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def api_error(_: Request, e: APIError):
+        return error_response(e.status, e.message, e.param, e.code, e.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_: Request, e: RequestValidationError):
+        first = e.errors()[0] if e.errors() else {}
+        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+        message = first.get("msg", "invalid request")
+        # A field nested in an object (stream_options, a message, a tool) that the server does not
+        # know is as unsupported as an unknown top-level field.
+        code = "unsupported_parameter" if first.get("type") == "extra_forbidden" else "invalid_request"
+        return error_response(400, f"{'.'.join(loc) + ': ' if loc else ''}{message}", param=".".join(loc) or None,
+                              code=code)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_: Request, e: StarletteHTTPException):
+        return error_response(e.status_code, str(e.detail), headers=getattr(e, "headers", None))
+
+    @app.exception_handler(Exception)
+    async def unexpected(_: Request, e: Exception):  # a bug: the client still gets an OpenAI error body
+        logger.exception("unhandled error in a request")
+        return error_response(500, f"internal error: {type(e).__name__}", code="internal_error")
+
+
+def _document_model_name(app: FastAPI, names: tuple[str, ...]) -> None:
+    """The OpenAPI schema names the one model served, so clients and fuzzers know the valid value."""
+    from fastapi.openapi.utils import get_openapi
+
+    def openapi():
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            for body in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest"):
+                schema["components"]["schemas"][body]["properties"]["model"]["anyOf"][0]["enum"] = list(names)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+
+
+__all__ = ["create_app"]

@@ -1,0 +1,35 @@
+"""POST /v1/chat/completions: a chat's messages through the chat template, n choices of output
+read back by the chat output format (reasoning, content, tool calls)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from .deps import ApiDeps
+from .formats import ChatFormat
+from .generation import nth_choice, serve_generation
+from .protocol import ChatCompletionRequest, ChatCompletionResponse, generation_responses
+
+
+def chat_jobs(body: ChatCompletionRequest) -> list:
+    """The request's choices as (prompt index, params, generate() kwargs)."""
+    params = body.sampling_params()
+    kw = {"messages": [m.as_template_input() for m in body.messages],
+          "text_params": body.text_params(body.template_options())}
+    return [(0, nth_choice(params, j), kw) for j in range(body.n)]
+
+
+def router(deps: ApiDeps) -> APIRouter:
+    api = APIRouter()
+
+    @api.post("/v1/chat/completions", tags=["openai"], response_model=None,
+              responses=generation_responses(ChatCompletionResponse))
+    async def chat(body: ChatCompletionRequest, request: Request):
+        deps.check_serving(body.model)
+        body = body.with_defaults(deps.sampling_defaults)
+        deps.check_limits(body, body.n)
+        output = deps.chat_output(body)
+        return await serve_generation(ChatFormat(output), body, chat_jobs(body), deps.args.model_name, deps.client,
+                                      request)
+
+    return api

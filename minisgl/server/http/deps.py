@@ -1,0 +1,81 @@
+"""The one object every router takes (`ApiDeps`): the flags, the server's state, the pipeline's
+client, the model's sampling defaults, and the checks every generation route makes before it
+sends anything to the workers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from ..args import ServerArgs
+from ..parsers import ChatOutputFormat
+from ..runtime.frontend import FrontendClient
+from ..runtime.state import ServerState
+from .metrics import ObservedClient, ServerMetrics
+from .protocol import APIError, ChatCompletionRequest, CompletionRequest
+from .request_cost import request_cost_problem
+
+
+@dataclass(frozen=True)
+class ApiDeps:
+    args: ServerArgs
+    state: ServerState
+    frontend: FrontendClient  # the pipeline's client; the probes' requests go through it uncounted
+    metrics: ServerMetrics
+    sampling_defaults: dict  # --generation-config: the model's values for fields a request leaves unset
+
+    @cached_property
+    def client(self) -> ObservedClient:
+        """The client of the OpenAI routes: their requests are timed and counted (/metrics)."""
+        return ObservedClient(self.frontend, self.metrics)
+
+    def check_serving(self, model: str | None = None) -> None:
+        """503 unless the server can take requests now; 404 for a model it does not serve."""
+        state, args = self.state, self.args
+        if state.failed:
+            raise APIError(503, f"the server cannot take requests: {state.failed}", code="service_unavailable")
+        if state.draining:
+            raise APIError(503, "the server is shutting down", code="service_unavailable", headers={"Retry-After": "5"})
+        if not state.ready:
+            raise APIError(503, "the model is still loading", code="service_unavailable", headers={"Retry-After": "5"})
+        if model is not None and model not in args.model_names:
+            raise APIError(404, f"the model '{model}' does not exist; this server serves '{args.model_name}'",
+                           param="model", code="model_not_found")
+
+    def check_unsupported(self, body) -> None:
+        """400 naming the first field the request sends that this server does not implement."""
+        unsupported = body.unsupported_field(self.args.allow_unknown_fields)
+        if unsupported:
+            raise APIError(400, f"{unsupported} is not supported by this server", param=unsupported,
+                           code="unsupported_parameter")
+
+    def check_limits(self, body: ChatCompletionRequest | CompletionRequest, choices: int) -> None:
+        """The server's limits on one generation request of `choices` choices (prompts x n)."""
+        args = self.args
+        max_tokens = body.max_new_tokens()
+        if args.max_new_tokens and max_tokens and max_tokens > args.max_new_tokens:
+            raise APIError(400, f"max_tokens {max_tokens} is above this server's limit of {args.max_new_tokens}",
+                           param="max_tokens")
+        if body.n > args.max_n:
+            raise APIError(400, f"n {body.n} is above this server's limit of {args.max_n}", param="n")
+        if choices // body.n > args.max_n:
+            raise APIError(400, f"{choices // body.n} prompts in one request; this server takes at most {args.max_n}",
+                           param="prompt")
+        too_costly = request_cost_problem(body)
+        if too_costly:
+            raise APIError(400, too_costly[1], param=too_costly[0], code="request_too_large")
+        self.check_unsupported(body)
+        # The route creates the request's streams before its first await, so no other request can
+        # pass this check in between (client.in_flight counts streams from their creation).
+        if self.frontend.in_flight + choices > args.max_pending_requests:
+            raise APIError(429, f"the server is at its limit of {args.max_pending_requests} requests; retry later",
+                           code="too_many_requests", headers={"Retry-After": "1"})
+
+    def chat_output(self, body: ChatCompletionRequest) -> ChatOutputFormat:
+        """How a chat's output is read back (reasoning, content, tool calls). Free-form tool calls
+        (tool_choice auto, the default with tools) need a parser: 400 without one."""
+        if body.tool_mode == "auto" and not self.args.tool_call_parser:
+            raise APIError(400, "tool_choice auto (the default with tools) needs the server started with "
+                                "--tool-call-parser; use tool_choice required or a named function",
+                           param="tool_choice", code="unsupported_parameter")
+        return ChatOutputFormat.for_chat(body, self.args.reasoning_parser, self.args.tool_call_parser)

@@ -1,0 +1,211 @@
+"""The server's worker processes: the model checked before they start, then started and stopped.
+
+Children: tokenizer, detokenizer and the scheduler (rank 0, with its engine), plus one engine
+process per further tensor-parallel rank. The API process (minisgl.server.launch) runs the HTTP
+server and watches them all (supervisor.py):
+
+* a child that dies ends every request in flight with a 503 (or a stream error event), new ones
+  are refused with 503, and the server exits non-zero with every child gone (a container restarts);
+* a child that stops turning (its heartbeat silent past --watchdog-timeout: stopped, deadlocked, a
+  GPU step that never ends) turns /health and /ready red until it turns again;
+* SIGTERM (or Ctrl-C) stops taking requests (503) and lets those in flight finish for at most
+  --drain-timeout; then the rest are aborted (their KV pages freed), each stream still gets a final
+  error event and [DONE], each waiting client a 503, and the server exits 0 with every child gone.
+  A second signal exits at once, non-zero.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import queue
+import shutil
+import time
+from dataclasses import dataclass, fields
+
+import torch
+
+from minisgl.distributed import DistributedInfo
+from minisgl.engine.config import resolve_dtype
+from minisgl.scheduler import SchedulerConfig
+from minisgl.scheduler.io import run_scheduler
+from minisgl.utils.liveness import Heartbeats, WorkerLink
+from minisgl.utils.logger import get_logger
+
+from ..args import ServerArgs, load_chat_template
+from .nodes import NodePlacement
+
+logger = get_logger(__name__)
+# "stats": scheduler -> API process, the numbers /metrics exports (minisgl.server.metrics).
+# Tokenizer i listens on tokenizer_name(i).
+ADDRESS_NAMES = ["scheduler", "detokenizer", "api", "stats"]
+
+
+def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
+                     distributed_addr: str = "tcp://127.0.0.1:23333") -> SchedulerConfig:
+    """The scheduler's config from the flags. A config field takes the value of the flag of the same
+    name (so a new setting needs no line here); only the computed fields are written out."""
+    computed = dict(
+        model_path=model_path,
+        tp_info=DistributedInfo(rank, args.tp),
+        distributed_addr=distributed_addr,
+        dtype=resolve_dtype(args.dtype),
+        # The custom all-reduce maps peers' memory through CUDA IPC: one node only. Across nodes
+        # every all-reduce is NCCL's (the probe would fail there too, but only after trying).
+        disable_custom_all_reduce=args.disable_custom_all_reduce or NodePlacement.of(args).nnodes > 1,
+    )
+    flags = {f.name for f in fields(args)}
+    copied = {f.name: getattr(args, f.name) for f in fields(SchedulerConfig)
+              if f.name in flags and f.name not in computed}
+    return SchedulerConfig(**copied, **computed)
+
+
+def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
+    """The model directory to load (with no --model, the built-in demo on the CPU), checked for
+    what can be known before any process starts: a ValueError names the problem."""
+    check_runtime_flags(args)
+    if args.model:
+        check_model(args, args.model)
+        return args, args.model
+    from minisgl.models.demo import demo_model_dir
+
+    logger.warning("no --model given: serving the built-in DEMO model (tiny, random weights, on the CPU); "
+                   "its output is random text. Pass --model to serve a real model.")
+    if args.device == "auto":
+        args = type(args)(**{**args.__dict__, "device": "cpu"})
+    check_model(args, demo_model_dir())
+    return args, demo_model_dir()
+
+
+def check_runtime_flags(args: ServerArgs) -> None:
+    """Flags whose check needs the packages args.py may not import (it is standard library only,
+    for the operator): the attention and MoE backends' names, a CUDA device. Raise ValueError."""
+    from minisgl.attention import ATTN_BACKENDS
+    from minisgl.layers.moe import BACKENDS as MOE_BACKENDS
+
+    if args.attn != "auto":
+        parts = [p.strip() for p in args.attn.split(",")]
+        unknown = next((p for p in parts if p not in ATTN_BACKENDS), None)
+        if len(parts) > 2 or unknown is not None:
+            raise ValueError(f"--attn {args.attn!r}: give auto, one backend or 'prefill,decode' of "
+                             f"{', '.join(sorted(ATTN_BACKENDS))}")
+    if args.moe_backend not in MOE_BACKENDS:
+        raise ValueError(f"--moe-backend {args.moe_backend!r}: give one of {', '.join(MOE_BACKENDS)}")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda: no CUDA GPU is available here (use --device cpu or auto)")
+
+
+def check_model(args: ServerArgs, model_path: str) -> None:
+    """Problems visible before any process starts (architecture, --tp split): raise ValueError."""
+    from minisgl.engine.config import resolve_device, validate_tp
+    from minisgl.models import load_model_config
+
+    if model_path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model_path)):
+        raise ValueError(f"model directory {model_path} does not exist")
+    config = load_model_config(model_path)
+    validate_tp(config, args.tp, resolve_device(args.device), NodePlacement.of(args).ranks_per_node)
+    if args.max_seq_len and args.max_seq_len > config.max_position_embeddings:
+        raise ValueError(f"--max-seq-len {args.max_seq_len} is above the model's context length of "
+                         f"{config.max_position_embeddings} tokens")
+
+
+def prompt_token_limit(args: ServerArgs, model_path: str) -> int:
+    """Most prompt tokens a request may have: --max-prompt-tokens, else the context length (the
+    engine may allow less; the scheduler has the last word)."""
+    from minisgl.models import load_model_config
+
+    context = min(args.max_seq_len or 1 << 62, load_model_config(model_path).max_position_embeddings)
+    return min(args.max_prompt_tokens or context, context)
+
+
+@dataclass
+class Workers:
+    procs: list[mp.process.BaseProcess]
+    addrs: dict[str, str]
+    status: mp.Queue
+    heartbeats: Heartbeats
+
+    def wait_ready(self, should_stop=lambda: False) -> None:
+        """Block until every child reported start-up; raise if one failed or died."""
+        pending = {p.name for p in self.procs}
+        while pending:
+            if should_stop():
+                raise RuntimeError("stopped during start-up")
+            try:
+                kind, name, detail = self.status.get(timeout=0.5)
+            except queue.Empty:
+                dead = self.dead()
+                if dead:
+                    raise RuntimeError(f"worker {dead} exited during start-up")
+                continue
+            if kind == "error":
+                raise RuntimeError(f"worker {name} failed to start:\n{detail}")
+            pending.discard(name)
+            logger.info("worker %s is ready", name)
+
+    def dead(self) -> str | None:
+        """The workers that have exited, killed ones first: a rank killed by a signal takes its
+        peer ranks down with it, and the log should name the cause, not the echo."""
+        gone = sorted((p for p in self.procs if not p.is_alive()), key=lambda p: (p.exitcode or 0) >= 0)
+        return ", ".join(f"{p.name} (exit code {p.exitcode})" for p in gone) or None
+
+    def silent_past(self, timeout: float) -> dict[str, float]:
+        """Workers started but silent for longer than `timeout` s (hung), and for how long."""
+        return self.heartbeats.silent_past(timeout)
+
+    def stop(self, grace: float = 5.0) -> None:
+        for p in self.procs:
+            if p.is_alive():
+                p.terminate()
+        deadline = time.monotonic() + grace
+        for p in self.procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join()
+        # Closed and its feeder thread joined, the queue's semaphores are released before exit
+        # (else multiprocessing's resource tracker warns of a leaked semaphore).
+        self.status.close()
+        self.status.join_thread()
+        shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
+
+
+def start_workers(args: ServerArgs, model_path: str) -> Workers:
+    """Spawn every worker."""
+    from minisgl.tokenizer.routing import tokenizer_name
+    from minisgl.tokenizer.worker import run_detokenizer, run_tokenizer
+    from minisgl.utils.zmq import ipc_addresses
+
+    ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
+    placement = NodePlacement.of(args)
+    # Only the head node talks to clients: the other nodes run their engine ranks alone.
+    tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)] if placement.is_head else []
+    addrs = ipc_addresses(ADDRESS_NAMES + tokenizers)
+    status = ctx.Queue()
+    dist_addr = placement.rendezvous()  # rendezvous of the tensor-parallel ranks
+    schedulers = {rank: "scheduler" if rank == 0 else f"scheduler-rank{rank}" for rank in placement.local_ranks}
+    local = list(schedulers.values()) + tokenizers + (["detokenizer"] if placement.is_head else [])
+    heartbeats = Heartbeats(local, ctx)
+
+    def link(name: str) -> WorkerLink:
+        return WorkerLink(name, status, heartbeats.of(name))
+
+    procs = [
+        ctx.Process(target=run_scheduler, name=name,
+                    args=(scheduler_config(args, model_path, rank, dist_addr), addrs, link(name)))
+        for rank, name in schedulers.items()
+    ]
+    if placement.is_head:
+        chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
+        procs += [
+            ctx.Process(target=run_tokenizer, name=name,
+                        args=(model_path, addrs, link(name), chat_template, prompt_token_limit(args, model_path)))
+            for name in tokenizers
+        ] + [
+            ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, link("detokenizer"))),
+        ]
+    for p in procs:
+        p.daemon = True
+        p.start()
+        logger.info("started worker %s (pid %d)", p.name, p.pid)
+    return Workers(procs, addrs, status, heartbeats)
