@@ -15,11 +15,14 @@ import argparse
 import os
 import sys
 import tempfile
+from pathlib import Path
 
-from minisgl.benchmark import chaos
-from minisgl.benchmark.report import write_json
-from minisgl.utils.net import free_port
-from minisgl.benchmark.server_process import ServerProcess
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repository: its tests/chaos.py
+
+from minisgl.benchmark.report import write_json  # noqa: E402
+from minisgl.benchmark.server_process import ServerProcess  # noqa: E402
+from minisgl.utils.net import free_port  # noqa: E402
+from tests import chaos  # noqa: E402
 
 
 def log(message: str) -> None:

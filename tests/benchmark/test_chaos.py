@@ -1,4 +1,4 @@
-"""The chaos scenarios of issue 21 (minisgl.benchmark.chaos) at CI size, against the real server
+"""The chaos scenarios of issue 21 (tests/chaos.py) at CI size, against the real server
 on a tiny model: load with cancels, a soak with every process's RSS sampled, slowloris, and the
 issue's 8 GB request. `benchmark/online/chaos.py` runs the same scenarios big."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from minisgl.benchmark import chaos
+from tests import chaos
 from tests.server.serving import tiny_qwen3_server, wait_for
 
 ARGS = ["--dtype", "float32", "--page-size", "4", "--num-pages", "4096", "--max-seq-len", "256",

@@ -14,7 +14,7 @@ import httpx
 import psutil
 import pytest
 
-from minisgl.benchmark import chaos
+from tests import chaos
 from minisgl.server.args import parse_args
 from minisgl.utils.net import free_port
 from minisgl.benchmark.server_process import ServerProcess as CommandProcess
@@ -60,7 +60,7 @@ def closed_by_server(sock: socket.socket) -> bytes | None:
 def test_slow_request_heads_are_closed_after_the_header_timeout_while_health_answers(server):
     """20 clients send their request head one byte every 0.4 s (each byte resets uvicorn's own
     keep-alive timer): all are closed about --header-timeout (2 s) after connecting, and /health
-    answers the whole time (the chaos scenario minisgl.benchmark.chaos.slowloris)."""
+    answers the whole time (the chaos scenario tests.chaos.slowloris)."""
     result = chaos.slowloris(server.url, connections=20, seconds=8, byte_every_s=0.4)
     assert result["cut"] == 20, f"{20 - result['cut']} slow connections still open after 8 s"
     assert all(1.5 < t < 4.5 for t in result["cut_after_s"]), result["cut_after_s"]

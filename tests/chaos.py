@@ -1,5 +1,6 @@
 """Chaos scenarios against a running server (issue 21), sized by their arguments: CI runs them
-small (tests/benchmark/test_chaos.py), `benchmark/online/chaos.py` runs them big.
+small (tests/benchmark/test_chaos.py, tests/server/test_connections.py), `benchmark/online/chaos.py`
+runs them big. Test support, so it lives under tests/, not in the package.
 
 Each returns plain numbers (JSON-ready): what the clients saw, and the resident memory of every
 server process sampled along the way, so a leak shows as growth per request.
