@@ -58,6 +58,10 @@ def progress_on_the_terminal(pytestconfig):
     yield
     pm.PYTEST_CONFIG = None
 
+# A hang guard, not a speed limit: the first test builds the Debian base (debootstrap) and the image
+# (torch included) from nothing, 10-20 minutes on 2 busy cores; podman.build has its own limit.
+pytestmark = pytest.mark.timeout(2700)
+
 
 def report_size(name: str, tag: str) -> int:
     size = pm.image_size(tag)
