@@ -30,7 +30,12 @@ from tests.docker.dockerfiles import GPU_DOCKERFILE, OPERATOR_DOCKERFILE, REPO, 
 from tests.docker.test_readme import cpu_build_args
 
 PROBLEM = pm.podman_problem()
-pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=f"podman cannot run containers here: {PROBLEM}")
+pytestmark = [
+    pytest.mark.skipif(PROBLEM is not None, reason=f"podman cannot run containers here: {PROBLEM}"),
+    # A hang guard, not a speed limit: the first test builds the Debian base (debootstrap) and the
+    # image (torch included) from nothing, 10-20 minutes on 2 busy cores; podman.build has its own.
+    pytest.mark.timeout(2700),
+]
 
 RUNTIME = final_stage(GPU_DOCKERFILE)
 PORT = server_args.DEFAULT_PORT
@@ -57,10 +62,6 @@ def progress_on_the_terminal(pytestconfig):
     pm.PYTEST_CONFIG = pytestconfig
     yield
     pm.PYTEST_CONFIG = None
-
-# A hang guard, not a speed limit: the first test builds the Debian base (debootstrap) and the image
-# (torch included) from nothing, 10-20 minutes on 2 busy cores; podman.build has its own limit.
-pytestmark = pytest.mark.timeout(2700)
 
 
 def report_size(name: str, tag: str) -> int:
