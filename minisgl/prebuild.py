@@ -17,7 +17,7 @@ What minisgl's defaults run (`--attn auto`, minisgl/attention/):
     templates take no bf16 queries over FP8 pages, so FP8 KV prefills with FA2 on Hopper too);
     the page size, the batch and the sequence lengths are run-time arguments of these kernels,
     so every --page-size uses the same ones;
-  - RMSNorm and add+RMSNorm, SiLU-and-mul, rotary embedding (minisgl/layers/fused.py);
+  - RMSNorm and add+RMSNorm, SiLU-and-mul, rotary embedding (minisgl/kernels/dispatch.py);
   - sampling from logits, top-k/top-p (minisgl/engine/sample.py).
 minisgl passes no sliding window, logits soft-cap or position encoding to FlashInfer, and its K
 and V pages have equal strides, so those variants are not built.

@@ -43,8 +43,9 @@ quiet() { grep -vE "it/s\]|s/it\]|tensor/s\]|Loading weights|Writing model"; }
 
 if [ -z "${SKIP_TESTS:-}" ]; then
     step "CUDA tests (the first FP8 attention call compiles its kernels)"
-    timeout "${TESTS_TIMEOUT:-300}" python -m pytest tests/quantization/test_fp8_cuda.py tests/quantization/test_fp8_gemv.py \
-        tests/attention/test_flashinfer_cuda.py tests/attention/test_triton_decode.py tests/layers/test_triton_kernels.py tests/engine/test_cuda.py \
+    timeout "${TESTS_TIMEOUT:-300}" python -m pytest tests/quantization/test_fp8_cuda.py tests/kernels/test_gemv.py \
+        tests/quantization/test_gemm.py tests/attention/test_flashinfer_cuda.py tests/kernels/test_decode_attention.py \
+        tests/kernels/test_rmsnorm.py tests/kernels/test_sampling.py tests/kernels/test_decode_inputs.py tests/engine/test_cuda.py \
         -q -rs -p no:cacheprovider > "$RES/tests.log" 2>&1
     echo "pytest exit $?"; tail -15 "$RES/tests.log"
     save_jit_cache  # the FP8 kernels, compiled once

@@ -40,12 +40,12 @@ import triton.language as tl
 
 from minisgl.benchmark.floor import copy_bandwidth
 from minisgl.benchmark.report import device_name, write_json
-from minisgl.layers import silu_and_mul
 from minisgl.kernels.dispatch import flashinfer_ops
-from minisgl.kernels.triton_kernels import add_rmsnorm
+from minisgl.kernels.gemv import GemvConfig, gemv, gemv_config
+from minisgl.kernels.rmsnorm import add_rmsnorm
+from minisgl.layers import silu_and_mul
 from minisgl.quantization.fp8 import quantize_rows
 from minisgl.quantization.gemm import quantize_per_token
-from minisgl.kernels.gemv import GemvConfig, gemv, gemv_config
 
 L2_BYTES = 50 * 2**20  # an H100's
 

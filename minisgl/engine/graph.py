@@ -75,7 +75,7 @@ class GraphRunner:
         # What replay() copies in: graph bs reads its requests' positions at [:bs] and their
         # token-table indices at [bs:2 bs]; the graph's first kernel gathers the rest from them.
         self.step_inputs = torch.zeros(2 * self.max_bs, dtype=torch.int64, device=device)
-        from minisgl.kernels.triton_kernels import gather_decode_inputs  # (CUDA graphs imply triton)
+        from minisgl.kernels.decode_inputs import gather_decode_inputs  # (CUDA graphs imply triton)
 
         self.gather_inputs = gather_decode_inputs
         self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)

@@ -1,4 +1,15 @@
-"""The GPU kernels: minisgl's Triton kernels and the door to FlashInfer's compiled ones, at the
-bottom of the import graph (they import nothing of minisgl but `minisgl.utils`; layers,
-quantization, attention and the engine call them). `dispatch` says which kernels run on a tensor
-and imports them on first use, so the package runs where triton or FlashInfer is missing."""
+"""The GPU kernels, at the bottom of the import graph: they import nothing of minisgl but
+`minisgl.utils` (tests/test_import_graph.py checks), and the layers, quantization, attention and
+engine call them.
+
+- `dispatch`: which kernels run on a tensor (FlashInfer's norm, activation and rotary kernels,
+  minisgl's Triton ones, the GEMV), imported on first use, so the package runs where triton or
+  FlashInfer is missing;
+- `device`, `launch`: the GPU's SM count and programmatic dependent launch; launching a compiled
+  kernel with little host time;
+- `rmsnorm`, `qk_norm_rope`, `decode_inputs`, `sampling`: the layers' and the decode step's own;
+- `gemv` (with `gemv_tiles`), `qkv_rope`, `quantize`: the weight-streaming GEMV (FP8 weights, the
+  bf16 lm_head), the q/k/v one that rotates and stores into the KV cache, and FP8 activations;
+- `decode_attention`: split-KV decode attention at small batch;
+- `fused_moe`: mixture-of-experts routing, alignment and expert GEMMs.
+"""

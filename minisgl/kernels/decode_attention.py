@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton_kernels import N_SMS, pdl_launch, pdl_supported
+from .device import pdl_launch, pdl_supported, sm_count
 
 # Graphs of up to this many requests decode here, larger ones with FlashInfer. Llama-3.1-8B FP8,
 # H100, TPOT at batch 1 / 4 / 8: 3.65 / 4.43 / 5.28 ms against FlashInfer's 3.72 / 4.80 / 5.48
@@ -132,10 +132,10 @@ def _arrivals(device: torch.device) -> torch.Tensor:
     return torch.zeros(MAX_ARRIVALS, dtype=torch.int32, device=device)
 
 
-def num_splits(batch: int, kv_heads: int) -> int:
-    """Slices a request is cut into: about two programs an SM over the batch's KV heads (a power of
-    two, at most MAX_SPLITS)."""
-    want = max(1, 2 * N_SMS // max(1, batch * kv_heads))
+def num_splits(batch: int, kv_heads: int, device: torch.device | None = None) -> int:
+    """Slices a request is cut into: about two programs an SM of `device` over the batch's KV heads
+    (a power of two, at most MAX_SPLITS)."""
+    want = max(1, 2 * sm_count(device) // max(1, batch * kv_heads))
     return min(MAX_SPLITS, 1 << int(math.log2(want)))
 
 
@@ -153,7 +153,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError("decode_attention needs q's last dim contiguous, contiguous [slots, kv_heads, D] "
                          f"caches and a power-of-two head dim (got {d})")
     group = qo_heads // kv_heads
-    splits = splits or num_splits(batch, kv_heads)
+    splits = splits or num_splits(batch, kv_heads, q.device)
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out

@@ -1,7 +1,7 @@
-"""Triton kernels for the FP8 GEMMs: per-token (row) quantization of the activations to e4m3 in
-one launch (torch would take five: abs, amax, divide, clamp, cast), and the weight-streaming GEMV
-for decode at small batch (at most 16 rows), optionally with the MLP's silu(gate) * up fused in;
-the GEMV also serves the bf16 lm_head (`gemm.head_gemv`), where it beats cuBLAS.
+"""The weight-streaming GEMV for decode at small batch (at most 16 rows, where reading the weight
+is the whole cost and a tensor-core GEMM leaves most SMs idle): bf16 rows times an e4m3 weight
+with per-output-feature scales, or a weight in their own dtype as it is (the lm_head), in one
+launch over all SMs; optionally with the MLP's silu(gate) * up fused in.
 Imported only on CUDA (and by the CPU tests, under Triton's interpreter)."""
 
 from __future__ import annotations
@@ -12,82 +12,8 @@ import torch
 import triton
 import triton.language as tl
 
-from minisgl.quantization.fp8 import FP8, FP8_MAX
-
-from .triton_kernels import N_SMS, pdl_launch, pdl_supported
-
-
-@triton.jit
-def _per_token_fp8_kernel(x_ptr, q_ptr, s_ptr, stride_x, K, BLOCK: tl.constexpr, LIMIT: tl.constexpr):
-    row = tl.program_id(0).to(tl.int64)
-    amax = tl.full((), 0.0, tl.float32)
-    for start in range(0, K, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_x + offs, mask=offs < K, other=0.0).to(tl.float32)
-        amax = tl.maximum(amax, tl.max(tl.abs(x), 0))
-    scale = tl.maximum(amax / LIMIT, 1e-12)
-    tl.store(s_ptr + row, scale)
-    for start in range(0, K, BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        x = tl.load(x_ptr + row * stride_x + offs, mask=offs < K, other=0.0).to(tl.float32)
-        q = tl.minimum(tl.maximum(x / scale, -LIMIT), LIMIT)
-        tl.store(q_ptr + row * K + offs, q.to(q_ptr.dtype.element_ty), mask=offs < K)
-
-
-def quantize_per_token(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """x [rows, K] (last dim contiguous) -> (e4m3 [rows, K], float32 scales [rows, 1])."""
-    rows, k = x.shape
-    q = torch.empty((rows, k), dtype=FP8, device=x.device)
-    s = torch.empty((rows, 1), dtype=torch.float32, device=x.device)
-    if rows:
-        _per_token_fp8_kernel[(rows,)](x, q, s, x.stride(0), k, BLOCK=1024, LIMIT=FP8_MAX, num_warps=4)
-    return q, s
-
-
-@triton.jit
-def _tile(ptrs, row_ok, rk, k_left, EVEN_K: tl.constexpr):
-    """A [rows, BLOCK_K] tile; masked in K only where K is not a multiple of BLOCK_K (a mask
-    constant along K keeps the loads 16 bytes wide)."""
-    if EVEN_K:
-        mask = row_ok[:, None]
-    else:
-        mask = row_ok[:, None] & (rk < k_left)[None, :]
-    return tl.load(ptrs, mask=mask, other=0.0)
-
-
-@triton.jit
-def _mac(acc, x, w, DOT: tl.constexpr, IEEE: tl.constexpr):
-    """acc + x @ w^T. DOT: on tensor cores in bf16 (e4m3 -> bf16 is exact; IEEE: float32, for
-    Triton's CPU interpreter, whose dot mishandles bf16). Else elementwise products into a
-    [rows, BLOCK_N, BLOCK_K] accumulator, reduced over K once after the loop (_output)."""
-    if not DOT:
-        acc += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]
-    elif IEEE:
-        acc = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
-    else:
-        acc = tl.dot(x.to(tl.bfloat16), tl.trans(w.to(tl.bfloat16)), acc)
-    return acc
-
-
-@triton.jit
-def _zeros(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, DOT: tl.constexpr):
-    """The accumulator _mac adds into: [rows, BLOCK_N], or [rows, BLOCK_N, BLOCK_K] on CUDA cores."""
-    if DOT:  # (one return: Triton checks every return of a function against the others)
-        acc = tl.zeros([BLOCK_M, BLOCK_N], tl.float32)
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N, BLOCK_K], tl.float32)
-    return acc
-
-
-@triton.jit
-def _output(acc, s_ptr, rn, n_ok, DOT: tl.constexpr, SCALED: tl.constexpr):
-    """The accumulator as [rows, BLOCK_N] (summed over K on CUDA cores), times each output
-    feature's scale where the weight has them (SCALED)."""
-    if not DOT:
-        acc = tl.sum(acc, 2)
-    if SCALED:
-        acc = acc * tl.load(s_ptr + rn, mask=n_ok, other=0.0)[None, :]
-    return acc
+from .device import pdl_launch, pdl_supported, sm_count
+from .gemv_tiles import load_tile, mac, output_tile, zero_accumulator
 
 
 @triton.jit
@@ -95,9 +21,9 @@ def _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT: tl.
            SCALED: tl.constexpr):
     """y[rm, rn] = acc (SCALED: times its output feature's scale); GATED: silu(that) * acc_up
     (scaled by the up rows')."""
-    out = _output(acc, s_ptr, rn, n_ok, DOT, SCALED)
+    out = output_tile(acc, s_ptr, rn, n_ok, DOT, SCALED)
     if GATED:
-        out = out / (1.0 + tl.exp(-out)) * _output(acc_up, s_ptr + N, rn, n_ok, DOT, SCALED)
+        out = out / (1.0 + tl.exp(-out)) * output_tile(acc_up, s_ptr + N, rn, n_ok, DOT, SCALED)
     tl.store(y_ptr + rm[:, None] * stride_ym + rn[None, :], out.to(y_ptr.dtype.element_ty),
              mask=m_ok[:, None] & n_ok[None, :])
 
@@ -129,16 +55,16 @@ def _gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stri
     x_ptrs = x_ptr + rm[:, None] * stride_xm + rk[None, :]
     w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]  # [BLOCK_N, BLOCK_K], K contiguous
     up_off = tl.cast(N, tl.int64) * stride_wn  # the up rows, N further on
-    acc = _zeros(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
+    acc = zero_accumulator(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
     acc_up = tl.zeros_like(acc)
     # The loop's own num_stages: without it Triton pipelines only the loads that feed a tl.dot,
     # and the CUDA-core loop streamed one tile at a time (Llama-3.1-8B gate/up at one row: 64 us
     # unpipelined, 45 through TMA copies, 43 pipelined like this).
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
-        x = _tile(x_ptrs + k0, m_ok, rk, K - k0, EVEN_K)
-        acc = _mac(acc, x, _tile(w_ptrs + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
+        x = load_tile(x_ptrs + k0, m_ok, rk, K - k0, EVEN_K)
+        acc = mac(acc, x, load_tile(w_ptrs + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
         if GATED:
-            acc_up = _mac(acc_up, x, _tile(w_ptrs + up_off + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
+            acc_up = mac(acc_up, x, load_tile(w_ptrs + up_off + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
     _store(acc, acc_up, s_ptr, y_ptr, rm, rn, m_ok, n_ok, N, stride_ym, DOT, GATED, SCALED)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
@@ -153,7 +79,7 @@ class GemvConfig:
     dot: bool
 
 
-GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled_mm (gemm.py)
+GEMV_MAX_ROWS = 16  # above, per-token activation quantization and torch._scaled_mm (minisgl.quantization.gemm)
 # From 3 rows tl.dot (rows padded to 16): the CUDA-core accumulator grows with the rows, so its K
 # steps would shrink below 16 bytes of weight a thread (at 4 rows, gated: 8 bytes).
 DOT_MIN_ROWS = 3
@@ -169,7 +95,8 @@ def _k_step(k: int, cap: int) -> int:
     return min(cap, max(16, triton.next_power_of_2(k)))
 
 
-def gemv_config(m: int, n: int, k: int, gated: bool = False, weight_bytes: int = 1) -> GemvConfig:
+def gemv_config(m: int, n: int, k: int, gated: bool = False, weight_bytes: int = 1,
+                device: torch.device | None = None) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
     not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
     only, no split-K: for small N (e.g. tensor-parallel shards) narrower tiles rather than a K
@@ -189,12 +116,13 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False, weight_bytes: int =
       deep: qkv 21.3 -> 15.6 us, o 15.9 -> 11.7, down 47.0 -> 31.9; gated gate/up 50.5 -> 49.2.
       Its bf16 lm_head at 4 / 8 / 16 rows: 344 / 346 / 350 us against cuBLAS's 378-380."""
     wide = gated or weight_bytes > 1  # two bytes an output feature per K
+    sms = sm_count(device)
     if m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192):
         block_k = _k_step(k, (1024 if wide and m == 1 else 512) if m < DOT_MIN_ROWS else 256)
         fits = ACC_ELEMENTS // (triton.next_power_of_2(m) * (2 if wide else 1) * block_k)
-        block_n = min(fits, _widest(n, (8, 4), 2 * N_SMS))
+        block_n = min(fits, _widest(n, (8, 4), 2 * sms))
         return GemvConfig(block_n, block_k, num_warps=4, num_stages=6 if wide else 4, dot=False)
-    return GemvConfig(_widest(n, (32, 16), N_SMS // 2), _k_step(k, 128 if gated else 512), num_warps=4,
+    return GemvConfig(_widest(n, (32, 16), sms // 2), _k_step(k, 128 if gated else 512), num_warps=4,
                       num_stages=3, dot=True)
 
 
@@ -213,7 +141,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None = Non
     y = torch.empty((m, n), dtype=x.dtype, device=x.device) if out is None else out
     if m == 0:
         return y
-    cfg = config or gemv_config(m, n, k, gated, weight.element_size())
+    cfg = config or gemv_config(m, n, k, gated, weight.element_size(), x.device)
     block_m = 16 if cfg.dot else triton.next_power_of_2(m)
     pdl = pdl_supported(x.device) if pdl is None else pdl
     grid = (triton.cdiv(n, cfg.block_n),)

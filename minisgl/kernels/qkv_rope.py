@@ -1,5 +1,5 @@
 """The attention's q/k/v FP8 GEMV with rotary embedding and the KV store in its epilogue: at small
-batch, one kernel where there were two (the GEMV, then triton_kernels.qk_norm_rope_store).
+batch, one kernel where there were two (the GEMV, then qk_norm_rope.qk_norm_rope_store).
 
 Why: a decode step at batch 1 is ~290 short kernels, and each boundary between two of them costs
 ~1.5-2.5 us that programmatic dependent launch does not hide; the rope + store kernel cost 2.4 us
@@ -21,8 +21,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .gemv import GEMV_MAX_ROWS, _mac, _output, _tile, _zeros, gemv_config
-from .triton_kernels import pdl_launch, pdl_supported
+from .device import pdl_launch, pdl_supported
+from .gemv import GEMV_MAX_ROWS, gemv_config
+from .gemv_tiles import load_tile, mac, output_tile, zero_accumulator
 
 
 @triton.jit
@@ -61,11 +62,11 @@ def _fp8_qkv_rope_kernel(x_ptr, w_ptr, s_ptr, q_ptr, kc_ptr, vc_ptr, cos_sin_ptr
     sin = tl.load(cos_sin_ptr + pos[:, None] * D + HALF + dims[None, :])
     x_ptrs = x_ptr + rm[:, None] * stride_xm + rk[None, :]
     w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
-    acc = _zeros(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
+    acc = zero_accumulator(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
-        x = _tile(x_ptrs + k0, m_ok, rk, K - k0, EVEN_K)
-        acc = _mac(acc, x, _tile(w_ptrs + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
-    first, second = tl.split(tl.reshape(_output(acc, s_ptr, rn, n_ok, DOT, True), (BLOCK_M, PAIRS, 2)))
+        x = load_tile(x_ptrs + k0, m_ok, rk, K - k0, EVEN_K)
+        acc = mac(acc, x, load_tile(w_ptrs + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
+    first, second = tl.split(tl.reshape(output_tile(acc, s_ptr, rn, n_ok, DOT, True), (BLOCK_M, PAIRS, 2)))
     ok = m_ok[:, None]
     if h < HQ:
         _rotated_store(q_ptr + (rm[:, None] * HQ + h) * D + dims[None, :], first * cos - second * sin,
@@ -80,11 +81,11 @@ def _fp8_qkv_rope_kernel(x_ptr, w_ptr, s_ptr, q_ptr, kc_ptr, vc_ptr, cos_sin_ptr
         tl.extra.cuda.gdc_launch_dependents()
 
 
-def fused_tile(rows: int, n: int, k: int, head_dim: int):
-    """The GEMV's tile for these shapes if its pairs fit a half head, else None."""
+def fused_tile(rows: int, n: int, k: int, head_dim: int, device: torch.device | None = None):
+    """The GEMV's tile for these shapes (on `device`) if its pairs fit a half head, else None."""
     if rows > GEMV_MAX_ROWS or head_dim % 2:
         return None
-    cfg = gemv_config(rows, n, k)
+    cfg = gemv_config(rows, n, k, device=device)
     return cfg if cfg.block_n % 2 == 0 and (head_dim // 2) % (cfg.block_n // 2) == 0 else None
 
 
@@ -99,7 +100,7 @@ def fp8_qkv_rope_store(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tenso
     contiguous). Returns q [M, heads, D] in x's dtype, or None where the tiles do not fit."""
     m, k = x.shape
     d = k_cache.shape[-1]
-    cfg = fused_tile(m, weight.shape[0], k, d)
+    cfg = fused_tile(m, weight.shape[0], k, d, x.device)
     if cfg is None:
         return None
     q = torch.empty((m, heads, d), dtype=x.dtype, device=x.device)

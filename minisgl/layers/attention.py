@@ -4,7 +4,6 @@ import torch
 from torch import nn
 
 from minisgl.core import get_global_ctx
-
 from minisgl.kernels.dispatch import triton_for
 
 

@@ -8,7 +8,7 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 from minisgl.distributed import all_gather, all_reduce
-from minisgl.quantization.gemm import head_gemv
+from minisgl.kernels.dispatch import head_gemv
 
 
 class VocabParallelEmbedding(nn.Module):

@@ -5,7 +5,7 @@ Implementations, chosen by `Context.moe_backend`:
 - "grouped": tokens sorted by expert and every expert's matmul in one `torch.nn.functional.
   grouped_mm` call: a fused grouped GEMM with no host sync for bf16 on Hopper; for other dtypes
   PyTorch loops over the groups, reading their offsets on the host (no CUDA graph then).
-- "fused": the Triton path of `minisgl.layers.fused_moe` (fused top-k routing, tokens aligned to
+- "fused": the Triton path of `minisgl.kernels.fused_moe` (fused top-k routing, tokens aligned to
   expert blocks, one launch for gate_up and one for down), with no host sync.
 - "auto" (the GPU default): "fused" for batches of up to FUSED_MAX_TOKENS tokens, "grouped" above
   (bf16 only: else "fused" throughout): whichever measured faster at that size

@@ -13,7 +13,7 @@ class RMSNorm(nn.Module):
     (normed, new_residual): the pre-norm transformer's add-then-norm in one call. On CUDA in
     half precision both are one kernel that works in place on `x` and `residual`: minisgl's
     Triton one where programmatic dependent launch exists (Hopper; it lets the next GEMM launch
-    while it runs, see triton_kernels.add_rmsnorm), FlashInfer's elsewhere.
+    while it runs, see minisgl.kernels.rmsnorm), FlashInfer's elsewhere.
     """
 
     def __init__(self, dim: int, eps: float):

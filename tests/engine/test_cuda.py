@@ -112,8 +112,8 @@ def _rotate_half(x: torch.Tensor) -> torch.Tensor:
 def test_fused_qk_norm_rope_store_matches_the_layers():
     """The Triton kernel against RMSNorm + RotaryEmbedding + the cache store, in bf16, on q/k/v
     views of one qkv tensor (as the model passes them), with and without q/k norms."""
+    from minisgl.kernels.qk_norm_rope import qk_norm_rope_store
     from minisgl.layers import RMSNorm, RotaryEmbedding
-    from minisgl.kernels.triton_kernels import qk_norm_rope_store
 
     torch.manual_seed(0)
     dev, dt = torch.device("cuda"), torch.bfloat16
@@ -210,7 +210,7 @@ def test_kv_pool_sized_from_free_memory_and_reported(tiny_model_dir):
 def test_gumbel_sampler_over_a_large_vocabulary():
     """The one-pass Triton sampler on Qwen3's vocabulary (many blocks and splits per row): tokens
     in range, greedy rows (T = 0) exact, and draws that follow softmax(logits / T)."""
-    from minisgl.kernels.triton_kernels import sample_gumbel_max
+    from minisgl.kernels.sampling import sample_gumbel_max
 
     torch.manual_seed(0)
     vocab = 151936

@@ -19,9 +19,9 @@ import torch
 
 pytest.importorskip("triton")
 
+from minisgl.kernels.qkv_rope import fused_tile  # noqa: E402
 from minisgl.quantization.fp8 import quantize_rows  # noqa: E402
 from minisgl.quantization.gemm import fp8_qkv_rope_store  # noqa: E402
-from minisgl.kernels.qkv_rope import fused_tile  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SLOTS = 40

@@ -57,9 +57,9 @@ def test_fa3_prefill_over_fp8_pages_is_refused_and_auto_picks_fa2():
 
 def test_fused_store_writes_what_the_torch_store_writes_into_an_fp8_cache():
     pytest.importorskip("triton")
+    from minisgl.kernels.qk_norm_rope import qk_norm_rope_store
     from minisgl.kvcache.mha_pool import quantize
     from minisgl.layers import RotaryEmbedding
-    from minisgl.kernels.triton_kernels import qk_norm_rope_store
 
     torch.manual_seed(0)
     dev, dt, tokens, heads, kv_heads, dim = torch.device("cuda"), torch.bfloat16, 64, 16, 8, 128
@@ -144,7 +144,7 @@ def test_engine_with_fp8_weights_and_fp8_kv_runs_graphs_and_stays_close_to_bf16(
 def test_qkv_gemv_that_rotates_and_stores_decodes_as_the_separate_kernels_do(tiny_model_dir, monkeypatch,
                                                                               kv_cache_dtype):
     """Llama (no q/k norms) with FP8 weights: decode steps in CUDA graphs run the q/k/v GEMV that
-    rotates and stores K/V (triton_qkv), and give the logits of the GEMV followed by the rope +
+    rotates and stores K/V (kernels/qkv_rope.py), and give the logits of the GEMV followed by the rope +
     store kernel (that path taken by making the fused one decline), up to the bf16 rounding of
     q/k/v that the fused kernel skips: compared at every step until a near-tie picks another
     token (the contexts differ from there on), the first step always. This tiny random model

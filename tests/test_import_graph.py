@@ -1,0 +1,98 @@
+"""The folders of minisgl import each other downward only, read from every module's source (ast;
+imports inside functions and under TYPE_CHECKING count too, as they couple the folders all the
+same):
+
+- minisgl/kernels/ is the bottom: it imports nothing of minisgl but itself and minisgl/utils/
+  (no model, layer, quantization, attention, engine, scheduler or server code);
+- minisgl/layers/ does not import minisgl/quantization/ (quantization builds on the layers);
+- minisgl/server/ is the top: only the entry point above it (`python -m minisgl`,
+  minisgl/__main__.py) imports it, and it does not import that back.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import minisgl
+
+PACKAGE = Path(minisgl.__file__).parent
+ENTRY_POINTS = {"__main__"}
+
+
+def module_name(path: Path) -> tuple[str, ...]:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return parts[:-1] if parts[-1] == "__init__" else parts
+
+
+def imported(path: Path) -> set[str]:
+    """The dotted names a module imports (relative imports resolved; `from a import b` gives both
+    a and a.b, as b may be a module)."""
+    own = module_name(path)
+    package = own if path.name == "__init__.py" else own[:-1]
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ((node.module,) if node.module else ()))
+            else:
+                base = node.module
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return names
+
+
+def folder(name: str) -> str | None:
+    """The folder (or top-level module) of minisgl that a dotted name lies in; None outside it."""
+    parts = name.split(".")
+    if parts[0] != "minisgl" or len(parts) < 2:
+        return None
+    return parts[1] if (PACKAGE / parts[1]).is_dir() or (PACKAGE / f"{parts[1]}.py").is_file() else None
+
+
+def imports_of(source_folder: str) -> list[tuple[str, str]]:
+    """(file, folder it imports) for every module of a folder of minisgl, its own folder left out."""
+    out = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if folder(".".join(module_name(path))) != source_folder:
+            continue
+        for name in imported(path):
+            target = folder(name)
+            if target is not None and target != source_folder:
+                out.append((str(path.relative_to(PACKAGE.parent)), target))
+    return sorted(set(out))
+
+
+def folders() -> set[str]:
+    return {folder(".".join(module_name(path))) for path in PACKAGE.rglob("*.py")} - {None}
+
+
+def test_the_graph_sees_every_kind_of_import():
+    """Relative, absolute, `from package import module` and imports inside functions: else the
+    rules below could pass by not seeing an import."""
+    assert ("minisgl/layers/moe.py", "kernels") in imports_of("layers")  # in a function
+    assert ("minisgl/layers/moe.py", "distributed") in imports_of("layers")  # absolute, at the top
+    assert ("minisgl/attention/flashinfer.py", "prebuild") in imports_of("attention")  # a top-level module
+    assert ("minisgl/kernels/dispatch.py", "utils") in imports_of("kernels")  # `from minisgl.utils import env`
+    assert {"kernels", "layers", "quantization", "server", "engine", "__main__"} <= folders()
+
+
+def test_kernels_import_nothing_of_minisgl_but_utils():
+    above = [(path, target) for path, target in imports_of("kernels") if target != "utils"]
+    assert not above, f"minisgl/kernels/ is the bottom of the import graph: {above}"
+
+
+def test_layers_do_not_import_quantization():
+    assert not [(p, t) for p, t in imports_of("layers") if t == "quantization"]
+
+
+def test_only_the_entry_points_import_the_server():
+    below = [(path, target) for source in folders() - ENTRY_POINTS - {"server"}
+             for path, target in imports_of(source) if target == "server"]
+    assert not below, f"the server is the top of the import graph: {below}"
+
+
+def test_the_server_imports_no_entry_point():
+    assert not [(p, t) for p, t in imports_of("server") if t in ENTRY_POINTS]
