@@ -12,9 +12,10 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-# json_schema: strict (OpenAI's `strict: true`: no property or item beyond the schema's);
-# json_schema_loose: what the schema allows (JSON Schema's own defaults: extra properties pass).
-CONSTRAINT_KINDS = ("json_object", "json_schema", "json_schema_loose", "regex", "choice", "grammar")
+# json_schema: no property or item beyond the schema's unless it allows them (xgrammar's strict_mode,
+# vLLM's default), whether or not the request says `strict`: a weak model free to add keys adds them
+# until max_tokens cuts the JSON.
+CONSTRAINT_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
 
 
 def constraint_problem(constraint: tuple[str, str] | None) -> str | None:
@@ -93,9 +94,9 @@ class GrammarCompilerPool:
         try:
             if kind == "json_object":  # OpenAI's JSON mode: an object (any JSON value would do for xgrammar's builtin)
                 return c.compile_json_schema('{"type": "object"}', any_whitespace=False, strict_mode=False)
-            if kind in ("json_schema", "json_schema_loose"):
+            if kind == "json_schema":
                 # Compact JSON: a weak model cannot wander off into unbounded whitespace.
-                return c.compile_json_schema(spec, any_whitespace=False, strict_mode=kind == "json_schema")
+                return c.compile_json_schema(spec, any_whitespace=False, strict_mode=True)
             if kind == "regex":
                 return c.compile_regex(spec)
             if kind == "choice":

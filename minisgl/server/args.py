@@ -118,7 +118,8 @@ class ServerArgs:
     chat_template: str | None = _flag("A Jinja chat template replacing the model's: a file path or the template itself.")
     tool_call_parser: str | None = _flag(
         "How the model writes tool calls, for tool_choice auto: hermes (also Qwen2.5/Qwen3) or llama3_json. "
-        "Without it, requests with tools need tool_choice required, a named function, or none.",
+        "Default: the one the model's chat template writes (else its architecture's), logged at start; a model "
+        "whose template renders no tools refuses tool_choice auto.",
         choices=["hermes", "qwen", "llama3_json"])
     reasoning_parser: str | None = _flag(
         "Split the model's <think>...</think> into reasoning_content: qwen3 or deepseek_r1.",

@@ -12,6 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from minisgl.utils.logger import get_logger
 
 from ..args import ServerArgs
+from ..parsers import tool_parser_for
 from ..runtime.frontend import FrontendClient
 from ..runtime.state import ServerState
 from . import chat, completions, models, probes, responses, tokenization
@@ -33,7 +34,8 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     state.created = state.created or int(time.time())
     metrics = metrics or ServerMetrics(args.model_name, args.model or args.model_name, args.tp)
     metrics.track_readiness(lambda: state.can_serve)
-    deps = ApiDeps(args, state, client, metrics, sampling_defaults(args.generation_config, args.model))
+    deps = ApiDeps(args, state, client, metrics, sampling_defaults(args.generation_config, args.model),
+                   tool_parser_for(args))
     _answer_errors_the_openai_way(app)
     routers = [module.router(deps) for module in ROUTERS]
     for router in routers:

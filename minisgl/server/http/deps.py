@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from ..args import ServerArgs
-from ..parsers import ChatOutputFormat
+from ..parsers import ChatOutputFormat, ToolParserChoice
 from ..runtime.frontend import FrontendClient
 from ..runtime.state import ServerState
 from .metrics import ObservedClient, ServerMetrics
@@ -23,6 +23,7 @@ class ApiDeps:
     frontend: FrontendClient  # the pipeline's client; the probes' requests go through it uncounted
     metrics: ServerMetrics
     sampling_defaults: dict  # --generation-config: the model's values for fields a request leaves unset
+    tool_parser: ToolParserChoice  # reads tool_choice auto's calls: --tool-call-parser, else the model's (parsers/detect.py)
 
     @cached_property
     def client(self) -> ObservedClient:
@@ -74,8 +75,10 @@ class ApiDeps:
     def chat_output(self, body: ChatCompletionRequest) -> ChatOutputFormat:
         """How a chat's output is read back (reasoning, content, tool calls). Free-form tool calls
         (tool_choice auto, the default with tools) need a parser: 400 without one."""
-        if body.tool_mode == "auto" and not self.args.tool_call_parser:
-            raise APIError(400, "tool_choice auto (the default with tools) needs the server started with "
-                                "--tool-call-parser; use tool_choice required or a named function",
+        parser = self.tool_parser.parser
+        if body.tool_mode == "auto" and not parser:
+            raise APIError(400, f"tool_choice auto (the default with tools) needs a tool-call parser, and this server "
+                                f"has none: {self.tool_parser.why} (start it with --tool-call-parser to name one); "
+                                "tool_choice required or a named function work without one",
                            param="tool_choice", code="unsupported_parameter")
-        return ChatOutputFormat.for_chat(body, self.args.reasoning_parser, self.args.tool_call_parser)
+        return ChatOutputFormat.for_chat(body, self.args.reasoning_parser, parser)

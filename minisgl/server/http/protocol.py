@@ -12,6 +12,7 @@ from typing import Annotated, ClassVar, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
+from minisgl.constrained.tools import forced_calls_schema
 from minisgl.core import SamplingParams
 from minisgl.core.params import MAX_LOGPROBS
 from minisgl.message import TextParams
@@ -178,10 +179,10 @@ class SamplingFields(KnownFieldsOnly):
             return ("json_object", "")
         if rf is not None and rf.type == "json_schema":
             schema = rf.json_schema.schema_ if rf.json_schema.schema_ is not None else {}
-            return ("json_schema" if rf.json_schema.strict else "json_schema_loose", json.dumps(schema))
+            return ("json_schema", json.dumps(schema))  # strict or not, enforced as vLLM does (grammar.py)
         if self.guided_json is not None:
             spec = self.guided_json if isinstance(self.guided_json, str) else json.dumps(self.guided_json)
-            return ("json_schema_loose", spec)
+            return ("json_schema", spec)
         if self.guided_regex is not None:
             return ("regex", self.guided_regex)
         if self.guided_choice is not None:
@@ -326,8 +327,9 @@ class ChatCompletionRequest(SamplingFields):
 
     tools: Annotated[list[Tool], Field(max_length=128)] | None = None
     tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = \
-        Field(None, description="auto (default with tools) needs --tool-call-parser; required and a named function "
-                                "are enforced by the grammar")
+        Field(None, description="auto (default with tools) reads calls with the model's tool-call parser; required "
+                                "and a named function are enforced by the grammar (beside response_format: a call "
+                                "or an answer in the format)")
     parallel_tool_calls: bool | None = Field(None, description="with tool_choice required: false allows one call")
     add_generation_prompt: bool | None = Field(True, description="extension: end the prompt with the assistant's turn")
     chat_template_kwargs: dict | None = Field(None, description="extension: more variables for the chat template, "
@@ -348,23 +350,27 @@ class ChatCompletionRequest(SamplingFields):
             return "named"
         return self.tool_choice or "auto"
 
+    def answer_constraint(self) -> tuple[str, str] | None:
+        """What response_format / guided_* ask of an answer (beside forced tool calls: the model
+        may answer in it instead of calling)."""
+        return super().constraint()
+
     def constraint(self) -> tuple[str, str] | None:
         """Forced tool calls are structured output: the arguments of the named function, or a list
-        of {name, parameters} for `required`."""
-        mode = self.tool_mode
+        of {name, parameters} (minisgl.constrained.tools); with a JSON answer format, that list or
+        an answer in the format, as OpenAI lets the model do either."""
+        mode, answer = self.tool_mode, self.answer_constraint()
         if mode not in ("named", "required"):
-            return super().constraint()
+            return answer
         schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools}
         if mode == "named":
-            return ("json_schema", json.dumps(schemas[self.tool_choice.function.name]))
-        one_call = [{"type": "object", "properties": {"name": {"type": "string", "enum": [name]}, "parameters": schema},
-                     "required": ["name", "parameters"], "additionalProperties": False}
-                    for name, schema in schemas.items()]
-        items = one_call[0] if len(one_call) == 1 else {"anyOf": one_call}
-        listed = {"type": "array", "items": items, "minItems": 1}
-        if self.parallel_tool_calls is False:
-            listed["maxItems"] = 1
-        return ("json_schema", json.dumps(listed))
+            if answer is None:
+                return ("json_schema", json.dumps(schemas[self.tool_choice.function.name]))
+            schemas = {self.tool_choice.function.name: schemas[self.tool_choice.function.name]}
+        answer_schema = None if answer is None else json.loads(answer[1]) if answer[0] == "json_schema" \
+            else {"type": "object"}
+        return ("json_schema", json.dumps(forced_calls_schema(
+            schemas, one_call=mode == "named" or self.parallel_tool_calls is False, answer=answer_schema)))
 
     @model_validator(mode="after")
     def _top_logprobs_needs_logprobs(self):
@@ -375,8 +381,11 @@ class ChatCompletionRequest(SamplingFields):
         if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in \
                 {t.function.name for t in self.tools}:
             raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, which is not among the tools")
-        if self.tool_mode in ("named", "required") and super().constraint() is not None:
-            raise ValueError("tool_choice required or named cannot be combined with response_format or guided_*")
+        answer = self.answer_constraint()
+        if self.tool_mode in ("named", "required") and answer is not None and answer[0] not in ("json_schema",
+                                                                                                "json_object"):
+            raise ValueError("tool_choice required or named can be combined with response_format or guided_json, "
+                             "not with guided_regex, guided_choice or guided_grammar")
         return self
 
     def logprobs_k(self) -> int | None:

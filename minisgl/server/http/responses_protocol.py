@@ -166,8 +166,9 @@ class ResponsesRequest(KnownFieldsOnly):
     tools: Annotated[list[ResponsesTool], Field(max_length=128)] | None = \
         Field(None, description="function tools only")
     tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = \
-        Field(None, description="auto (default with tools) needs --tool-call-parser; required and a named function "
-                                "are enforced by the grammar")
+        Field(None, description="auto (default with tools) reads calls with the model's tool-call parser; required "
+                                "and a named function are enforced by the grammar (beside text.format: a call or "
+                                "an answer in the format)")
     parallel_tool_calls: bool | None = Field(None, description="with tool_choice required: false allows one call")
     text: TextConfig | None = Field(None, description="format: text, json_object or json_schema")
     metadata: dict[str, str] | None = Field(None, description="echoed, not used")
@@ -183,8 +184,6 @@ class ResponsesRequest(KnownFieldsOnly):
             raise ValueError("tool_choice other than none/auto needs tools")
         if isinstance(self.tool_choice, NamedFunction) and self.tool_choice.name not in names:
             raise ValueError(f"tool_choice names {self.tool_choice.name!r}, which is not among the tools")
-        if forced and self.text and self.text.format and self.text.format.type != "text":
-            raise ValueError("tool_choice required or named cannot be combined with text.format json")
         return self
 
     def built_in_tool(self) -> str | None:

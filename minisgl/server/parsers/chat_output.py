@@ -4,6 +4,7 @@ choice of a chat completion, whole or as stream deltas."""
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 
 from .reasoning import REASONING_PARSERS, _partial_suffix
@@ -16,18 +17,21 @@ class ChatOutputFormat:
 
     reasoning_parser: str | None = None  # --reasoning-parser
     tool_parser: str | None = None  # --tool-call-parser, for tool_choice auto
-    # Forced tool calls (tool_choice required / named): the grammar made the output JSON, read
-    # here directly: a named function's arguments object, or a list of {name, parameters}.
+    # Forced tool calls (tool_choice required / named): the grammar made the output JSON
+    # (minisgl.constrained.tools), read here directly: a named function's arguments object, or a
+    # list of {name, parameters}; beside a response_format, that list or an answer in the format.
     forced_tool: str | None = None  # the named function
-    forced_list: bool = False  # tool_choice required
+    forced_list: bool = False  # the output is a list of calls: tool_choice required, or forced beside an answer
+    or_answer: bool = False  # ... or instead an answer (JSON that is not a list)
 
     @classmethod
     def for_chat(cls, body, reasoning_parser: str | None, tool_call_parser: str | None) -> ChatOutputFormat:
         """The format of a ChatCompletionRequest `body` on a server started with these parsers."""
         mode = body.tool_mode
+        or_answer = mode in ("named", "required") and body.answer_constraint() is not None
         return cls(reasoning_parser=reasoning_parser, tool_parser=tool_call_parser if mode == "auto" else None,
                    forced_tool=body.tool_choice.function.name if mode == "named" else None,
-                   forced_list=mode == "required")
+                   forced_list=mode == "required" or or_answer, or_answer=or_answer)
 
     @property
     def plain(self) -> bool:
@@ -37,14 +41,47 @@ class ChatOutputFormat:
         return ChatOutputReader(self)
 
 
-def _forced_calls(fmt: ChatOutputFormat, text: str) -> list[ParsedCall]:
+# A call's start in a list of calls as the grammar writes it (name first, as its schema orders them).
+_CALL_NAME = re.compile(r'\s*,?\s*\{\s*"name"\s*:\s*("(?:[^"\\]|\\.)*")')
+_CALL_ARGUMENTS = re.compile(r'\s*,\s*"parameters"\s*:\s*')
+_DECODER = json.JSONDecoder()
+
+
+def _forced_calls(fmt: ChatOutputFormat, text: str) -> list[ParsedCall] | None:
+    """The calls of a forced output, or None for an answer in the response format. An output cut
+    off by max_tokens gives what OpenAI gives: the calls so far, the last one's arguments as far
+    as they were written (never the call syntax as content)."""
+    if not fmt.forced_list:
+        try:
+            return [ParsedCall(fmt.forced_tool, json.dumps(json.loads(text), ensure_ascii=False))]
+        except ValueError:
+            return [ParsedCall(fmt.forced_tool, text)]
+    if fmt.or_answer and not text.lstrip().startswith("["):
+        return None
     try:
         value = json.loads(text)
     except ValueError:
-        return []  # cut off by max_tokens: no call (the text stays content)
-    if fmt.forced_tool:
-        return [ParsedCall(fmt.forced_tool, json.dumps(value, ensure_ascii=False))]
+        return _cut_calls(text)
+    if not all(isinstance(c, dict) and c.keys() == {"name", "parameters"} for c in value):
+        return None  # an answer whose schema is a list
     return [ParsedCall(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
+
+
+def _cut_calls(text: str) -> list[ParsedCall]:
+    """The calls of a list cut short: each whole one, then the last one's with its arguments so far."""
+    calls, at = [], text.find("[") + 1
+    while at and (head := _CALL_NAME.match(text, at)):
+        name, arguments = json.loads(head.group(1)), _CALL_ARGUMENTS.match(text, head.end())
+        if arguments is None:  # cut before its arguments began
+            return calls + [ParsedCall(name, "")]
+        start = arguments.end()
+        try:
+            args, at = _DECODER.raw_decode(text, start)
+        except ValueError:
+            return calls + [ParsedCall(name, text[start:])]
+        calls.append(ParsedCall(name, json.dumps(args, ensure_ascii=False)))
+        at = text.find("}", at) + 1  # past the call's own closing brace
+    return calls
 
 
 class ChatOutputReader:
@@ -66,6 +103,8 @@ class ChatOutputReader:
         if self.holding:
             self.held += answer
             answer = ""
+            if self.fmt.or_answer and self.held.strip() and not self.held.lstrip().startswith("["):
+                self.holding, answer, self.held = False, self.held, ""  # an answer, not calls: it streams
         elif self.tools is not None:
             answer, self.held = self.held + answer, ""
             at = self._call_start(answer)
@@ -131,7 +170,7 @@ class ChatOutputReader:
     def _calls(self, text: str) -> tuple[str, list[ParsedCall]]:
         if self.fmt.forced_tool or self.fmt.forced_list:
             calls = _forced_calls(self.fmt, text)
-            return ("" if calls else text), calls
+            return (text, []) if calls is None else ("", calls)
         return self.tools.parse(text)
 
     def _reason(self, calls: list[ParsedCall], finish_reason: str | None) -> str | None:
