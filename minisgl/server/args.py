@@ -15,6 +15,7 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from typing import Any
 
 from minisgl.utils import env
+from minisgl.utils.choices import DEVICES, DTYPE_ALIASES, DTYPES, KV_CACHE_DTYPES, ONLINE_QUANTIZATION
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1919
@@ -24,9 +25,6 @@ API_KEY_ENV = env.API_KEY.name
 LIVENESS_PATH = "/health"
 READINESS_PATH = "/ready"
 METRICS_PATH = "/metrics"
-
-
-DTYPE_ALIASES = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32", "bf16": "bfloat16"}
 
 
 def canonical_dtype(name: str) -> str:
@@ -61,11 +59,11 @@ class ServerArgs:
     kv_cache_dtype: str = _flag(
         "KV-cache element type: auto (the model's dtype) or FP8 (fp8_e4m3, fp8_e5m2), one byte per element: "
         "twice the pages in the same memory. Scaled per layer by the checkpoint's k_scale/v_scale, else 1.0.",
-        "auto", choices=["auto", "fp8_e4m3", "fp8_e5m2"])
+        "auto", choices=list(KV_CACHE_DTYPES))
     quantization: str | None = _flag(
         "Quantize a checkpoint's weights at load: fp8 (per output channel, activations per token; FP8 GEMMs "
         "on Hopper, FP8-rounded weights elsewhere). FP8 checkpoints (quant_method fp8 or compressed-tensors) "
-        "need no flag.", choices=["fp8"])
+        "need no flag.", choices=list(ONLINE_QUANTIZATION))
     max_running_requests: int = _flag("Most requests decoding at once.", 256)
     max_prefill_length: int = _flag(
         "Most prompt tokens computed in one step; longer prompts are split (chunked prefill).", 8192
@@ -103,13 +101,31 @@ class ServerArgs:
         "turning (stopped, deadlocked, one step that long: a hung GPU or collective) before /health fails, so "
         "the orchestrator restarts the server.", 300.0)
     max_request_bytes: int = _flag("Largest request body accepted, in bytes (413 beyond).", 8 << 20)
+    max_buffered_request_bytes: int = _flag(
+        "Request bodies held in memory at once, all connections together, in bytes: a body that would go "
+        "beyond it gets 503 with Retry-After (with the per-body limit alone, every connection could hold one).",
+        256 << 20)
+    max_header_bytes: int = _flag(
+        "Largest request head (request line and headers), in bytes; a connection sending more gets 431 and is "
+        "closed, before any header (the API key included) is looked at.", 64 << 10)
     header_timeout: float = _flag(
         "Seconds a connection may take to send a complete request head (after connecting, or after its previous "
         "response); slower ones are closed (slowloris).", 10.0)
     body_timeout: float = _flag("Seconds a request may take to send its whole body; slower ones get 408.", 30.0)
     max_connections: int = _flag(
-        "Open HTTP connections at once; requests arriving beyond it get 503 (the open-file limit is raised to the "
-        "system's hard limit at start, and this is capped below it).", 2048)
+        "Open HTTP connections at once; requests arriving beyond it get 503 JSON with Retry-After, except the "
+        "probes (/health, /ready) and /metrics, which are answered however many are open (the open-file limit is "
+        "raised to the system's hard limit at start, and this is capped below it).", 2048)
+    sse_keepalive: float = _flag(
+        "Seconds a stream may stay silent (a long step, a queue) before the server sends an SSE comment line "
+        "(': keep-alive'), so proxies with idle timeouts keep it open.", 15.0)
+    max_tokenize_bytes: int = _flag(
+        "Largest text /tokenize takes, in UTF-8 bytes (a prompt, or a chat's message contents together); 400 "
+        "beyond. Tokenizing runs beside the event loop, one request at a time.", 1 << 20)
+    max_detokenize_tokens: int = _flag("Most token ids one /detokenize request takes; 400 beyond.", 1 << 18)
+    health_generate_interval: float = _flag(
+        "/health_generate (open without the API key) generates at most once per this many seconds: callers "
+        "meanwhile share the last answer, and its request never counts toward --max-pending-requests.", 1.0)
     max_prompt_tokens: int | None = _flag("Most prompt tokens per request (default: the context length).")
     max_new_tokens: int | None = _flag("Largest max_tokens a request may ask for (default: the context length).")
     max_n: int = _flag("Largest n (choices per request) and number of prompts per completion request.", 16)
@@ -136,6 +152,16 @@ class ServerArgs:
         "Tokenizer processes (chat template + encoding run in parallel for many arriving requests); "
         "default: one per 8 CPU cores, 1 to 4.")
     log_level: str = _flag("Logging level.", "info", choices=["critical", "error", "warning", "info", "debug", "trace"])
+    grammar_compile_timeout: float = _flag(
+        "Seconds one structured-output constraint (a JSON schema, regex, grammar or forced tool call) may take to "
+        "compile; beyond it the compile is killed and the request gets 400 naming this flag. Compiles run in "
+        "separate processes, so a slow one never delays other requests.", 10.0)
+    grammar_compile_workers: int = _flag(
+        "Grammar compiles running at once, one process each (started at the first constrained request).", 2)
+    max_grammar_depth: int = _flag(
+        "How deeply a JSON schema's objects and arrays may nest (compile time grows steeply with it); 400 beyond.",
+        64)
+    grammar_cache_bytes: int = _flag("Memory for compiled grammars kept for reuse, in bytes.", 256 << 20)
 
     @property
     def model_names(self) -> tuple[str, ...]:
@@ -247,14 +273,22 @@ def validate(args: ServerArgs) -> str | None:
         return "--memory-ratio must be in (0, 1]"
     if args.header_timeout <= 0 or args.body_timeout <= 0:
         return "--header-timeout and --body-timeout must be > 0"
-    for name in ("tokenizer_workers", "max_request_bytes", "max_connections", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
+    if args.sse_keepalive <= 0 or args.health_generate_interval < 0:
+        return "--sse-keepalive must be > 0 and --health-generate-interval >= 0"
+    for name in ("tokenizer_workers", "max_request_bytes", "max_buffered_request_bytes", "max_header_bytes",
+                 "max_tokenize_bytes", "max_detokenize_tokens", "max_connections", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"
-    if args.dtype not in ("auto", "bfloat16", "float16", "float32"):
-        return "--dtype must be one of auto, bfloat16, float16, float32"
-    if args.device not in ("auto", "cuda", "cpu"):
-        return "--device must be one of auto, cuda, cpu"
+    if args.grammar_compile_timeout <= 0:
+        return "--grammar-compile-timeout must be > 0"
+    for name in ("grammar_compile_workers", "max_grammar_depth", "grammar_cache_bytes"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be >= 1"
+    if args.dtype not in DTYPES:
+        return f"--dtype must be one of {', '.join(DTYPES)}"
+    if args.device not in DEVICES:
+        return f"--device must be one of {', '.join(DEVICES)}"
     if args.chat_template is not None and "{" not in args.chat_template and not os.path.isfile(args.chat_template):
         return f"--chat-template: no such file: {args.chat_template}"
     if not 0 <= args.shell_temperature <= 2:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import signal
 import sys
 import threading
@@ -40,6 +41,7 @@ def serve(args: ServerArgs) -> int:
 
     args, model_path = resolve_model(args)
     open_files = raise_open_file_limit()  # before the workers start: they inherit it
+    args = dataclasses.replace(args, max_connections=connection_limit(args.max_connections, open_files))
     workers = start_workers(args, model_path)
     state = ServerState()
     client = FrontendClient(workers.addrs)
@@ -61,9 +63,9 @@ def serve(args: ServerArgs) -> int:
     # would cancel the lifespan task with a traceback in the log.
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                    timeout_graceful_shutdown=5, access_log=False, lifespan="off",
-                                   http=uvicorn_http_protocol(args.header_timeout),
-                                   # uvicorn counts the connection asking too: N served, the N+1st refused
-                                   limit_concurrency=connection_limit(args.max_connections, open_files) + 1))
+                                   # The connection cap is the app's (http.middleware.ConnectionCap): the
+                                   # probes are answered beyond it.
+                                   http=uvicorn_http_protocol(args.header_timeout, args.max_header_bytes, state)))
     supervisor = Supervisor(args, workers, state, client, server)
 
     def announce() -> None:

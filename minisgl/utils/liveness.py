@@ -7,16 +7,27 @@ has been silent. A stamp is one float store into shared memory: no message, no l
 token, so the hot path does not feel it. Workers whose loop waits for work wake at least every
 few hundred milliseconds (their receive timeout), so an idle worker keeps beating too.
 
+A long step is not a hang: while the loop is inside one step (a burst's prefill on a slow CPU), a
+thread of the worker beats for it as long as the loop's thread keeps using CPU time
+(`beat_while_busy`). A hung loop uses none (stopped, deadlocked, blocked on a dead peer's socket
+or collective), so its silence still trips the watchdog; a GPU kernel that never ends while the
+host thread spins in a synchronize looks busy, and --watchdog-timeout covers it only when the
+host thread blocks.
+
 `time.monotonic()` is CLOCK_MONOTONIC on Linux: one clock for every process of the machine, so
 stamps written by a worker compare with the launcher's clock.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from typing import Any
+
+
+BUSY_CPU_S = 0.001  # CPU seconds the loop's thread must use between two looks to count as busy (a blocked one uses none)
 
 
 class Heartbeat:
@@ -29,6 +40,25 @@ class Heartbeat:
 
     def beat(self) -> None:
         self._stamps[self._slot] = time.monotonic()
+
+    def beat_while_busy(self, every: float = 0.5) -> None:
+        """Beat from a daemon thread every `every` seconds in which the calling thread (the worker's
+        loop) used CPU time: a long step keeps beating, a stopped or blocked loop falls silent."""
+        try:
+            clock = time.pthread_getcpuclockid(threading.get_ident())
+        except (AttributeError, OSError):  # no per-thread CPU clock here: the loop's own beats only
+            return
+
+        def watch() -> None:
+            used = time.clock_gettime(clock)
+            while True:
+                time.sleep(every)
+                now = time.clock_gettime(clock)
+                if now - used > BUSY_CPU_S:
+                    self.beat()
+                used = now
+
+        threading.Thread(target=watch, name="heartbeat", daemon=True).start()
 
 
 class Heartbeats:
@@ -64,6 +94,7 @@ class WorkerLink:
     def ready(self) -> None:
         if self.heartbeat is not None:
             self.heartbeat.beat()  # beating from here on: the watchdog covers it from now
+            self.heartbeat.beat_while_busy()  # ready() runs on the worker's loop thread: that is the one watched
         self.status.put(("ready", self.name, ""))
 
     def failed(self, trace: str) -> None:

@@ -19,7 +19,7 @@ from . import chat, completions, models, probes, responses, tokenization
 from .deps import ApiDeps
 from .generation_defaults import sampling_defaults
 from .metrics import ServerMetrics
-from .middleware import ApiKeyGate, BodySizeLimit, guarded_paths
+from .middleware import ApiKeyGate, BodyBudget, BodySizeLimit, ConnectionCap, SseKeepAlive, guarded_paths
 from .protocol import APIError, ErrorResponse, error_response
 
 logger = get_logger(__name__)
@@ -28,9 +28,10 @@ ROUTERS = (probes, models, chat, completions, responses, tokenization)  # in the
 
 def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
                metrics: ServerMetrics | None = None) -> FastAPI:
+    # No trailing-slash redirects: Starlette builds their Location from the client's Host header.
     app = FastAPI(title="minisgl", version="0.1.0", description="OpenAI-compatible LLM inference server",
                   responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
-                             404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+                             404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}, redirect_slashes=False)
     state.created = state.created or int(time.time())
     metrics = metrics or ServerMetrics(args.model_name, args.model or args.model_name, args.tp)
     metrics.track_readiness(lambda: state.can_serve)
@@ -40,16 +41,20 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     routers = [module.router(deps) for module in ROUTERS]
     for router in routers:
         app.include_router(router)
-    app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout)
+    # Each add_middleware wraps what is there: the last one added sees a request first.
+    app.add_middleware(SseKeepAlive, interval=args.sse_keepalive)
+    app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout,
+                       budget=BodyBudget(args.max_buffered_request_bytes))
+    guarded = guarded_paths(route for router in routers for route in router.routes)
     if args.api_key:  # outside BodySizeLimit: a client without the key never gets its body read
-        guarded = guarded_paths(route for router in routers for route in router.routes)
         app.add_middleware(ApiKeyGate, api_key=args.api_key, guarded=guarded)
     if args.origins():
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=args.origins(), allow_methods=["*"], allow_headers=["*"],
                            allow_credentials="*" not in args.origins())
-    _document_model_name(app, args.model_names)
+    app.add_middleware(ConnectionCap, limit=args.max_connections, state=state, exempt=probes.UNCAPPED_PATHS)
+    _document_schema(app, args.model_names, guarded if args.api_key else None)
     return app
 
 
@@ -79,8 +84,9 @@ def _answer_errors_the_openai_way(app: FastAPI) -> None:
         return error_response(500, f"internal error: {type(e).__name__}", code="internal_error")
 
 
-def _document_model_name(app: FastAPI, names: tuple[str, ...]) -> None:
-    """The OpenAPI schema names the one model served, so clients and fuzzers know the valid value."""
+def _document_schema(app: FastAPI, names: tuple[str, ...], guarded=None) -> None:
+    """The OpenAPI schema names the one model served, so clients and fuzzers know the valid value,
+    and declares the bearer key (securitySchemes), required by the `guarded` paths when a key is set."""
     from fastapi.openapi.utils import get_openapi
 
     def openapi():
@@ -88,6 +94,13 @@ def _document_model_name(app: FastAPI, names: tuple[str, ...]) -> None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             for body in ("ChatCompletionRequest", "CompletionRequest", "ResponsesRequest"):
                 schema["components"]["schemas"][body]["properties"]["model"]["anyOf"][0]["enum"] = list(names)
+            schema["components"]["securitySchemes"] = {"apiKey": {
+                "type": "http", "scheme": "bearer",
+                "description": "the server's API key (--api-key-file, $MINISGL_API_KEY), when it has one"}}
+            for path, operations in schema["paths"].items():
+                if guarded is not None and guarded(path):
+                    for operation in operations.values():
+                        operation["security"] = [{"apiKey": []}]
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -16,6 +16,27 @@ from .protocol import APIError, ChatCompletionRequest, CompletionRequest
 from .request_cost import request_cost_problem
 
 
+ECHO_CHARS = 100  # the most of a client's own value an error message repeats
+
+
+def clipped(value: str) -> str:
+    """A client's value as an error message quotes it: at most ECHO_CHARS characters."""
+    return value if len(value) <= ECHO_CHARS else f"{value[:ECHO_CHARS]}... ({len(value)} characters)"
+
+
+def check_utf8(param: str, value) -> None:
+    """400 naming `param` when its text (a string, or the strings in a dict or list) is not valid
+    Unicode: JSON's \\ud800 escapes decode to lone surrogates, which no UTF-8 output can carry."""
+    strings = [*value, *value.values()] if isinstance(value, dict) else value if isinstance(value, list) else (value,)
+    for s in strings:
+        if isinstance(s, str):
+            try:
+                s.encode("utf-8")
+            except UnicodeEncodeError:
+                raise APIError(400, f"{param}: not valid Unicode text (a lone surrogate escape)", param=param,
+                               code="invalid_request") from None
+
+
 @dataclass(frozen=True)
 class ApiDeps:
     args: ServerArgs
@@ -40,7 +61,7 @@ class ApiDeps:
         if not state.ready:
             raise APIError(503, "the model is still loading", code="service_unavailable", headers={"Retry-After": "5"})
         if model is not None and model not in args.model_names:
-            raise APIError(404, f"the model '{model}' does not exist; this server serves '{args.model_name}'",
+            raise APIError(404, f"the model '{clipped(model)}' does not exist; this server serves '{args.model_name}'",
                            param="model", code="model_not_found")
 
     def check_unsupported(self, body) -> None:
@@ -68,7 +89,7 @@ class ApiDeps:
         self.check_unsupported(body)
         # The route creates the request's streams before its first await, so no other request can
         # pass this check in between (client.in_flight counts streams from their creation).
-        if self.frontend.in_flight + choices > args.max_pending_requests:
+        if self.frontend.pending + choices > args.max_pending_requests:
             raise APIError(429, f"the server is at its limit of {args.max_pending_requests} requests; retry later",
                            code="too_many_requests", headers={"Retry-After": "1"})
 

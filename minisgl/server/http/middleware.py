@@ -1,6 +1,8 @@
-"""The ASGI middleware in front of the app. The API key gate comes first, so a client without the
-key gets 401 before the server reads (and buffers up to --max-request-bytes of) its body or parses
-it; then the body's size and time limits (BodySizeLimit)."""
+"""The ASGI middleware in front of the app, outermost first: the connection cap (ConnectionCap,
+which lets the probes through), the API key gate, so a client without the key gets 401 before the
+server reads (and buffers up to --max-request-bytes of) its body or parses it; then the body's size,
+time and memory limits (BodySizeLimit), and keep-alive comments on quiet event streams
+(SseKeepAlive)."""
 
 from __future__ import annotations
 
@@ -42,20 +44,72 @@ class ApiKeyGate:
         await self.app(scope, receive, send)
 
 
+class ConnectionCap:
+    """503 (JSON, Retry-After, the connection closed) for a request arriving while more than `limit`
+    connections are open (`state.connections`, counted by runtime.connections), except on the
+    `exempt` paths: the probes and /metrics never compete with clients for connections."""
+
+    def __init__(self, app, limit: int, state, exempt: frozenset[str]):
+        self.app, self.limit, self.state, self.exempt = app, limit, state, exempt
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.state.connections > self.limit and scope["path"] not in self.exempt:
+            response = error_response(503, f"the server is at its limit of {self.limit} connections; retry later",
+                                      code="service_unavailable", headers={"Retry-After": "1", "Connection": "close"})
+            return await response(scope, receive, send)
+        await self.app(scope, receive, send)
+
+
+class BodyBudget:
+    """Bytes of request bodies held at once, all connections together, at most `limit`."""
+
+    def __init__(self, limit: int):
+        self.limit, self.held = limit, 0
+
+    def take(self, n: int) -> bool:
+        if self.held + n > self.limit:
+            return False
+        self.held += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.held -= n
+
+
 class BodySizeLimit:
     """Refuse request bodies over `max_bytes` with 413, whether or not they declare a length, and
     bodies not complete within `timeout` seconds with 408 (a client trickling its body holds a
-    connection and a buffer): the body is read before the app sees it, then handed on unchanged."""
+    connection and a buffer): the body is read before the app sees it, then handed on unchanged.
+    Bodies held at once, in all, stay within `budget` (a declared length is reserved up front): a
+    body beyond it gets 503 with Retry-After. Its bytes count until the app has answered."""
 
-    def __init__(self, app, max_bytes: int, timeout: float = 30.0):
+    def __init__(self, app, max_bytes: int, timeout: float = 30.0, budget: BodyBudget | None = None):
         self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
+        self.budget = budget or BodyBudget(1 << 62)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        reserved = 0
+
+        def hold(n: int) -> bool:
+            nonlocal reserved
+            if n > reserved:
+                if not self.budget.take(n - reserved):
+                    return False
+                reserved = n
+            return True
+
+        try:
+            await self._read_then_call(scope, receive, send, hold)
+        finally:
+            self.budget.give(reserved)
+
+    async def _read_then_call(self, scope, receive, send, hold):
         declared = dict(scope.get("headers") or []).get(b"content-length", b"")
         too_large = declared.isdigit() and int(declared) > self.max_bytes
-        chunks, size, more = [], 0, not too_large
+        busy = not too_large and declared.isdigit() and not hold(int(declared))
+        chunks, size, more = [], 0, not (too_large or busy)
         deadline = asyncio.get_running_loop().time() + self.timeout
         while more:
             try:
@@ -70,13 +124,72 @@ class BodySizeLimit:
             size += len(chunks[-1])
             more = message.get("more_body", False)
             too_large = size > self.max_bytes
-            more = more and not too_large
+            busy = not too_large and not hold(size)
+            more = more and not (too_large or busy)
         if too_large:
             response = error_response(413, f"request body larger than {self.max_bytes} bytes",
-                                      code="request_too_large")
+                                      code="request_too_large", headers={"Connection": "close"})
+            return await response(scope, receive, send)
+        if busy:
+            response = error_response(503, f"the server holds its limit of {self.budget.limit} bytes of request "
+                                           "bodies; retry later", code="service_unavailable",
+                                      headers={"Retry-After": "1", "Connection": "close"})
             return await response(scope, receive, send)
         body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
         await self.app(scope, _replay([body], receive), send)
+
+
+class SseKeepAlive:
+    """An SSE comment line (': keep-alive') on an event stream that has been silent for `interval`
+    seconds (a long step, a queue), so proxies with idle timeouts keep it open; clients skip
+    comment lines. Sends are serialized, so a comment never lands inside an event."""
+
+    COMMENT = b": keep-alive\n\n"
+
+    def __init__(self, app, interval: float):
+        self.app, self.interval = app, interval
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        loop = asyncio.get_running_loop()
+        lock = asyncio.Lock()
+        last_sent = loop.time()
+        ticker: asyncio.Task | None = None
+
+        async def keep_alive() -> None:
+            nonlocal last_sent
+            while True:
+                wait = last_sent + self.interval - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    continue
+                async with lock:
+                    await send({"type": "http.response.body", "body": self.COMMENT, "more_body": True})
+                    last_sent = loop.time()
+
+        async def serialized_send(message) -> None:
+            nonlocal last_sent, ticker
+            if message["type"] == "http.response.body" and not message.get("more_body") and ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+                ticker = None
+            async with lock:
+                await send(message)
+                last_sent = loop.time()
+            if message["type"] == "http.response.start" and _is_event_stream(message):
+                ticker = loop.create_task(keep_alive())
+
+        try:
+            await self.app(scope, receive, serialized_send)
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+                await asyncio.gather(ticker, return_exceptions=True)
+
+
+def _is_event_stream(start: dict) -> bool:
+    return any(k.lower() == b"content-type" and v.startswith(b"text/event-stream") for k, v in start.get("headers", ()))
 
 
 def _replay(messages: list[dict], receive):

@@ -1,9 +1,14 @@
 """The orchestrator's and Prometheus' routes: /health (liveness), /ready (readiness),
-/health_generate (one token through the whole pipeline) and /metrics. Open without the API key."""
+/health_generate (one token through the whole pipeline) and /metrics. Open without the API key,
+as in vLLM and SGLang, so each is cheap whoever calls it: /health, /ready and /metrics read state
+and are answered beyond the connection cap (GET or HEAD); /health_generate generates at most once
+per --health-generate-interval, its callers sharing the answer, and its request is not counted
+toward --max-pending-requests, so a flood of it takes no client's slot."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse, Response
@@ -11,15 +16,55 @@ from fastapi.responses import PlainTextResponse, Response
 from minisgl.core import SamplingParams
 
 from ..args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH
-from ..runtime.frontend import UNAVAILABLE
+from ..runtime.frontend import UNAVAILABLE, FrontendClient
 from .deps import ApiDeps
 
 PLAIN_503 = {503: {"content": {"text/plain": {}}}}
+UNCAPPED_PATHS = frozenset({LIVENESS_PATH, READINESS_PATH, METRICS_PATH})  # answered beyond --max-connections
+PROBE_TIMEOUT_S = 20.0  # /health_generate's token must come back within this
+
+
+class GenerationProbe:
+    """One greedy token through tokenizer, scheduler and detokenizer, at most once per `interval`
+    seconds: callers while one runs wait for it, callers within `interval` after it get its answer."""
+
+    def __init__(self, frontend: FrontendClient, interval: float):
+        self.frontend, self.interval = frontend, interval
+        self.running: asyncio.Task | None = None
+        self.answer: str | None = None  # None: the last probe passed; else why it failed
+        self.answered_at = -math.inf
+
+    async def check(self) -> str | None:
+        """None when a token came through, else why not."""
+        loop = asyncio.get_running_loop()
+        if loop.time() - self.answered_at < self.interval:
+            return self.answer
+        if self.running is None:
+            self.running = loop.create_task(self._probe())
+        return await asyncio.shield(self.running)  # a caller that leaves does not cancel it for the others
+
+    async def _probe(self) -> str | None:
+        params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
+
+        async def one_token():
+            async for reply in self.frontend.generate(params, input_ids=[0], counted=False):
+                if reply.finish_reason in ("error", UNAVAILABLE):
+                    raise RuntimeError(reply.error)
+
+        try:
+            await asyncio.wait_for(one_token(), timeout=PROBE_TIMEOUT_S)
+            self.answer = None
+        except (asyncio.TimeoutError, RuntimeError) as e:
+            self.answer = f"generation failed: {e!r}"
+        finally:
+            self.answered_at, self.running = asyncio.get_running_loop().time(), None
+        return self.answer
 
 
 def router(deps: ApiDeps) -> APIRouter:
     api = APIRouter()
     state = deps.state
+    probe = GenerationProbe(deps.frontend, deps.args.health_generate_interval)
 
     @api.get(LIVENESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health():
@@ -32,22 +77,15 @@ def router(deps: ApiDeps) -> APIRouter:
         reason = "ready" if ok else "draining" if state.draining else "loading" if not state.ready else "unhealthy"
         return PlainTextResponse(reason, status_code=200 if ok else 503)
 
+    for path, probe_route in ((LIVENESS_PATH, health), (READINESS_PATH, ready)):  # HEAD: the same status, no body
+        api.add_api_route(path, probe_route, methods=["HEAD"], include_in_schema=False)
+
     @api.get("/health_generate", tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health_generate():
         if not (state.ready and state.healthy):
             return PlainTextResponse("not ready", status_code=503)
-        params = SamplingParams(temperature=0.0, max_tokens=1, ignore_eos=True)
-
-        async def one_token():
-            async for reply in deps.frontend.generate(params, input_ids=[0]):
-                if reply.finish_reason in ("error", UNAVAILABLE):
-                    raise RuntimeError(reply.error)
-
-        try:
-            await asyncio.wait_for(one_token(), timeout=20)
-        except (asyncio.TimeoutError, RuntimeError) as e:
-            return PlainTextResponse(f"generation failed: {e!r}", status_code=503)
-        return PlainTextResponse("ok")
+        failed = await probe.check()
+        return PlainTextResponse(failed, status_code=503) if failed else PlainTextResponse("ok")
 
     @api.get(METRICS_PATH, tags=["monitoring"], response_class=PlainTextResponse)
     async def prometheus_metrics():

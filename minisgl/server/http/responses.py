@@ -18,15 +18,19 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from minisgl.message import Reply
+from minisgl.utils.logger import get_logger
 
 from ..parsers import ChatOutputFormat
 from ..runtime.frontend import UNAVAILABLE
 from .chat import chat_jobs
-from .deps import ApiDeps
+from .deps import ApiDeps, check_utf8
 from .formats import openai_finish_reason
 from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure
 from .protocol import APIError, generation_responses
 from .responses_protocol import ResponseObject, ResponsesRequest
+
+
+logger = get_logger(__name__)
 
 
 def _id(prefix: str) -> str:
@@ -142,6 +146,8 @@ def router(deps: ApiDeps) -> APIRouter:
     @api.post("/v1/responses", tags=["openai"], response_model=None, responses=generation_responses(ResponseObject))
     async def responses(body: ResponsesRequest, request: Request):
         deps.check_serving(body.model)
+        check_utf8("user", body.user)
+        check_utf8("metadata", body.metadata or {})  # both echoed back in the response
         if body.built_in_tool():
             raise APIError(400, f"tools: the built-in tool {body.built_in_tool()!r} is not supported; only function "
                                 "tools are", param="tools", code="unsupported_parameter")
@@ -192,15 +198,20 @@ async def _events(gen: Generation, firsts: list[Reply], base: dict, output: Chat
     yield event({"type": "response.created", "response": response("in_progress")})
     yield event({"type": "response.in_progress", "response": response("in_progress")})
     failed: Reply | None = None
-    async for _, reply in gen.replies(firsts):
-        if reply.finish_reason in ("error", UNAVAILABLE):
-            failed = reply
-            continue
-        for e in items.read(reply.text, reply.finish_reason):
-            yield event(e)
-        if items.status is not None:
-            yield event({"type": "response.completed", "response": {**response(items.status),
-                                                                    **items.response_fields(), "usage": _usage(gen)}})
+    try:
+        async for _, reply in gen.replies(firsts):
+            if reply.finish_reason in ("error", UNAVAILABLE):
+                failed = reply
+                continue
+            for e in items.read(reply.text, reply.finish_reason):
+                yield event(e)
+            if items.status is not None:
+                yield event({"type": "response.completed", "response": {**response(items.status),
+                                                                        **items.response_fields(),
+                                                                        "usage": _usage(gen)}})
+    except Exception as e:  # noqa: BLE001 - a bug mid-stream: the client still hears that the response failed
+        logger.exception("a Responses stream failed")
+        failed = Reply(0, "", 0, "error", f"internal error: {type(e).__name__}")
     if failed is not None:
         code, message = stream_failure(failed)
         yield event({"type": "error", "code": code, "message": message, "param": None})

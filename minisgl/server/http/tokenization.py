@@ -1,17 +1,22 @@
 """/tokenize and /detokenize (vLLM's and SGLang's extension routes): the server's own tokenizer
-and chat template, so a client can count tokens exactly as a request would be counted."""
+and chat template, so a client can count tokens exactly as a request would be counted.
+
+Both are bounded (--max-tokenize-bytes, --max-detokenize-tokens) and run on one thread of their
+own, one request at a time: never on the event loop (a multi-megabyte prompt there froze every
+route, the probes included), never in the loop's default executor (which the supervisor uses)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
+from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
 
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..args import load_chat_template
-from .deps import ApiDeps
+from .deps import ApiDeps, check_utf8
 from .protocol import APIError, ChatMessage, TokenId, Tool
 
 
@@ -47,6 +52,10 @@ class DetokenizeRequest(BaseModel):
 def router(deps: ApiDeps) -> APIRouter:
     api = APIRouter()
     args = deps.args
+    executor = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
+
+    async def off_loop(fn, *fn_args):
+        return await asyncio.get_running_loop().run_in_executor(executor, fn, *fn_args)
 
     @functools.cache
     def tokenizer():
@@ -63,16 +72,26 @@ def router(deps: ApiDeps) -> APIRouter:
     @api.post("/tokenize", tags=["extensions"])
     async def tokenize(body: TokenizePrompt | TokenizeChat):
         from minisgl.tokenizer.chat_template import render_chat
+        from minisgl.tokenizer.prompt_bound import prompt_bytes
 
         deps.check_serving(body.model)
-        tok = await asyncio.to_thread(tokenizer)  # loaded once, off the event loop
         if isinstance(body, TokenizePrompt):
-            ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens)
+            param, texts, size = "prompt", [body.prompt], prompt_bytes(body.prompt, None)
+        else:
+            messages = [m.as_template_input() for m in body.messages]
+            param, texts, size = "messages", [m["content"] for m in messages], prompt_bytes(None, messages)
+        check_utf8(param, texts)
+        if size > args.max_tokenize_bytes:
+            raise APIError(400, f"{param} is {size} bytes; /tokenize takes at most {args.max_tokenize_bytes} "
+                                "(--max-tokenize-bytes)", param=param, code="request_too_large")
+        tok = await off_loop(tokenizer)  # loaded once
+        if isinstance(body, TokenizePrompt):
+            ids = await off_loop(functools.partial(tok.encode, body.prompt, add_special_tokens=body.add_special_tokens))
         else:
             options = {"add_generation_prompt": body.add_generation_prompt, "kwargs": body.chat_template_kwargs or {},
                        "tools": [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None}
             try:
-                ids = render_chat(tok, [m.as_template_input() for m in body.messages], options)
+                ids = await off_loop(render_chat, tok, messages, options)
             except Exception as e:  # noqa: BLE001 - a template that cannot render this chat is the request's problem
                 raise APIError(400, f"cannot render the chat: {e}", param="messages") from None
         return {"tokens": ids, "count": len(ids)}
@@ -80,9 +99,12 @@ def router(deps: ApiDeps) -> APIRouter:
     @api.post("/detokenize", tags=["extensions"])
     async def detokenize(body: DetokenizeRequest):
         deps.check_serving(body.model)
-        tok = await asyncio.to_thread(tokenizer)
+        if len(body.tokens) > args.max_detokenize_tokens:
+            raise APIError(400, f"{len(body.tokens)} token ids; /detokenize takes at most {args.max_detokenize_tokens} "
+                                "(--max-detokenize-tokens)", param="tokens", code="request_too_large")
+        tok = await off_loop(tokenizer)
         if any(t >= len(tok) for t in body.tokens):
             raise APIError(400, f"token ids must be below the vocabulary size {len(tok)}", param="tokens")
-        return {"prompt": tok.decode(body.tokens)}
+        return {"prompt": await off_loop(tok.decode, body.tokens)}
 
     return api

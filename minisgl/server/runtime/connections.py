@@ -1,20 +1,26 @@
 """Connection hygiene for the HTTP server: slow clients are cut off, connections are capped, and
 the process may hold as many sockets as the system allows.
 
-uvicorn already closes idle keep-alive connections (--timeout-keep-alive) and refuses requests
-beyond `limit_concurrency` with 503; what it lacks is a deadline for a request's *head*: a client
-sending its headers a byte every few seconds (slowloris) resets uvicorn's keep-alive timer with
-each byte and holds its socket forever. `head_deadline_protocol` adds that deadline to uvicorn's
-own HTTP protocol classes (httptools or h11, whichever uvicorn would pick). The body's deadline is
-an ASGI concern and lives in http.middleware.BodySizeLimit, which reads the body anyway.
+uvicorn already closes idle keep-alive connections (--timeout-keep-alive); what it lacks is a
+deadline and a size limit for a request's *head*: a client sending its headers a byte every few
+seconds (slowloris) resets uvicorn's keep-alive timer with each byte and holds its socket forever,
+and httptools buffers headers of any size. `head_deadline_protocol` adds both to uvicorn's own HTTP
+protocol classes (httptools or h11, whichever uvicorn would pick), and counts the open connections
+in ServerState for the connection cap. The cap itself is ASGI middleware (http.middleware.
+ConnectionCap), not uvicorn's limit_concurrency: that one refuses the probes too (plain text), so
+idle sockets beyond the cap would fail /health. The body's deadline and size are ASGI concerns too
+(http.middleware.BodySizeLimit, which reads the body anyway).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import resource
 
 from minisgl.utils.logger import get_logger
+
+from .state import ServerState
 
 logger = get_logger(__name__)
 
@@ -48,16 +54,38 @@ def connection_limit(requested: int, open_file_limit: int) -> int:
     return min(requested, room)
 
 
-def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float) -> type[asyncio.Protocol]:
-    """`base` (a uvicorn HTTP protocol class) with a deadline: a connection that has not sent a
-    complete request head `timeout` seconds after it opened, or after its previous response, is
-    closed. Both uvicorn protocols create `self.cycle` when a head is complete and call
-    `on_response_complete` after each response, which is all this relies on."""
+HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
+                  b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
+
+
+def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float, max_head_bytes: int = 64 << 10,
+                           state: ServerState | None = None) -> type[asyncio.Protocol]:
+    """`base` (a uvicorn HTTP protocol class) with a deadline and a size limit for request heads:
+    a connection that has not sent a complete request head `timeout` seconds after it opened, or
+    after its previous response, is closed; one whose head grows past `max_head_bytes` gets 431
+    and is closed. Both uvicorn protocols create `self.cycle` when a head is complete and call
+    `on_response_complete` after each response, which is all this relies on. `state.connections`
+    counts the open connections."""
+    too_large = json.dumps({"error": {"message": f"request head larger than {max_head_bytes} bytes",
+                                      "type": "invalid_request_error", "param": None,
+                                      "code": "request_header_too_large"}}).encode()
 
     class HeadDeadlineProtocol(base):  # type: ignore[misc, valid-type]
         def connection_made(self, transport) -> None:
+            if state is not None:
+                state.connections += 1
             super().connection_made(transport)
             self._arm_head_deadline()
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            # Counted after parsing: bytes that completed a head (and a body after it) are not head bytes.
+            if self.cycle is self._waiting_after and not self.transport.is_closing():
+                self._head_bytes += len(data)
+                if self._head_bytes > max_head_bytes:
+                    logger.debug("closing a connection whose request head passed %d bytes", max_head_bytes)
+                    self.transport.write(HEAD_TOO_LARGE % (len(too_large), too_large))
+                    self.transport.close()
 
         def on_response_complete(self) -> None:
             # Armed with the finished cycle before uvicorn may start a pipelined next one, which
@@ -66,12 +94,15 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float) -> type
             super().on_response_complete()
 
         def connection_lost(self, exc) -> None:
+            if state is not None:
+                state.connections -= 1
             self._disarm_head_deadline()
             super().connection_lost(exc)
 
         def _arm_head_deadline(self) -> None:
             self._disarm_head_deadline()
-            waiting_after = self.cycle  # the head has come once self.cycle is a new one
+            self._waiting_after = waiting_after = self.cycle  # the head has come once self.cycle is a new one
+            self._head_bytes = 0
             self._head_timer = self.loop.call_later(timeout, self._head_overdue, waiting_after)
 
         def _disarm_head_deadline(self) -> None:
@@ -90,11 +121,11 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float) -> type
     return HeadDeadlineProtocol
 
 
-def uvicorn_http_protocol(timeout: float) -> type[asyncio.Protocol]:
+def uvicorn_http_protocol(timeout: float, max_head_bytes: int, state: ServerState) -> type[asyncio.Protocol]:
     """uvicorn's own choice of HTTP protocol (httptools when installed, else h11), with the head
-    deadline."""
+    deadline and size limit, counting connections in `state`."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
     except ImportError:
         from uvicorn.protocols.http.h11_impl import H11Protocol as base
-    return head_deadline_protocol(base, timeout)
+    return head_deadline_protocol(base, timeout, max_head_bytes, state)

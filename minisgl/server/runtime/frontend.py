@@ -52,6 +52,7 @@ class FrontendClient:
         self.inbox = AsyncPullSocket(addrs["api"])
         self.streams: dict[int, ReplyStream] = {}
         self.unstarted = 0  # streams created but not yet iterated (not in self.streams yet)
+        self.uncounted = 0  # streams of the server's own probes: no client's slot under the pending limit
         self._uids = itertools.count(1)
         self._reader: asyncio.Task | None = None
         self.closed: str | None = None  # why every request is ended at once from now on (end_all)
@@ -59,8 +60,13 @@ class FrontendClient:
 
     @property
     def in_flight(self) -> int:
-        """Requests between their creation and their end: what the pending-request limit counts."""
+        """Requests between their creation and their end (a drain waits for them)."""
         return len(self.streams) + self.unstarted
+
+    @property
+    def pending(self) -> int:
+        """The requests in flight that the pending-request limit counts: the clients'."""
+        return self.in_flight - self.uncounted
 
     def created(self, n: int) -> None:
         """Count `n` streams created but not started yet (negative: that many started, or will
@@ -96,14 +102,16 @@ class FrontendClient:
 
     async def generate(self, params: SamplingParams, text: str | None = None, input_ids: list[int] | None = None,
                        messages: list[dict] | None = None, text_params: TextParams | None = None,
-                       ) -> AsyncIterator[Reply]:
+                       counted: bool = True) -> AsyncIterator[Reply]:
         """Replies for one request until it finishes (several that arrived together come as one).
         Leaving early (cancel, disconnect, an exception in the consumer) aborts the request, so
         its KV pages are freed. `text_params`: stop strings, skip_special_tokens, the chat template's
-        options (default: none, True, none)."""
+        options (default: none, True, none). `counted`: False for the server's own probe, which
+        the pending-request limit does not count."""
         self.start()
         uid = next(self._uids)
         stream = self.streams[uid] = ReplyStream()
+        self.uncounted += not counted
         to_tokenizer = self.to_tokenizers[uid % len(self.to_tokenizers)]
         finished = False  # the pipeline ended it: nothing to abort
         try:
@@ -126,5 +134,6 @@ class FrontendClient:
                     return
         finally:
             del self.streams[uid]
+            self.uncounted -= not counted
             if not finished and not self._upstream_gone:
                 await asyncio.shield(to_tokenizer.send(AbortMsg(uid)))

@@ -14,6 +14,7 @@ class ServerState:
     failed: str | None = None  # why no more work can be done (a worker died): everything gets 503
     stalled: tuple[str, ...] = ()  # workers silent past --watchdog-timeout (hung: stopped, deadlocked, a stuck step)
     created: int = 0
+    connections: int = 0  # open HTTP connections: the protocol (connections.py) counts, the connection cap reads
 
     @property
     def healthy(self) -> bool:

@@ -33,6 +33,9 @@ class Supervisor:
     POLL_S = 0.25  # how often the workers are looked at: a death is noticed this fast
     SETTLE_S = 2.0  # at most this long for ended requests to send their last bytes before the server stops
     FORCED_SETTLE_S = 0.5  # the same after a second signal: "at once", but each client still hears why
+    # After a worker's death the port stays open this long, answering 503 (and /health 503), so a
+    # request just after it gets the promised retryable 503, not "connection refused".
+    FAILED_LINGER_S = 2.0
 
     def __init__(self, args: ServerArgs, workers: Any, state: ServerState, client: FrontendClient, server: Any):
         """`workers`: runtime.workers.Workers; `server`: the uvicorn.Server to stop."""
@@ -85,10 +88,13 @@ class Supervisor:
         self.state.failed = reason
         self.exit_code = 1
         # The pipeline is broken, so an abort could wait forever on a dead worker's socket.
+        lingered = time.monotonic() + self.FAILED_LINGER_S
         ended = self.client.end_all(f"the server stopped: {reason}", upstream_alive=False)
         if ended:
             logger.error("ended %d request(s) in flight with 503", ended)
             await self._settle()
+        while time.monotonic() < lingered and not self.forced:
+            await asyncio.sleep(0.05)
         self.server.should_exit = True
 
     # -- shutting down ------------------------------------------------------------------------
