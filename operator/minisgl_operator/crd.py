@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import constants as c
-from . import server
+from . import k8s_schema, server
 
 # A Kubernetes resource.Quantity, as the API server's own schemas spell it.
 QUANTITY_PATTERN = (
@@ -341,7 +341,7 @@ def spec_schema() -> dict[str, Any]:
                     "properties": {
                         "name": {"type": "string", "minLength": 1},
                         "value": {"type": "string"},
-                        "valueFrom": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                        "valueFrom": k8s_schema.structural("V1EnvVarSource"),
                     },
                 },
             },
@@ -436,9 +436,8 @@ def spec_schema() -> dict[str, Any]:
                 },
             },
             "affinity": {
-                "type": "object",
+                **k8s_schema.structural("V1Affinity"),
                 "description": "Pod affinity (core/v1 Affinity), passed through unchanged.",
-                "x-kubernetes-preserve-unknown-fields": True,
             },
             "podTemplate": {
                 "type": "object",

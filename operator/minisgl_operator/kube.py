@@ -18,6 +18,12 @@ from . import constants as c
 Obj = dict[str, Any]
 
 
+# What the API server answers with HTTP 500 although retrying cannot help: server-side apply of an
+# object with a field its type does not declare (a typo under a preserve-unknown-fields podTemplate
+# reaches the Deployment so) fails to build the typed patch, the same way every time.
+PERMANENT_SERVER_ERRORS = ("field not declared in schema", "failed to create typed patch object")
+
+
 class ApiError(Exception):
     """A failed API call. ``status`` is the HTTP status (0: the API server was not reached)."""
 
@@ -30,7 +36,10 @@ class ApiError(Exception):
     @property
     def retryable(self) -> bool:
         """Worth retrying as is: conflicts, throttling, server errors, no connection.
-        Anything else (400 Bad Request, 403 Forbidden, 422 Invalid, ...) needs a person."""
+        Anything else (400 Bad Request, 403 Forbidden, 422 Invalid, ...) needs a person, and so does
+        server-side apply's 500 for an object its schema cannot type (a field that does not exist)."""
+        if any(sign in self.message for sign in PERMANENT_SERVER_ERRORS):
+            return False
         return self.status in (0, 409, 429) or self.status >= 500
 
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from . import constants as c
-from . import merge, quantity, render, server, status
+from . import merge, quantity, render, router, server, status
 from . import spec as spec_mod
 from .kube import ApiError, KubeApi
 
@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 
 # What runs the server pods; the status follows it (both report replicas, updated and ready ones).
 WORKLOAD_KINDS = ("Deployment", "LeaderWorkerSet")
+# What scales them; one replaces the other when the spec switches between the HPA and KEDA.
+AUTOSCALER_KINDS = ("HorizontalPodAutoscaler", "ScaledObject")
 
 
 class RetryableError(Exception):
@@ -174,8 +176,13 @@ class Reconciler:
             return outcome
 
         deployment: Obj | None = None
+        picker: Obj | None = None
         problems: list[status.Problem] = []
         wanted = render.children(isvc, self.epp_image)
+        wanted_refs = {(d["kind"], d["metadata"]["name"]) for d in wanted}
+        # An autoscaler the spec replaced goes first: two autoscalers would fight over spec.replicas,
+        # and KEDA's admission webhook refuses a ScaledObject while an HPA scales its target.
+        self._delete_unwanted(isvc, wanted_refs, outcome, kinds=AUTOSCALER_KINDS)
         # One child refused (a PVC edit the API server forbids, a name taken) does not stop the
         # others: a new image or replica count still reaches the Deployment.
         for desired in wanted:
@@ -197,28 +204,47 @@ class Reconciler:
                     result = self.api.apply(desired)
                 except ApiError as exc:
                     if exc.retryable:
+                        self._report_retry(body, outcome, isvc, kind, name, exc)
                         raise RetryableError(str(exc)) from exc
                     problems.append(status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}"))
                     continue
                 outcome.applied.append(_ref(desired))
             if kind in WORKLOAD_KINDS and name == isvc.name:
                 deployment = result
+            elif kind == "Deployment" and isvc.router is not None and name == router.epp_name(isvc):
+                picker = result
 
         if not problems:
-            wanted_refs = {(d["kind"], d["metadata"]["name"]) for d in wanted}
-            for kind, name in render.removable(isvc):
-                if (kind, name) in wanted_refs:
-                    continue
-                current = self._get(kind, isvc.namespace, name)
-                if current is not None and owned_by(current, isvc.uid):
-                    self._delete(kind, isvc.namespace, name)
-                    outcome.deleted.append(f"{kind}/{name}")
+            self._delete_unwanted(isvc, wanted_refs, outcome)
         deployment = deployment or self._owned_deployment(body)
         problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc))])
         outcome.problem = status.combine(problems)
 
-        self._finish(body, outcome, deployment=deployment, isvc=isvc)
+        self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker)
         return outcome
+
+    def _delete_unwanted(self, isvc: spec_mod.InferenceService, wanted: set[tuple[str, str]], outcome: Outcome,
+                         kinds: tuple[str, ...] | None = None) -> None:
+        """Delete the children this InferenceService owns and its spec no longer asks for (of ``kinds``)."""
+        for kind, name in render.removable(isvc):
+            if (kind, name) in wanted or (kinds is not None and kind not in kinds):
+                continue
+            current = self._get(kind, isvc.namespace, name)
+            if current is not None and owned_by(current, isvc.uid):
+                self._delete(kind, isvc.namespace, name)
+                outcome.deleted.append(f"{kind}/{name}")
+
+    def _report_retry(self, body: Mapping[str, Any], outcome: Outcome, isvc: spec_mod.InferenceService, kind: str,
+                      name: str, exc: ApiError) -> None:
+        """A server error that kopf will retry still reaches the status (a 500 that repeats is a
+        problem someone must see); throttling, conflicts and no connection pass silently."""
+        if exc.status < 500:
+            return
+        outcome.problem = status.Problem("ApplyFailed", f"the API server failed {kind} {name} (retrying): {exc.message}")
+        try:
+            self._finish(body, outcome, deployment=self._owned_deployment(body), isvc=isvc)
+        except RetryableError:
+            pass  # the retry comes anyway
 
     # -- helpers --
 
@@ -251,8 +277,12 @@ class Reconciler:
         )
 
     def _pods(self, isvc: spec_mod.InferenceService) -> list[Obj]:
+        """The server pods, and the endpoint pickers' (a picker in CrashLoopBackOff says why routing fails)."""
+        selectors = [render.selector_string(isvc.name)]
+        if isvc.router is not None:
+            selectors.append(",".join(f"{k}={v}" for k, v in sorted(router.epp_selector(isvc).items())))
         try:
-            return self.api.list_pods(isvc.namespace, render.selector_string(isvc.name))
+            return [pod for selector in selectors for pod in self.api.list_pods(isvc.namespace, selector)]
         except ApiError as exc:
             raise RetryableError(str(exc)) from exc
 
@@ -275,6 +305,7 @@ class Reconciler:
         *,
         deployment: Obj | None,
         isvc: spec_mod.InferenceService | None = None,
+        picker: Obj | None = None,
     ) -> None:
         meta = body["metadata"]
         raw_spec = body.get("spec") or {}
@@ -288,6 +319,7 @@ class Reconciler:
             generation=meta.get("generation", 0),
             desired_replicas=desired if isinstance(desired, int) and not isinstance(desired, bool) else 0,
             deployment=deployment,
+            picker=picker if isvc is not None and isvc.router is not None else None,
             problem=outcome.problem,
             previous=previous,
             now=now,

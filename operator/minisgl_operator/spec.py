@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from . import constants as c
-from . import crd, quantity, schema, server
+from . import crd, k8s_schema, quantity, schema, server
 
 # The ownerReference uid that `render` prints for a file without metadata.uid: the API server
 # assigns the real one when the InferenceService is created.
@@ -396,7 +396,13 @@ POD_TEMPLATE_OWNED_CONTAINER_FIELDS = ("command", "args")
 
 
 def _check_pod_template(spec: Mapping[str, Any]) -> list[str]:
-    problems = []
+    # The CRD keeps podTemplate.spec open (a whole PodSpec is too large to embed), so a misspelt field
+    # is caught here: server-side apply of the Deployment would fail on it with an HTTP 500.
+    pod_spec = (spec.get("podTemplate") or {}).get("spec") or {}
+    problems = [
+        f"{path}: unknown field (not in core/v1 PodSpec)"
+        for path in k8s_schema.unknown_fields(pod_spec, "V1PodSpec", "spec.podTemplate.spec")
+    ]
     for container in ((spec.get("podTemplate") or {}).get("spec") or {}).get("containers") or []:
         if not isinstance(container, Mapping) or container.get("name") != c.CONTAINER_NAME:
             continue

@@ -113,7 +113,9 @@ def compute(
     problem: Problem | None,
     previous: Mapping[str, Any] | None,
     now: str,
+    picker: Mapping[str, Any] | None = None,
 ) -> Obj:
+    """``picker``: the router's endpoint picker Deployment, when spec.router asks for one."""
     facts = _deployment_facts(deployment)
     # A pod's own reason (Unschedulable, ImagePullBackOff, ...) says more than the deadline's.
     problem = problem or _deployment_problem(facts)
@@ -139,6 +141,14 @@ def compute(
     else:
         ready_cond = _condition(c.CONDITION_READY, False, "NoReplicasReady", f"0/{desired} replicas ready")
 
+    picker_down = picker is not None and int((picker.get("status") or {}).get("availableReplicas") or 0) < 1
+    if picker_down and ready >= 1:
+        # The pods serve, but the gateway reaches them through the picker: not Ready until one is up.
+        ready_cond = _condition(
+            c.CONDITION_READY, False, "EndpointPickerUnavailable",
+            f"{ready}/{desired} replicas ready, but no endpoint picker is available: the gateway cannot route to them",
+        )  # fmt: skip
+
     if problem is not None:
         progressing_cond = _condition(c.CONDITION_PROGRESSING, False, problem.reason, "the rollout is stopped: see Degraded")
         degraded_cond = _condition(c.CONDITION_DEGRADED, True, problem.reason, problem.message)
@@ -160,7 +170,7 @@ def compute(
         phase = c.PHASE_SCALED_TO_ZERO
     elif not facts["observed"]:
         phase = c.PHASE_PENDING
-    elif rolled_out:
+    elif rolled_out and not picker_down:
         phase = c.PHASE_READY
     else:
         phase = c.PHASE_PROGRESSING

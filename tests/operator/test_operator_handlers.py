@@ -449,3 +449,123 @@ def test_startup_configures_kopf_for_least_privilege(fake):
     assert settings.scanning.disabled is True
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert handlers._get_reconciler().api is fake  # a configured API is kept
+
+
+# --- issue 38: switching autoscalers, errors that no retry fixes, the router's health -------------
+
+KEDA_WEBHOOK_MESSAGE = "the workload '{}' of type '{}' is already managed by the hpa '{}'"
+
+
+@pytest.fixture
+def keda_webhook(fake, monkeypatch):
+    """KEDA's validating webhook for ScaledObjects (keda v2.20, scaledobject_webhook.go): it refuses
+    one whose scaleTargetRef an HPA not made by KEDA for it already scales."""
+    if getattr(fake, "keda_webhook", None):  # the fake API server plays it itself
+        return fake
+    apply = fake.apply
+
+    def admitted(obj):
+        if obj["kind"] == "ScaledObject":
+            target, namespace = obj["spec"]["scaleTargetRef"], obj["metadata"]["namespace"]
+            for (kind, ns, name), hpa in fake.objects.items():
+                ref = hpa.get("spec", {}).get("scaleTargetRef", {})
+                if kind == "HorizontalPodAutoscaler" and ns == namespace and (ref.get("kind"), ref.get("name")) == (target["kind"], target["name"]) \
+                        and name != f"keda-hpa-{obj['metadata']['name']}":  # fmt: skip
+                    raise ApiError(403, "Forbidden", 'admission webhook "vscaledobject.kb.io" denied the request: '
+                                   + KEDA_WEBHOOK_MESSAGE.format(target["name"], target["kind"], name))  # fmt: skip
+        return apply(obj)
+
+    monkeypatch.setattr(fake, "apply", admitted)
+    return fake
+
+
+def test_switching_a_running_service_from_the_hpa_to_keda_converges(keda_webhook):
+    fake = keda_webhook
+    spec = {"model": "m", "modelCache": {"size": "100Gi", "accessModes": ["ReadWriteMany"]},
+            "autoscaling": {"minReplicas": 1, "maxReplicas": 4}}  # fmt: skip
+    create(fake, spec=spec)
+    assert ("HorizontalPodAutoscaler", "chat") in fake.children()
+    keda = {"prometheusAddress": "http://prom:9090", "target": "4"}
+    body = fake.update_spec("chat", lambda s: s["autoscaling"].update(keda=keda))
+    handlers.on_update(body=body, logger=LOG)
+    children = fake.children()
+    assert ("ScaledObject", "chat") in children and ("HorizontalPodAutoscaler", "chat") not in children
+    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["status"] == "False"
+    # The HPA went before the ScaledObject came: never two autoscalers on one target.
+    writes = [(verb, kind) for verb, kind, _, name in fake.writes() if name == "chat" and verb in ("apply", "delete")]
+    assert writes.index(("delete", "HorizontalPodAutoscaler")) < writes.index(("apply", "ScaledObject"))
+    # ... and back: the ScaledObject goes before the HPA comes.
+    fake.reset_calls()
+    body = fake.update_spec("chat", lambda s: s["autoscaling"].pop("keda"))
+    handlers.on_update(body=body, logger=LOG)
+    writes = [(verb, kind) for verb, kind, _, name in fake.writes() if name == "chat" and verb in ("apply", "delete")]
+    assert writes.index(("delete", "ScaledObject")) < writes.index(("apply", "HorizontalPodAutoscaler"))
+    assert ("ScaledObject", "chat") not in fake.children()
+
+
+UNDECLARED = ('failed to create typed patch object (apps/v1, Kind=Deployment): '
+              '.spec.template.spec.containers[name="server"].resorces: field not declared in schema')  # fmt: skip
+
+
+def test_server_side_applys_500_for_an_undeclared_field_is_a_clear_condition_not_a_retry(fake):
+    fake.fail_next["apply"] = ApiError(500, "InternalError", UNDECLARED)
+    body = fake.create_inferenceservice("chat", {"model": "m"})
+    handlers.on_create(body=body, logger=LOG)  # no kopf.TemporaryError: retrying cannot fix it
+    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "ApplyRejected")
+    assert "resorces: field not declared in schema" in degraded["message"]
+    assert fake.events[-1]["type"] == "Warning"
+
+
+def test_a_server_error_that_kopf_retries_still_reaches_the_status(fake):
+    fake.fail_next["apply"] = ApiError(500, "InternalError", "Internal error occurred: webhook call failed")
+    body = fake.create_inferenceservice("chat", {"model": "m"})
+    with pytest.raises(kopf.TemporaryError):
+        handlers.on_create(body=body, logger=LOG)
+    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "ApplyFailed")
+    assert "retrying" in degraded["message"] and "webhook call failed" in degraded["message"]
+    handlers.on_create(body=fake.inferenceservice("chat"), logger=LOG)  # the retry succeeds and clears it
+    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["status"] == "False"
+
+
+def test_a_misspelt_pod_template_field_is_an_invalid_spec_naming_it(fake):
+    spec = {"model": "m", "podTemplate": {"spec": {"containers": [{"name": "server", "resorces": {}}]}}}
+    body = fake.create_inferenceservice("chat", spec)
+    handlers.on_create(body=body, logger=LOG)
+    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+    assert "spec.podTemplate.spec.containers[0].resorces: unknown field" in degraded["message"]
+    assert not any(verb == "apply" for verb, *_ in fake.writes())
+
+
+def test_a_router_without_an_available_endpoint_picker_is_not_ready(fake):
+    spec = {"model": "m", "replicas": 2, "router": {"gateway": {"name": "gw"}}}
+    create(fake, spec=spec)
+    fake.set_deployment_status("chat", replicas=2, updatedReplicas=2, readyReplicas=2, availableReplicas=2)
+    fake.set_deployment_status("chat-epp", replicas=2, updatedReplicas=2, readyReplicas=0, availableReplicas=0)
+    deployment_event(fake)
+    body = fake.inferenceservice("chat")
+    ready = condition(body, c.CONDITION_READY)
+    assert (ready["status"], ready["reason"]) == ("False", "EndpointPickerUnavailable")
+    assert body["status"]["phase"] != c.PHASE_READY
+    fake.set_deployment_status("chat-epp", replicas=2, updatedReplicas=2, readyReplicas=1, availableReplicas=1)
+    deployment_event(fake)
+    body = fake.inferenceservice("chat")
+    assert condition(body, c.CONDITION_READY)["status"] == "True"
+    assert body["status"]["phase"] == c.PHASE_READY
+
+
+def test_a_crash_looping_endpoint_picker_says_so_in_the_status(fake):
+    fake.add_node("gpu-1", 8)
+    fake.image_faults["registry.example/epp:broken"] = "CrashLoopBackOff"
+    handlers.configure(fake, default_image=IMAGE)
+    handlers._reconciler.epp_image = "registry.example/epp:broken"
+    create(fake, spec={"model": "m", "router": {}})
+    fake.run_controllers()
+    deployment_event(fake)
+    body = fake.inferenceservice("chat")
+    degraded = condition(body, c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "CrashLoopBackOff")
+    assert "chat-epp" in degraded["message"]
+    assert condition(body, c.CONDITION_READY)["status"] == "False"

@@ -284,3 +284,14 @@ def test_crd_apply_server_side_applies_the_operators_own_crd(stub, tmp_path, mon
     assert request["query"]["fieldManager"] == [c.FIELD_MANAGER]
     assert request["body"] == crd.crd_manifest()
     assert c.CRD_NAME in capsys.readouterr().out
+
+
+def test_server_side_applys_500_for_an_undeclared_field_is_not_retryable(api, stub):
+    # The API server's answer to a field its type does not declare, the same on every try.
+    message = ('failed to create typed patch object (apps/v1, Kind=Deployment): '
+               '.spec.template.spec.containers[name="server"].resorces: field not declared in schema')  # fmt: skip
+    stub.reply("PATCH", "/apis/apps/v1/namespaces/llm/deployments/chat", 500, {"kind": "Status", "message": message, "code": 500})
+    with pytest.raises(ApiError) as info:
+        api.apply(DEPLOYMENT)
+    assert info.value.status == 500 and info.value.message == message
+    assert not info.value.retryable

@@ -4,6 +4,7 @@ owners, and every object validated against the official schema of a current Kube
 from __future__ import annotations
 
 import copy
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -659,3 +660,25 @@ def test_the_emptydir_model_cache_counts_and_a_pvc_cache_does_not():
     assert quantity.parse(_ephemeral(resized["containers"][0])[0]) >= quantity.parse("1Ti")
     own = container({"model": "m", "resources": {"requests": {c.EPHEMERAL_STORAGE: "50Gi"}}})
     assert _ephemeral(own) == ("50Gi", None)
+
+
+@pytest.mark.parametrize("field, value, path", [
+    ("affinity", {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerm": []}}},
+     "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"),
+    ("affinity", {"podAntiAfinity": {}}, "affinity"),
+    ("env", [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "s", "kye": "t"}}}], "env[0].valueFrom.secretKeyRef"),
+    ("env", [{"name": "T", "valueFrom": {"secretRef": {"name": "s"}}}], "env[0].valueFrom"),
+])  # fmt: skip
+def test_the_crd_types_affinity_and_value_from_so_a_typo_is_refused_at_apply(field, value, path):
+    # Passed through unchecked, a typo here reached server-side apply of the Deployment: HTTP 500.
+    with pytest.raises(SpecError, match=re.escape(f"spec.{path}: Additional properties are not allowed")):
+        parse(isvc({"model": "m", field: value}))
+
+
+def test_well_formed_affinity_and_value_from_pass_through_unchanged():
+    spec = MATRIX["tp8-everything"]
+    ctr = container(spec)
+    assert next(e for e in ctr["env"] if e["name"] == "HF_TOKEN") == spec["env"][0]
+    assert pod(spec)["affinity"] == spec["affinity"]
+    divisor = {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": 1}}}
+    assert parse(isvc({"model": "m", "env": [divisor]})).env == (divisor,)  # a quantity: int or string
