@@ -3,44 +3,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cached_property
 
+from .request_fields import MAX_LOGPROBS, REQUEST_FIELDS, declare_fields
 
-MAX_LOGPROBS = 20  # most alternatives reported per token (OpenAI's top_logprobs limit)
+__all__ = ["SamplingParams", "MAX_LOGPROBS"]
 
 
 @dataclass(frozen=True)
+@declare_fields
 class SamplingParams:
-    """What a user asks of one request's generation.
+    """What a user asks of one request's generation: one field per entry of
+    minisgl.core.request_fields.REQUEST_FIELDS (its type, default, range and meaning are there).
 
     temperature 0 means greedy. top_k <= 0 and top_p >= 1 and min_p <= 0 turn those filters off.
     A fixed seed makes the draws of this request reproducible whatever else runs in its batch.
     """
-
-    temperature: float = 1.0
-    top_k: int = -1
-    top_p: float = 1.0
-    min_p: float = 0.0
-    # None: the rest of the context, at most the server's max_new_tokens. Only the scheduler knows
-    # both, so the request carries None that far and Scheduler.resolve makes it a number there,
-    # before anything reads it (admission, page budget, the finish check).
-    max_tokens: int | None = 128
-    ignore_eos: bool = False
-    stop_token_ids: tuple[int, ...] = ()
-    stop: tuple[str, ...] = ()  # stop strings, matched on detokenized text by the frontend
-    seed: int | None = None
-    # None: off. k >= 0: report each sampled token's log-probability and the k most likely
-    # tokens' (under the model's own distribution: the raw logits, before temperature and filters).
-    logprobs: int | None = None
-    # Penalties over the tokens so far. presence/frequency (OpenAI): subtracted from the logits
-    # of tokens already generated, once / once per occurrence. repetition (HF, vLLM): over prompt
-    # and output, positive logits divided by it and negative ones multiplied; 1 is off.
-    presence_penalty: float = 0.0
-    frequency_penalty: float = 0.0
-    repetition_penalty: float = 1.0
-    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, added to its logit)
-    min_tokens: int = 0  # end-of-sequence and stop_token_ids are impossible before this many
-    # Structured output: (kind, spec) with kind json_object / json_schema / regex / choice
-    # (minisgl.constrained compiles it); None: unconstrained.
-    constraint: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         # Sequences arrive as lists (JSON, msgpack); stored as tuples, so the params stay hashable.
@@ -55,25 +31,12 @@ class SamplingParams:
             raise ValueError(problem)
 
     def validate(self) -> str | None:
-        if self.temperature < 0:
-            return f"temperature must be >= 0, got {self.temperature}"
-        if not 0 < self.top_p <= 1:
-            return f"top_p must be in (0, 1], got {self.top_p}"
-        if not 0 <= self.min_p <= 1:
-            return f"min_p must be in [0, 1], got {self.min_p}"
-        if self.max_tokens is not None and self.max_tokens < 1:
-            return f"max_tokens must be >= 1, got {self.max_tokens}"
-        if self.logprobs is not None and not 0 <= self.logprobs <= MAX_LOGPROBS:
-            return f"logprobs must be in [0, {MAX_LOGPROBS}], got {self.logprobs}"
-        for name in ("presence_penalty", "frequency_penalty"):
-            if not -2 <= getattr(self, name) <= 2:
-                return f"{name} must be in [-2, 2], got {getattr(self, name)}"
-        if not 0 < self.repetition_penalty <= 2**31:
-            return f"repetition_penalty must be > 0, got {self.repetition_penalty}"
+        for f in REQUEST_FIELDS:
+            problem = f.problem(getattr(self, f.name))
+            if problem:
+                return problem
         if any(not -100 <= bias <= 100 for _, bias in self.logit_bias):
             return "logit_bias values must be in [-100, 100]"
-        if self.min_tokens < 0:
-            return f"min_tokens must be >= 0, got {self.min_tokens}"
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             return f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
         if self.constraint is not None:

@@ -4,14 +4,13 @@ from collections.abc import Sequence
 
 import torch
 
-# --kv-cache-dtype names and what the pool stores for each ("auto": the model's dtype). The flag's
-# choices in minisgl/server/args.py list these keys (tests/kvcache/test_fp8_kv.py checks they agree).
-KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {
-    "auto": None,
-    "fp8_e4m3": torch.float8_e4m3fn,
-    "fp8_e5m2": torch.float8_e5m2,
-}
-FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e5m2)
+from minisgl.utils import choices
+
+# --kv-cache-dtype names and what the pool stores for each ("auto": the model's dtype), from the
+# one list the flag's choices come from too.
+KV_CACHE_DTYPES: dict[str, torch.dtype | None] = {name: getattr(torch, t) if t else None
+                                                  for name, t in choices.KV_CACHE_DTYPES.items()}
+FP8_DTYPES = tuple(getattr(torch, t) for t in choices.FP8_KV_DTYPES)
 
 
 def kv_storage_dtype(name: str, model_dtype: torch.dtype) -> torch.dtype:

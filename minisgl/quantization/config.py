@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from minisgl.utils import choices
+
 
 @dataclass(frozen=True)
 class CheckpointQuant:
@@ -71,7 +73,7 @@ QUANT_METHODS: dict[str, Callable[[dict[str, Any]], CheckpointQuant]] = {
     "compressed-tensors": _compressed_tensors,
 }
 # --quantization values: how to quantize a checkpoint of unquantized weights at load.
-ONLINE_QUANTIZATION = ("fp8",)
+ONLINE_QUANTIZATION = choices.ONLINE_QUANTIZATION  # --quantization's values
 
 
 def checkpoint_quant(quantization_config: dict[str, Any] | None) -> CheckpointQuant | None:

@@ -74,10 +74,10 @@ def prompt_bytes(text: str | None, messages: list[dict] | None) -> int:
 class PromptLimit:
     """The prompt-token limit of one server, checked from bytes first, then from the token count."""
 
-    def __init__(self, max_tokens: int | None, backend) -> None:
-        self.max_tokens = max_tokens
-        bound = bytes_per_token_bound(backend) if max_tokens else None
-        self.max_bytes = max_tokens * bound if bound else None
+    def __init__(self, max_prompt_tokens: int | None, backend) -> None:
+        self.max_prompt_tokens = max_prompt_tokens
+        bound = bytes_per_token_bound(backend) if max_prompt_tokens else None
+        self.max_bytes = max_prompt_tokens * bound if bound else None
 
     def check_bytes(self, text: str | None, messages: list[dict] | None) -> str | None:
         if self.max_bytes is None:
@@ -85,10 +85,10 @@ class PromptLimit:
         size = prompt_bytes(text, messages)
         if size <= self.max_bytes:
             return None
-        return (f"prompt: {size} bytes is more than {self.max_tokens} tokens, this server's prompt limit "
-                f"(no token of this tokenizer covers more than {self.max_bytes // self.max_tokens} bytes)")
+        return (f"prompt: {size} bytes is more than {self.max_prompt_tokens} tokens, this server's prompt limit "
+                f"(no token of this tokenizer covers more than {self.max_bytes // self.max_prompt_tokens} bytes)")
 
     def check_tokens(self, count: int) -> str | None:
-        if self.max_tokens and count > self.max_tokens:
-            return f"prompt: {count} tokens, more than this server's limit of {self.max_tokens}"
+        if self.max_prompt_tokens and count > self.max_prompt_tokens:
+            return f"prompt: {count} tokens, more than this server's limit of {self.max_prompt_tokens}"
         return None

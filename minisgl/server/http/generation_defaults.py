@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import os
 
+from minisgl.core.request_fields import FIELDS, MODEL_DEFAULT_KEYS
 from minisgl.utils.logger import get_logger
 
 logger = get_logger(__name__)
-# generation_config.json keys that are request fields of the same name and meaning.
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
 
 
 def _config_file(setting: str, model: str | None) -> str | None:
@@ -42,13 +41,13 @@ def sampling_defaults(setting: str, model: str | None) -> dict[str, float | int]
         return {}
     with open(path) as f:
         config = json.load(f)
-    defaults = {k: config[k] for k in SAMPLING_KEYS if isinstance(config.get(k), (int, float))}
+    defaults = {k: config[k] for k in MODEL_DEFAULT_KEYS if isinstance(config.get(k), (int, float))}
     if config.get("do_sample") is False:
         defaults = {"temperature": 0.0}
     if "top_k" in defaults and defaults["top_k"] == 0:  # HF's "off"
         defaults["top_k"] = -1
-    for key in ("temperature", "top_p", "repetition_penalty"):
-        if key in defaults:
+    for key in defaults:
+        if FIELDS[key].type is float:  # the request models are strict: 1 is no float there
             defaults[key] = float(defaults[key])
     if defaults:
         logger.info("sampling defaults from %s: %s (--generation-config none turns them off)", path, defaults)

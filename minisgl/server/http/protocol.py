@@ -7,26 +7,54 @@ real API and malformed bodies are rejected before they reach the pipeline.
 from __future__ import annotations
 
 import json
-from typing import Annotated, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model, model_validator
 
 from minisgl.constrained.tools import forced_calls_schema
 from minisgl.core import SamplingParams
-from minisgl.core.params import MAX_LOGPROBS
+from minisgl.core.request_fields import (
+    FIELDS,
+    INT32_MAX,
+    MAX_LOGIT_BIAS_TOKENS,
+    MAX_LOGPROBS,
+    MAX_STOP_TOKEN_IDS,
+    REQUEST_FIELDS,
+)
 from minisgl.message import TextParams
 
 # Per-request cost is bounded at the door: every stop string is matched against each new piece of
 # text, and the parameters travel through every process.
 MAX_STOP_CHARS = 1024
-MAX_STOP_TOKEN_IDS = 1024
 StopString = Annotated[str, Field(max_length=MAX_STOP_CHARS)]
 StopField = StopString | Annotated[list[StopString], Field(max_length=4)] | None
-INT32_MAX = 2**31 - 1
 TokenId = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]  # strict: JSON true/false are not token ids
 Text = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+
+# The JSON form of the request fields whose values are not plain scalars.
+JSON_FORMS: dict[str, Any] = {
+    "stop_token_ids": Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKEN_IDS)],
+    "logit_bias": Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS_TOKENS)],
+}
+API_FIELDS = tuple(f for f in REQUEST_FIELDS if f.in_api)  # on the chat and completions bodies as themselves
+
+
+def api_fields(*names: str) -> dict[str, Any]:
+    """pydantic.create_model's definitions of the named request fields (minisgl.core.request_fields):
+    nullable, null or absent meaning the field's default; bounded and described as declared."""
+    out = {}
+    for f in map(FIELDS.__getitem__, names):
+        bounds = f.api_range.bounds() if f.api_range else {}
+        out[f.name] = (JSON_FORMS.get(f.name, f.api_type or f.type) | None, Field(None, description=f.doc, **bounds))
+    return out
+
+
+def token_limit(default: int | None, description: str | None = None) -> Any:
+    """A request's limit on generated tokens (max_tokens, max_completion_tokens, max_output_tokens):
+    the endpoints spell and default it differently, its bounds are max_tokens'."""
+    return Field(default, description=description, **FIELDS["max_tokens"].api_range.bounds())
 
 
 class JsonSchemaSpec(BaseModel):
@@ -101,37 +129,26 @@ class KnownFieldsOnly(BaseModel):
         return None
 
 
-class SamplingFields(KnownFieldsOnly):
+SamplingFields = create_model("SamplingFields", __base__=KnownFieldsOnly, __module__=__name__,
+                              **api_fields(*(f.name for f in API_FIELDS)))
+
+
+class GenerationRequest(SamplingFields):
+    """What the chat and completions bodies share: the sampling fields (SamplingFields, from
+    minisgl.core.request_fields) and these."""
 
     model: str | None = Field(None, description="optional: the one model this server serves")
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
-    top_k: int | None = Field(None, ge=-1, le=INT32_MAX, description="extension: keep the k most likely tokens")
-    min_p: float | None = Field(None, ge=0, le=1, description="extension")
-    seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stop: StopField = Field(None, description=f"a string or up to 4, each up to {MAX_STOP_CHARS} characters; generation ends before any of them")
-    stop_token_ids: Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKEN_IDS)] | None = Field(
-        None, description=f"extension: up to {MAX_STOP_TOKEN_IDS}")
-    ignore_eos: bool | None = Field(False, description="extension: keep generating past end-of-sequence")
     n: int | None = Field(1, ge=1, le=INT32_MAX)
     stream: bool | None = False
     stream_options: StreamOptions | None = None
-    presence_penalty: float | None = Field(None, ge=-2, le=2, description="minus this for each token already generated")
-    frequency_penalty: float | None = Field(None, ge=-2, le=2,
-                                            description="minus this times how often a token was generated")
-    repetition_penalty: float | None = Field(None, gt=0, le=100,
-                                             description="extension (HF/vLLM): >1 discourages tokens of prompt and output")
-    logit_bias: Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=1024)] | None = \
-        Field(None, description="token id (a string) -> added to its logit, -100..100")
-    min_tokens: int | None = Field(None, ge=0, le=INT32_MAX,
-                                   description="extension: end-of-sequence and stop ids are impossible before this many")
-    skip_special_tokens: bool | None = Field(True, description="extension: leave special tokens out of the text")
     response_format: ResponseFormat | None = None
     guided_json: dict | str | None = Field(None, description="extension (vLLM): output matches this JSON schema")
     guided_regex: str | None = Field(None, description="extension (vLLM): output matches this regular expression")
     guided_choice: Annotated[list[str], Field(min_length=1)] | None = \
         Field(None, description="extension (vLLM): output is one of these strings")
     guided_grammar: str | None = Field(None, description="extension (vLLM): output matches this EBNF grammar")
+    skip_special_tokens: bool | None = Field(True, description="extension: leave special tokens out of the text")
     user: str | None = Field(None, description="an end-user id; not used")
     metadata: dict[str, str] | None = Field(None, description="not used")
     safety_identifier: str | None = Field(None, description="not used")
@@ -200,25 +217,13 @@ class SamplingFields(KnownFieldsOnly):
         (min_tokens above max_tokens, min_tokens with a grammar, a schema that is not JSON) is the
         client's 400 naming the field, and nothing invalid enters the pipeline. max_tokens None
         stays for the scheduler to resolve."""
-        max_tokens = self.max_new_tokens()
+        values = {}
+        for f in API_FIELDS:
+            value = getattr(self, f.name)
+            values[f.name] = f.default if value is None else f.from_api(value) if f.from_api else value
         try:
-            return SamplingParams(
-                temperature=1.0 if self.temperature is None else self.temperature,
-                top_p=1.0 if self.top_p is None else self.top_p,
-                top_k=-1 if self.top_k is None else self.top_k,
-                min_p=self.min_p or 0.0,
-                seed=self.seed,
-                stop_token_ids=tuple(self.stop_token_ids or ()),
-                ignore_eos=self.ignore_eos,
-                max_tokens=max_tokens,
-                logprobs=self.logprobs_k(),
-                presence_penalty=self.presence_penalty or 0.0,
-                frequency_penalty=self.frequency_penalty or 0.0,
-                repetition_penalty=1.0 if self.repetition_penalty is None else self.repetition_penalty,
-                logit_bias=tuple((int(t), float(b)) for t, b in (self.logit_bias or {}).items()),
-                min_tokens=self.min_tokens or 0,
-                constraint=self.constraint(),
-            )
+            return SamplingParams(**values, max_tokens=self.max_new_tokens(), logprobs=self.logprobs_k(),
+                                  constraint=self.constraint())
         except ValueError as e:
             raise APIError(400, str(e), code="invalid_request") from None
 
@@ -317,10 +322,10 @@ class NamedToolChoice(BaseModel):
     function: ChosenFunction
 
 
-class ChatCompletionRequest(SamplingFields):
+class ChatCompletionRequest(GenerationRequest):
     messages: list[ChatMessage] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1, le=INT32_MAX, description="deprecated alias of max_completion_tokens")
-    max_completion_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
+    max_tokens: int | None = token_limit(None, "deprecated alias of max_completion_tokens")
+    max_completion_tokens: int | None = token_limit(None)
     logprobs: bool | None = Field(None, description="return each output token's log-probability")
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                      description="with logprobs: that many most likely tokens per position")
@@ -395,10 +400,10 @@ class ChatCompletionRequest(SamplingFields):
         return self.max_completion_tokens or self.max_tokens
 
 
-class CompletionRequest(SamplingFields):
+class CompletionRequest(GenerationRequest):
     prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)] = \
         Field(description="text or token ids, one or a batch")
-    max_tokens: int | None = Field(16, ge=1, le=INT32_MAX)
+    max_tokens: int | None = token_limit(16)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                  description="return each output token's log-probability and that many alternatives")
 
@@ -418,7 +423,7 @@ class CompletionRequest(SamplingFields):
         return [{"text": x} if isinstance(x, str) else {"input_ids": list(x)} for x in p]
 
 
-SamplingFields.model_rebuild()
+GenerationRequest.model_rebuild()
 ChatMessage.model_rebuild()
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model, model_validator
 
-from .protocol import INT32_MAX, ChatCompletionRequest, JsonObjectFormat, KnownFieldsOnly, TextFormat
+from minisgl.core.request_fields import FIELDS
+
+from .protocol import ChatCompletionRequest, JsonObjectFormat, KnownFieldsOnly, TextFormat, api_fields, token_limit
 
 # Responses fields this server does not implement, with the values that ask for nothing; every
 # other undeclared field is refused too (KnownFieldsOnly), unless --allow-unknown-fields.
@@ -152,16 +154,19 @@ class TextConfig(_Strict):
     format: Annotated[TextFormat | JsonObjectFormat | JsonSchemaTextFormat, Field(discriminator="type")] | None = None
 
 
-class ResponsesRequest(KnownFieldsOnly):
+# The sampling fields the Responses API has (minisgl.core.request_fields declares them).
+ResponsesSampling = create_model("ResponsesSampling", __base__=KnownFieldsOnly, __module__=__name__,
+                                 **api_fields("temperature", "top_p"))
+
+
+class ResponsesRequest(ResponsesSampling):
     refused_unless: ClassVar[dict[str, tuple]] = RESPONSES_REFUSED_UNLESS
 
     model: str | None = Field(None, description="optional: the one model this server serves")
     input: _text_or(Annotated[list[InputItem], Field(min_length=1)]) = \
         Field(description="a user message, or messages, function calls and their outputs")
     instructions: str | None = Field(None, description="the first (system) message")
-    max_output_tokens: int | None = Field(None, ge=1, le=INT32_MAX)
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, gt=0, le=1)
+    max_output_tokens: int | None = token_limit(None)
     stream: bool | None = False
     tools: Annotated[list[ResponsesTool], Field(max_length=128)] | None = \
         Field(None, description="function tools only")
@@ -242,8 +247,8 @@ class ResponsesRequest(KnownFieldsOnly):
         choice = self.tool_choice.model_dump() if isinstance(self.tool_choice, NamedFunction) else \
             self.tool_choice or "auto"
         return {"instructions": self.instructions, "max_output_tokens": self.max_output_tokens,
-                "temperature": 1.0 if chat.temperature is None else chat.temperature,
-                "top_p": 1.0 if chat.top_p is None else chat.top_p,
+                **{name: FIELDS[name].default if getattr(chat, name) is None else getattr(chat, name)
+                   for name in ResponsesSampling.model_fields},
                 "tools": [{"description": None, "parameters": None, "strict": None, **t.model_dump(exclude_none=True)}
                           for t in self.tools or ()],
                 "tool_choice": choice, "parallel_tool_calls": self.parallel_tool_calls is not False,

@@ -1,0 +1,15 @@
+"""The allowed values of the settings whose flag and implementation both need the list: one
+tuple or mapping each. Standard library only: the flags (minisgl/server/args.py) are read by the
+operator, which installs minisgl without torch; the torch side imports the same names from here."""
+
+from __future__ import annotations
+
+# --kv-cache-dtype: each name and the torch dtype the KV pool stores for it (None: the model's).
+KV_CACHE_DTYPES: dict[str, str | None] = {"auto": None, "fp8_e4m3": "float8_e4m3fn", "fp8_e5m2": "float8_e5m2"}
+FP8_KV_DTYPES: tuple[str, ...] = tuple(t for t in KV_CACHE_DTYPES.values() if t)  # torch names
+# --dtype: weights and activations (torch names), and the aliases vLLM users know.
+DTYPES: tuple[str, ...] = ("auto", "bfloat16", "float16", "float32")
+DTYPE_ALIASES: dict[str, str] = {"half": "float16", "fp16": "float16", "float": "float32", "fp32": "float32",
+                                 "bf16": "bfloat16"}
+DEVICES: tuple[str, ...] = ("auto", "cuda", "cpu")
+ONLINE_QUANTIZATION: tuple[str, ...] = ("fp8",)  # --quantization: weights quantized at load
