@@ -18,8 +18,9 @@ from kubernetes import client
 # Fields that are resource quantities although the client types them as plain strings.
 _QUANTITY_FIELDS = ("divisor",)
 _SCALARS = {"str": {"type": "string"}, "int": {"type": "integer"}, "bool": {"type": "boolean"}, "float": {"type": "number"}}
-_LIST = re.compile(r"^list\[(.+)\]$")
-_MAP = re.compile(r"^dict\[str, (.+)\]$")
+# Older releases of the client spell them List[...] and Dict[...] (the operator image may hold one).
+_LIST = re.compile(r"^[Ll]ist\[(.+)\]$")
+_MAP = re.compile(r"^[Dd]ict\[str, (.+)\]$")
 
 
 def _model(type_name: str) -> Any | None:
