@@ -21,13 +21,15 @@ QUANTITY_PATTERN = (
 # its Service, Deployment and pods' label values, so it must be one.
 DNS_1035_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
 DNS_1035_MAX = 63
-# The longest name whose derived names all fit: NAME-epp names the endpoint picker's Service (a
-# DNS-1035 label). A multi-node replica is a LeaderWorkerSet, whose group g runs a StatefulSet
-# NAME-g; StatefulSet pods carry the label controller-revision-hash=NAME-g-HASH (HASH: up to 10
-# characters), and a label value has at most 63. g is below spec.replicas, an int32.
-NAME_MAX = DNS_1035_MAX - len(c.EPP_SUFFIX)
-_REVISION_HASH_MAX = 10
-MULTI_NODE_NAME_MAX = DNS_1035_MAX - len(f"-{2**31 - 1}-") - _REVISION_HASH_MAX
+# The longest name whose derived names all fit in 63 characters: NAME-epp names the endpoint
+# picker's Service (a DNS-1035 label), and KEDA names its HPA keda-hpa-NAME (its webhook refuses a
+# ScaledObject whose HPA name exceeds a label value's 63). A multi-node replica is a LeaderWorkerSet
+# whose group g runs a StatefulSet NAME-g; its pods carry the label controller-revision-hash=
+# NAME-g-HASH (HASH: up to 10 characters), and the LWS webhook allows g up to a million.
+KEDA_HPA_PREFIX = "keda-hpa-"
+NAME_MAX = DNS_1035_MAX - max(len(c.EPP_SUFFIX), len(KEDA_HPA_PREFIX))
+LWS_MAX_REPLICAS, REVISION_HASH_MAX = 1_000_000, 10
+MULTI_NODE_NAME_MAX = DNS_1035_MAX - len(f"-{LWS_MAX_REPLICAS - 1}-") - REVISION_HASH_MAX
 # Bounds of the lists, maps and strings the CEL rules read: the API server prices a rule at the
 # largest value a request could hold where the schema sets no bound (cel_cost in tests/operator).
 ARGS_MAX_ITEMS, ARG_MAX_LENGTH = 128, 1024
@@ -631,7 +633,7 @@ def openapi_schema() -> dict[str, Any]:
                 "message": (
                     "the name must be a DNS-1035 label (lower case letters, digits and '-', starting "
                     f"with a letter) of at most {NAME_MAX} characters, {MULTI_NODE_NAME_MAX} when tp spans "
-                    "several nodes: it names the Service, NAME-epp and the LeaderWorkerSet's StatefulSets"
+                    "several nodes: it names the Service, NAME-epp, KEDA's HPA and the LeaderWorkerSet's StatefulSets"
                 ),
             }
         ],

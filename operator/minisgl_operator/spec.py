@@ -179,7 +179,7 @@ def _check_name(obj: Mapping[str, Any]) -> list[str]:
             f"metadata.name: {name!r} is not a DNS-1035 label (lower case letters, digits and '-', "
             f"starting with a letter) of at most {longest} characters"
             + (" (tp spans several nodes)" if multi_node else "")
-            + ": it names the Service, NAME-epp and the LeaderWorkerSet's StatefulSets"
+            + ": it names the Service, NAME-epp, KEDA's HPA and the LeaderWorkerSet's StatefulSets"
         ]
     return []
 

@@ -38,6 +38,9 @@ from decimal import Decimal
 from typing import Any, Callable
 
 import cel_cost
+import kube_apply
+import kube_names
+import kube_webhooks
 import operator_crds
 from minisgl_operator import constants as c
 from minisgl_operator.kube import ApiError
@@ -46,23 +49,15 @@ Obj = dict[str, Any]
 WRITE_VERBS = ("apply", "delete", "patch_status", "create_event")
 KNOWN_KINDS = (
     "Deployment", "Service", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ConfigMap",
-    "ServiceAccount", "Role", "RoleBinding", "LeaderWorkerSet", "ScaledObject", "InferencePool", "HTTPRoute",
+    "ServiceAccount", "Role", "RoleBinding", "LeaderWorkerSet", "ScaledObject", "InferencePool", "HTTPRoute", "Job",
 )  # fmt: skip
 DEFAULT_STORAGE_CLASS = "standard"
+EDITOR, FOREIGN_MANAGER = "kubectl-edit", "kubectl-client-side-apply"  # field managers of other writers
 SINGLE_NODE_MODES = ("ReadWriteOnce", "ReadWriteOncePod")
 # A PVC in use by a pod is only deleted once no pod uses it.
 PVC_PROTECTION = "kubernetes.io/pvc-protection"
 # The kubelet's view of an image: fake.image_faults[image] = "ImagePullBackOff" or "OOMKilled".
 IMAGE_FAULTS = ("ImagePullBackOff", "ErrImagePull", "OOMKilled", "CrashLoopBackOff")
-
-
-def _canonical_quantity(value: Any) -> str:
-    if isinstance(value, (int, float)):
-        return str(value)
-    if isinstance(value, str) and value.endswith("m") and value[:-1].isdigit():
-        milli = Decimal(value[:-1])
-        return str(int(milli / 1000)) if milli % 1000 == 0 else value
-    return value
 
 
 def _default_pod_spec(pod: Obj) -> None:
@@ -79,7 +74,7 @@ def _default_pod_spec(pod: Obj) -> None:
         for kind in ("limits", "requests"):
             res = container.get("resources", {}).get(kind)
             if res:
-                container["resources"][kind] = {k: _canonical_quantity(v) for k, v in res.items()}
+                container["resources"][kind] = {k: kube_apply.canonical_quantity(v) for k, v in res.items()}
 
 
 def _apply_defaults(obj: Obj) -> None:
@@ -157,6 +152,8 @@ class FakeKube:
         self._uids = itertools.count(1)
         # verb -> error to raise on the next call of that verb (once)
         self.fail_next: dict[str, ApiError] = {}
+        # (kind, namespace, name) -> field manager -> the field paths it owns (server-side apply)
+        self.managed: dict[tuple[str, str, str], dict[str, set]] = {}
         self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
         self.image_faults: dict[str, str] = {}
         self._pod_names = itertools.count(1)
@@ -168,22 +165,42 @@ class FakeKube:
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def apply(self, obj: Obj) -> Obj:
+    def apply(self, obj: Obj, manager: str = c.FIELD_MANAGER, force: bool = True) -> Obj:
+        """Server-side apply (kube_apply.py), as the operator's field manager with force unless
+        told otherwise; then defaulting, validation (422) and admission webhooks (403)."""
         meta = obj["metadata"]
         self._record("apply", obj["kind"], meta["namespace"], meta["name"])
         assert obj["kind"] in KNOWN_KINDS, f"the operator applied an unexpected kind {obj['kind']}"
         key = (obj["kind"], meta["namespace"], meta["name"])
-        if operator_crds.is_custom(obj):
-            # The API server validates a custom resource against its CRD's schema (422 Invalid).
-            problems = operator_crds.custom_errors(obj)
-            if problems:
-                raise ApiError(422, "Invalid", f'{obj["kind"]} "{meta["name"]}" is invalid: ' + "; ".join(problems))
         old = self.objects.get(key)
-        new = copy.deepcopy(obj)
+        managed = copy.deepcopy(self.managed.get(key, {}))
+        try:
+            new = kube_apply.apply(old, obj, managed, manager, force)
+        except kube_apply.TypeError_ as exc:
+            group_version = obj["apiVersion"] if "/" in obj["apiVersion"] else f"/{obj['apiVersion']}"
+            where = f"{meta['namespace']}/{meta['name']}; {group_version}, Kind={obj['kind']}"
+            raise ApiError(500, "InternalError", f"failed to create typed patch object ({where}): {exc}") from None
+        except kube_apply.Conflict as exc:
+            raise ApiError(409, "Conflict", str(exc)) from None
         _apply_defaults(new)
+        if obj["kind"] == "LeaderWorkerSet":
+            kube_webhooks.default_leader_worker_set(new)  # the LWS mutating webhook
+        problems = kube_names.object_problems(new)
+        if operator_crds.is_custom(new):
+            # The API server validates a custom resource against its CRD's schema (422 Invalid).
+            problems += operator_crds.custom_errors(new)
+        if problems:
+            raise ApiError(422, "Invalid", f'{obj["kind"]} "{meta["name"]}" is invalid: ' + "; ".join(problems))
         problem = _invalid(obj, old, new)
         if problem is not None:
             raise ApiError(422, "Invalid", problem)
+        try:
+            if obj["kind"] == "ScaledObject":
+                kube_webhooks.validate_scaled_object(new, lambda kind: self.watch(kind, "", meta["namespace"]))
+            if obj["kind"] == "LeaderWorkerSet":
+                kube_webhooks.validate_leader_worker_set(new)
+        except kube_webhooks.Denied as exc:
+            raise ApiError(403, "Forbidden", str(exc)) from None
         new_meta = new["metadata"]
         new_meta["resourceVersion"] = str(next(self._versions))
         if old is None:
@@ -193,15 +210,10 @@ class FakeKube:
             new_meta["creationTimestamp"] = "2026-01-01T00:00:00Z"
             new_meta["generation"] = 1
         else:
-            new_meta["uid"] = old["metadata"]["uid"]
-            new_meta["creationTimestamp"] = old["metadata"]["creationTimestamp"]
-            if old["metadata"].get("finalizers"):
-                new_meta["finalizers"] = list(old["metadata"]["finalizers"])
             generation = old["metadata"].get("generation", 1)
             new_meta["generation"] = generation + (1 if old.get("spec") != new.get("spec") else 0)
-            if "status" in old:
-                new["status"] = copy.deepcopy(old["status"])
         self.objects[key] = new
+        self.managed[key] = managed
         return copy.deepcopy(new)
 
     def apply_crd(self, crd: Obj) -> Obj:
@@ -284,11 +296,14 @@ class FakeKube:
         return copy.deepcopy(body)
 
     def edit(self, kind: str, name: str, change: Callable[[Obj], None], namespace: str = "llm") -> Obj:
-        """Someone else (kubectl edit, another controller) changes a child: drift."""
+        """Someone else (kubectl edit, another controller) changes a child: drift. The editor
+        becomes the manager of the fields it changed (an update takes them from the applier)."""
         obj = self.objects[(kind, namespace, name)]
-        before = copy.deepcopy(obj.get("spec"))
+        before = copy.deepcopy(obj)
         change(obj)
-        if kind == "Deployment" and obj.get("spec") != before:
+        if kind in KNOWN_KINDS:
+            kube_apply.update(before, obj, self.managed.setdefault((kind, namespace, name), {}), EDITOR)
+        if kind == "Deployment" and obj.get("spec") != before.get("spec"):
             obj["metadata"]["generation"] += 1
         obj["metadata"]["resourceVersion"] = str(next(self._versions))
         return copy.deepcopy(obj)
@@ -296,13 +311,17 @@ class FakeKube:
     def remove(self, kind: str, name: str, namespace: str = "llm") -> None:
         """Someone deletes a child behind the operator's back."""
         del self.objects[(kind, namespace, name)]
+        self.managed.pop((kind, namespace, name), None)
 
     def add_foreign(self, obj: Obj) -> None:
         """An object the operator does not own (no ownerReference to the InferenceService)."""
         meta = obj["metadata"]
         stored = copy.deepcopy(obj)
         stored["metadata"].setdefault("uid", f"foreign-uid-{next(self._uids)}")
-        self.objects[(obj["kind"], meta["namespace"], meta["name"])] = stored
+        key = (obj["kind"], meta["namespace"], meta["name"])
+        self.objects[key] = stored
+        if obj["kind"] in KNOWN_KINDS:
+            self.managed[key] = {FOREIGN_MANAGER: set(kube_apply.fieldset(stored))}
 
     def set_deployment_status(self, name: str, namespace: str = "llm", **status: Any) -> Obj:
         """Play the Deployment controller: observe the current generation and report pods."""
@@ -324,6 +343,7 @@ class FakeKube:
             obj["metadata"].setdefault("deletionTimestamp", "2026-01-01T01:00:00Z")
             return
         del self.objects[key]
+        self.managed.pop(key, None)
         uid = obj["metadata"].get("uid")
         for other_key, other in list(self.objects.items()):
             refs = other["metadata"].get("ownerReferences") or []
@@ -382,7 +402,10 @@ class FakeKube:
         ]  # fmt: skip
 
     def run_controllers(self, namespace: str = "llm", max_steps: int = 100) -> None:
-        """Reconcile every Deployment until nothing changes: roll, schedule, start, report."""
+        """Reconcile every Deployment until nothing changes: roll, schedule, start, report; and
+        play the KEDA operator (each ScaledObject's HPA) and the Job controller."""
+        self._keda(namespace)
+        self.run_jobs(namespace)
         for _ in range(max_steps):
             changed = False
             for (kind, ns, name), dep in sorted(self.objects.items()):
@@ -394,6 +417,41 @@ class FakeKube:
         for (kind, ns, name), dep in list(self.objects.items()):
             if kind == "Deployment" and ns == namespace:
                 self._report(dep)
+
+    def _keda(self, namespace: str) -> None:
+        """The KEDA operator: an HPA (keda-hpa-NAME) for each ScaledObject, owned by it."""
+        for so in self.watch("ScaledObject", "", namespace):
+            spec, meta = so["spec"], so["metadata"]
+            owner = {"apiVersion": so["apiVersion"], "kind": "ScaledObject", "name": meta["name"], "uid": meta["uid"],
+                     "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+            hpa = {
+                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                "metadata": {"name": kube_webhooks.keda_hpa_name(so), "namespace": namespace, "ownerReferences": [owner],
+                             "labels": {"scaledobject.keda.sh/name": meta["name"]}},
+                "spec": {"scaleTargetRef": spec["scaleTargetRef"], "minReplicas": max(1, spec.get("minReplicaCount", 0)),
+                         "maxReplicas": spec.get("maxReplicaCount", 100)},
+            }  # fmt: skip
+            key = ("HorizontalPodAutoscaler", namespace, hpa["metadata"]["name"])
+            old = self.objects.get(key)
+            hpa["metadata"]["uid"] = old["metadata"]["uid"] if old else f"keda-uid-{next(self._uids)}"
+            hpa["metadata"]["resourceVersion"] = str(next(self._versions))
+            self.objects[key] = hpa
+            self.managed[key] = {"keda": set(kube_apply.fieldset(hpa))}
+
+    def run_jobs(self, namespace: str = "llm") -> None:
+        """The Job controller and the kubelet, in one step: each unfinished Job's pod runs to its end,
+        successfully unless ``image_faults`` names its image (then the Job fails, BackoffLimitExceeded)."""
+        for (kind, ns, _), job in sorted(self.objects.items()):
+            if kind != "Job" or ns != namespace or (job.get("status") or {}).get("conditions"):
+                continue
+            (container, *_) = job["spec"]["template"]["spec"]["containers"]
+            if self.image_faults.get(container["image"]):
+                condition = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
+                             "message": "Job has reached the specified backoff limit"}  # fmt: skip
+                job["status"] = {"failed": job["spec"].get("backoffLimit", 6) + 1, "conditions": [condition]}
+            else:
+                job["status"] = {"succeeded": 1, "conditions": [{"type": "Complete", "status": "True"}]}
+            job["metadata"]["resourceVersion"] = str(next(self._versions))
 
     def _roll(self, dep: Obj) -> bool:
         spec, name, namespace = dep["spec"], dep["metadata"]["name"], dep["metadata"]["namespace"]
