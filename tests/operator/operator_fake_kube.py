@@ -1,12 +1,18 @@
 """A recording, in-memory fake of the operator's Kubernetes API adapter (minisgl_operator.kube.KubeApi).
 
 It behaves like an API server where it matters to the reconciler:
-- ``apply`` creates or replaces the object, keeps uid/creationTimestamp/status, bumps
-  resourceVersion, and bumps a Deployment's metadata.generation when its spec changed;
-- it refuses what a real API server refuses with 422 Invalid: a change to a PVC's spec other than
-  growing its storage request (the spec is immutable), a change to a Deployment's selector, a custom
-  resource (LeaderWorkerSet, ScaledObject, InferencePool, HTTPRoute) that its published CRD's schema
-  refuses (operator_crds.py, the vendored CRDs);
+- ``apply`` is server-side apply (kube_apply.py): fields merge into the stored object by owner,
+  a field the applier stops setting goes unless someone else owns it, ``edit`` (kubectl edit) takes
+  the fields it changes, and a field the schema does not declare fails with the API server's 500;
+  it keeps uid/creationTimestamp/status, bumps resourceVersion, and bumps a Deployment's
+  metadata.generation when its spec changed;
+- it refuses what a real API server refuses with 422 Invalid: a name or label value over its limit
+  (kube_names.py), a change to a PVC's spec other than growing its storage request (the spec is
+  immutable), a change to a Deployment's selector, a custom resource (LeaderWorkerSet,
+  ScaledObject, InferencePool, HTTPRoute) that its published CRD's schema refuses (operator_crds.py,
+  the vendored CRDs), and (``apply_crd``) a CRD whose CEL rules cost too much (cel_cost.py);
+- it runs the admission webhooks of KEDA (a ScaledObject whose target an HPA already scales) and
+  LWS (defaulting, validation), answering 403 as they do (kube_webhooks.py);
 - it fills in defaults the way the API server does (restartPolicy, terminationMessagePath,
   probe successThreshold and scheme, a Service's clusterIP, a PVC's default storage class, ...)
   and canonicalizes quantities (a limit of ``nvidia.com/gpu: 1`` comes back as ``"1"``,
@@ -21,8 +27,8 @@ GPU nodes (``add_node``): rolling updates honour maxSurge/maxUnavailable, a pod 
 ``nvidia.com/gpu`` on one node, a ReadWriteOnce claim in use on one node makes every other node
 unschedulable for the pod (the Multi-Attach failure), and a missing Secret, an image that cannot
 be pulled or a container that runs out of memory show in the pod's status as the kubelet reports them.
-It does not model server-side apply's field ownership (an apply replaces the whole object), nor
-admission webhooks, RBAC or time (progress deadlines: tests set them with ``set_deployment_status``).
+It also plays the KEDA operator (keda-hpa-NAME for each ScaledObject). It does not model RBAC or
+time (progress deadlines: tests set them with ``set_deployment_status``).
 
 Every call is recorded in ``calls`` as (verb, kind, namespace, name); ``writes()`` lists the
 calls that change something.
