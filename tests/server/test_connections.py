@@ -18,13 +18,14 @@ from tests import chaos
 from minisgl.server.args import parse_args
 from minisgl.utils.net import free_port
 from minisgl.benchmark.server_process import ServerProcess as CommandProcess
-from tests.server.serving import ServerProcess, tiny_qwen3_server
+from tests.server.serving import ServerProcess, tiny_qwen3_server, wait_for
 
 FAST = ["--num-pages", "256", "--max-seq-len", "256"]
 
 
 model_dir, server, client = tiny_qwen3_server(*FAST, "--header-timeout", "2", "--body-timeout", "2",
-                                              "--max-connections", "64")
+                                              "--max-connections", "64", "--max-header-bytes", "16384",
+                                              "--max-buffered-request-bytes", "3000")
 
 
 def connect(url: str) -> socket.socket:
@@ -88,19 +89,67 @@ def test_a_slowly_sent_body_gets_408_after_the_body_timeout(server):
     assert 1.5 < time.monotonic() - start < 4.5
 
 
-def test_connections_beyond_max_connections_get_503_and_the_server_recovers(server):
-    """64 connections are served; a request on the 65th gets 503 at once. When they close, new
-    requests are served again."""
-    held = [connect(server.url) for _ in range(64)]
+def test_connections_beyond_max_connections_get_503_json_but_the_probes_are_answered(server):
+    """64 connections are served; a request on the 65th gets 503 (OpenAI-style JSON, Retry-After)
+    at once, but /health, /ready and /metrics are answered however many sockets are open (idle
+    sockets must not fail the orchestrator's probes). When they close, requests are served again."""
+    held = [connect(server.url) for _ in range(64 + 20)]
     try:
-        time.sleep(0.3)
-        refused = httpx.get(server.url + "/health", timeout=5)
-        assert refused.status_code == 503
+        def refused() -> bool:
+            return httpx.get(server.url + "/v1/models", timeout=5).status_code == 503
+
+        wait_for(refused, 10, "the 65th connection to be refused")
+        resp = httpx.get(server.url + "/v1/models", timeout=5)
+        assert resp.json()["error"]["code"] == "service_unavailable" and resp.headers["retry-after"]
+        for probe in ("/health", "/ready", "/metrics"):
+            assert httpx.get(server.url + probe, timeout=5).status_code == 200, probe
+        for probe in ("/health", "/ready"):  # HEAD too, as some load balancers probe
+            assert httpx.head(server.url + probe, timeout=5).status_code == 200, probe
     finally:
         for s in held:
             s.close()
-    time.sleep(0.5)
-    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+    wait_for(lambda: httpx.get(server.url + "/v1/models", timeout=5).status_code == 200, 10, "the cap to free up")
+
+
+def test_a_request_head_over_max_header_bytes_gets_431_and_is_closed(server):
+    """Checked while the head arrives, before any header (the API key included) is looked at:
+    a 10 MB header is never buffered."""
+    sock = connect(server.url)
+    sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ")
+    try:
+        for _ in range(200):  # up to 1 MB, 5 KB at a time: the server stops reading long before
+            sock.sendall(b"a" * 5000)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    answer = b""
+    try:
+        while chunk := sock.recv(65536):  # what the server says before it closes (10 s timeout)
+            answer += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    sock.close()
+    assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
+    assert b'"code": "request_header_too_large"' in answer
+    # A head under the limit is served.
+    assert httpx.get(server.url + "/v1/models", headers={"X-Big": "a" * 8000}, timeout=5).status_code == 200
+
+
+def test_request_bodies_held_at_once_stay_within_max_buffered_request_bytes(server):
+    """A body of 2,000 bytes still arriving holds 2,000 of the 3,000 the server buffers at once: a
+    second one gets 503 (JSON, Retry-After) until the first is done."""
+    first = connect(server.url)
+    first.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 2000\r\n\r\n{\"prompt\": ")
+    second = {"prompt": "x" * 1900, "max_tokens": 1}
+    try:
+        wait_for(lambda: httpx.post(server.url + "/v1/completions", json=second, timeout=5).status_code == 503, 10,
+                 "a second body to be refused while the first is held")
+        busy = httpx.post(server.url + "/v1/completions", json=second, timeout=5)
+        assert busy.json()["error"]["code"] == "service_unavailable" and busy.headers["retry-after"]
+    finally:
+        first.close()
+    wait_for(lambda: httpx.post(server.url + "/v1/completions", json=second, timeout=5).status_code != 503, 10,
+             "the first body's bytes to be given back")
 
 
 def test_open_file_limit_is_raised_so_1100_idle_connections_do_not_starve_health(model_dir):

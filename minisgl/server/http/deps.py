@@ -13,7 +13,7 @@ from ..runtime.frontend import FrontendClient
 from ..runtime.state import ServerState
 from .metrics import ObservedClient, ServerMetrics
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest
-from .request_cost import request_cost_problem
+from .request_cost import ref_cycle_problem, request_cost_problem
 
 
 ECHO_CHARS = 100  # the most of a client's own value an error message repeats
@@ -86,6 +86,9 @@ class ApiDeps:
         too_costly = request_cost_problem(body)
         if too_costly:
             raise APIError(400, too_costly[1], param=too_costly[0], code="request_too_large")
+        cycle = ref_cycle_problem(body)
+        if cycle:
+            raise APIError(400, cycle[1], param=cycle[0], code="invalid_request")
         self.check_unsupported(body)
         # The route creates the request's streams before its first await, so no other request can
         # pass this check in between (client.in_flight counts streams from their creation).

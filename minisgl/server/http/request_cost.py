@@ -37,6 +37,57 @@ def structured_output_sizes(body: ChatCompletionRequest | CompletionRequest) -> 
     return sizes
 
 
+def structured_output_schemas(body: ChatCompletionRequest | CompletionRequest) -> dict[str, list]:
+    """The JSON schemas a request asks output to follow, by field name."""
+    out: dict[str, list] = {}
+    guided = body.guided_json
+    if isinstance(guided, str):
+        try:
+            guided = json.loads(guided)
+        except ValueError:
+            guided = None  # refused later, naming the field
+    if isinstance(guided, dict):
+        out["guided_json"] = [guided]
+    rf = body.response_format
+    if rf is not None and rf.type == "json_schema" and rf.json_schema.schema_:
+        out["response_format"] = [rf.json_schema.schema_]
+    tools = getattr(body, "tools", None)
+    if tools:
+        out["tools"] = [t.function.parameters for t in tools if t.function.parameters]
+    return out
+
+
+def ref_cycle(schema: dict) -> list[str] | None:
+    """A chain of `$ref`s that leads back to itself with no value in between to consume (e.g.
+    '#/$defs/a' is {"$ref": "#/$defs/a"}): no output can ever match it. Recursion through a
+    property or an item (a tree) is fine. Returns the chain, or None."""
+    def resolve(ref: str):
+        if not ref.startswith("#"):
+            return None
+        node = schema
+        for part in filter(None, ref[1:].split("/")):
+            part = part.replace("~1", "/").replace("~0", "~")
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    stack = [schema]
+    while stack:  # every subschema, without recursion (a schema may nest deeply)
+        node = stack.pop()
+        if isinstance(node, list):
+            stack.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        stack.extend(node.values())
+        chain, target = [], node
+        while isinstance(target, dict) and isinstance(target.get("$ref"), str):
+            if target["$ref"] in chain:
+                return chain[chain.index(target["$ref"]):] + [target["$ref"]]
+            chain.append(target["$ref"])
+            target = resolve(target["$ref"])
+    return None
+
+
 def request_cost_problem(body: ChatCompletionRequest | CompletionRequest) -> tuple[str, str] | None:
     """(field, message) for the first bound the request exceeds, or None."""
     for name, size in structured_output_sizes(body).items():
@@ -45,4 +96,14 @@ def request_cost_problem(body: ChatCompletionRequest | CompletionRequest) -> tup
     kwargs = getattr(body, "chat_template_kwargs", None)
     if _size(kwargs) > MAX_TEMPLATE_KWARGS_BYTES:
         return "chat_template_kwargs", f"chat_template_kwargs is over {MAX_TEMPLATE_KWARGS_BYTES} bytes"
+    return None
+
+
+def ref_cycle_problem(body: ChatCompletionRequest | CompletionRequest) -> tuple[str, str] | None:
+    """(field, message) for the first schema with a $ref cycle (ref_cycle), or None."""
+    for name, schemas in structured_output_schemas(body).items():
+        cycle = next(filter(None, map(ref_cycle, schemas)), None)
+        if cycle:
+            return name, f"{name}: the schema's $ref chain {' -> '.join(cycle)} refers back to itself, so no output " \
+                         "can match it"
     return None
