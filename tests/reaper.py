@@ -5,7 +5,7 @@ A pytest plugin (tests/conftest.py loads it): when the session finishes, normall
 process descended from this one is killed, with the process group of each that leads its own
 (a server and its workers). A session killed outright cannot run this; the children that
 `ServerProcess` and `start_in_own_group` start then get SIGTERM from the kernel as their parent
-dies (minisgl.benchmark.server_process.end_with)."""
+dies (minisgl.utils.process.end_with)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import subprocess
 
 import psutil
 
-from minisgl.benchmark.server_process import child_of_this_process
+from minisgl.utils.process import child_of_this_process
 
 
 def start_in_own_group(argv: list[str], **popen_kwargs) -> subprocess.Popen:

@@ -1,37 +1,18 @@
 """`python -m minisgl ...` (or any server command) as a child process: started in its own session,
 logging to a file, waited on until its ready path answers 200, stopped with SIGTERM. It never
 outlives the process that started it: the kernel sends it SIGTERM when that one dies, however it
-dies (a benchmark killed, a test run interrupted), and its own workers follow their launcher. The
-benchmarks launch servers with it; the server tests too."""
+dies (a benchmark killed, a test run interrupted; minisgl.utils.process.end_with), and its own
+workers follow their launcher. The benchmarks launch servers with it; the server tests too."""
 
 from __future__ import annotations
 
-import ctypes
-import functools
 import os
 import signal
 import subprocess
 import sys
 import time
 
-PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-# Looked up here, not in the forked child, where only the call itself should run.
-_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
-
-
-def end_with(parent: int, sig: int = signal.SIGTERM) -> None:
-    """For `Popen(preexec_fn=...)`, in the child: receive `sig` when the thread that started it
-    ends (Linux; elsewhere nothing). A parent already gone by now ends the child at once."""
-    if _prctl is None:
-        return
-    _prctl(PR_SET_PDEATHSIG, sig)
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-def child_of_this_process() -> functools.partial:
-    """The `preexec_fn` that ties a child's life to this process (see end_with)."""
-    return functools.partial(end_with, os.getpid())
+from minisgl.utils.process import child_of_this_process
 
 
 class ServerProcess:

@@ -1,4 +1,6 @@
-"""Inter-process messages (ZMQ + msgpack)."""
+"""Inter-process messages: the dataclasses the processes send each other (`messages`, which draws
+the whole process graph), their msgpack codec (`base`) and the ZMQ PUSH/PULL sockets that carry
+them (`sockets`)."""
 
 from .base import decode, encode, message
 from .messages import (

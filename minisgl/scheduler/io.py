@@ -11,10 +11,10 @@ import zmq
 
 from minisgl.distributed import broadcast_objects
 from minisgl.message import AbortMsg, ExitMsg, SchedulerStatsMsg, TokenBatchMsg, UserMsg, encode
+from minisgl.message.sockets import PullSocket, PushSocket
 from minisgl.utils.logger import get_logger
 from minisgl.utils.liveness import Heartbeat, WorkerLink
 from minisgl.utils.process import ParentWatch, run_worker
-from minisgl.utils.zmq import PullSocket, PushSocket
 
 from .config import SchedulerConfig
 from .scheduler import Scheduler, StepOutput

@@ -8,10 +8,10 @@ from minisgl.message import (
     AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
     merge_by_request,
 )
+from minisgl.message.sockets import PullSocket, PushSocket
 from minisgl.utils.liveness import WorkerLink
 from minisgl.utils.logger import get_logger
 from minisgl.utils.process import ParentWatch, run_worker
-from minisgl.utils.zmq import PullSocket, PushSocket
 
 from .chat_template import render_chat
 from .detokenizer import Detokenizer

@@ -1,7 +1,10 @@
-"""What every worker process does the same way: report start-up, notice an orphaned state, beat."""
+"""What every worker process does the same way: report start-up, notice an orphaned state, beat;
+and how a process ties a child's life to its own (`child_of_this_process`, `end_with`)."""
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import signal
 import sys
@@ -12,6 +15,25 @@ from typing import Any
 
 from .gc_freeze import freeze_startup_objects
 from .liveness import Heartbeat, WorkerLink
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# Looked up here, not in the forked child, where only the call itself should run.
+_prctl = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+
+
+def end_with(parent: int, sig: int = signal.SIGTERM) -> None:
+    """For `Popen(preexec_fn=...)`, in the child: receive `sig` when the thread that started it
+    ends (Linux; elsewhere nothing). A parent already gone by now ends the child at once."""
+    if _prctl is None:
+        return
+    _prctl(PR_SET_PDEATHSIG, sig)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def child_of_this_process() -> functools.partial:
+    """The `preexec_fn` that ties a child's life to this process (see end_with)."""
+    return functools.partial(end_with, os.getpid())
 
 
 def run_worker(link: WorkerLink, body: Callable[[Callable[[], None]], Any]) -> None:

@@ -41,8 +41,8 @@ from prometheus_client import (
 
 from minisgl.core import SamplingParams
 from minisgl.message import Reply, SchedulerStatsMsg
+from minisgl.message.sockets import AsyncPullSocket
 from minisgl.utils.logger import get_logger
-from minisgl.utils.zmq import AsyncPullSocket
 
 logger = get_logger(__name__)
 

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from minisgl.core import SamplingParams
 from minisgl.message import AbortMsg, Reply, ReplyBatchMsg, TextParams, TokenizeMsg, merge_replies
-from minisgl.utils.zmq import AsyncPullSocket, AsyncPushSocket
+from minisgl.message.sockets import AsyncPullSocket, AsyncPushSocket
 
 # The finish reason of a request that the server itself ended before the pipeline did (the drain
 # deadline passed, a worker died): the client gets a 503 or a stream error event, never a 4xx.

@@ -172,9 +172,9 @@ class Workers:
 
 def start_workers(args: ServerArgs, model_path: str) -> Workers:
     """Spawn every worker."""
+    from minisgl.message.sockets import ipc_addresses
     from minisgl.tokenizer.routing import tokenizer_name
     from minisgl.tokenizer.worker import run_detokenizer, run_tokenizer
-    from minisgl.utils.zmq import ipc_addresses
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
     placement = NodePlacement.of(args)

@@ -9,7 +9,7 @@ from typing import Any
 import zmq
 import zmq.asyncio
 
-from minisgl.message import decode, encode
+from .base import decode, encode
 
 
 def ipc_addresses(names: list[str]) -> dict[str, str]:
