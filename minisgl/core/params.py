@@ -1,9 +1,19 @@
 from __future__ import annotations
 
+import typing
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
-from .request_fields import MAX_LOGPROBS, REQUEST_FIELDS, declare_fields
+from .request_fields import MAX_LOGPROBS, REQUEST_FIELDS, TOKEN_ID_FIELDS, declare_fields
+
+
+
+def _is_tuple(t) -> bool:
+    return typing.get_origin(t) is tuple or any(typing.get_origin(a) is tuple for a in typing.get_args(t))
+
+
+_TUPLES = tuple(f.name for f in REQUEST_FIELDS if _is_tuple(f.type))  # arrive as lists (JSON, msgpack)
 
 __all__ = ["SamplingParams", "MAX_LOGPROBS"]
 
@@ -20,7 +30,7 @@ class SamplingParams:
 
     def __post_init__(self) -> None:
         # Sequences arrive as lists (JSON, msgpack); stored as tuples, so the params stay hashable.
-        for name in ("stop_token_ids", "stop", "constraint"):
+        for name in _TUPLES:
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         if not isinstance(self.logit_bias, tuple) or any(isinstance(b, list) for b in self.logit_bias):
@@ -48,6 +58,12 @@ class SamplingParams:
             if self.min_tokens:  # the grammar may allow nothing but its end, which min_tokens forbids
                 return "min_tokens cannot be combined with structured output (response_format, guided_*)"
         return None
+
+    def token_ids(self) -> Iterator[tuple[str, Iterable[int]]]:
+        """(field, ids) for every token id the request carries: each indexes the logits somewhere."""
+        yield "logit_bias", (t for t, _ in self.logit_bias)
+        for f in TOKEN_ID_FIELDS:
+            yield f.name, getattr(self, f.name)
 
     @cached_property
     def stop_token_set(self) -> frozenset[int]:

@@ -13,7 +13,7 @@ from typing import Any
 MAX_LOGPROBS = 20  # most alternatives reported per token (OpenAI's top_logprobs limit)
 INT32_MAX = 2**31 - 1
 MAX_LOGIT_BIAS_TOKENS = 1024  # bounded at the door: the biases travel through every process
-MAX_STOP_TOKEN_IDS = 1024
+MAX_TOKEN_IDS = 1024  # per list of token ids a request carries (stop_token_ids, ...)
 
 
 @dataclass(frozen=True)
@@ -69,6 +69,12 @@ class RequestField:
     def api_range(self) -> Range | None:
         return self.api or self.valid
 
+    @property
+    def token_ids(self) -> bool:
+        """A list of token ids: the API takes at most MAX_TOKEN_IDS, the scheduler checks each
+        against the vocabulary."""
+        return self.type == tuple[int, ...]
+
     def problem(self, value: Any) -> str | None:
         """Why `value` is not valid for this field, or None."""
         if self.valid is None or value is None or value in self.valid:
@@ -96,8 +102,8 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     RequestField("max_tokens", int | None, 128, "most tokens generated", valid=Range(ge=1),
                  api=Range(ge=1, le=INT32_MAX), in_api=False),
     RequestField("ignore_eos", bool, False, "extension: keep generating past end-of-sequence"),
-    RequestField("stop_token_ids", tuple[int, ...], (), f"extension: up to {MAX_STOP_TOKEN_IDS}; generation ends "
-                 "at any of them", api_type=list[int], from_api=tuple),
+    RequestField("stop_token_ids", tuple[int, ...], (), f"extension: up to {MAX_TOKEN_IDS}; generation ends "
+                 "at any of them"),
     RequestField("stop", tuple[str, ...], (), "stop strings, matched on detokenized text by the frontend",
                  in_api=False),
     RequestField("seed", int | None, None, "the same seed draws the same tokens, whatever else runs in the batch",
@@ -125,6 +131,7 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     RequestField("constraint", tuple[str, str] | None, None, "structured output: (kind, spec)", in_api=False),
 )
 FIELDS: dict[str, RequestField] = {f.name: f for f in REQUEST_FIELDS}
+TOKEN_ID_FIELDS: tuple[RequestField, ...] = tuple(f for f in REQUEST_FIELDS if f.token_ids)
 # generation_config.json keys that are request fields of the same name and meaning.
 MODEL_DEFAULT_KEYS: tuple[str, ...] = tuple(f.name for f in REQUEST_FIELDS if f.model_default)
 

@@ -99,7 +99,7 @@ class Scheduler:
             return "the prompt is empty"
         # Every id a request carries indexes the logits somewhere (a bias, a ban under min_tokens):
         # one outside them would fail the whole batch's step, or on a GPU its context.
-        for field, ids in (("logit_bias", (t for t, _ in params.logit_bias)), ("stop_token_ids", params.stop_token_ids)):
+        for field, ids in params.token_ids():
             bad = next((t for t in ids if not 0 <= t < vocab), None)
             if bad is not None:
                 return f"{field}: token id {bad} is outside the vocabulary (0..{vocab - 1})"

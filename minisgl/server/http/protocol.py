@@ -19,7 +19,7 @@ from minisgl.core.request_fields import (
     INT32_MAX,
     MAX_LOGIT_BIAS_TOKENS,
     MAX_LOGPROBS,
-    MAX_STOP_TOKEN_IDS,
+    MAX_TOKEN_IDS,
     REQUEST_FIELDS,
 )
 from minisgl.message import TextParams
@@ -34,8 +34,8 @@ Text = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 
 # The JSON form of the request fields whose values are not plain scalars.
+TokenIdList = Annotated[list[TokenId], Field(max_length=MAX_TOKEN_IDS)]
 JSON_FORMS: dict[str, Any] = {
-    "stop_token_ids": Annotated[list[TokenId], Field(max_length=MAX_STOP_TOKEN_IDS)],
     "logit_bias": Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS_TOKENS)],
 }
 API_FIELDS = tuple(f for f in REQUEST_FIELDS if f.in_api)  # on the chat and completions bodies as themselves
@@ -47,7 +47,8 @@ def api_fields(*names: str) -> dict[str, Any]:
     out = {}
     for f in map(FIELDS.__getitem__, names):
         bounds = f.api_range.bounds() if f.api_range else {}
-        out[f.name] = (JSON_FORMS.get(f.name, f.api_type or f.type) | None, Field(None, description=f.doc, **bounds))
+        json_form = JSON_FORMS.get(f.name) or (TokenIdList if f.token_ids else f.api_type or f.type)
+        out[f.name] = (json_form | None, Field(None, description=f.doc, **bounds))
     return out
 
 
