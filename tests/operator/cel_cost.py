@@ -28,7 +28,7 @@ import ast as pyast
 import functools
 import math
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 from celpy.celparser import CELParser
 from lark import Token, Tree
@@ -871,7 +871,3 @@ def crd_problems(crd: dict[str, Any]) -> list[str]:
             problems.append(f"{prefix}openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule cost total for entire "
                             f"OpenAPIv3 schema exceeds budget by factor of {_factor_text(total, STATIC_ESTIMATED_CRD_COST_LIMIT)} {hint}")  # fmt: skip
     return problems
-
-
-def walk_rules(openapi: dict[str, Any]) -> Iterator[RuleCost]:
-    yield from rule_costs(openapi)

@@ -55,7 +55,7 @@ def _definitions() -> dict[str, Obj]:
 def _builtin(api_version: str, kind: str) -> Obj:
     group, _, version = api_version.rpartition("/")
     group = group.split(".")[0] if group else "core"
-    for name, node in _definitions().items():
+    for node in _definitions().values():
         gvks = node.get("x-kubernetes-group-version-kind") or []
         if any(g.get("kind") == kind and g.get("version") == version and (g.get("group") or "core").split(".")[0] == group for g in gvks):
             return node
