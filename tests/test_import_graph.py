@@ -6,7 +6,13 @@ same):
   (no model, layer, quantization, attention, engine, scheduler or server code);
 - minisgl/layers/ does not import minisgl/quantization/ (quantization builds on the layers);
 - minisgl/server/ is the top: only the entry point above it (`python -m minisgl`,
-  minisgl/__main__.py) imports it, and it does not import that back.
+  minisgl/__main__.py) imports it, and it does not import that back;
+- minisgl/benchmark/ (what the benchmarks and the server tests share) stands beside: no other
+  folder imports it;
+- and over all folders and top-level modules, no cycle: the folder graph orders them from
+  minisgl/utils/ at the bottom to the server at the top.
+
+Each package says what it is for in its `__init__` docstring.
 """
 
 from __future__ import annotations
@@ -96,3 +102,70 @@ def test_only_the_entry_points_import_the_server():
 
 def test_the_server_imports_no_entry_point():
     assert not [(p, t) for p, t in imports_of("server") if t in ENTRY_POINTS]
+
+
+def test_no_folder_imports_the_benchmark_support():
+    users = [(path, target) for source in folders() - {"benchmark"}
+             for path, target in imports_of(source) if target == "benchmark"]
+    assert not users, f"minisgl/benchmark/ is support for the benchmarks and tests, beside the package: {users}"
+
+
+def folder_graph() -> dict[str, dict[str, list[str]]]:
+    """{folder: {folder it imports: the files that import it}}."""
+    graph: dict[str, dict[str, list[str]]] = {source: {} for source in folders()}
+    for source in graph:
+        for path, target in imports_of(source):
+            graph[source].setdefault(target, []).append(path)
+    return graph
+
+
+def find_cycle(graph: dict[str, dict[str, list[str]]]) -> list[str] | None:
+    """A cycle of the graph as the folders along it, the first repeated at the end; None if none.
+    Depth-first: an edge back to a folder still on the path closes a cycle."""
+    done: set[str] = set()
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        path.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target in path:
+                return path[path.index(target):] + [target]
+            if target not in done:
+                cycle = visit(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        done.add(node)
+        return None
+
+    for start in sorted(graph):
+        if start not in done:
+            cycle = visit(start)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_a_cycle_is_found_and_named():
+    """The search below cannot pass by missing a cycle: a long one behind an acyclic part is found."""
+    graph = {"d": {"a": ["d.py"]}, "a": {"b": ["a.py"]}, "b": {"c": ["b.py"], "e": ["b.py"]},
+             "c": {"a": ["c.py"]}, "e": {}}
+    assert find_cycle(graph) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"a": []}}) == ["a", "a"]
+    assert find_cycle({"a": {"b": []}, "b": {}, "c": {"b": []}}) is None
+
+
+def test_the_folder_graph_has_no_cycle():
+    graph = folder_graph()
+    cycle = find_cycle(graph)
+    if cycle:
+        edges = "\n".join(f"  {a} -> {b}: {', '.join(graph[a][b])}" for a, b in zip(cycle, cycle[1:]))
+        raise AssertionError(f"folders import each other in a cycle, {' -> '.join(cycle)}:\n{edges}")
+
+
+def test_every_package_says_what_it_is_for():
+    packages = sorted({path.parent for path in PACKAGE.rglob("*.py")})
+    undocumented = [str(package.relative_to(PACKAGE.parent)) for package in packages
+                    if not (package / "__init__.py").is_file()
+                    or not ast.get_docstring(ast.parse((package / "__init__.py").read_text()))]
+    assert not undocumented, f"packages without an __init__ docstring: {undocumented}"

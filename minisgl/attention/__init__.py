@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 import torch
 
-from minisgl.core import Batch, Context
+from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
 from minisgl.utils.logger import get_logger
 
-from .base import AttnShape, BaseAttnBackend, BaseAttnMetadata
+from .base import AttnShape
 from .torch_native import TorchNativeBackend
 
 logger = get_logger(__name__)

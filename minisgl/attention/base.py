@@ -1,23 +1,12 @@
+"""What a backend must know about the model to be built (AttnShape). The interface every backend
+implements, BaseAttnBackend, and its per-batch metadata are minisgl.core's: the context holds the
+backend and the batch its metadata."""
+
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
-
-if TYPE_CHECKING:
-    from minisgl.core import Batch
-    from minisgl.layers.attention import AttentionLayer
-
-
-@dataclass
-class BaseAttnMetadata:
-    """Per-batch facts every backend needs, built once before the forward pass."""
-
-    # Tokens computed for each request (its extend length) and its full length after the step.
-    extend_lens: list[int]
-    seq_lens: list[int]
 
 
 @dataclass(frozen=True)
@@ -33,50 +22,3 @@ class AttnShape:
     @property
     def cache_dtype(self) -> torch.dtype:
         return self.kv_dtype or self.dtype
-
-
-class BaseAttnBackend(ABC):
-    """Attention over the paged KV cache. One instance serves every layer of a forward pass.
-
-    Backends that can run decode inside a CUDA graph set `supports_cuda_graph` and implement the
-    three graph hooks: the graph runner calls `init_capture_graph` once, `prepare_for_capture`
-    before capturing each batch size, and `prepare_for_replay` before each replay. Padding
-    requests point at the page table's last (dummy) row with length 1.
-    """
-
-    supports_cuda_graph: bool = False
-
-    @property
-    def label(self) -> str:
-        """How the start-up log and the /metrics info series name it: 'TorchNative'."""
-        return type(self).__name__.removesuffix("Backend")
-    # Whether forward() takes k = v = None when the caller already stored them at batch.out_loc.
-    accepts_stored_kv: bool = False
-
-    @abstractmethod
-    def prepare_metadata(self, batch: Batch) -> None:
-        """Build `batch.attn_metadata` (page indices, lengths) for the coming forward pass."""
-
-    @abstractmethod
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttentionLayer,
-                batch: Batch) -> torch.Tensor:
-        """Store this layer's new k/v at batch.out_loc (unless they are None: already stored) and
-        return attention output [tokens, heads, dim]."""
-
-    # -- CUDA graph hooks (decode only) --------------------------------------------------------
-
-    def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
-        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
-
-    def prepare_for_capture(self, batch: Batch, bs: int) -> None:
-        """Set `batch.attn_metadata` for capturing a decode graph of `bs` dummy requests."""
-        raise NotImplementedError
-
-    def prepare_for_replay(self, batch: Batch, bs: int) -> None:
-        """Refill the static metadata of graph `bs` for `batch` (padded to `bs` with dummies)."""
-        raise NotImplementedError
-
-    def graph_rows_lens(self, bs: int) -> torch.Tensor | None:
-        """An int32 [2 bs] buffer from which graph `bs` reads each request's page-table row ([:bs])
-        and length ([bs:]), which the graph's first kernel fills (no host copy), or None."""
-        return None

@@ -19,11 +19,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from minisgl.core import Batch, Context
+from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
 from minisgl.prebuild import ATTENTION_DTYPES, ATTENTION_FP8_KV_DTYPES, ATTENTION_HEAD_DIMS
 from minisgl.utils import env
 
-from .base import AttnShape, BaseAttnBackend, BaseAttnMetadata
+from .base import AttnShape
 from .paging import batch_arrays, gather_pages, indptr, paged_layout, pinned, warm_up_gather_pages
 
 WORKSPACE_BYTES = 256 << 20

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minisgl.core import Batch, Context
+from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
 
-from .base import AttnShape, BaseAttnBackend, BaseAttnMetadata
+from .base import AttnShape
 from .paging import batch_arrays, indptr, to_device
 
 SUPPORTED_HEAD_DIMS = (64, 96, 128, 256)

@@ -9,9 +9,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minisgl.core import Batch, Context
+from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
 
-from .base import BaseAttnBackend, BaseAttnMetadata
 from .paging import batch_arrays
 
 # Decode graphs gather every request's whole page-table row: only for short tables (tests).

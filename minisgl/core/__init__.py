@@ -1,7 +1,9 @@
 """The vocabulary every other module speaks: requests, batches, sampling parameters, context."""
 
-from .batch import Batch, Phase, Req
+from .attn_backend import AttnLayer, BaseAttnBackend
+from .batch import BaseAttnMetadata, Batch, Phase, Req
 from .context import Context, get_global_ctx, set_global_ctx
 from .params import SamplingParams
 
-__all__ = ["Batch", "Phase", "Req", "Context", "get_global_ctx", "set_global_ctx", "SamplingParams"]
+__all__ = ["AttnLayer", "BaseAttnBackend", "BaseAttnMetadata", "Batch", "Phase", "Req", "Context", "get_global_ctx",
+           "set_global_ctx", "SamplingParams"]

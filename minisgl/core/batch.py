@@ -8,7 +8,6 @@ import torch
 from .params import SamplingParams
 
 if TYPE_CHECKING:
-    from minisgl.attention.base import BaseAttnMetadata
     from minisgl.constrained import GrammarState
 
 
@@ -61,6 +60,15 @@ class Req:
 
 
 Phase = Literal["prefill", "decode"]
+
+
+@dataclass
+class BaseAttnMetadata:
+    """Per-batch facts every backend needs, built once before the forward pass."""
+
+    # Tokens computed for each request (its extend length) and its full length after the step.
+    extend_lens: list[int]
+    seq_lens: list[int]
 
 
 @dataclass(eq=False)

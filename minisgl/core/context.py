@@ -10,9 +10,9 @@ import torch
 from minisgl.distributed import DistributedInfo
 
 if TYPE_CHECKING:
-    from minisgl.attention.base import BaseAttnBackend
     from minisgl.kvcache.mha_pool import MHAKVCache
 
+    from .attn_backend import BaseAttnBackend
     from .batch import Batch
 
 

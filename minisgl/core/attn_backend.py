@@ -1,0 +1,68 @@
+"""The attention backend's interface: the context holds a backend, the layers call its `forward`,
+the engine prepares each batch with it and captures CUDA graphs through its hooks. The backends
+themselves are in minisgl.attention."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Protocol
+
+import torch
+
+from .batch import Batch
+
+
+class AttnLayer(Protocol):
+    """What a backend reads from the layer it attends for (a minisgl.layers.AttentionLayer)."""
+
+    layer_id: int
+    num_heads: int
+    num_kv_heads: int
+    scale: float
+
+
+class BaseAttnBackend(ABC):
+    """Attention over the paged KV cache. One instance serves every layer of a forward pass.
+
+    Backends that can run decode inside a CUDA graph set `supports_cuda_graph` and implement the
+    three graph hooks: the graph runner calls `init_capture_graph` once, `prepare_for_capture`
+    before capturing each batch size, and `prepare_for_replay` before each replay. Padding
+    requests point at the page table's last (dummy) row with length 1.
+    """
+
+    supports_cuda_graph: bool = False
+
+    @property
+    def label(self) -> str:
+        """How the start-up log and the /metrics info series name it: 'TorchNative'."""
+        return type(self).__name__.removesuffix("Backend")
+    # Whether forward() takes k = v = None when the caller already stored them at batch.out_loc.
+    accepts_stored_kv: bool = False
+
+    @abstractmethod
+    def prepare_metadata(self, batch: Batch) -> None:
+        """Build `batch.attn_metadata` (page indices, lengths) for the coming forward pass."""
+
+    @abstractmethod
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttnLayer,
+                batch: Batch) -> torch.Tensor:
+        """Store this layer's new k/v at batch.out_loc (unless they are None: already stored) and
+        return attention output [tokens, heads, dim]."""
+
+    # -- CUDA graph hooks (decode only) --------------------------------------------------------
+
+    def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not support CUDA graphs")
+
+    def prepare_for_capture(self, batch: Batch, bs: int) -> None:
+        """Set `batch.attn_metadata` for capturing a decode graph of `bs` dummy requests."""
+        raise NotImplementedError
+
+    def prepare_for_replay(self, batch: Batch, bs: int) -> None:
+        """Refill the static metadata of graph `bs` for `batch` (padded to `bs` with dummies)."""
+        raise NotImplementedError
+
+    def graph_rows_lens(self, bs: int) -> torch.Tensor | None:
+        """An int32 [2 bs] buffer from which graph `bs` reads each request's page-table row ([:bs])
+        and length ([bs:]), which the graph's first kernel fills (no host copy), or None."""
+        return None
