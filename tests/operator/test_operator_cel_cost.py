@@ -5,11 +5,15 @@ budget, the CRD under the total, and every list, map and string a rule reads is 
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
+import yaml
 
 import cel_cost as cc
 from minisgl_operator import crd
+
+REPO = Path(__file__).resolve().parents[2]
 
 # --- the upstream figures ---------------------------------------------------------------------------
 #
@@ -244,6 +248,13 @@ def test_every_list_map_and_string_a_rule_reads_is_bounded(rule):
 def test_the_crd_is_under_the_total_budget_and_the_api_server_would_accept_it():
     assert sum(rc.cost for rc in COSTS) <= cc.STATIC_ESTIMATED_CRD_COST_LIMIT
     assert cc.crd_problems(crd.crd_manifest()) == []
+
+
+def test_the_charts_crd_file_is_accepted_too(fake):
+    # What `helm install` sends (crds/) and the upgrade hook applies.
+    chart_crd = yaml.safe_load((REPO / "charts" / "minisgl-operator" / "crds" / "inferenceservices.minisgl.io.yaml").read_text())
+    assert cc.crd_problems(chart_crd) == []
+    fake.apply_crd(chart_crd)
 
 
 def test_the_fake_api_refuses_a_crd_over_budget(fake):
