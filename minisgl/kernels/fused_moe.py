@@ -30,11 +30,15 @@ import torch
 import triton
 import triton.language as tl
 
+from .device import pdl_launch
+
 
 @triton.jit
 def _route_kernel(logits_ptr, stride_t, weights_ptr, ids_ptr, E: tl.constexpr, E_P: tl.constexpr,
-                  K: tl.constexpr, K_P: tl.constexpr, RENORM: tl.constexpr):
+                  K: tl.constexpr, K_P: tl.constexpr, RENORM: tl.constexpr, PDL: tl.constexpr):
     t = tl.program_id(0).to(tl.int64)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
     experts = tl.arange(0, E_P)
     x = tl.load(logits_ptr + t * stride_t + experts, mask=experts < E, other=float("-inf")).to(tl.float32)
     p = tl.exp(x - tl.max(x, 0))
@@ -53,16 +57,21 @@ def _route_kernel(logits_ptr, stride_t, weights_ptr, ids_ptr, E: tl.constexpr, E
         weights = weights / tl.sum(weights, 0)
     tl.store(weights_ptr + t * K + slots, weights, mask=slots < K)
     tl.store(ids_ptr + t * K + slots, ids, mask=slots < K)
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
 
 
-def route_topk(logits: torch.Tensor, top_k: int, renormalize: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Router logits [T, E] -> (weights float32 [T, k], expert ids int32 [T, k])."""
+def route_topk(logits: torch.Tensor, top_k: int, renormalize: bool,
+               pdl: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Router logits [T, E] -> (weights float32 [T, k], expert ids int32 [T, k]). `pdl`: launch as a
+    programmatic dependent launch (minisgl.kernels.device), for a next kernel that launches so too."""
     tokens, experts = logits.shape
     weights = torch.empty(tokens, top_k, dtype=torch.float32, device=logits.device)
     ids = torch.empty(tokens, top_k, dtype=torch.int32, device=logits.device)
     if tokens:
         _route_kernel[(tokens,)](logits, logits.stride(0), weights, ids, E=experts, E_P=triton.next_power_of_2(experts),
-                                 K=top_k, K_P=triton.next_power_of_2(top_k), RENORM=renormalize)
+                                 K=top_k, K_P=triton.next_power_of_2(top_k), RENORM=renormalize, PDL=pdl,
+                                 **pdl_launch(pdl))
     return weights, ids
 
 

@@ -5,8 +5,11 @@ Implementations, chosen by `Context.moe_backend`:
 - "grouped": tokens sorted by expert and every expert's matmul in one `torch.nn.functional.
   grouped_mm` call: a fused grouped GEMM with no host sync for bf16 on Hopper; for other dtypes
   PyTorch loops over the groups, reading their offsets on the host (no CUDA graph then).
-- "fused": the Triton path of `minisgl.kernels.fused_moe` (fused top-k routing, tokens aligned to
-  expert blocks, one launch for gate_up and one for down), with no host sync.
+- "fused": Triton, with no host sync: for decode's few tokens (up to DECODE_MAX_TOKENS)
+  `minisgl.kernels.moe_decode` (top-k routing, then one GEMV launch for every (token, expert)
+  pair's gate_up and one for each token's down projections summed over its experts), above it
+  `minisgl.kernels.fused_moe` (tokens aligned to expert blocks, one tensor-core GEMM launch for
+  gate_up and one for down).
 - "auto" (the GPU default): "fused" for batches of up to FUSED_MAX_TOKENS tokens, "grouped" above
   (bf16 only: else "fused" throughout): whichever measured faster at that size
   (benchmark/offline/moe_layer.py; see benchmark/NOTES.md). Decode batches, captured in CUDA
@@ -87,6 +90,10 @@ class MoELayer(nn.Module):
         if backend == "auto":
             backend = "grouped" if x.shape[0] > FUSED_MAX_TOKENS and x.dtype == torch.bfloat16 else "fused"
         if backend == "fused":
+            from minisgl.kernels.moe_decode import DECODE_MAX_TOKENS, decode_experts
+
+            if x.shape[0] <= DECODE_MAX_TOKENS:
+                return all_reduce(decode_experts(x, self.gate(x), self.w13, self.w2, self.top_k, self.norm_topk_prob))
             from minisgl.kernels.fused_moe import fused_experts
 
             return all_reduce(fused_experts(x, self.gate(x), self.w13, self.w2, self.top_k, self.norm_topk_prob))

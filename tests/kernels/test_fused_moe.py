@@ -78,7 +78,8 @@ def build(kernel, dtype, consts, num_warps=4, num_stages=3):
                               options={"num_warps": num_warps, "num_stages": num_stages})
     assert compiled.metadata.shared <= 227 * 1024, (kernel.fn.__name__, consts, compiled.metadata.shared)
 
-build(fm._route_kernel, "*bf16", {"E": 128, "E_P": 128, "K": 8, "K_P": 8, "RENORM": True})
+for pdl in (False, True):
+    build(fm._route_kernel, "*bf16", {"E": 128, "E_P": 128, "K": 8, "K_P": 8, "RENORM": True, "PDL": pdl})
 build(fm._align_kernel, "*bf16", {"E_P": 128, "BLOCK_M": 16, "CHUNK": 128}, num_warps=8)
 for torch_dtype, dtype in ((torch.bfloat16, "*bf16"), (torch.float32, "*fp32")):
     for tokens in (1, 700, 5000):  # one per tile config at Qwen3-30B-A3B's 128 experts, top-8

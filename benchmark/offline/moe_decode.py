@@ -1,0 +1,123 @@
+"""The MoE layer at decode's few tokens: the GEMV path (minisgl.kernels.moe_decode) against the
+block-aligned one (minisgl.kernels.fused_moe), each part timed, against the read time of the
+experts the tokens chose, and a sweep of the GEMV path's tiles.
+
+    python benchmark/offline/moe_decode.py --config ../shared/models/qwen3-30b-a3b [--tp 2]
+
+Shapes from the config (one rank's share of each expert at --tp); random bf16 weights. Every
+figure is one call's median inside a CUDA graph of `--calls` calls, each on its own input (so on
+other experts: one call's experts are not left in L2 for the next). "floor" is the bytes of the
+distinct experts each call reads (plus the router) over the copy rate measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+
+from minisgl.benchmark.floor import copy_bandwidth
+from minisgl.benchmark.report import device_name, write_json
+from minisgl.kernels import fused_moe, moe_decode
+from minisgl.kernels.gemv import GemvConfig
+
+
+def graph_us(fns, reps: int = 7) -> float:
+    """Median time of one call, the calls `fns` captured one after the other in a CUDA graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for fn in fns[:3]:
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for fn in fns:
+            fn()
+    graph.replay()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / len(fns))
+    return sorted(times)[reps // 2]
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--config", default="../shared/models/qwen3-30b-a3b")
+    p.add_argument("--tp", type=int, default=1)
+    p.add_argument("--tokens", default="1,2,4,8,16,32")
+    p.add_argument("--calls", type=int, default=24)
+    p.add_argument("--sweep", action="store_true", help="also time other tiles of the GEMV path at 1 and 8 tokens")
+    p.add_argument("--out", default="results/moe_decode.json")
+    args = p.parse_args()
+    cfg = json.load(open(os.path.join(args.config, "config.json")))
+    hidden, experts, top_k = cfg["hidden_size"], cfg["num_experts"], cfg["num_experts_per_tok"]
+    inter = cfg["moe_intermediate_size"] // args.tp
+    norm = cfg.get("norm_topk_prob", True)
+    dev, dt = torch.device("cuda"), torch.bfloat16
+    torch.manual_seed(0)
+    w13 = torch.empty(experts, 2 * inter, hidden, device=dev, dtype=dt).normal_(std=0.02)
+    w2 = torch.empty(experts, hidden, inter, device=dev, dtype=dt).normal_(std=0.02)
+    gate = torch.empty(experts, hidden, device=dev, dtype=dt).normal_(std=0.02)
+    bw = copy_bandwidth()
+    expert_bytes = (w13[0].numel() + w2[0].numel()) * w13.element_size()
+    default = moe_decode.decode_tiles(inter, hidden, top_k, 2, dev)
+    print(f"{device_name()}: hidden {hidden}, {experts} experts of width {inter} (TP={args.tp} share), top-{top_k}; "
+          f"copy rate {bw / 1e12:.2f} TB/s; GEMV tiles gate_up {default[0]}, down {default[1]}")
+    rows = []
+    for n in (int(t) for t in args.tokens.split(",")):
+        xs = [torch.randn(n, hidden, device=dev, dtype=dt) for _ in range(args.calls)]
+        logits = [F.linear(x, gate) for x in xs]
+        distinct = sum(len(torch.unique(torch.topk(lg.float(), top_k, -1).indices)) for lg in logits) / len(xs)
+        floor_us = (distinct * expert_bytes + gate.numel() * 2) / bw * 1e6
+        row = {"tokens": n, "distinct_experts": distinct, "floor_us": floor_us}
+        row["router_gemm_us"] = graph_us([lambda x=x: F.linear(x, gate) for x in xs])
+        row["route_us"] = graph_us([lambda lg=lg: fused_moe.route_topk(lg, top_k, norm) for lg in logits])
+        row["block_aligned_us"] = graph_us([lambda x=x, lg=lg: fused_moe.fused_experts(x, lg, w13, w2, top_k, norm)
+                                            for x, lg in zip(xs, logits)])
+        row["gemv_us"] = graph_us([lambda x=x, lg=lg: moe_decode.decode_experts(x, lg, w13, w2, top_k, norm)
+                                   for x, lg in zip(xs, logits)])
+        row["gemv_no_pdl_us"] = graph_us([lambda x=x, lg=lg: moe_decode.decode_experts(x, lg, w13, w2, top_k, norm,
+                                                                                     pdl=False)
+                                          for x, lg in zip(xs, logits)])
+        ref = fused_moe.fused_experts(xs[0], logits[0], w13, w2, top_k, norm).float()
+        got = moe_decode.decode_experts(xs[0], logits[0], w13, w2, top_k, norm).float()
+        row["rel_diff"] = (torch.linalg.norm(got - ref) / torch.linalg.norm(ref)).item()
+        rows.append(row)
+        print(f"{n:>4} tokens: {distinct:5.1f} experts, floor {floor_us:6.1f} us | router GEMM {row['router_gemm_us']:5.1f}"
+              f", route {row['route_us']:5.1f} | block-aligned {row['block_aligned_us']:6.1f} us, GEMV path "
+              f"{row['gemv_us']:6.1f} us ({row['gemv_us'] / floor_us:.2f}x floor; no PDL {row['gemv_no_pdl_us']:6.1f})"
+              f", rel diff {row['rel_diff']:.1e}", flush=True)
+    sweep = []
+    if args.sweep:
+        gu, dn = default
+        gate_ups = [gu] + [GemvConfig(bn, bk, 4, st, False) for bn, bk, st in
+                           ((8, 512, 4), (4, 512, 6), (2, 1024, 6), (4, 1024, 8), (8, 256, 6), (2, 2048, 4))]
+        downs = [dn] + [GemvConfig(bn, bk, 4, st, False) for bn, bk, st in
+                        ((8, 256, 6), (16, 256, 4), (4, 256, 8), (8, 128, 8), (2, 256, 8), (16, 128, 6))
+                        if inter % bk == 0]
+        for n in (1, 8):
+            xs = [torch.randn(n, hidden, device=dev, dtype=dt) for _ in range(args.calls)]
+            logits = [F.linear(x, gate) for x in xs]
+            # One part varied at a time, the other at its default.
+            for g, d in itertools.chain(((g, dn) for g in gate_ups), ((gu, d) for d in downs[1:])):
+                us = graph_us([lambda x=x, lg=lg: moe_decode.decode_experts(x, lg, w13, w2, top_k, norm, tiles=(g, d))
+                               for x, lg in zip(xs, logits)])
+                sweep.append({"tokens": n, "gate_up": g.__dict__, "down": d.__dict__, "us": us})
+                print(f"  sweep {n} tokens: gate_up {g.block_n}x{g.block_k}/{g.num_stages}, down "
+                      f"{d.block_n}x{d.block_k}/{d.num_stages}: {us:6.1f} us", flush=True)
+    write_json(args.out, {"benchmark": "moe_decode", "device": device_name(), "config": args.config, "tp": args.tp,
+                          "copy_bandwidth_bytes_per_s": bw, "rows": rows, "sweep": sweep})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,151 @@
+"""The mixture-of-experts feed-forward for decode's few tokens, as weight-streaming GEMVs: at a
+handful of tokens each expert gets a row or two, reading the selected experts' weights is the
+whole cost, and the block-aligned path of `fused_moe` (sorting, 16-row tensor-core tiles, a grid
+sized for every expert, a reduction over the slots) spends most of its time on everything else.
+
+Three launches, no sorting and no host synchronisation (a decode CUDA graph captures them):
+1. `fused_moe.route_topk`: softmax top-k per token (weights float32 [T, k], expert ids [T, k]).
+2. `_gate_up_kernel`, one program per (token, slot) pair and tile of output features: the pair's
+   token row through its expert's [gate; up] rows, stores routing weight * silu(gate) * up in h
+   [T * k, I]. The pairs vary fastest in the grid, so pairs of different tokens that chose the
+   same expert stream the same weight tile at the same time and the second read comes from L2.
+3. `_down_kernel`, one program per token and tile of hidden features: the token's k rows of h
+   are one contiguous vector of k * I, multiplied by its k experts' down rows one after the other
+   (a GEMV whose weight rows jump to the next expert every I elements), so the sum over the slots
+   happens in registers and the output is written once.
+
+Both GEMVs run on CUDA cores with the tiles of `minisgl.kernels.gemv` (one row), pipelined
+STAGES deep, and launch as programmatic dependent launches where the GPU has them.
+Imported only when the fused backend runs; the kernels also run under TRITON_INTERPRET=1 on CPU
+tensors (the CPU suite's check).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .device import pdl_launch, pdl_supported
+from .fused_moe import route_topk
+from .gemv import GemvConfig, gemv_config
+from .gemv_tiles import load_tile, mac, output_tile, zero_accumulator
+
+# Up to this many tokens the layer runs this path, above the block-aligned one (fused_moe): the
+# crossover measured with benchmark/offline/moe_layer.py (benchmark/NOTES.md, issue 43).
+DECODE_MAX_TOKENS = 16
+
+
+@triton.jit
+def _gate_up_kernel(x_ptr, w_ptr, ids_ptr, weights_ptr, h_ptr, inter, hidden, stride_x, stride_we, stride_wn,
+                    stride_h, TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    EVEN_K: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+    """h[pair, tile] = weight[pair] * silu(x[token] @ gate[e, tile]^T) * (x[token] @ up[e, tile]^T),
+    e the pair's expert; w holds each expert's [gate; up] (2 * inter rows)."""
+    pair = tl.program_id(0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    token = pair // TOP_K
+    expert = tl.load(ids_ptr + pair).to(tl.int64)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    n_ok = rn < inter
+    one = tl.arange(0, 1) < 1
+    x_ptrs = x_ptr + token.to(tl.int64) * stride_x + tl.arange(0, 1)[:, None] + rk[None, :]
+    w_ptrs = w_ptr + expert * stride_we + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
+    up_off = tl.cast(inter, tl.int64) * stride_wn
+    acc = zero_accumulator(1, BLOCK_N, BLOCK_K, False)
+    acc_up = tl.zeros_like(acc)
+    for k0 in tl.range(0, hidden, BLOCK_K, num_stages=STAGES):
+        x = load_tile(x_ptrs + k0, one, rk, hidden - k0, EVEN_K)
+        acc = mac(acc, x, load_tile(w_ptrs + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
+        acc_up = mac(acc_up, x, load_tile(w_ptrs + up_off + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
+    gate = output_tile(acc, w_ptr, rn, n_ok, False, False)
+    up = output_tile(acc_up, w_ptr, rn, n_ok, False, False)
+    h = gate / (1.0 + tl.exp(-gate)) * up * tl.load(weights_ptr + pair)
+    tl.store(h_ptr + pair.to(tl.int64) * stride_h + tl.arange(0, 1)[:, None] + rn[None, :],
+             h.to(h_ptr.dtype.element_ty), mask=n_ok[None, :])
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _down_kernel(h_ptr, w_ptr, ids_ptr, out_ptr, hidden, inter, stride_h, stride_we, stride_wn, stride_out,
+                 TOP_K: tl.constexpr, K_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                 EVEN_K: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+    """out[token, tile] = sum over the token's slots s of h[token * k + s] @ down[e_s, tile]^T, in
+    one loop over the k * ceil(inter / BLOCK_K) steps (h's rows of a token are contiguous)."""
+    token = tl.program_id(0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    n_ok = rn < hidden
+    one = tl.arange(0, 1) < 1
+    slots = tl.arange(0, K_P)
+    experts = tl.load(ids_ptr + token * TOP_K + slots, mask=slots < TOP_K, other=0).to(tl.int64)
+    bases = experts * stride_we  # each slot's expert, as an offset into w
+    steps = tl.cdiv(inter, BLOCK_K)
+    h_ptrs = h_ptr + token.to(tl.int64) * TOP_K * stride_h + tl.arange(0, 1)[:, None] + rk[None, :]
+    w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
+    acc = zero_accumulator(1, BLOCK_N, BLOCK_K, False)
+    for i in tl.range(0, TOP_K * steps, num_stages=STAGES):
+        slot = i // steps
+        k0 = (i - slot * steps) * BLOCK_K
+        base = tl.sum(tl.where(slots == slot, bases, 0), 0)
+        h = load_tile(h_ptrs + slot * stride_h + k0, one, rk, inter - k0, EVEN_K)
+        acc = mac(acc, h, load_tile(w_ptrs + base + k0, n_ok, rk, inter - k0, EVEN_K), False, False)
+    out = output_tile(acc, w_ptr, rn, n_ok, False, False)
+    tl.store(out_ptr + token.to(tl.int64) * stride_out + tl.arange(0, 1)[:, None] + rn[None, :],
+             out.to(out_ptr.dtype.element_ty), mask=n_ok[None, :])
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+def _pow2_divisor(n: int, cap: int) -> int:
+    """The largest power of two <= cap that divides n (at least 16: else the last step is masked)."""
+    step = cap
+    while step > 16 and n % step:
+        step //= 2
+    return step
+
+
+def decode_tiles(inter: int, hidden: int, top_k: int, weight_bytes: int,
+                 device: torch.device | None = None) -> tuple[GemvConfig, GemvConfig]:
+    """The gate_up and down tiles: the dense GEMV's one-row tiles (gemv_config) for the shapes of
+    one expert; down's K steps divide the expert width where they can, so no step straddles two
+    experts' rows and the loads stay unmasked."""
+    gate_up = gemv_config(1, inter, hidden, gated=True, weight_bytes=weight_bytes, device=device)
+    down = gemv_config(1, hidden, inter, gated=False, weight_bytes=weight_bytes, device=device)
+    return gate_up, GemvConfig(down.block_n, _pow2_divisor(inter, down.block_k), down.num_warps, down.num_stages,
+                               dot=False)
+
+
+def decode_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int,
+                   renormalize: bool, tiles: tuple[GemvConfig, GemvConfig] | None = None,
+                   pdl: bool | None = None) -> torch.Tensor:
+    """The MoE feed-forward of x [T, H] (this rank's share: w13 [E, 2I, H], w2 [E, H, I]) for a few
+    tokens; `tiles` (gate_up, down) and `pdl` override the defaults (the benchmark's sweep)."""
+    tokens, hidden = x.shape
+    num_experts, two_inter, _ = w13.shape
+    inter = two_inter // 2
+    out = torch.empty_like(x)
+    if tokens == 0:
+        return out
+    x = x.contiguous()
+    gate_up, down = tiles or decode_tiles(inter, hidden, top_k, w13.element_size(), x.device)
+    pdl = pdl_supported(x.device) if pdl is None else pdl
+    weights, ids = route_topk(router_logits, top_k, renormalize, pdl=pdl)
+    pairs = tokens * top_k
+    h = torch.empty(pairs, inter, dtype=x.dtype, device=x.device)
+    _gate_up_kernel[(pairs, triton.cdiv(inter, gate_up.block_n))](
+        x, w13, ids, weights, h, inter, hidden, x.stride(0), w13.stride(0), w13.stride(1), h.stride(0),
+        TOP_K=top_k, BLOCK_N=gate_up.block_n, BLOCK_K=gate_up.block_k, EVEN_K=hidden % gate_up.block_k == 0,
+        STAGES=gate_up.num_stages, PDL=pdl, num_warps=gate_up.num_warps, num_stages=gate_up.num_stages,
+        **pdl_launch(pdl))
+    _down_kernel[(tokens, triton.cdiv(hidden, down.block_n))](
+        h, w2, ids, out, hidden, inter, h.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
+        TOP_K=top_k, K_P=triton.next_power_of_2(top_k), BLOCK_N=down.block_n, BLOCK_K=down.block_k,
+        EVEN_K=inter % down.block_k == 0, STAGES=down.num_stages, PDL=pdl, num_warps=down.num_warps,
+        num_stages=down.num_stages, **pdl_launch(pdl))
+    return out
