@@ -34,7 +34,8 @@ from celpy.celparser import CELParser
 from lark import Token, Tree
 
 # k8s.io/apiserver/pkg/apis/cel/config.go and apiextensions validation.go.
-PER_CALL_LIMIT = 1_000_000
+PER_CALL_LIMIT = 1_000_000  # the run-time limit of one evaluation of one rule
+RUNTIME_CEL_COST_BUDGET = 10_000_000  # the run-time limit of all rules on one object
 MAX_REQUEST_SIZE_BYTES = 3 * 1024 * 1024
 STATIC_ESTIMATED_COST_LIMIT = 10_000_000
 STATIC_ESTIMATED_CRD_COST_LIMIT = 100_000_000

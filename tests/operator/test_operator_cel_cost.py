@@ -241,6 +241,16 @@ def test_every_rule_of_the_crd_is_under_the_per_rule_budget(rule):
 
 
 @pytest.mark.parametrize("rule", COSTS, ids=[rc.path for rc in COSTS])
+def test_every_rule_runs_within_the_per_call_limit_even_on_the_largest_object(rule):
+    # At run time each evaluation stops at PerCallLimit (a refused write); the estimate bounds it.
+    assert rule.max_cost <= cc.PER_CALL_LIMIT, rule
+
+
+def test_all_rules_together_run_within_the_runtime_budget_of_one_object():
+    assert sum(rc.cost for rc in COSTS) <= cc.RUNTIME_CEL_COST_BUDGET
+
+
+@pytest.mark.parametrize("rule", COSTS, ids=[rc.path for rc in COSTS])
 def test_every_list_map_and_string_a_rule_reads_is_bounded(rule):
     assert rule.unbounded() == [], rule.rule
 
