@@ -1,13 +1,11 @@
-"""Compiling constraints with xgrammar, and the per-request matcher state."""
+"""Constraints: their checks, compiling one with xgrammar, and the per-request matcher state."""
 
 from __future__ import annotations
 
 import json
 import re
-import threading
-from collections import OrderedDict
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import accumulate
 
 import numpy as np
 import torch
@@ -16,6 +14,14 @@ import torch
 # vLLM's default), whether or not the request says `strict`: a weak model free to add keys adds them
 # until max_tokens cuts the JSON.
 CONSTRAINT_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
+# The request fields each kind comes from, for the errors a client reads.
+CONSTRAINT_FIELDS = {
+    "json_object": "response_format",
+    "json_schema": "response_format or guided_json (or the tools of a forced tool call)",
+    "regex": "guided_regex",
+    "choice": "guided_choice",
+    "grammar": "guided_grammar",
+}
 
 
 def constraint_problem(constraint: tuple[str, str] | None) -> str | None:
@@ -30,6 +36,8 @@ def constraint_problem(constraint: tuple[str, str] | None) -> str | None:
             value = json.loads(spec)
         except ValueError as e:
             return f"the JSON schema is not valid JSON: {e}"
+        except RecursionError:
+            return f"{CONSTRAINT_FIELDS[kind]}: the JSON is nested too deeply to read"
         if kind == "choice" and not (isinstance(value, list) and value and all(isinstance(c, str) for c in value)):
             return "guided_choice must be a non-empty list of strings"
         if kind != "choice" and not isinstance(value, dict):
@@ -37,82 +45,56 @@ def constraint_problem(constraint: tuple[str, str] | None) -> str | None:
     return None
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def json_depth(text: str) -> int:
+    """How deeply the arrays and objects of a JSON text nest (without parsing it: no recursion)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    return max(accumulate(1 if b in "[{" else -1 for b in brackets), default=0)
+
+
+def bound_problem(constraint: tuple[str, str] | None, max_depth: int) -> str | None:
+    """Why a constraint is refused before it is compiled, or None. A schema's compile time grows
+    with how deeply its objects and arrays nest inline (much faster than with its size), so that
+    is bounded up front; the compile time budget covers the rest."""
+    if constraint is None or constraint[0] != "json_schema":
+        return None
+    depth = json_depth(constraint[1])
+    if depth > max_depth:
+        return (f"{CONSTRAINT_FIELDS[constraint[0]]}: the schema nests {depth} levels deep, more than this "
+                f"server's limit of {max_depth} (--max-grammar-depth)")
+    return None
+
+
+def compile_constraint(compiler, constraint: tuple[str, str]):
+    """`constraint` compiled by an xgrammar GrammarCompiler; a ValueError saying why it cannot be."""
+    kind, spec = constraint
+    try:
+        if kind == "json_object":  # OpenAI's JSON mode: an object (any JSON value would do for xgrammar's builtin)
+            return compiler.compile_json_schema('{"type": "object"}', any_whitespace=False, strict_mode=False)
+        if kind == "json_schema":
+            # Compact JSON: a weak model cannot wander off into unbounded whitespace.
+            return compiler.compile_json_schema(spec, any_whitespace=False, strict_mode=True)
+        if kind == "regex":
+            return compiler.compile_regex(spec)
+        if kind == "choice":
+            return compiler.compile_grammar("root ::= " + " | ".join(_ebnf_literal(s) for s in json.loads(spec)))
+        if kind == "grammar":
+            return compiler.compile_grammar(spec)
+    except (RuntimeError, ValueError, TypeError) as e:  # xgrammar reports bad input as RuntimeError
+        reason = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip())  # xgrammar's time and source line
+        raise ValueError(f"cannot compile the {kind} constraint: {reason}") from None
+    raise ValueError(f"unknown constraint kind {kind!r}")
+
+
 def _ebnf_literal(text: str) -> str:
     """`text` as an EBNF string literal (JSON string escapes, which xgrammar's EBNF reads)."""
     return json.dumps(text, ensure_ascii=False)
 
 
-class GrammarCompilerPool:
-    """Compiles constraints on one background thread, caching the results (a repeated schema, the
-    common case for an application, compiles once). The tokenizer info is built on that thread
-    too, at the first constrained request, so servers that never see one never pay for it."""
-
-    CACHE_SIZE = 256  # compiled grammars kept, least recently used dropped first
-
-    def __init__(self, model_path: str, vocab_size: int, stop_token_ids: list[int]):
-        self.model_path, self.vocab_size, self.stop_token_ids = model_path, vocab_size, stop_token_ids
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grammar")
-        self._compiler = None
-        self._no_control: torch.Tensor | None = None
-        self._cache: OrderedDict[tuple[str, str], Future] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def submit(self, constraint: tuple[str, str]) -> Future:
-        """A future of the Grammar to start requests from; it raises ValueError when the
-        constraint cannot be compiled (an invalid schema or regex)."""
-        key = (constraint[0], constraint[1])
-        with self._lock:
-            fut = self._cache.get(key)
-            if fut is not None:
-                self._cache.move_to_end(key)
-                return fut
-            fut = self._pool.submit(self._compile, key)
-            self._cache[key] = fut
-            while len(self._cache) > self.CACHE_SIZE:
-                self._cache.popitem(last=False)
-        return fut
-
-    def _compile(self, constraint: tuple[str, str]) -> Grammar:
-        compiled = self._compile_xgrammar(constraint)
-        # xgrammar's JSON strings admit raw control characters, which JSON (RFC 8259) and
-        # json.loads refuse; compact JSON never needs one outside a string, so they are masked.
-        return Grammar(compiled, self._no_control if constraint[0].startswith("json") else None)
-
-    def _compile_xgrammar(self, constraint: tuple[str, str]):
-        import xgrammar as xgr
-
-        if self._compiler is None:
-            from transformers import AutoTokenizer
-
-            tokenizer = AutoTokenizer.from_pretrained(self.model_path)
-            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=self.vocab_size,
-                                                      stop_token_ids=self.stop_token_ids)
-            self._compiler = xgr.GrammarCompiler(info, max_threads=1)
-            self._no_control = _tokens_without_control_bytes(info.decoded_vocab, self.vocab_size)
-        kind, spec = constraint
-        c = self._compiler
-        try:
-            if kind == "json_object":  # OpenAI's JSON mode: an object (any JSON value would do for xgrammar's builtin)
-                return c.compile_json_schema('{"type": "object"}', any_whitespace=False, strict_mode=False)
-            if kind == "json_schema":
-                # Compact JSON: a weak model cannot wander off into unbounded whitespace.
-                return c.compile_json_schema(spec, any_whitespace=False, strict_mode=True)
-            if kind == "regex":
-                return c.compile_regex(spec)
-            if kind == "choice":
-                return c.compile_grammar("root ::= " + " | ".join(_ebnf_literal(s) for s in json.loads(spec)))
-            if kind == "grammar":
-                return c.compile_grammar(spec)
-        except (RuntimeError, ValueError, TypeError) as e:  # xgrammar reports bad input as RuntimeError
-            reason = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip())  # xgrammar's time and source line
-            raise ValueError(f"cannot compile the {kind.removesuffix('_loose')} constraint: {reason}") from None
-        raise ValueError(f"unknown constraint kind {kind!r}")
-
-    def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def _tokens_without_control_bytes(decoded_vocab: list[bytes], vocab_size: int) -> torch.Tensor:
+def tokens_without_control_bytes(decoded_vocab: list[bytes], vocab_size: int) -> torch.Tensor:
     """A bitmask row (xgrammar's layout: token i is bit i % 32 of int32 word i // 32) of the
     tokens whose bytes hold no ASCII control character."""
     allowed = np.zeros(-(-vocab_size // 32) * 32, dtype=bool)

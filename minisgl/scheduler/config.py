@@ -20,3 +20,10 @@ class SchedulerConfig(EngineConfig):
     max_new_tokens: int | None = None
     # Overlap scheduling: prepare and launch step N+1 before reading step N's tokens.
     overlap: bool = True
+    # Structured output, what compiling one request's constraint may cost (minisgl.constrained.compiler):
+    # seconds one compile may run (a 400 naming this beyond), compiles running at once (a process
+    # each), how deeply a JSON schema may nest, and the bytes of compiled grammars kept in the cache.
+    grammar_compile_timeout: float = 10.0
+    grammar_compile_workers: int = 2
+    max_grammar_depth: int = 64
+    grammar_cache_bytes: int = 256 << 20

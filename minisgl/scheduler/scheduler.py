@@ -16,9 +16,10 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
 
-from minisgl.constrained import GrammarCompilerPool, GrammarState
+from minisgl.constrained import CompileLimits, GrammarCompilerPool, GrammarState, bound_problem
 from minisgl.constrained.grammar import BatchMasks
 from minisgl.core import Batch, Req, SamplingParams
+from minisgl.distributed import broadcast_objects
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.kvcache import create_prefix_cache
 from minisgl.message import StepOutput
@@ -72,9 +73,12 @@ class Scheduler:
         self._in_flight: InFlight | None = None
         self._last_phase = "decode"
         self._early: list[StepOutput] = []  # outputs decided outside a step (rejections, aborts)
-        # Structured output: requests whose grammar is compiling on the pool's thread wait here,
-        # out of the prefill queue, so they never hold up the others.
-        self.grammars = GrammarCompilerPool(config.model_path, e.model_config.vocab_size, list(self.eos_ids))
+        # Structured output: requests whose grammar is compiling (in the pool's worker processes)
+        # wait here, out of the prefill queue, so they never hold up the others. With tensor
+        # parallelism rank 0's budget decides for every rank (_grammar_outcomes).
+        budget = config.grammar_compile_timeout if e.tp.is_primary else None
+        limits = CompileLimits(budget, config.grammar_compile_workers, config.grammar_cache_bytes)
+        self.grammars = GrammarCompilerPool(config.model_path, e.model_config.vocab_size, list(self.eos_ids), limits)
         self.compiling: list[tuple[Req, Future]] = []
 
     # -- requests in and out ------------------------------------------------------------------
@@ -103,6 +107,9 @@ class Scheduler:
             bad = next((t for t in ids if not 0 <= t < vocab), None)
             if bad is not None:
                 return f"{field}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
+        problem = bound_problem(params.constraint, self.config.max_grammar_depth)
+        if problem:
+            return problem
         limit = self.config.max_prompt_tokens
         if limit and prompt_len > limit:
             return f"the prompt has {prompt_len} tokens, more than this server's limit of {limit}"
@@ -139,13 +146,7 @@ class Scheduler:
         if params.constraint is None:
             self.prefill.waiting.append(req)
             return
-        compiled = self.grammars.submit(params.constraint)
-        self.compiling.append((req, compiled))
-        if self.engine.tp.size > 1:
-            # Every rank must admit the request in the same step: wait for the grammar here
-            # (a cached one is immediate) rather than let the ranks' threads race.
-            wait([compiled])
-            self._admit_compiled()
+        self.compiling.append((req, self.grammars.submit(params.constraint)))
 
     def abort(self, uid: int) -> None:
         req = self.reqs.get(uid)
@@ -164,7 +165,8 @@ class Scheduler:
         waiting for prefill); False when it was admitted."""
         compiling = next((i for i, (r, _) in enumerate(self.compiling) if r is req), None)
         if compiling is not None:
-            del self.compiling[compiling]
+            _, compiled = self.compiling.pop(compiling)
+            self._forget_compile(compiled)
             return True
         if req in self.prefill.waiting:
             self.prefill.waiting.remove(req)
@@ -187,26 +189,47 @@ class Scheduler:
 
     def _admit_compiled(self) -> None:
         """Requests whose grammar is ready join the prefill queue (in arrival order); a grammar
-        that failed to compile ends its request with the reason."""
+        that failed to compile (or ran past its budget) ends its request with the reason."""
         if not self.compiling:
             return
         if not (self.prefill.has_work or self.decode.has_work or self._in_flight):
             wait([f for _, f in self.compiling], timeout=0.01, return_when=FIRST_COMPLETED)  # idle: do not spin
-        still = []
+        outcomes = self._grammar_outcomes()
+        still, failed = [], []
         for req, fut in self.compiling:
-            if not fut.done():
+            if req.uid not in outcomes:
                 still.append((req, fut))
-                continue
-            try:
-                req.grammar = GrammarState.start(fut.result())
-            except ValueError as e:
+            elif outcomes[req.uid] is None:
+                req.grammar = GrammarState.start(fut.result())  # a follower rank may wait for its own here
+                self.prefill.waiting.append(req)
+            else:
                 req.finish_reason = "error"
                 self._count_finish(req)
                 del self.reqs[req.uid]
-                self._early.append(StepOutput(req.uid, None, "error", str(e), req.prompt_len))
-                continue
-            self.prefill.waiting.append(req)
+                self._early.append(StepOutput(req.uid, None, "error", outcomes[req.uid], req.prompt_len))
+                failed.append(fut)
         self.compiling = still
+        for fut in failed:  # a follower's own compile of what rank 0 gave up on
+            self._forget_compile(fut)
+
+    def _grammar_outcomes(self) -> dict[int, str | None]:
+        """uid -> None (its grammar is ready) or why it failed, for the compiling requests that are
+        decided. With tensor parallelism rank 0 decides, by its own time budget, and tells the other
+        ranks (whose compiles have none), so every rank admits a request in the same step."""
+        outcomes = {}
+        if self.engine.tp.is_primary:
+            for req, fut in self.compiling:
+                if fut.done():
+                    error = fut.exception()
+                    outcomes[req.uid] = None if error is None else str(error)
+        if self.engine.tp.size > 1:
+            outcomes = broadcast_objects([outcomes])[0]
+        return outcomes
+
+    def _forget_compile(self, compiled: Future) -> None:
+        """A compile no request waits for any more stops (its worker process is killed)."""
+        if not any(f is compiled for _, f in self.compiling):
+            self.grammars.cancel(compiled)
 
     def step(self) -> list[StepOutput]:
         self._admit_compiled()

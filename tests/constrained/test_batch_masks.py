@@ -11,7 +11,7 @@ import pytest
 import torch
 import xgrammar as xgr
 
-from minisgl.constrained import BatchMasks, GrammarCompilerPool, GrammarState
+from minisgl.constrained import BatchMasks, CompileLimits, GrammarCompilerPool, GrammarState
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SCHEMA = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})
@@ -23,7 +23,7 @@ def grammar(tiny_model_dir):
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     vocab = config["vocab_size"]
-    pool = GrammarCompilerPool(model_dir, vocab, stop_token_ids=[config["eos_token_id"]])
+    pool = GrammarCompilerPool(model_dir, vocab, [config["eos_token_id"]], CompileLimits(None, 1, 1 << 20))
     try:
         yield pool.submit(("json_schema", SCHEMA)).result(), vocab
     finally:

@@ -1,18 +1,24 @@
 """The scheduler's side of structured output: a request waits for its grammar off the prefill
-queue, can be aborted while it waits, and a constrained batch keeps the overlap of host and GPU
-work: its forward pass is launched before the previous step's tokens are read, and its masks are
-filled after (they need those tokens), with the same tokens as without overlap."""
+queue, can be aborted while it waits (which stops its compile), fails alone with the budget's flag
+named when its grammar compiles too long, is refused before compiling when its schema nests too
+deep; and a constrained batch keeps the overlap of host and GPU work: its forward pass is launched
+before the previous step's tokens are read, and its masks are filled after (they need those
+tokens), with the same tokens as without overlap."""
 
 from __future__ import annotations
 
 import json
 import re
+import time
 
+import psutil
 import pytest
 import torch
 
 from minisgl.core import SamplingParams
+from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
+from tests.constrained.helpers import SLOW_SCHEMA, compile_workers, nested_schema, wait_until
 
 SCHEMA = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
                      "additionalProperties": False})
@@ -30,11 +36,12 @@ def scheduler(tiny_model_dir):
     s.shutdown()
 
 
-def _run(s: Scheduler, steps: int = 500) -> list:
-    outputs = []
-    for _ in range(steps):
-        if not s.has_work:
-            break
+def _run(s: Scheduler, hang: float = 600) -> list:
+    """Every output until the scheduler has no work left (grammar workers start in seconds on a
+    busy machine: steps, not a step count); `hang` seconds without an end is a failure."""
+    outputs, give_up = [], time.monotonic() + hang
+    while s.has_work:
+        assert time.monotonic() < give_up, f"still working after {hang} s"
         outputs += s.step()
     return outputs
 
@@ -47,6 +54,112 @@ def test_abort_while_compiling_ends_the_request_and_holds_nothing(scheduler):
     outputs = _run(s)
     assert [(o.uid, o.finish_reason) for o in outputs] == [(1, "abort")]
     assert not s.reqs and not s.compiling and s.cache.used_pages == 0
+
+
+BUDGET = 4.0  # seconds, for the tests of the compile budget: SLOW_SCHEMA compiles for far longer
+
+
+def _warm(s: Scheduler) -> None:
+    """Serve one constrained request, then wait for every compile worker, as on a server that has
+    served structured output before (the first request starts them)."""
+    s.add_request(0, [1, 2], SamplingParams(max_tokens=2, constraint=("regex", "[0-9]+")))
+    _run(s)
+    wait_until(lambda: s.grammars.workers_ready == s.config.grammar_compile_workers, "every compile worker ready")
+
+
+def test_a_grammar_that_compiles_for_long_holds_up_no_other_request(tiny_model_dir):
+    """A constrained and a plain request sent after a slow schema are served while it compiles."""
+    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_timeout=3600, max_grammar_depth=1000)
+    try:
+        _warm(s)
+        s.add_request(1, [5, 6, 7], SamplingParams(max_tokens=20, constraint=("json_schema", SLOW_SCHEMA)))
+        s.add_request(2, [8, 9], SamplingParams(temperature=0, max_tokens=20, constraint=("regex", "[a-f]{8}")))
+        s.add_request(3, [4, 5], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+        outputs, give_up = [], time.monotonic() + 600
+        while 2 in s.reqs or 3 in s.reqs:
+            assert time.monotonic() < give_up, "requests 2 and 3 not served"
+            outputs += s.step()
+        assert [r.uid for r, _ in s.compiling] == [1]  # still compiling
+        assert {o.uid: o.finish_reason for o in outputs if o.finish_reason} == {2: "stop", 3: "length"}
+        s.abort(1)
+        assert [(o.uid, o.finish_reason) for o in _run(s)] == [(1, "abort")]
+    finally:
+        s.shutdown()
+
+
+def test_a_schema_over_the_compile_budget_fails_alone_naming_the_budget(tiny_model_dir):
+    """Its request ends with an error naming the field and the budget's flag (the API's 400) once
+    the budget is spent; a plain request beside it is served."""
+    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_timeout=BUDGET, grammar_compile_workers=1,
+                   max_grammar_depth=1000)
+    try:
+        _warm(s)
+        s.add_request(1, [5, 6, 7], SamplingParams(max_tokens=20, constraint=("json_schema", SLOW_SCHEMA)))
+        s.add_request(2, [4, 5], SamplingParams(temperature=0, max_tokens=8, ignore_eos=True))
+        outputs = _run(s, hang=BUDGET + 120)  # the budget, and slack for a busy machine
+    finally:
+        s.shutdown()
+    assert {o.uid: o.finish_reason for o in outputs if o.finish_reason} == {1: "error", 2: "length"}
+    error = next(o.error for o in outputs if o.uid == 1)
+    assert "response_format" in error and f"budget of {BUDGET:g} s (--grammar-compile-timeout)" in error
+    assert not s.reqs and not s.compiling
+
+
+def test_aborting_every_request_of_a_compiling_grammar_kills_its_compile(tiny_model_dir):
+    """Two requests wait for the same slow grammar: aborting one leaves the compile running for the
+    other; aborting both kills its worker process (and no grammar is ever admitted)."""
+    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_workers=1, grammar_compile_timeout=3600,
+                   max_grammar_depth=1000)
+    try:
+        _warm(s)
+        (worker,) = compile_workers()
+        busy = psutil.Process(worker).cpu_times().user
+        for uid in (1, 2):
+            s.add_request(uid, [5, 6, 7], SamplingParams(max_tokens=20, constraint=("json_schema", SLOW_SCHEMA)))
+        wait_until(lambda: psutil.Process(worker).cpu_times().user > busy + 1, "the worker compiling")
+        s.abort(1)
+        outputs = s.step()
+        time.sleep(0.5)
+        assert worker in compile_workers()  # request 2 still waits for it
+        s.abort(2)
+        outputs += _run(s)
+        wait_until(lambda: worker not in compile_workers(), "the compile's worker gone")
+        assert [(o.uid, o.finish_reason) for o in outputs] == [(1, "abort"), (2, "abort")]
+        assert not s.reqs and not s.compiling and not s.prefill.waiting and s.cache.used_pages == 0
+    finally:
+        s.shutdown()
+
+
+def test_a_schema_nested_past_the_depth_limit_is_refused_before_compiling(scheduler):
+    s = scheduler  # the default limit, 64 levels
+    s.add_request(1, [5, 6, 7], SamplingParams(max_tokens=20, constraint=("json_schema", nested_schema(450))))
+    (refused,) = s.step()
+    assert (refused.uid, refused.finish_reason) == (1, "error")
+    assert "response_format" in refused.error and "nests 901 levels deep" in refused.error
+    assert "limit of 64 (--max-grammar-depth)" in refused.error
+    assert not s.has_work and not compile_workers()  # nothing was compiled
+    s.add_request(2, [5, 6, 7], SamplingParams(max_tokens=20, constraint=("json_schema", nested_schema(31))))
+    outputs = _run(s)  # 63 levels: compiled and served (20 tokens are too few to close 31 objects)
+    assert [(o.uid, o.finish_reason) for o in outputs if o.finish_reason] == [(2, "length")]
+    assert sum(o.token_id is not None for o in outputs) == 20
+
+
+def test_tensor_parallel_ranks_share_rank_0s_verdict_on_the_budget(tiny_model_dir):
+    """With tp=2 every rank compiles, but rank 0's budget decides for both (the follower has none of
+    its own): the slow request fails with the budget's message, and both ranks serve on in step."""
+    llm = LLM(tiny_model_dir("Qwen3ForCausalLM"), tp=2, device="cpu", dtype=torch.float32, num_pages=256, page_size=4,
+              grammar_compile_timeout=BUDGET, grammar_compile_workers=1, max_grammar_depth=1000)
+    try:
+        with pytest.raises(ValueError, match="--grammar-compile-timeout"):
+            llm.generate([[5, 6, 7]], SamplingParams(max_tokens=20, constraint=("json_schema", SLOW_SCHEMA)),
+                         use_tqdm=False)
+        out = llm.generate([[5, 6, 7], [8, 9]], [
+            SamplingParams(temperature=0, max_tokens=20, constraint=("regex", "[a-f]{6}")),
+            SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)], use_tqdm=False)
+        assert re.fullmatch("[a-f]{6}", out[0]["text"]) and out[0]["finish_reason"] == "stop"
+        assert len(out[1]["token_ids"]) == 5
+    finally:
+        llm.shutdown()
 
 
 def test_constrained_and_free_requests_finish_with_valid_output(scheduler):

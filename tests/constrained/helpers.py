@@ -1,0 +1,44 @@
+"""Shared by the structured-output tests: schemas that compile fast or for minutes, and the compile
+worker processes this test process started."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+import psutil
+
+
+def nested_schema(depth: int) -> str:
+    """Objects nested `depth` deep, inline: compile time grows steeply with it (the attack in
+    issue 42 nested 450 deep and compiled for minutes)."""
+    schema = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return json.dumps(schema)
+
+
+SLOW_SCHEMA = nested_schema(400)  # compiles for far longer than any budget these tests set
+SIMPLE_SCHEMA = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+                            "additionalProperties": False})
+
+
+def compile_workers() -> set[int]:
+    """Pids of the live grammar compile workers that this process started."""
+    pids = set()
+    for p in psutil.Process().children():
+        try:
+            if "minisgl.constrained.worker" in p.cmdline() and p.status() != psutil.STATUS_ZOMBIE:
+                pids.add(p.pid)
+        except psutil.NoSuchProcess:
+            pass
+    return pids
+
+
+def wait_until(done: Callable[[], bool], what: str, timeout: float = 600) -> None:
+    """Poll until `done()`; a hang guard, not a timing assertion (workers start slowly on a busy machine)."""
+    give_up = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < give_up, f"{what}: not after {timeout} s"
+        time.sleep(0.05)

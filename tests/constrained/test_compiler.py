@@ -1,0 +1,106 @@
+"""GrammarCompilerPool: compiles run in worker processes, so one past its time budget is killed
+and fails naming the budget's flag while other compiles are served meanwhile; a cancelled compile's
+worker is killed; compiled grammars are cached by their text, bounded by their size in memory."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from minisgl.constrained import CompileLimits, GrammarCompilerPool, GrammarState
+from tests.constrained.helpers import SIMPLE_SCHEMA, SLOW_SCHEMA, compile_workers, wait_until
+
+BUDGET = 4.0  # seconds: the slow schema compiles for far longer; a simple one in milliseconds
+
+
+@pytest.fixture
+def make_pool(tiny_model_dir):
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    with open(os.path.join(model_dir, "config.json")) as f:
+        config = json.load(f)
+    pools = []
+
+    def make(timeout: float | None = BUDGET, workers: int = 2, cache_bytes: int = 64 << 20) -> GrammarCompilerPool:
+        pool = GrammarCompilerPool(model_dir, config["vocab_size"], [config["eos_token_id"]],
+                                   CompileLimits(timeout, workers, cache_bytes))
+        pools.append(pool)
+        return pool
+
+    yield make
+    for pool in pools:
+        pool.shutdown()
+    assert not compile_workers()  # shutting down ends every worker
+
+
+def _warm(pool: GrammarCompilerPool) -> None:
+    """The first request starts the workers; wait until all are ready, as on a server that has
+    served structured output before."""
+    pool.submit(("regex", "[0-9]+")).result(timeout=600)
+    wait_until(lambda: pool.workers_ready == pool.limits.workers, "every compile worker ready")
+
+
+def test_a_slow_compile_holds_up_no_other(make_pool):
+    pool = make_pool(timeout=None)
+    _warm(pool)
+    slow = pool.submit(("json_schema", SLOW_SCHEMA))
+    simple = pool.submit(("json_schema", SIMPLE_SCHEMA))
+    assert GrammarState.start(simple.result(timeout=600)).matcher is not None
+    assert not slow.done()  # served while the slow one compiles on the other worker
+    pool.cancel(slow)
+
+
+def test_a_compile_past_its_budget_is_killed_and_fails_naming_it(make_pool):
+    pool = make_pool(workers=1)
+    _warm(pool)
+    (worker,) = compile_workers()
+    slow = pool.submit(("json_schema", SLOW_SCHEMA))
+    error = slow.exception(timeout=BUDGET + 120)  # a hang guard: the budget ends it
+    assert isinstance(error, ValueError)
+    assert "response_format" in str(error) and f"budget of {BUDGET:g} s (--grammar-compile-timeout)" in str(error)
+    # Its worker was killed and a fresh one took its place.
+    wait_until(lambda: len(compile_workers() - {worker}) == 1 and worker not in compile_workers(), "a new worker")
+    # A time-out is not remembered: the same schema gets a new compile (and the same answer).
+    again = pool.submit(("json_schema", SLOW_SCHEMA))
+    assert again is not slow and "--grammar-compile-timeout" in str(again.exception(timeout=BUDGET + 600))
+
+
+def test_cancelling_a_compile_kills_its_worker_and_resolves_nothing(make_pool):
+    pool = make_pool(timeout=None, workers=1)  # no budget: only the cancel can end it
+    _warm(pool)
+    (worker,) = compile_workers()
+    slow = pool.submit(("json_schema", SLOW_SCHEMA))
+    pool.cancel(slow)
+    assert slow.cancelled()
+    wait_until(lambda: worker not in compile_workers(), "the cancelled compile's worker gone")
+    # The pool goes on with a fresh worker; the cancelled schema can be asked for again.
+    assert pool.submit(("regex", "[a-z]+")).result(timeout=600) is not None
+    assert pool.submit(("json_schema", SLOW_SCHEMA)) is not slow
+
+
+def test_a_compile_error_is_reported_and_remembered(make_pool):
+    pool = make_pool(workers=1)
+    bad = pool.submit(("regex", "(unclosed"))
+    with pytest.raises(ValueError, match=r"^cannot compile the regex constraint: Regex parsing error"):
+        bad.result(timeout=600)
+    assert pool.submit(("regex", "(unclosed")) is bad
+
+
+def test_the_cache_keeps_compiled_grammars_within_its_byte_budget(make_pool):
+    probe = make_pool(workers=1)
+    small, big = ("regex", "[a-z]{1,3}"), ("json_schema", SIMPLE_SCHEMA)
+    sizes = {c: probe.submit(c).result(timeout=600).compiled.memory_size_bytes for c in (small, big)}
+    assert probe.submit(small) is probe.submit(small)  # compiled once, then served from the cache
+
+    pool = make_pool(workers=1, cache_bytes=sizes[small] + sizes[big] - 1)  # room for one of them only
+    first = pool.submit(small)
+    first.result(timeout=600)
+    assert pool.submit(small) is first
+    pool.submit(big).result(timeout=600)  # kept; the least recently used goes to make room
+    assert pool.submit(small) is not first
+
+    tiny = make_pool(workers=1, cache_bytes=sizes[small] - 1)  # smaller than any grammar: nothing kept
+    once = tiny.submit(small)
+    once.result(timeout=600)
+    assert tiny.submit(small) is not once
