@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from minisgl.core import SamplingParams
-from minisgl.core.request_fields import REQUEST_FIELDS, Range
+from minisgl.core.request_fields import REQUEST_FIELDS, TOKEN_ID_FIELDS, Range
 
 
 def test_sampling_params_has_the_tables_fields_in_order_with_its_defaults():
@@ -50,4 +50,6 @@ def test_sequences_arriving_as_lists_are_stored_as_tuples_and_stay_hashable():
 
 def test_every_token_id_a_request_carries_is_named_with_its_field():
     p = SamplingParams(stop_token_ids=(7,), logit_bias={9: 1.0})
-    assert {name: list(ids) for name, ids in p.token_ids()} == {"logit_bias": [9], "stop_token_ids": [7]}
+    carried = {name: list(ids) for name, ids in p.token_ids()}
+    assert carried == {"logit_bias": [9], **{f.name: list(getattr(p, f.name)) for f in TOKEN_ID_FIELDS}}
+    assert carried["stop_token_ids"] == [7]
