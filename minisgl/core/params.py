@@ -74,7 +74,7 @@ class SamplingParams:
     @property
     def adjusts_logits(self) -> bool:
         """Whether the logits of this request are changed before sampling (costs a step extra work)."""
-        return bool(self.uses_history or self.logit_bias or self.min_tokens)
+        return bool(self.uses_history or self.logit_bias or self.min_tokens or self.allowed_token_ids)
 
     @property
     def uses_history(self) -> bool:

@@ -123,6 +123,8 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
                  valid=Range(gt=0, le=2**31), api=Range(gt=0, le=100), model_default=True),
     RequestField("logit_bias", tuple[tuple[int, float], ...], (), "token id (a string) -> added to its logit, "
                  "-100..100", api_type=dict[str, float], from_api=_logit_bias),
+    RequestField("allowed_token_ids", tuple[int, ...], (), "extension (vLLM): only these tokens may be sampled "
+                 "(empty: any)"),
     RequestField("min_tokens", int, 0, "extension: end-of-sequence and stop ids are impossible before this many",
                  valid=Range(ge=0), api=Range(ge=0, le=INT32_MAX)),
     # Structured output: (kind, spec) with kind json_object / json_schema / regex / choice

@@ -1,4 +1,5 @@
-"""Changes to the logits before sampling: penalties, logit_bias, min_tokens and grammar masks.
+"""Changes to the logits before sampling: penalties, logit_bias, min_tokens, allowed_token_ids and
+grammar masks.
 
 Built per step only when some request of the batch asks for one of them (otherwise the batch's
 `BatchSamplingArgs.adjust` is None and sampling reads the model's logits untouched). Everything is
@@ -15,6 +16,7 @@ Semantics, as the references define them:
 - logit_bias (OpenAI): added to the token's logit (before the penalties, as in vLLM and HF).
 - min_tokens (vLLM, HF `MinNewTokensLengthLogitsProcessor`): end-of-sequence and stop ids are
   -inf while fewer tokens than that were generated.
+- allowed_token_ids (vLLM): every token not listed is -inf.
 - a grammar's token bitmask (minisgl.constrained): disallowed tokens are -inf.
 """
 
@@ -67,6 +69,7 @@ class LogitsAdjustment:
     penalties: Penalties | None = None
     bias: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (rows, token ids, values)
     banned: tuple[torch.Tensor, torch.Tensor] | None = None  # (rows, token ids) set to -inf
+    allowed: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None  # (rows, their index in rows, token ids)
     grammar_masks: BatchMasks | None = None  # the constrained rows' xgrammar bitmasks, on the host
 
     @classmethod
@@ -101,6 +104,10 @@ class LogitsAdjustment:
             rows, toks = zip(*banned)
             adjust.banned = (to_device(np.array(rows, dtype=np.int64), device),
                              to_device(np.array(toks, dtype=np.int64), device))
+        limited = [i for i, p in enumerate(params) if p.allowed_token_ids]
+        if limited:
+            at, toks = zip(*[(k, tok) for k, i in enumerate(limited) for tok in params[i].allowed_token_ids])
+            adjust.allowed = tuple(to_device(np.array(x, dtype=np.int64), device) for x in (limited, at, toks))
         return adjust
 
     def apply(self, logits: torch.Tensor, token_pool: torch.Tensor) -> torch.Tensor:
@@ -113,6 +120,11 @@ class LogitsAdjustment:
             logits.index_put_((rows, toks), values, accumulate=True)
         if self.banned is not None:
             logits[self.banned] = float("-inf")
+        if self.allowed is not None:  # every other token of those rows impossible
+            rows, at, toks = self.allowed
+            outside = torch.ones((len(rows), logits.shape[1]), dtype=torch.bool, device=logits.device)
+            outside[at, toks] = False
+            logits[rows] = logits[rows].masked_fill(outside, float("-inf"))
         if self.penalties is not None:
             self.penalties.apply(logits, token_pool)
         if self.grammar_masks is not None:

@@ -225,3 +225,30 @@ def test_add_generation_prompt_and_template_kwargs_reach_the_template(client, hf
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=MODEL, messages=CHAT, max_tokens=1,
                                        extra_body={"chat_template_kwargs": {"tokenize": False}})
+
+
+def test_allowed_token_ids_keeps_greedy_decoding_to_those_tokens(client, hf):
+    """The reference takes HF's logits and argmaxes over the allowed tokens only."""
+    _, tok, model = hf
+    allowed = [40, 41, 42, 77]
+    seq, ids = list(PROMPT), []
+    for _ in range(12):
+        with torch.no_grad():
+            logits = model(torch.tensor([seq])).logits[0, -1]
+        ids.append(allowed[int(logits[allowed].argmax())])
+        seq.append(ids[-1])
+    resp = client.completions.create(model=MODEL, prompt=PROMPT, temperature=0, max_tokens=12, logprobs=0,
+                                     extra_body={"allowed_token_ids": allowed, "ignore_eos": True})
+    assert resp.choices[0].logprobs.tokens == [tok.decode([t]) for t in ids]
+
+
+def test_allowed_token_ids_bound_sampling_and_an_id_outside_the_vocabulary_is_named(server, client, hf):
+    _, tok, model = hf
+    allowed = [50, 51]
+    resp = client.completions.create(model=MODEL, prompt=PROMPT, temperature=1.5, seed=3, max_tokens=24, logprobs=0,
+                                     extra_body={"allowed_token_ids": allowed, "ignore_eos": True})
+    assert set(resp.choices[0].logprobs.tokens) <= {tok.decode([t]) for t in allowed}
+    vocab = model.config.vocab_size
+    bad = post(server, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2,
+                                           "allowed_token_ids": [1, vocab]})
+    assert bad.status_code == 400 and "allowed_token_ids" in bad.json()["error"]["message"], bad.text

@@ -98,7 +98,7 @@ REFUSED_UNLESS: dict[str, tuple] = {
     # vLLM / SGLang extensions
     "use_beam_search": (None, False), "length_penalty": (None, 1, 1.0), "include_stop_str_in_output": (None, False),
     "spaces_between_special_tokens": (None, True), "prompt_logprobs": (None,), "truncate_prompt_tokens": (None,),
-    "allowed_token_ids": (None,), "bad_words": (None, []), "logits_processors": (None,), "structural_tag": (None,),
+    "bad_words": (None, []), "logits_processors": (None,), "structural_tag": (None,),
     "guided_decoding_backend": (None,), "guided_whitespace_pattern": (None,), "documents": (None,),
     "chat_template": (None,), "return_tokens_as_token_ids": (None, False), "priority": (None, 0),
     "add_special_tokens": (None,), "continue_final_message": (None, False), "regex": (None,), "ebnf": (None,),
