@@ -8,7 +8,7 @@ IsDNS1123Label, IsDNS1123Subdomain, MaxLenError, RegexError) and ``pkg/api/valid
 a Role's a path segment, most others a DNS-1123 subdomain). The derived names follow the
 controllers: the Deployment controller (ReplicaSet NAME-HASH, pod-template-hash), the StatefulSet
 controller (pods NAME-ORDINAL, labels controller-revision-hash=NAME-HASH and
-statefulset.kubernetes.io/pod-name), LWS v0.10 (a leader StatefulSet NAME, one worker StatefulSet
+statefulset.kubernetes.io/pod-name), the Job controller (label job-name=NAME), LWS v0.10 (a leader StatefulSet NAME, one worker StatefulSet
 NAME-GROUP per group, the LWS webhook's limit of a million groups) and KEDA v2.20 (its HPA
 keda-hpa-NAME, unless the ScaledObject names one).
 """
@@ -162,6 +162,9 @@ def derived(obj: Obj) -> list[Obj]:
             pod_name = f"{sts}-{ordinal}"
             pod(pod_name, {"controller-revision-hash": f"{sts}-{hash_}", "statefulset.kubernetes.io/pod-name": pod_name,
                            "leaderworkerset.sigs.k8s.io/name": name})  # fmt: skip
+    elif kind == "Job":
+        # the Job controller labels its pods with the Job's name (pods: generateName NAME-, cut)
+        pod(f"{name}-{hash_[:5]}", {"batch.kubernetes.io/job-name": name, "job-name": name})
     elif kind == "ScaledObject":
         hpa = ((spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig") or {}).get("name") or f"keda-hpa-{name}"
         out.append({"kind": "HorizontalPodAutoscaler", "metadata": {"name": hpa, "labels": {"scaledobject.keda.sh/name": name}}})
