@@ -78,6 +78,18 @@ TMP_MOUNT = "/tmp"
 CACHE_VOLUME = "model-cache"
 CACHE_MOUNT = "/models"
 PVC_SUFFIX = "-model-cache"
+# A created cache outlives its InferenceService unless modelCache.retain is false: it holds
+# hundreds of GB that a delete, a rename or a GitOps replace would otherwise download again.
+DEFAULT_CACHE_RETAIN = True
+# The Job that fills a shared created cache once, before any server pod starts (NAME-load: within
+# the name budget crd.NAME_MAX leaves). It runs the server's own download, in the server image.
+LOADER_SUFFIX = "-load"
+LOADER_COMPONENT = "model-loader"
+LOADER_CONTAINER = "loader"
+LOADER_COMMAND = (
+    "python", "-c", "import sys; from minisgl.engine.engine import _local_path; print(_local_path(sys.argv[1]))",
+)  # fmt: skip
+LOADER_BACKOFF_LIMIT = 4
 # Environment of the server container. Downloads (HF_HOME) and FlashInfer's JIT-compiled kernels
 # go to the model cache volume, so a restarted pod finds both; HOME (torch, triton caches) goes to
 # the /tmp emptyDir because the root filesystem is read-only.

@@ -49,6 +49,7 @@ NAME_RULE = (
 AUTOSCALING_RULE = "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas"
 CACHE_RULE = "!has(self.claimName) || (!has(self.storageClassName) && !has(self.accessModes))"
 PER_POD_CACHE_RULE = "!has(self.perPod) || !self.perPod || has(self.size)"
+RETAIN_RULE = "!has(self.retain) || (has(self.size) && !(has(self.perPod) && self.perPod))"
 # A created PVC starts empty: read-only access alone leaves nothing able to write the model.
 WRITABLE_CACHE_RULE = "!has(self.size) || !has(self.accessModes) || self.accessModes.exists(m, m != 'ReadOnlyMany')"
 GPU_RESOURCES_RULE = (
@@ -399,8 +400,18 @@ def spec_schema() -> dict[str, Any]:
                         ),
                         "items": {"type": "string", "enum": list(ACCESS_MODES)},
                     },
+                    "retain": {
+                        "type": "boolean",
+                        "description": (
+                            f"Keep the created PVC when the InferenceService is deleted, renamed or replaced (default "
+                            f"{str(c.DEFAULT_CACHE_RETAIN).lower()}: it holds the downloaded model; a new InferenceService "
+                            "of the same name adopts it, another one mounts it with claimName). false: it is deleted "
+                            "with the InferenceService."
+                        ),
+                    },
                 },
                 "x-kubernetes-validations": [
+                    {"rule": RETAIN_RULE, "message": "retain applies only to a PVC the operator creates (size, not perPod)"},
                     {
                         "rule": CACHE_RULE,
                         "message": "storageClassName and accessModes apply only to a PVC the operator creates (size)",

@@ -8,9 +8,9 @@ Run with ``kopf run --standalone -m minisgl_operator.handlers (--all-namespaces 
   in Services, HPAs, PDBs and PVCs, which no watch reports). Not a ``kopf.timer``: kopf puts a
   finalizer on every object a timer or daemon serves, and deleting one (or its namespace) would
   then hang whenever the operator is down or uninstalled;
-- Deployment and pod events (of objects this operator manages, filtered by label in the API
-  server, not in the operator): reconcile the owner, so status follows the rollout and a deleted
-  or edited Deployment comes back at once;
+- Deployment, Job and pod events (of objects this operator manages, filtered by label in the API
+  server, not in the operator): reconcile the owner, so status follows the rollout, a deleted or
+  edited Deployment comes back at once, and the server pods start once the model loader is done;
 - delete: nothing to do, the garbage collector deletes the children through their ownerReferences
   (the handler is optional, so kopf adds no finalizer). No handler here requires one.
 
@@ -75,7 +75,7 @@ def _run(body: Mapping[str, Any], logger: logging.Logger | logging.LoggerAdapter
 # The label every object this operator writes carries, and the pods too (render.labels): watches
 # ask the API server for these only, instead of streaming every Deployment and pod in the cluster.
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
-WATCHED_CHILDREN = (("apps", "deployments"), ("", "pods"))
+WATCHED_CHILDREN = (("apps", "deployments"), ("", "pods"), ("batch", "jobs"))
 # kopf's own API calls: a half-open connection must fail, not hang the handler.
 CONNECT_TIMEOUT_SECONDS = 10.0
 
@@ -209,7 +209,9 @@ def _reconcile_owner(namespace: str, name: str, uid: str | None, logger: logging
 
 
 @kopf.on.event("apps", "v1", "deployments", id="deployment-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
+@kopf.on.event("batch", "v1", "jobs", id="job-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
 def on_deployment_event(event: Mapping[str, Any], logger: logging.Logger, **_: Any) -> None:
+    """A workload's (or the model loader Job's) progress changes its owner's status: reconcile it."""
     obj = event.get("object") or {}
     owner = _controller(obj)
     if owner is None:
@@ -227,3 +229,6 @@ def on_pod_event(event: Mapping[str, Any], logger: logging.Logger, **_: Any) -> 
     if not name or event.get("type") == "DELETED":
         return
     _reconcile_owner(meta["namespace"], name, None, logger)
+
+
+on_job_event = on_deployment_event

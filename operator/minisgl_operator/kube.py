@@ -79,6 +79,9 @@ PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("apps", "deployments"): ("get", "list", "watch", "create", "patch", "delete"),
     ("", "services"): ("get", "create", "patch", "delete"),
     ("", "persistentvolumeclaims"): ("get", "create", "patch"),
+    # The model cache's loader Job: replaced (deleted, created) when the model changes, and
+    # watched (its completion starts the server pods).
+    ("batch", "jobs"): ("get", "list", "watch", "create", "patch", "delete"),
     # HPA and PDB are deleted again when the spec stops asking for them.
     ("autoscaling", "horizontalpodautoscalers"): ("get", "create", "patch", "delete"),
     ("policy", "poddisruptionbudgets"): ("get", "create", "patch", "delete"),
@@ -126,6 +129,7 @@ _TYPED = {
     "ServiceAccount": ("CoreV1Api", "namespaced_service_account"),
     "Role": ("RbacAuthorizationV1Api", "namespaced_role"),
     "RoleBinding": ("RbacAuthorizationV1Api", "namespaced_role_binding"),
+    "Job": ("BatchV1Api", "namespaced_job"),
 }
 # Custom resources: kind -> (group, version, plural), through the CustomObjectsApi.
 _CUSTOM = {

@@ -119,6 +119,33 @@ def owned_by(obj: Mapping[str, Any], uid: str) -> bool:
     return any(ref.get("uid") == uid and ref.get("controller") for ref in obj.get("metadata", {}).get("ownerReferences") or [])
 
 
+def claims(current: Mapping[str, Any], isvc: spec_mod.InferenceService) -> bool:
+    """Whether this InferenceService may write ``current``: a child it owns, or a retained model
+    cache (no owner) that an InferenceService of this name created: a new one of the same name
+    (a GitOps replace, a delete and re-create) adopts it."""
+    if owned_by(current, isvc.uid):
+        return True
+    meta = current.get("metadata") or {}
+    mine = render.labels(isvc)
+    retained = current.get("kind") == "PersistentVolumeClaim" and not meta.get("ownerReferences")
+    return retained and all((meta.get("labels") or {}).get(k) == mine[k] for k in (c.LABEL_INSTANCE, c.LABEL_MANAGED_BY))
+
+
+def _loader_state(job: Mapping[str, Any]) -> tuple[str | None, status.Problem | None]:
+    """(why the workload waits, or None once the loader Job succeeded; the Job's failure, if any)."""
+    job_status = job.get("status") or {}
+    conditions = {cond.get("type"): cond for cond in job_status.get("conditions") or [] if cond.get("status") == "True"}
+    name = job["metadata"]["name"]
+    if int(job_status.get("succeeded") or 0) >= 1 or "Complete" in conditions:
+        return None, None
+    waiting = f"Job {name} is filling the model cache; the server pods start once it has succeeded"
+    if "Failed" in conditions:
+        failed = conditions["Failed"]
+        message = f"Job {name} could not fill the model cache: {failed.get('reason', '')} {failed.get('message', '')}".rstrip()
+        return waiting, status.Problem("ModelLoadFailed", message + " (kubectl logs job/" + name + ")")
+    return waiting, None
+
+
 def _ref(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
@@ -185,17 +212,25 @@ class Reconciler:
         self._delete_unwanted(isvc, wanted_refs, outcome, kinds=AUTOSCALER_KINDS)
         # One child refused (a PVC edit the API server forbids, a name taken) does not stop the
         # others: a new image or replica count still reaches the Deployment.
+        loading: str | None = None
         for desired in wanted:
             kind, name = desired["kind"], desired["metadata"]["name"]
             current = self._get(kind, isvc.namespace, name)
-            if current is not None and not owned_by(current, isvc.uid):
+            if current is not None and not claims(current, isvc):
                 problems.append(
                     status.Problem("NameConflict", f"{kind} {name} already exists and is not owned by this InferenceService")
                 )
                 continue
+            if kind in WORKLOAD_KINDS and name == isvc.name and loading is not None:
+                deployment = current  # the pods start (or change model) once the cache holds the model
+                continue
             if current is not None and up_to_date(current, desired):
                 result = current
             else:
+                if kind == "Job" and current is not None:
+                    # A Job's pod template is immutable: a new model (or image, or token) is a new Job.
+                    self._delete(kind, isvc.namespace, name)
+                    outcome.deleted.append(_ref(desired))
                 refusal = immutable_change(current, desired)
                 if refusal is not None:
                     problems.append(refusal)
@@ -213,6 +248,10 @@ class Reconciler:
                 deployment = result
             elif kind == "Deployment" and isvc.router is not None and name == router.epp_name(isvc):
                 picker = result
+            elif kind == "Job":
+                loading, failed = _loader_state(result)
+                if failed is not None:
+                    problems.append(failed)
 
         if not problems:
             self._delete_unwanted(isvc, wanted_refs, outcome)
@@ -220,7 +259,7 @@ class Reconciler:
         problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc))])
         outcome.problem = status.combine(problems)
 
-        self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker)
+        self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker, loading=loading)
         return outcome
 
     def _delete_unwanted(self, isvc: spec_mod.InferenceService, wanted: set[tuple[str, str]], outcome: Outcome,
@@ -281,6 +320,8 @@ class Reconciler:
         selectors = [render.selector_string(isvc.name)]
         if isvc.router is not None:
             selectors.append(",".join(f"{k}={v}" for k, v in sorted(router.epp_selector(isvc).items())))
+        if isvc.loads_model:  # a loader stuck on a missing HF token Secret says so
+            selectors.append(",".join(f"{k}={v}" for k, v in sorted(render.loader_selector(isvc).items())))
         try:
             return [pod for selector in selectors for pod in self.api.list_pods(isvc.namespace, selector)]
         except ApiError as exc:
@@ -306,6 +347,7 @@ class Reconciler:
         deployment: Obj | None,
         isvc: spec_mod.InferenceService | None = None,
         picker: Obj | None = None,
+        loading: str | None = None,
     ) -> None:
         meta = body["metadata"]
         raw_spec = body.get("spec") or {}
@@ -320,6 +362,7 @@ class Reconciler:
             desired_replicas=desired if isinstance(desired, int) and not isinstance(desired, bool) else 0,
             deployment=deployment,
             picker=picker if isvc is not None and isvc.router is not None else None,
+            loading=loading,
             problem=outcome.problem,
             previous=previous,
             now=now,

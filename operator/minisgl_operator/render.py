@@ -366,11 +366,66 @@ def persistent_volume_claim(isvc: InferenceService) -> Obj | None:
     }
     if cache.storage_class_name:
         pvc_spec["storageClassName"] = cache.storage_class_name
+    meta = child_metadata(isvc, isvc.pvc_name)
+    if cache.retain:
+        # No ownerReference: the garbage collector leaves it when the InferenceService goes. Its
+        # labels name the InferenceService, and one of that name adopts it (reconcile.claims).
+        del meta["ownerReferences"]
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": pvc_spec}
+
+
+def loader_name(isvc: InferenceService) -> str:
+    return f"{isvc.name}{c.LOADER_SUFFIX}"
+
+
+def loader_selector(isvc: InferenceService) -> dict[str, str]:
+    # Not the server pods' selector: the loader's pod must never join the Service or the pool.
+    return {c.LABEL_NAME: f"{c.APP_NAME}{c.LOADER_SUFFIX}", c.LABEL_INSTANCE: isvc.name}
+
+
+def model_loader(isvc: InferenceService) -> Obj | None:
+    """A Job that downloads the model into a shared created cache once, with the server's own
+    download function and the server pods' environment (HF_TOKEN...), before any server pod starts:
+    the reconciler applies the workload only once it has succeeded. No GPU."""
+    if not isvc.loads_model:
+        return None
+    server_pod = pod_template(isvc)["spec"]
+    server_ctr = server_pod["containers"][0]
+    pod_labels = {**labels(isvc), **loader_selector(isvc), c.LABEL_COMPONENT: c.LOADER_COMPONENT}
+    container: Obj = {
+        "name": c.LOADER_CONTAINER,
+        "image": isvc.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [*c.LOADER_COMMAND, isvc.model],
+        "env": server_ctr["env"],
+        "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
+        "securityContext": server_ctr["securityContext"],
+        "volumeMounts": [{"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT}, {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT}],
+    }
+    if "envFrom" in server_ctr:
+        container["envFrom"] = server_ctr["envFrom"]
+    pod_spec: Obj = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "securityContext": server_pod["securityContext"],
+        "containers": [container],
+        "volumes": [{"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": c.TMP_SIZE_LIMIT}}, _cache_volume(isvc)],
+    }
+    for key in ("imagePullSecrets", "nodeSelector", "tolerations"):
+        if key in server_pod:
+            pod_spec[key] = server_pod[key]
+    reserve_disk(pod_spec, c.LOADER_CONTAINER)
+    meta = child_metadata(isvc, loader_name(isvc))
+    meta["labels"] = pod_labels
     return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": child_metadata(isvc, isvc.pvc_name),
-        "spec": pvc_spec,
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "backoffLimit": c.LOADER_BACKOFF_LIMIT,
+            "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
+        },
     }
 
 
@@ -514,6 +569,7 @@ def children(isvc: InferenceService, epp_image: str = c.DEFAULT_EPP_IMAGE) -> li
 
     built = [
         persistent_volume_claim(isvc),
+        model_loader(isvc),
         workload(isvc),
         service(isvc),
         pod_disruption_budget(isvc),
@@ -532,7 +588,7 @@ def removable(isvc: InferenceService) -> list[tuple[str, str]]:
 
     epp = router.epp_name(isvc)
     return [
-        ("Deployment", isvc.name), ("LeaderWorkerSet", isvc.name), ("PodDisruptionBudget", isvc.name),
+        ("Job", loader_name(isvc)), ("Deployment", isvc.name), ("LeaderWorkerSet", isvc.name), ("PodDisruptionBudget", isvc.name),
         ("HorizontalPodAutoscaler", isvc.name), ("ScaledObject", isvc.name), ("HTTPRoute", isvc.name),
         ("InferencePool", isvc.name), ("Service", epp), ("PodDisruptionBudget", epp), ("Deployment", epp),
         ("RoleBinding", epp), ("Role", epp), ("ServiceAccount", epp), ("ConfigMap", epp),

@@ -40,11 +40,17 @@ class ModelCache:
     storage_class_name: str | None = None
     access_modes: tuple[str, ...] = c.DEFAULT_CACHE_ACCESS_MODES
     per_pod: bool = False
+    retain: bool = c.DEFAULT_CACHE_RETAIN
 
     @property
     def operator_created(self) -> bool:
         """A PVC the operator creates once and every pod mounts."""
         return self.claim_name is None and not self.per_pod
+
+    @property
+    def shared(self) -> bool:
+        """A created PVC that pods on several nodes mount at once."""
+        return self.operator_created and any(m in c.SHARED_ACCESS_MODES for m in self.access_modes)
 
 
 @dataclass(frozen=True)
@@ -152,6 +158,12 @@ class InferenceService:
         return most
 
     @property
+    def loads_model(self) -> bool:
+        """A loader Job fills the cache before any server pod starts: a created cache that pods on
+        several nodes share (each would download the same files at once) and a Hugging Face id."""
+        return self.model_cache is not None and self.model_cache.shared and not self.model.startswith("/")
+
+    @property
     def pvc_name(self) -> str:
         if self.model_cache is None:
             raise ValueError("no model cache")
@@ -208,6 +220,13 @@ def _check_per_pod_cache(obj: Mapping[str, Any]) -> list[str]:
     cache = _spec(obj).get("modelCache") or {}
     if cache.get("perPod") and "size" not in cache:
         return ["spec.modelCache: perPod needs size (the size of each pod's volume)"]
+    return []
+
+
+def _check_retain(obj: Mapping[str, Any]) -> list[str]:
+    cache = _spec(obj).get("modelCache") or {}
+    if "retain" in cache and ("size" not in cache or cache.get("perPod")):
+        return ["spec.modelCache.retain: applies only to a PVC the operator creates (size, not perPod)"]
     return []
 
 
@@ -346,6 +365,7 @@ CEL_TWINS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     crd.AUTOSCALING_RULE: _check_autoscaling,
     crd.CACHE_RULE: _check_cache,
     crd.PER_POD_CACHE_RULE: _check_per_pod_cache,
+    crd.RETAIN_RULE: _check_retain,
     crd.WRITABLE_CACHE_RULE: _check_writable_cache,
     crd.GPU_RESOURCES_RULE: _check_gpus,
     crd.ARGS_RULE: _check_args,
@@ -473,6 +493,7 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
             storage_class_name=cache.get("storageClassName"),
             access_modes=tuple(cache.get("accessModes", c.DEFAULT_CACHE_ACCESS_MODES)),
             per_pod=bool(cache.get("perPod", False)),
+            retain=bool(cache.get("retain", c.DEFAULT_CACHE_RETAIN)),
         ),
         node_selector=dict(spec.get("nodeSelector", {})),
         tolerations=tuple(spec.get("tolerations", [])),

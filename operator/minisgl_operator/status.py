@@ -114,8 +114,10 @@ def compute(
     previous: Mapping[str, Any] | None,
     now: str,
     picker: Mapping[str, Any] | None = None,
+    loading: str | None = None,
 ) -> Obj:
-    """``picker``: the router's endpoint picker Deployment, when spec.router asks for one."""
+    """``picker``: the router's endpoint picker Deployment, when spec.router asks for one;
+    ``loading``: why the workload waits for the model cache's loader Job, while it does."""
     facts = _deployment_facts(deployment)
     # A pod's own reason (Unschedulable, ImagePullBackOff, ...) says more than the deadline's.
     problem = problem or _deployment_problem(facts)
@@ -154,7 +156,9 @@ def compute(
         degraded_cond = _condition(c.CONDITION_DEGRADED, True, problem.reason, problem.message)
     else:
         degraded_cond = _condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
-        if rolled_out:
+        if loading is not None:
+            progressing_cond = _condition(c.CONDITION_PROGRESSING, True, "LoadingModel", loading)
+        elif rolled_out:
             progressing_cond = _condition(c.CONDITION_PROGRESSING, False, "RolloutComplete", f"{desired} replicas up to date")
         else:
             progressing_cond = _condition(
@@ -170,6 +174,8 @@ def compute(
         phase = c.PHASE_SCALED_TO_ZERO
     elif not facts["observed"]:
         phase = c.PHASE_PENDING
+    elif loading is not None:
+        phase = c.PHASE_PROGRESSING if facts["exists"] else c.PHASE_PENDING
     elif rolled_out and not picker_down:
         phase = c.PHASE_READY
     else:

@@ -47,19 +47,20 @@ JUSTIFIED: dict[str, tuple[tuple[str, ...], str]] = {
         "The inference server pods do not mount one (automountServiceAccountToken: false).",
     ),
     "CKV_K8S_15": (
-        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB, f"Deployment.{SERVER_NAMESPACE}."),
-        "Images are pinned tags (appVersion by default). The server image is many GB of CUDA: "
-        "IfNotPresent lets a GPU pod restart from the node's copy when the registry is unreachable.",
+        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB, f"Deployment.{SERVER_NAMESPACE}.", f"Job.{SERVER_NAMESPACE}."),
+        "Images are pinned tags (appVersion by default). The server image (which the model cache's "
+        "loader Job runs too) is many GB of CUDA: IfNotPresent lets a GPU pod restart from the node's "
+        "copy when the registry is unreachable.",
     ),
     "CKV_K8S_43": (
-        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB, f"Deployment.{SERVER_NAMESPACE}."),
+        (OPERATOR_DEPLOYMENT, CRD_UPGRADE_JOB, f"Deployment.{SERVER_NAMESPACE}.", f"Job.{SERVER_NAMESPACE}."),
         "The image reference is the user's (spec.image, chart values image.*); pinned tags by default, "
         "and a digest is accepted wherever a user wants one (spec.image: name@sha256:...).",
     ),
     "CKV_K8S_35": (
-        (f"Deployment.{SERVER_NAMESPACE}.",),
+        (f"Deployment.{SERVER_NAMESPACE}.", f"Job.{SERVER_NAMESPACE}."),
         "A user's spec.env passes HF_TOKEN from a Secret: huggingface_hub reads the token from the "
-        "HF_TOKEN environment variable (the example shows it); the server reads its API key from "
+        "HF_TOKEN environment variable (the example shows it; the loader Job downloads with it); the server reads its API key from "
         "MINISGL_API_KEY the same way.",
     ),
     "CKV2_K8S_6": (

@@ -55,7 +55,16 @@ SPEC = {
 def create(fake, name="chat", spec=None):
     body = fake.create_inferenceservice(name, spec or SPEC)
     handlers.on_create(body=body, logger=LOG)
+    finish_loader(fake, name)
     return fake.inferenceservice(name)
+
+
+def finish_loader(fake, name="chat"):
+    """The Job controller runs the shared cache's loader to its end; the operator hears of it."""
+    key = ("Job", "llm", f"{name}{c.LOADER_SUFFIX}")
+    if key in fake.objects and not (fake.objects[key].get("status") or {}).get("conditions"):
+        fake.run_jobs()
+        handlers.on_job_event(event={"type": "MODIFIED", "object": fake.objects[key]}, logger=LOG)
 
 
 def resync(body):
@@ -82,13 +91,17 @@ def test_create_applies_every_child_once_in_order_and_writes_status(fake):
     applied = [(kind, name) for verb, kind, _, name in fake.writes() if verb == "apply"]
     assert applied == [
         ("PersistentVolumeClaim", "chat-model-cache"),
-        ("Deployment", "chat"),
+        ("Job", "chat-load"),  # fills the shared cache; the server pods wait for it
         ("Service", "chat"),
         ("PodDisruptionBudget", "chat"),
         ("HorizontalPodAutoscaler", "chat"),
+        ("Deployment", "chat"),  # once the loader succeeded
     ]
     uid = body["metadata"]["uid"]
     for (kind, name), obj in fake.children().items():
+        if kind == "PersistentVolumeClaim":
+            assert "ownerReferences" not in obj["metadata"]  # retained: it outlives the InferenceService
+            continue
         (ref,) = obj["metadata"]["ownerReferences"]
         assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (c.KIND, "chat", uid, True), kind
 
@@ -105,9 +118,8 @@ def test_create_applies_every_child_once_in_order_and_writes_status(fake):
     assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"
     assert all(cond["lastTransitionTime"] == T0 for cond in status["conditions"])
 
-    (event,) = fake.events
-    assert (event["type"], event["reason"]) == ("Normal", "Applied")
-    assert event["involvedObject"]["uid"] == uid
+    assert [(e["type"], e["reason"]) for e in fake.events] == [("Normal", "Applied")] * 2  # before and after the loader
+    assert {e["involvedObject"]["uid"] for e in fake.events} == {uid}
 
 
 def test_reconciling_again_with_nothing_changed_writes_nothing(fake, clock):
@@ -569,3 +581,91 @@ def test_a_crash_looping_endpoint_picker_says_so_in_the_status(fake):
     assert (degraded["status"], degraded["reason"]) == ("True", "CrashLoopBackOff")
     assert "chat-epp" in degraded["message"]
     assert condition(body, c.CONDITION_READY)["status"] == "False"
+
+
+# --- issue 38: a model cache that outlives its InferenceService, filled once ---------------------
+
+SHARED_CACHE = {"model": "Qwen/Qwen3-8B", "replicas": 2, "modelCache": {"size": "300Gi", "accessModes": ["ReadWriteMany"]}}
+
+
+def test_the_model_cache_survives_deleting_the_inferenceservice_and_a_new_one_adopts_it(fake):
+    # A delete and re-create (a GitOps replace) must not download hundreds of GB again.
+    create(fake, spec=SHARED_CACHE)
+    pvc_uid = fake.objects[("PersistentVolumeClaim", "llm", "chat-model-cache")]["metadata"]["uid"]
+    fake.user_delete(c.KIND, "chat")  # the garbage collector follows the ownerReferences
+    assert set(fake.children()) == {("PersistentVolumeClaim", "chat-model-cache")}
+
+    body = create(fake, spec=SHARED_CACHE)  # same name, new uid
+    assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"  # no NameConflict: adopted
+    assert fake.objects[("PersistentVolumeClaim", "llm", "chat-model-cache")]["metadata"]["uid"] == pvc_uid
+    assert ("Deployment", "chat") in fake.children()
+
+
+def test_a_renamed_inferenceservice_leaves_the_cache_for_claim_name(fake):
+    create(fake, spec=SHARED_CACHE)
+    fake.user_delete(c.KIND, "chat")
+    renamed = {**SHARED_CACHE, "modelCache": {"claimName": "chat-model-cache"}}
+    body = create(fake, name="assistant", spec=renamed)
+    assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"
+    volumes = fake.objects[("Deployment", "llm", "assistant")]["spec"]["template"]["spec"]["volumes"]
+    assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
+
+
+def test_retain_false_deletes_the_cache_with_the_inferenceservice(fake):
+    create(fake, spec={**SHARED_CACHE, "modelCache": {**SHARED_CACHE["modelCache"], "retain": False}})
+    fake.user_delete(c.KIND, "chat")
+    assert fake.children() == {}
+
+
+def test_a_foreign_claim_of_the_caches_name_is_still_not_adopted(fake):
+    fake.add_foreign({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "chat-model-cache", "namespace": "llm"},
+                      "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})  # fmt: skip
+    body = create(fake, spec=SHARED_CACHE)
+    degraded = condition(body, c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "NameConflict")
+
+
+def test_retain_is_refused_where_the_operator_creates_no_claim():
+    from minisgl_operator.spec import SpecError, parse
+
+    for cache in ({"claimName": "models", "retain": True}, {"size": "10Gi", "perPod": True, "retain": False}):
+        body = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "chat", "namespace": "llm"},
+                "spec": {"model": "m", "modelCache": cache}}  # fmt: skip
+        with pytest.raises(SpecError, match="retain: applies only to a PVC the operator creates"):
+            parse(body)
+
+
+def test_the_server_pods_wait_for_the_loader_job_to_fill_the_shared_cache(fake):
+    body = fake.create_inferenceservice("chat", SHARED_CACHE)
+    handlers.on_create(body=body, logger=LOG)
+    job = fake.objects[("Job", "llm", "chat-load")]
+    assert ("Deployment", "chat") not in fake.children()  # no GPU pod downloads meanwhile
+    progressing = condition(fake.inferenceservice("chat"), c.CONDITION_PROGRESSING)
+    assert (progressing["status"], progressing["reason"]) == ("True", "LoadingModel")
+    # The Job runs the server's own download into the same cache, with the server's environment.
+    (ctr,) = job["spec"]["template"]["spec"]["containers"]
+    assert ctr["command"][-1] == "Qwen/Qwen3-8B" and ctr["image"] == IMAGE
+    assert {"name": "HF_HOME", "value": c.CACHE_ENV["HF_HOME"]} in ctr["env"]
+    volumes = job["spec"]["template"]["spec"]["volumes"]
+    assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
+    assert c.GPU_RESOURCE not in ctr["resources"].get("limits", {})
+    finish_loader(fake)
+    assert ("Deployment", "chat") in fake.children()
+
+
+def test_a_failed_loader_is_degraded_and_a_new_model_waits_while_the_old_pods_serve(fake):
+    create(fake, spec=SHARED_CACHE)
+    old_args = fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]["args"]
+    fake.image_faults[IMAGE] = "CrashLoopBackOff"  # the next loader's download fails
+    body = fake.update_spec("chat", lambda spec: spec.update(model="Qwen/Qwen3-32B"))
+    handlers.on_update(body=body, logger=LOG)
+    # The loader Job's pod template is immutable: the old Job went, a new one for the new model came.
+    (ctr,) = fake.objects[("Job", "llm", "chat-load")]["spec"]["template"]["spec"]["containers"]
+    assert ctr["command"][-1] == "Qwen/Qwen3-32B"
+    assert fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]["args"] == old_args
+    fake.run_jobs()
+    handlers.on_job_event(event={"type": "MODIFIED", "object": fake.objects[("Job", "llm", "chat-load")]}, logger=LOG)
+    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "ModelLoadFailed")
+    assert "BackoffLimitExceeded" in degraded["message"]
+    assert fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]["args"] == old_args

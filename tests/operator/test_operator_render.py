@@ -459,15 +459,18 @@ def test_every_child_is_owned_labelled_and_hashed(case):
     for obj in render.render(isvc(MATRIX[case])):
         meta = obj["metadata"]
         assert meta["namespace"] == "llm"
-        assert meta["ownerReferences"] == [
+        retained = obj["kind"] == "PersistentVolumeClaim" and MATRIX[case]["modelCache"].get("retain", True)
+        assert meta.get("ownerReferences") == (None if retained else [
             {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "chat", "uid": "uid-123", "controller": True, "blockOwnerDeletion": True}
-        ]
-        # The router's endpoint picker is an app of its own: its pods must never match the servers' selectors.
-        picker = meta["name"] == "chat-epp"
+        ])  # fmt: skip
+        # The router's endpoint picker and the model loader are apps of their own: their pods must
+        # never match the servers' selectors.
+        app, component = {"chat-epp": ("minisgl-epp", "endpoint-picker"), "chat-load": ("minisgl-load", "model-loader")}.get(
+            meta["name"], ("minisgl", "inference-server"))  # fmt: skip
         assert meta["labels"] == {
-            "app.kubernetes.io/name": "minisgl-epp" if picker else "minisgl",
+            "app.kubernetes.io/name": app,
             "app.kubernetes.io/instance": "chat",
-            "app.kubernetes.io/component": "endpoint-picker" if picker else "inference-server",
+            "app.kubernetes.io/component": component,
             "app.kubernetes.io/part-of": "minisgl",
             "app.kubernetes.io/managed-by": "minisgl-operator",
         }
@@ -558,8 +561,11 @@ def test_render_prints_exactly_what_the_operator_applies(example):
     assert result.returncode == 0, result.stderr
     printed = list(yaml.safe_load_all(result.stdout))
     assert printed == [obj for doc in example_docs(example) for obj in render.children(parse(doc))]
-    # A file has no uid yet: the ownerReference carries a placeholder the API server replaces.
-    assert {o["metadata"]["ownerReferences"][0]["uid"] for o in printed} == {PLACEHOLDER_UID}
+    # A file has no uid yet: the ownerReference carries a placeholder the API server replaces (a
+    # retained model cache has none: it outlives the InferenceService).
+    owned = [o for o in printed if "ownerReferences" in o["metadata"]]
+    assert {o["metadata"]["ownerReferences"][0]["uid"] for o in owned} == {PLACEHOLDER_UID}
+    assert all(o["kind"] == "PersistentVolumeClaim" for o in printed if o not in owned)
 
 
 def test_render_explains_a_bad_file_and_fails(tmp_path):

@@ -111,7 +111,7 @@ def test_the_operator_may_write_and_delete_every_kind_it_renders():
                  "HTTPRoute": ("gateway.networking.k8s.io", "httproutes"), "ScaledObject": ("keda.sh", "scaledobjects"),
                  "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "leaderworkersets"),
                  "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
-                 "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers")}  # fmt: skip
+                 "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers"), "Job": ("batch", "jobs")}  # fmt: skip
     for kind, name in render.removable(parse(isvc(SPEC))):
         assert {"get", "create", "patch", "delete"} <= set(kube.PERMISSIONS[resources[kind]]), kind
 

@@ -74,6 +74,10 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
   verbs: ["get", "create", "patch"]
+# The model cache's loader Job, replaced when the model changes, watched for its completion.
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Multi-node replicas, KEDA autoscaling and the router's objects (its endpoint picker runs with a
 # ConfigMap, ServiceAccount, Role and RoleBinding of its own).
 - apiGroups: ["leaderworkerset.x-k8s.io"]
