@@ -122,7 +122,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 # Autoscaling: the per-pod gauge the server exports on its metrics path, read through the
 # custom metrics API (needs a metrics adapter such as prometheus-adapter).
 WAITING_REQUESTS_METRIC = "minisgl_num_requests_waiting"
-# The other series the router's endpoint picker and KEDA's queries read (minisgl.server.metrics
+# The other series the router's endpoint picker and KEDA's queries read (minisgl.server.http.metrics
 # defines them; tests/operator/test_operator_server_contract.py checks a real scrape has each).
 RUNNING_REQUESTS_METRIC = "minisgl_num_requests_running"
 KV_USAGE_METRIC = "minisgl_kv_cache_usage_ratio"
