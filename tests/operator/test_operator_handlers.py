@@ -465,34 +465,9 @@ def test_startup_configures_kopf_for_least_privilege(fake):
 
 # --- issue 38: switching autoscalers, errors that no retry fixes, the router's health -------------
 
-KEDA_WEBHOOK_MESSAGE = "the workload '{}' of type '{}' is already managed by the hpa '{}'"
-
-
-@pytest.fixture
-def keda_webhook(fake, monkeypatch):
-    """KEDA's validating webhook for ScaledObjects (keda v2.20, scaledobject_webhook.go): it refuses
-    one whose scaleTargetRef an HPA not made by KEDA for it already scales."""
-    if getattr(fake, "keda_webhook", None):  # the fake API server plays it itself
-        return fake
-    apply = fake.apply
-
-    def admitted(obj):
-        if obj["kind"] == "ScaledObject":
-            target, namespace = obj["spec"]["scaleTargetRef"], obj["metadata"]["namespace"]
-            for (kind, ns, name), hpa in fake.objects.items():
-                ref = hpa.get("spec", {}).get("scaleTargetRef", {})
-                if kind == "HorizontalPodAutoscaler" and ns == namespace and (ref.get("kind"), ref.get("name")) == (target["kind"], target["name"]) \
-                        and name != f"keda-hpa-{obj['metadata']['name']}":  # fmt: skip
-                    raise ApiError(403, "Forbidden", 'admission webhook "vscaledobject.kb.io" denied the request: '
-                                   + KEDA_WEBHOOK_MESSAGE.format(target["name"], target["kind"], name))  # fmt: skip
-        return apply(obj)
-
-    monkeypatch.setattr(fake, "apply", admitted)
-    return fake
-
-
-def test_switching_a_running_service_from_the_hpa_to_keda_converges(keda_webhook):
-    fake = keda_webhook
+def test_switching_a_running_service_from_the_hpa_to_keda_converges(fake):
+    # The fake API runs KEDA's admission webhook (kube_webhooks): a ScaledObject whose target an HPA
+    # already scales is refused, so the HPA must go first.
     spec = {"model": "m", "modelCache": {"size": "100Gi", "accessModes": ["ReadWriteMany"]},
             "autoscaling": {"minReplicas": 1, "maxReplicas": 4}}  # fmt: skip
     create(fake, spec=spec)
@@ -669,3 +644,16 @@ def test_a_failed_loader_is_degraded_and_a_new_model_waits_while_the_old_pods_se
     assert (degraded["status"], degraded["reason"]) == ("True", "ModelLoadFailed")
     assert "BackoffLimitExceeded" in degraded["message"]
     assert fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]["args"] == old_args
+
+
+def test_the_fake_api_servers_500_for_an_undeclared_field_is_recognised_as_permanent(fake):
+    # The fake answers server-side apply of a field the type does not declare as the API server does
+    # (kube_apply): the operator must read that answer as a refusal, not as a transient failure.
+    from minisgl_operator import render as render_mod
+
+    body = fake.create_inferenceservice("chat", {"model": "m"})
+    dep = next(o for o in render_mod.render(body, IMAGE) if o["kind"] == "Deployment")
+    dep["spec"]["template"]["spec"]["containers"][0]["resorces"] = {}
+    with pytest.raises(ApiError) as info:
+        fake.apply(dep)
+    assert info.value.status == 500 and not info.value.retryable
