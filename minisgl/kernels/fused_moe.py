@@ -71,7 +71,7 @@ def route_topk(logits: torch.Tensor, top_k: int, renormalize: bool,
     if tokens:
         _route_kernel[(tokens,)](logits, logits.stride(0), weights, ids, E=experts, E_P=triton.next_power_of_2(experts),
                                  K=top_k, K_P=triton.next_power_of_2(top_k), RENORM=renormalize, PDL=pdl,
-                                 **pdl_launch(pdl))
+                                 num_warps=1, **pdl_launch(pdl))  # one warp: its reductions need no shared memory
     return weights, ids
 
 

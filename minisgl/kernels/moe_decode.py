@@ -3,13 +3,16 @@ handful of tokens each expert gets a row or two, reading the selected experts' w
 whole cost, and the block-aligned path of `fused_moe` (sorting, 16-row tensor-core tiles, a grid
 sized for every expert, a reduction over the slots) spends most of its time on everything else.
 
-Three launches, no sorting and no host synchronisation (a decode CUDA graph captures them):
-1. `fused_moe.route_topk`: softmax top-k per token (weights float32 [T, k], expert ids [T, k]).
-2. `_gate_up_kernel`, one program per (token, slot) pair and tile of output features: the pair's
+Four launches, no sorting and no host synchronisation (a decode CUDA graph captures them):
+1. `router_logits`: the router's GEMV (the layer's; the cuBLAS kernel it replaces took longer
+   than the routing after it).
+2. `fused_moe.route_topk`: softmax top-k per token (weights float32 [T, k], expert ids [T, k]).
+3. `_gate_up_kernel`, one program per (token, slot) pair and tile of output features: the pair's
    token row through its expert's [gate; up] rows, stores routing weight * silu(gate) * up in h
    [T * k, I]. The pairs vary fastest in the grid, so pairs of different tokens that chose the
-   same expert stream the same weight tile at the same time and the second read comes from L2.
-3. `_down_kernel`, one program per token and tile of hidden features: the token's k rows of h
+   same expert stream the same weight tile at about the same time (the second read can come
+   from L2).
+4. `_down_kernel`, one program per token and tile of hidden features: the token's k rows of h
    are one contiguous vector of k * I, multiplied by its k experts' down rows one after the other
    (a GEMV whose weight rows jump to the next expert every I elements), so the sum over the slots
    happens in registers and the output is written once.
@@ -22,18 +25,22 @@ tensors (the CPU suite's check).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 import triton
 import triton.language as tl
 
 from .device import pdl_launch, pdl_supported
 from .fused_moe import route_topk
-from .gemv import GemvConfig, gemv_config
+from .gemv import GemvConfig, gemv, gemv_config
 from .gemv_tiles import load_tile, mac, output_tile, zero_accumulator
 
 # Up to this many tokens the layer runs this path, above the block-aligned one (fused_moe): the
 # crossover measured with benchmark/offline/moe_layer.py (benchmark/NOTES.md, issue 43).
-DECODE_MAX_TOKENS = 16
+DECODE_MAX_TOKENS = 4
+# The router's weight (E x H, 0.5 MB for Qwen3-30B-A3B) a row a program, as many programs as SMs.
+ROUTER_TILES = GemvConfig(block_n=1, block_k=1024, num_warps=4, num_stages=4, dot=False)
 
 
 @triton.jit
@@ -113,12 +120,45 @@ def _pow2_divisor(n: int, cap: int) -> int:
 def decode_tiles(inter: int, hidden: int, top_k: int, weight_bytes: int,
                  device: torch.device | None = None) -> tuple[GemvConfig, GemvConfig]:
     """The gate_up and down tiles: the dense GEMV's one-row tiles (gemv_config) for the shapes of
-    one expert; down's K steps divide the expert width where they can, so no step straddles two
-    experts' rows and the loads stay unmasked."""
+    one expert, gate_up in K steps of at most 512 (half the registers of the dense GEMV's 1,024,
+    so more programs stream at once: faster in the sweep of benchmark/offline/moe_decode.py); down's
+    K steps divide the expert width where they can, so no step straddles two experts' rows and the
+    loads stay unmasked."""
     gate_up = gemv_config(1, inter, hidden, gated=True, weight_bytes=weight_bytes, device=device)
     down = gemv_config(1, hidden, inter, gated=False, weight_bytes=weight_bytes, device=device)
-    return gate_up, GemvConfig(down.block_n, _pow2_divisor(inter, down.block_k), down.num_warps, down.num_stages,
-                               dot=False)
+    return (replace(gate_up, block_k=min(gate_up.block_k, 512)),
+            replace(down, block_k=_pow2_divisor(inter, down.block_k)))
+
+
+def router_logits(x: torch.Tensor, weight: torch.Tensor, config: GemvConfig | None = None) -> torch.Tensor:
+    """x [T <= GEMV_MAX_ROWS, H] @ the router's weight [E, H]^T by the weight-streaming GEMV, which
+    launches as a programmatic dependent launch like the kernels after it."""
+    return gemv(x, weight, config=config or ROUTER_TILES)
+
+
+
+def expert_gate_up(x: torch.Tensor, w13: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, tile: GemvConfig,
+                   pdl: bool) -> torch.Tensor:
+    """h [T * k, I]: every (token, slot) pair's routing weight * silu(gate) * up."""
+    pairs, hidden, inter = ids.numel(), x.shape[1], w13.shape[1] // 2
+    h = torch.empty(pairs, inter, dtype=x.dtype, device=x.device)
+    _gate_up_kernel[(pairs, triton.cdiv(inter, tile.block_n))](
+        x, w13, ids, weights, h, inter, hidden, x.stride(0), w13.stride(0), w13.stride(1), h.stride(0),
+        TOP_K=ids.shape[1], BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, EVEN_K=hidden % tile.block_k == 0,
+        STAGES=tile.num_stages, PDL=pdl, num_warps=tile.num_warps, num_stages=tile.num_stages, **pdl_launch(pdl))
+    return h
+
+
+def expert_down(h: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, tile: GemvConfig,
+                pdl: bool) -> torch.Tensor:
+    """out [T, H]: each token's rows of h through its experts' down projections, summed."""
+    (tokens, top_k), hidden, inter = ids.shape, w2.shape[1], w2.shape[2]
+    _down_kernel[(tokens, triton.cdiv(hidden, tile.block_n))](
+        h, w2, ids, out, hidden, inter, h.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
+        TOP_K=top_k, K_P=triton.next_power_of_2(top_k), BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
+        EVEN_K=inter % tile.block_k == 0, STAGES=tile.num_stages, PDL=pdl, num_warps=tile.num_warps,
+        num_stages=tile.num_stages, **pdl_launch(pdl))
+    return out
 
 
 def decode_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int,
@@ -127,25 +167,18 @@ def decode_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tens
     """The MoE feed-forward of x [T, H] (this rank's share: w13 [E, 2I, H], w2 [E, H, I]) for a few
     tokens; `tiles` (gate_up, down) and `pdl` override the defaults (the benchmark's sweep)."""
     tokens, hidden = x.shape
-    num_experts, two_inter, _ = w13.shape
-    inter = two_inter // 2
     out = torch.empty_like(x)
     if tokens == 0:
         return out
     x = x.contiguous()
-    gate_up, down = tiles or decode_tiles(inter, hidden, top_k, w13.element_size(), x.device)
+    gate_up, down = tiles or decode_tiles(w13.shape[1] // 2, hidden, top_k, w13.element_size(), x.device)
     pdl = pdl_supported(x.device) if pdl is None else pdl
     weights, ids = route_topk(router_logits, top_k, renormalize, pdl=pdl)
-    pairs = tokens * top_k
-    h = torch.empty(pairs, inter, dtype=x.dtype, device=x.device)
-    _gate_up_kernel[(pairs, triton.cdiv(inter, gate_up.block_n))](
-        x, w13, ids, weights, h, inter, hidden, x.stride(0), w13.stride(0), w13.stride(1), h.stride(0),
-        TOP_K=top_k, BLOCK_N=gate_up.block_n, BLOCK_K=gate_up.block_k, EVEN_K=hidden % gate_up.block_k == 0,
-        STAGES=gate_up.num_stages, PDL=pdl, num_warps=gate_up.num_warps, num_stages=gate_up.num_stages,
-        **pdl_launch(pdl))
-    _down_kernel[(tokens, triton.cdiv(hidden, down.block_n))](
-        h, w2, ids, out, hidden, inter, h.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
-        TOP_K=top_k, K_P=triton.next_power_of_2(top_k), BLOCK_N=down.block_n, BLOCK_K=down.block_k,
-        EVEN_K=inter % down.block_k == 0, STAGES=down.num_stages, PDL=pdl, num_warps=down.num_warps,
-        num_stages=down.num_stages, **pdl_launch(pdl))
-    return out
+    return expert_down(expert_gate_up(x, w13, weights, ids, gate_up, pdl), w2, ids, out, down, pdl)
+
+
+def warm_up(w13: torch.Tensor, w2: torch.Tensor, gate: torch.Tensor, top_k: int, renormalize: bool) -> None:
+    """Build this path's kernels for these weights now, at start (one variant serves every token
+    count)."""
+    x = torch.zeros(1, w13.shape[2], dtype=w13.dtype, device=w13.device)
+    decode_experts(x, router_logits(x, gate), w13, w2, top_k, renormalize)

@@ -29,8 +29,8 @@ from .activation import silu_and_mul
 from .linear import ReplicatedLinear
 
 # Up to this many tokens in a batch the fused Triton path measured faster than the grouped GEMM with
-# Qwen3-30B-A3B's shapes, whole experts and TP=2 shares alike (H100, bf16, in CUDA graphs: 0.059 vs
-# 0.115 ms at 1 token, 0.82 vs 0.84 at 1024, 1.26 vs 1.18 at 2048; benchmark/offline/moe_layer.py).
+# Qwen3-30B-A3B's shapes, whole experts and TP=2 shares alike (benchmark/offline/moe_layer.py; the
+# figures are in benchmark/NOTES.md).
 FUSED_MAX_TOKENS = 1024
 BACKENDS = ("loop", "grouped", "fused", "auto")
 
@@ -75,8 +75,10 @@ class MoELayer(nn.Module):
         """Build the fused path's Triton kernels at start (the engine calls this on CUDA)."""
         if get_global_ctx().moe_backend in ("fused", "auto") and self.w13.is_cuda:
             from minisgl.kernels.fused_moe import warm_up
+            from minisgl.kernels.moe_decode import warm_up as warm_up_decode
 
             warm_up(self.w13, self.w2, self.top_k, self.norm_topk_prob)
+            warm_up_decode(self.w13, self.w2, self.gate.weight, self.top_k, self.norm_topk_prob)
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         probs = F.softmax(self.gate(x), dim=-1, dtype=torch.float32)
@@ -90,10 +92,15 @@ class MoELayer(nn.Module):
         if backend == "auto":
             backend = "grouped" if x.shape[0] > FUSED_MAX_TOKENS and x.dtype == torch.bfloat16 else "fused"
         if backend == "fused":
-            from minisgl.kernels.moe_decode import DECODE_MAX_TOKENS, decode_experts
+            from minisgl.kernels.moe_decode import (
+                DECODE_MAX_TOKENS,
+                decode_experts,
+                router_logits,
+            )
 
             if x.shape[0] <= DECODE_MAX_TOKENS:
-                return all_reduce(decode_experts(x, self.gate(x), self.w13, self.w2, self.top_k, self.norm_topk_prob))
+                logits = router_logits(x, self.gate.weight)
+                return all_reduce(decode_experts(x, logits, self.w13, self.w2, self.top_k, self.norm_topk_prob))
             from minisgl.kernels.fused_moe import fused_experts
 
             return all_reduce(fused_experts(x, self.gate(x), self.w13, self.w2, self.top_k, self.norm_topk_prob))

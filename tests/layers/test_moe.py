@@ -59,6 +59,19 @@ def test_fused_triton_path_equals_loop(moe_layer, tokens, experts, top_k, norm_t
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("extra", [0, 1])
+def test_fused_backend_equals_loop_on_both_sides_of_the_decode_path_limit(moe_layer, extra):
+    """Up to DECODE_MAX_TOKENS tokens the layer takes the GEMV path (its router GEMV included),
+    above it the block-aligned one: both compute the loop's result."""
+    from minisgl.kernels.moe_decode import DECODE_MAX_TOKENS
+
+    layer, x, ctx = moe_layer(DECODE_MAX_TOKENS + extra, 8, 2)
+    ctx.moe_backend = "loop"
+    want = layer(x)
+    ctx.moe_backend = "fused"
+    assert torch.allclose(layer(x), want, atol=1e-5, rtol=1e-5)
+
+
 def test_the_cpu_suite_runs_triton_kernels_under_the_interpreter():
     """Else the fused-path tests here could not run on the CPU (they would fail, not skip)."""
     assert torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1"

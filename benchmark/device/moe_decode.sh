@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Qwen3-30B-A3B decode at TP=1 on one GPU (issue 43, item 1), this tree against a baseline tree in
+# the same call: the MoE kernels' GPU tests, the MoE layer at decode's token counts (GEMV path vs
+# block-aligned, with a tile sweep), then per tree batch-1 and batch-8 TPOT (latency.py) and a
+# kernel profile of the decode step (profile_steps.py).
+#
+#   bash benchmark/device/moe_decode.sh            # nvidia-h100-x1, ~8 min
+#
+# The baseline: a copy of minisgl/ with the files under test as in an earlier commit, in an ignored
+# folder carried with the call, e.g.
+#   rm -rf .base && mkdir .base && cp -r minisgl .base/ && git show REV:minisgl/layers/moe.py > .base/minisgl/layers/moe.py ...
+# Run after the kit preamble (../shared/device/kit.sh) with carry [".device-kit", ".bench-models", ".base"],
+# the model staged by `python benchmark/prepare_model.py ../shared/models/qwen3-30b-a3b .bench-models/qwen3-30b-a3b`.
+# STEPS picks parts (default: tests layer b1 b8). Results: $OUT/results.tgz.
+set -uo pipefail
+export PYTHONUNBUFFERED=1
+RES=${RES:-/tmp/results}
+mkdir -p "$RES"
+. benchmark/device/lib.sh
+restore_jit_cache
+restore_aot_kernels
+trap 'tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .' EXIT
+MODEL=.bench-models/qwen3-30b-a3b
+BASE=${BASE:-.base}
+NEW=$PYTHONPATH
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+summary() { grep -hE "TPOT|== decode|moe |gemm|attention|rmsnorm|kernels per|Error|error:|Traceback" "$@" | grep -v Warn; }
+
+for part in ${STEPS:-tests layer b1 b8}; do
+    case "$part" in
+    tests)
+        step "MoE kernels and layer on the GPU against the per-expert loop"
+        timeout 300 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_moe_decode.py \
+            tests/kernels/test_fused_moe.py tests/layers/test_moe.py > "$RES/tests.log" 2>&1
+        tail -3 "$RES/tests.log" ;;
+    layer)
+        step "MoE layer at decode's token counts: GEMV path vs block-aligned, tile sweep"
+        timeout 200 python benchmark/offline/moe_decode.py --config "$MODEL" --sweep --out "$RES/moe_decode.json" 2>&1 \
+            | grep -vi warn ;;
+    b1 | b8)
+        batch=${part#b}
+        for tree in base new; do
+            path=$NEW; [ "$tree" = base ] && path="$BASE:$NEW"
+            step "batch $batch, $tree: TPOT, then the decode step's kernels"
+            PYTHONPATH=$path timeout 120 python benchmark/offline/latency.py --model "$MODEL" --dummy-weight \
+                --batch "$batch" --out "$RES/latency-b$batch-$tree.json" > "$RES/latency-b$batch-$tree.log" 2>&1
+            PYTHONPATH=$path timeout 150 python benchmark/offline/profile_steps.py --model "$MODEL" --dummy-weight \
+                --requests "$batch" --prompt-len 128 --steps 20 --prefill-tokens 128 \
+                --out "$RES/profile-b$batch-$tree.json" > "$RES/profile-b$batch-$tree.log" 2>&1
+            summary "$RES/latency-b$batch-$tree.log"
+            sed -n '/== decode/,/== prefill/p' "$RES/profile-b$batch-$tree.log" | head -32
+        done ;;
+    esac
+    tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .
+done
