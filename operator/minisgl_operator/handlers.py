@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 
 import kopf
 
-from . import config
+from . import cache, config
 from . import constants as c
 from .kube import KubeApi, KubernetesApi
 from .reconcile import Outcome, Reconciler, RetryableError, utc_now
@@ -58,6 +58,24 @@ def _lock(uid: str) -> threading.Lock:
         return _locks.setdefault(uid, threading.Lock())
 
 
+def _indexes(kwargs: Mapping[str, Any]) -> None:
+    """Hand kopf's indexes (live, read-only views it keeps current) to the reconciler's reads. kopf
+    passes them to every handler, and runs none before each index has its initial listing."""
+    found = {kind: kwargs[cache.index_id(kind)] for kind in cache.INDEXED_KINDS if cache.index_id(kind) in kwargs}
+    if found:
+        _get_reconciler().api.indexes.update(found)
+
+
+def _index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[tuple[str, str], dict]:
+    return {(namespace or "", name): copy.deepcopy(dict(body))}
+
+
+# One index per kind the reconciler reads; the children's watches carry the operator's label selector.
+for _kind, (_group, _version, _plural) in cache.INDEXED_KINDS.items():
+    kopf.index(_group, _version, _plural, id=cache.index_id(_kind),
+               labels=None if _kind == c.KIND else {c.LABEL_MANAGED_BY: c.OPERATOR_NAME})(_index)  # fmt: skip
+
+
 def _run(body: Mapping[str, Any], logger: logging.Logger | logging.LoggerAdapter) -> Outcome:
     plain = copy.deepcopy(dict(body))
     with _lock(plain["metadata"].get("uid", "")):
@@ -75,7 +93,7 @@ def _run(body: Mapping[str, Any], logger: logging.Logger | logging.LoggerAdapter
 # The label every object this operator writes carries, and the pods too (render.labels): watches
 # ask the API server for these only, instead of streaming every Deployment and pod in the cluster.
 MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
-WATCHED_CHILDREN = (("apps", "deployments"), ("", "pods"), ("batch", "jobs"))
+WATCHED_CHILDREN = tuple((group, plural) for kind, (group, _, plural) in cache.INDEXED_KINDS.items() if kind != c.KIND)
 # kopf's own API calls: a half-open connection must fail, not hang the handler.
 CONNECT_TIMEOUT_SECONDS = 10.0
 
@@ -161,22 +179,26 @@ def cleanup(**_: Any) -> None:
 
 
 @kopf.on.create(c.GROUP, c.VERSION, c.PLURAL, id="reconcile-create")
-def on_create(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+def on_create(body: kopf.Body, logger: logging.Logger, **kwargs: Any) -> None:
+    _indexes(kwargs)
     _run(body, logger)
 
 
 @kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, id="reconcile-update")
-def on_update(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+def on_update(body: kopf.Body, logger: logging.Logger, **kwargs: Any) -> None:
+    _indexes(kwargs)
     _run(body, logger)
 
 
 @kopf.on.resume(c.GROUP, c.VERSION, c.PLURAL, id="reconcile-resume")
-def on_resume(body: kopf.Body, logger: logging.Logger, **_: Any) -> None:
+def on_resume(body: kopf.Body, logger: logging.Logger, **kwargs: Any) -> None:
+    _indexes(kwargs)
     _run(body, logger)
 
 
 @kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, id="track")
-def track(event: Mapping[str, Any], **_: Any) -> None:
+def track(event: Mapping[str, Any], **kwargs: Any) -> None:
+    _indexes(kwargs)
     obj = event.get("object") or {}
     meta = obj.get("metadata") or {}
     if "name" not in meta:
@@ -210,8 +232,9 @@ def _reconcile_owner(namespace: str, name: str, uid: str | None, logger: logging
 
 @kopf.on.event("apps", "v1", "deployments", id="deployment-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
 @kopf.on.event("batch", "v1", "jobs", id="job-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
-def on_deployment_event(event: Mapping[str, Any], logger: logging.Logger, **_: Any) -> None:
+def on_deployment_event(event: Mapping[str, Any], logger: logging.Logger, **kwargs: Any) -> None:
     """A workload's (or the model loader Job's) progress changes its owner's status: reconcile it."""
+    _indexes(kwargs)
     obj = event.get("object") or {}
     owner = _controller(obj)
     if owner is None:
@@ -220,9 +243,10 @@ def on_deployment_event(event: Mapping[str, Any], logger: logging.Logger, **_: A
 
 
 @kopf.on.event("", "v1", "pods", id="pod-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
-def on_pod_event(event: Mapping[str, Any], logger: logging.Logger, **_: Any) -> None:
+def on_pod_event(event: Mapping[str, Any], logger: logging.Logger, **kwargs: Any) -> None:
     """A pod's scheduling, image pull or crash changes the owner's status (its owner is a
     ReplicaSet, so the InferenceService is found by the instance label)."""
+    _indexes(kwargs)
     obj = event.get("object") or {}
     meta = obj.get("metadata") or {}
     name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)

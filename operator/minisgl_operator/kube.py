@@ -74,28 +74,30 @@ PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     # OwnerReferencesPermissionEnforcement admission plugin is on.
     (c.GROUP, f"{c.PLURAL}/finalizers"): ("update",),
     # Children: server-side apply is authorized as patch, and as create when the object is new.
+    # Every kind is also listed and watched (label-filtered): kopf's indexes serve the reconciler's
+    # reads (cache.py), so a reconcile with nothing to do reads nothing from the API server.
     # Deployments are also watched (status changes, deletions -> reconcile the owner).
     # Deleted too: the endpoint picker's when the router goes, the server's when it becomes a LeaderWorkerSet.
     ("apps", "deployments"): ("get", "list", "watch", "create", "patch", "delete"),
-    ("", "services"): ("get", "create", "patch", "delete"),
-    ("", "persistentvolumeclaims"): ("get", "create", "patch"),
+    ("", "services"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("", "persistentvolumeclaims"): ("get", "list", "watch", "create", "patch"),
     # The model cache's loader Job: replaced (deleted, created) when the model changes, and
     # watched (its completion starts the server pods).
     ("batch", "jobs"): ("get", "list", "watch", "create", "patch", "delete"),
     # HPA and PDB are deleted again when the spec stops asking for them.
-    ("autoscaling", "horizontalpodautoscalers"): ("get", "create", "patch", "delete"),
-    ("policy", "poddisruptionbudgets"): ("get", "create", "patch", "delete"),
+    ("autoscaling", "horizontalpodautoscalers"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("policy", "poddisruptionbudgets"): ("get", "list", "watch", "create", "patch", "delete"),
     # Multi-node replicas (LeaderWorkerSet), KEDA, and the router's objects: each deleted again
     # when the spec stops asking for it (the router's endpoint picker is a Deployment, Service,
     # ConfigMap, ServiceAccount, Role and RoleBinding).
-    ("leaderworkerset.x-k8s.io", "leaderworkersets"): ("get", "create", "patch", "delete"),
-    ("keda.sh", "scaledobjects"): ("get", "create", "patch", "delete"),
+    ("leaderworkerset.x-k8s.io", "leaderworkersets"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("keda.sh", "scaledobjects"): ("get", "list", "watch", "create", "patch", "delete"),
     ("inference.networking.k8s.io", "inferencepools"): ("get", "list", "watch", "create", "patch", "delete"),
-    (c.GATEWAY_API_GROUP, "httproutes"): ("get", "create", "patch", "delete"),
-    ("", "configmaps"): ("get", "create", "patch", "delete"),
-    ("", "serviceaccounts"): ("get", "create", "patch", "delete"),
-    ("rbac.authorization.k8s.io", "roles"): ("get", "create", "patch", "delete"),
-    ("rbac.authorization.k8s.io", "rolebindings"): ("get", "create", "patch", "delete"),
+    (c.GATEWAY_API_GROUP, "httproutes"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("", "configmaps"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("", "serviceaccounts"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("rbac.authorization.k8s.io", "roles"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("rbac.authorization.k8s.io", "rolebindings"): ("get", "list", "watch", "create", "patch", "delete"),
     # A Role can grant only what its creator holds: these are what the endpoint picker's Role
     # grants it (router.EPP_RULES), besides pods and inferencepools above.
     ("inference.networking.x-k8s.io", "inferenceobjectives"): ("get", "list", "watch"),

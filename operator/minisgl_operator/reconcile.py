@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping
 from . import constants as c
 from . import merge, quantity, render, router, server, status
 from . import spec as spec_mod
+from .cache import IndexedApi
 from .kube import ApiError, KubeApi
 
 Obj = dict[str, Any]
@@ -184,7 +185,8 @@ def event(body: Mapping[str, Any], type_: str, reason: str, message: str, now: s
 class Reconciler:
     def __init__(self, api: KubeApi, default_image: str = c.DEFAULT_SERVER_IMAGE, clock: Callable[[], str] = utc_now,
                  epp_image: str = c.DEFAULT_EPP_IMAGE):
-        self.api = api
+        # Reads come from kopf's indexes once the handlers hand them over (cache.IndexedApi).
+        self.api = api if isinstance(api, IndexedApi) else IndexedApi(api)
         self.default_image = default_image
         self.epp_image = epp_image
         self.clock = clock
@@ -268,7 +270,7 @@ class Reconciler:
         for kind, name in render.removable(isvc):
             if (kind, name) in wanted or (kinds is not None and kind not in kinds):
                 continue
-            current = self._get(kind, isvc.namespace, name)
+            current = self._get(kind, isvc.namespace, name, owned=True)
             if current is not None and owned_by(current, isvc.uid):
                 self._delete(kind, isvc.namespace, name)
                 outcome.deleted.append(f"{kind}/{name}")
@@ -287,9 +289,10 @@ class Reconciler:
 
     # -- helpers --
 
-    def _get(self, kind: str, namespace: str, name: str) -> Obj | None:
+    def _get(self, kind: str, namespace: str, name: str, owned: bool = False) -> Obj | None:
+        """The object (``owned``: only where one of the operator's own could be, cache.IndexedApi)."""
         try:
-            return self.api.get(kind, namespace, name)
+            return (self.api.get_owned if owned else self.api.get)(kind, namespace, name)
         except ApiError as exc:
             raise RetryableError(str(exc)) from exc
 
@@ -332,7 +335,7 @@ class Reconciler:
         meta = body["metadata"]
         for kind in WORKLOAD_KINDS:
             try:
-                found = self.api.get(kind, meta["namespace"], meta["name"])
+                found = self.api.get_owned(kind, meta["namespace"], meta["name"])
             except ApiError:
                 continue
             if found is not None and owned_by(found, meta.get("uid", "")):

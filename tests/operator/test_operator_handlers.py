@@ -13,7 +13,7 @@ import kopf
 import pytest
 
 from minisgl_operator import constants as c
-from minisgl_operator import handlers, server
+from minisgl_operator import cache, handlers, kube, server
 from minisgl_operator.kube import ApiError
 
 LOG = logging.getLogger("test-operator")
@@ -460,7 +460,10 @@ def test_startup_configures_kopf_for_least_privilege(fake):
     assert settings.networking.connect_timeout is not None and settings.networking.request_timeout is not None
     assert settings.scanning.disabled is True
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
-    assert handlers._get_reconciler().api is fake  # a configured API is kept
+    assert handlers._get_reconciler().api.live is fake  # a configured API is kept
+    # Every kind the operator reads is watched with its label selector in the API server.
+    for group, _, plural in (v for k, v in cache.INDEXED_KINDS.items() if k != c.KIND):
+        assert settings.watching.label_selectors[group, plural] == handlers.MANAGED_SELECTOR
 
 
 # --- issue 38: switching autoscalers, errors that no retry fixes, the router's health -------------
@@ -657,3 +660,67 @@ def test_the_fake_api_servers_500_for_an_undeclared_field_is_recognised_as_perma
     with pytest.raises(ApiError) as info:
         fake.apply(dep)
     assert info.value.status == 500 and not info.value.retryable
+
+
+# --- issue 38: reads from kopf's indexes, not a GET per child per reconcile ------------------------
+
+
+def kopf_indexes(fake) -> dict[str, dict]:
+    """What kopf's indexes hold after its watches streamed the fake's objects: (namespace, name) ->
+    [object], the children's filtered by the operator's label as the API server filters them."""
+    out = {}
+    for kind in cache.INDEXED_KINDS:
+        selector = "" if kind == c.KIND else handlers.MANAGED_SELECTOR
+        out[kind] = {(o["metadata"]["namespace"], o["metadata"]["name"]): [o] for o in fake.watch(kind, selector)}
+    return out
+
+
+def reconcile_with_indexes(fake, name="chat"):
+    """A Deployment event as kopf delivers it: with every index as a keyword argument."""
+    indexes = {cache.index_id(kind): index for kind, index in kopf_indexes(fake).items()}
+    event = {"type": "MODIFIED", "object": fake.objects[("Deployment", "llm", name)]}
+    handlers.on_deployment_event(event=event, logger=LOG, **indexes)
+
+
+def test_every_kind_the_reconciler_reads_has_a_kopf_index_on_the_operators_label():
+    registry = kopf.get_default_registry()
+    for kind, (group, version, plural) in cache.INDEXED_KINDS.items():
+        (index,) = [h for h in registry._indexing.get_all_handlers() if str(h.id) == cache.index_id(kind)]
+        assert (index.selector.group, index.selector.version, index.selector.any_name) == (group, version, plural)
+        assert index.labels == (None if kind == c.KIND else {c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
+        assert {"list", "watch"} <= set(kube.PERMISSIONS[(group, plural)]), kind
+
+
+@pytest.mark.parametrize("spec", [SPEC, {**SPEC, "router": {"gateway": {"name": "gw"}}}], ids=["hpa", "router"])
+def test_a_reconcile_with_nothing_to_do_reads_nothing_from_the_api_server(fake, spec):
+    # Every pod and Deployment event reconciles its owner: 15-25 live GETs each would load the API
+    # server with the pods' churn. With kopf's indexes, steady state costs no request at all.
+    create(fake, spec=spec)
+    reconcile_with_indexes(fake)  # the indexes hand over; the status settles
+    fake.reset_calls()
+    reconcile_with_indexes(fake)
+    assert [call for call in fake.calls if call[1] in cache.INDEXED_KINDS and call[1] not in cache.OPTIONAL_KINDS] == []
+    assert fake.writes() == []
+    # Custom kinds the cluster may lack are read live only where the spec does not ask for them.
+    assert {kind for _, kind, _, _ in fake.calls} <= cache.OPTIONAL_KINDS
+
+
+def test_with_indexes_a_foreign_object_of_a_childs_name_is_still_not_overwritten(fake):
+    # A foreign object carries no operator label, so no index holds it: a miss is read live.
+    create(fake, spec={"model": "m"})
+    reconcile_with_indexes(fake)
+    fake.add_foreign({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat", "namespace": "llm"},
+                      "spec": {"maxUnavailable": 2}})  # fmt: skip
+    fake.update_spec("chat", lambda spec: spec.update(replicas=3))
+    reconcile_with_indexes(fake)
+    assert fake.objects[("PodDisruptionBudget", "llm", "chat")]["spec"] == {"maxUnavailable": 2}
+    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "NameConflict")
+
+
+def test_with_indexes_what_the_spec_drops_is_still_deleted(fake):
+    create(fake, spec=SPEC)
+    reconcile_with_indexes(fake)
+    fake.update_spec("chat", lambda spec: spec.pop("autoscaling"))
+    reconcile_with_indexes(fake)
+    assert ("HorizontalPodAutoscaler", "chat") not in fake.children()

@@ -62,7 +62,8 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
 - apiGroups: ["minisgl.io"]
   resources: ["inferenceservices/finalizers"]
   verbs: ["update"]
-# Children, written by server-side apply (patch; create when new). Deployments are also watched.
+# Children, written by server-side apply (patch; create when new), and listed and watched by label:
+# kopf's indexes serve the operator's reads (operator/minisgl_operator/cache.py).
 # Deployments and Services are deleted too: the endpoint picker's when spec.router goes, the
 # server's Deployment when a replica starts spanning several nodes (LeaderWorkerSet).
 - apiGroups: ["apps"]
@@ -70,10 +71,10 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["persistentvolumeclaims"]
-  verbs: ["get", "create", "patch"]
+  verbs: ["get", "list", "watch", "create", "patch"]
 # The model cache's loader Job, replaced when the model changes, watched for its completion.
 - apiGroups: ["batch"]
   resources: ["jobs"]
@@ -82,22 +83,22 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
 # ConfigMap, ServiceAccount, Role and RoleBinding of its own).
 - apiGroups: ["leaderworkerset.x-k8s.io"]
   resources: ["leaderworkersets"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["keda.sh"]
   resources: ["scaledobjects"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["inference.networking.k8s.io"]
   resources: ["inferencepools"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["configmaps", "serviceaccounts"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["rbac.authorization.k8s.io"]
   resources: ["roles", "rolebindings"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # A Role grants only what its creator holds: what the endpoint picker's Role grants it.
 - apiGroups: ["inference.networking.x-k8s.io", "llm-d.ai"]
   resources: ["inferenceobjectives", "inferencemodelrewrites"]
@@ -105,10 +106,10 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
 # HPA and PDB are deleted again when the spec stops asking for them.
 - apiGroups: ["autoscaling"]
   resources: ["horizontalpodautoscalers"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: ["policy"]
   resources: ["poddisruptionbudgets"]
-  verbs: ["get", "create", "patch", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 # Events: the operator's and kopf's own.
 - apiGroups: [""]
   resources: ["events"]
