@@ -189,6 +189,8 @@ class GrammarCompilerPool:
             elif now >= job.deadline:
                 self._retire(w)
                 kind = job.key[0]
+                logger.warning("a %s constraint of %d bytes ran past the %g s compile budget: its worker was killed",
+                               kind, len(job.key[1]), self.limits.timeout)
                 self._finish(job, error=f"{CONSTRAINT_FIELDS[kind]}: the {kind} constraint did "
                                         f"not compile within this server's budget of {self.limits.timeout:g} s "
                                         f"(--grammar-compile-timeout); simplify it")
@@ -231,6 +233,7 @@ class GrammarCompilerPool:
             if self._info is None and msg[1] is not None:
                 self._set_tokenizer_info(msg[1])
             w.ready = True
+            logger.info("grammar compile worker ready (pid %d)", w.proc.pid)
         elif msg[0] == "failed":
             with self._lock:
                 self._retire(w)

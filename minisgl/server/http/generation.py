@@ -191,13 +191,30 @@ async def _watch_disconnect(request: Request, work: asyncio.Task) -> bool:
     return False
 
 
-async def start_generation(client: FrontendClient, jobs: list) -> tuple[Generation, list[Reply] | JSONResponse]:
-    """A Generation of `jobs` with every choice's first reply, or the error response that ended it."""
+async def start_generation(client: FrontendClient, jobs: list, request: Request
+                           ) -> tuple[Generation, list[Reply] | JSONResponse]:
+    """A Generation of `jobs` with every choice's first reply, or the error response that ended it.
+    A client that leaves before its first replies (queued, or its grammar compiling) aborts its
+    requests, so that work stops too."""
     gen = Generation(client, jobs)
+    firsts = asyncio.create_task(gen.first_replies())
+    watcher = asyncio.create_task(_watch_disconnect(request, firsts))
     try:
-        return gen, await gen.first_replies()
+        return gen, await firsts
+    except asyncio.CancelledError:
+        if not (watcher.done() and not watcher.cancelled() and watcher.result()):
+            raise  # this handler itself was cancelled (the server's exit), not left by its client
+        await gen.close()
+        return gen, _client_closed()
     finally:
+        watcher.cancel()
         gen.forget_unstarted()
+
+
+def _client_closed() -> JSONResponse:
+    # Nobody reads this: the client closed the connection. 499 (nginx's "client closed
+    # request") only keeps logs and middleware from counting it as a bad request or a fault.
+    return error_response(499, "the client closed the connection before the response", code="client_closed")
 
 
 async def finished_choices(gen: Generation, firsts: list[Reply], request: Request) -> list[Choice] | JSONResponse:
@@ -205,9 +222,7 @@ async def finished_choices(gen: Generation, firsts: list[Reply], request: Reques
     (499), the server ended it (503) or it failed (500)."""
     choices = await _collect(gen, firsts, request)
     if choices is None:
-        # Nobody reads this: the client closed the connection. 499 (nginx's "client closed
-        # request") only keeps logs and middleware from counting it as a bad request or a fault.
-        return error_response(499, "the client closed the connection before the response", code="client_closed")
+        return _client_closed()
     ended = next((c for c in choices if c.finish_reason == UNAVAILABLE), None)
     if ended is not None:
         return unavailable(ended.error)
@@ -238,7 +253,7 @@ async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | Comp
                            model: str, client: FrontendClient, request: Request):
     """Run `jobs` (the request's choices) and answer in `fmt`: one JSON response, or with
     body.stream server-sent events as the replies come."""
-    gen, firsts = await start_generation(client, jobs)
+    gen, firsts = await start_generation(client, jobs, request)
     if isinstance(firsts, JSONResponse):
         return firsts
     rid, created = fmt.new_id(), int(time.time())

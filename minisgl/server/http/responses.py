@@ -163,7 +163,7 @@ def router(deps: ApiDeps) -> APIRouter:
                 e.message, e.param = e.message.replace(e.param, _RESPONSES_NAMES[e.param]), _RESPONSES_NAMES[e.param]
             raise
         output = deps.chat_output(chat)
-        gen, firsts = await start_generation(deps.client, chat_jobs(chat))
+        gen, firsts = await start_generation(deps.client, chat_jobs(chat), request)
         if isinstance(firsts, JSONResponse):
             return firsts
         base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()),
