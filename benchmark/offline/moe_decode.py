@@ -129,6 +129,10 @@ def main() -> None:
                 sweep.append({"tokens": n, "gate_up": g.__dict__, "down": d.__dict__, "us": us})
                 print(f"  sweep {n} tokens: gate_up {g.block_n}x{g.block_k}/{g.num_stages}, down "
                       f"{d.block_n}x{d.block_k}/{d.num_stages}: {us:6.1f} us", flush=True)
+            us = graph_us([lambda x=x, lg=lg: moe_decode.decode_experts(x, lg, w13, w2, top_k, norm, max_unrolled=0)
+                           for x, lg in zip(xs, logits)])
+            sweep.append({"tokens": n, "looped": True, "us": us})
+            print(f"  sweep {n} tokens: default tiles, K steps looped, not unrolled: {us:6.1f} us", flush=True)
     write_json(args.out, {"benchmark": "moe_decode", "device": device_name(), "config": args.config, "tp": args.tp,
                           "copy_bandwidth_bytes_per_s": bw, "rows": rows, "sweep": sweep})
 

@@ -46,9 +46,10 @@ ROUTER_TILES = GemvConfig(block_n=1, block_k=1024, num_warps=4, num_stages=4, do
 @triton.jit
 def _gate_up_kernel(x_ptr, w_ptr, ids_ptr, weights_ptr, h_ptr, inter, hidden, stride_x, stride_we, stride_wn,
                     stride_h, TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EVEN_K: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+                    EVEN_K: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, PDL: tl.constexpr):
     """h[pair, tile] = weight[pair] * silu(x[token] @ gate[e, tile]^T) * (x[token] @ up[e, tile]^T),
-    e the pair's expert; w holds each expert's [gate; up] (2 * inter rows)."""
+    e the pair's expert; w holds each expert's [gate; up] (2 * inter rows). UNROLL: the K steps
+    (then exactly ceil(hidden / BLOCK_K)) unrolled, every load issued up front; else a loop."""
     pair = tl.program_id(0)
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -63,10 +64,18 @@ def _gate_up_kernel(x_ptr, w_ptr, ids_ptr, weights_ptr, h_ptr, inter, hidden, st
     up_off = tl.cast(inter, tl.int64) * stride_wn
     acc = zero_accumulator(1, BLOCK_N, BLOCK_K, False)
     acc_up = tl.zeros_like(acc)
-    for k0 in tl.range(0, hidden, BLOCK_K, num_stages=STAGES):
-        x = load_tile(x_ptrs + k0, one, rk, hidden - k0, EVEN_K)
-        acc = mac(acc, x, load_tile(w_ptrs + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
-        acc_up = mac(acc_up, x, load_tile(w_ptrs + up_off + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
+    if UNROLL:
+        for step in tl.static_range(UNROLL):
+            x = load_tile(x_ptrs + step * BLOCK_K, one, rk, hidden - step * BLOCK_K, EVEN_K)
+            acc = mac(acc, x, load_tile(w_ptrs + step * BLOCK_K, n_ok, rk, hidden - step * BLOCK_K, EVEN_K), False,
+                      False)
+            acc_up = mac(acc_up, x, load_tile(w_ptrs + up_off + step * BLOCK_K, n_ok, rk, hidden - step * BLOCK_K,
+                                              EVEN_K), False, False)
+    else:
+        for k0 in tl.range(0, hidden, BLOCK_K, num_stages=STAGES):
+            x = load_tile(x_ptrs + k0, one, rk, hidden - k0, EVEN_K)
+            acc = mac(acc, x, load_tile(w_ptrs + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
+            acc_up = mac(acc_up, x, load_tile(w_ptrs + up_off + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
     gate = output_tile(acc, w_ptr, rn, n_ok, False, False)
     up = output_tile(acc_up, w_ptr, rn, n_ok, False, False)
     h = gate / (1.0 + tl.exp(-gate)) * up * tl.load(weights_ptr + pair)
@@ -79,9 +88,10 @@ def _gate_up_kernel(x_ptr, w_ptr, ids_ptr, weights_ptr, h_ptr, inter, hidden, st
 @triton.jit
 def _down_kernel(h_ptr, w_ptr, ids_ptr, out_ptr, hidden, inter, stride_h, stride_we, stride_wn, stride_out,
                  TOP_K: tl.constexpr, K_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 EVEN_K: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
-    """out[token, tile] = sum over the token's slots s of h[token * k + s] @ down[e_s, tile]^T, in
-    one loop over the k * ceil(inter / BLOCK_K) steps (h's rows of a token are contiguous)."""
+                 EVEN_K: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, PDL: tl.constexpr):
+    """out[token, tile] = sum over the token's slots s of h[token * k + s] @ down[e_s, tile]^T.
+    UNROLL: the k * UNROLL steps (UNROLL = ceil(inter / BLOCK_K)) unrolled, every load issued up
+    front; else one loop over them (h's rows of a token are contiguous)."""
     token = tl.program_id(0)
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -96,12 +106,20 @@ def _down_kernel(h_ptr, w_ptr, ids_ptr, out_ptr, hidden, inter, stride_h, stride
     h_ptrs = h_ptr + token.to(tl.int64) * TOP_K * stride_h + tl.arange(0, 1)[:, None] + rk[None, :]
     w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
     acc = zero_accumulator(1, BLOCK_N, BLOCK_K, False)
-    for i in tl.range(0, TOP_K * steps, num_stages=STAGES):
-        slot = i // steps
-        k0 = (i - slot * steps) * BLOCK_K
-        base = tl.sum(tl.where(slots == slot, bases, 0), 0)
-        h = load_tile(h_ptrs + slot * stride_h + k0, one, rk, inter - k0, EVEN_K)
-        acc = mac(acc, h, load_tile(w_ptrs + base + k0, n_ok, rk, inter - k0, EVEN_K), False, False)
+    if UNROLL:
+        for slot in tl.static_range(TOP_K):
+            base = tl.load(ids_ptr + token * TOP_K + slot).to(tl.int64) * stride_we
+            for step in tl.static_range(UNROLL):
+                k0 = step * BLOCK_K
+                h = load_tile(h_ptrs + slot * stride_h + k0, one, rk, inter - k0, EVEN_K)
+                acc = mac(acc, h, load_tile(w_ptrs + base + k0, n_ok, rk, inter - k0, EVEN_K), False, False)
+    else:
+        for i in tl.range(0, TOP_K * steps, num_stages=STAGES):
+            slot = i // steps
+            k0 = (i - slot * steps) * BLOCK_K
+            base = tl.sum(tl.where(slots == slot, bases, 0), 0)
+            h = load_tile(h_ptrs + slot * stride_h + k0, one, rk, inter - k0, EVEN_K)
+            acc = mac(acc, h, load_tile(w_ptrs + base + k0, n_ok, rk, inter - k0, EVEN_K), False, False)
     out = output_tile(acc, w_ptr, rn, n_ok, False, False)
     tl.store(out_ptr + token.to(tl.int64) * stride_out + tl.arange(0, 1)[:, None] + rn[None, :],
              out.to(out_ptr.dtype.element_ty), mask=n_ok[None, :])
@@ -137,35 +155,46 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, config: GemvConfig | No
 
 
 
+# Up to this many weight tiles a program, its K steps are unrolled (every load in flight at once)
+# rather than looped; set to 0 to loop always.
+MAX_UNROLLED_TILES = 32
+
+
+def _unroll(steps: int, loads_per_step: int, max_tiles: int) -> int:
+    return steps if steps * loads_per_step <= max_tiles else 0
+
+
 def expert_gate_up(x: torch.Tensor, w13: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, tile: GemvConfig,
-                   pdl: bool) -> torch.Tensor:
+                   pdl: bool, max_unrolled: int = MAX_UNROLLED_TILES) -> torch.Tensor:
     """h [T * k, I]: every (token, slot) pair's routing weight * silu(gate) * up."""
     pairs, hidden, inter = ids.numel(), x.shape[1], w13.shape[1] // 2
     h = torch.empty(pairs, inter, dtype=x.dtype, device=x.device)
     _gate_up_kernel[(pairs, triton.cdiv(inter, tile.block_n))](
         x, w13, ids, weights, h, inter, hidden, x.stride(0), w13.stride(0), w13.stride(1), h.stride(0),
         TOP_K=ids.shape[1], BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, EVEN_K=hidden % tile.block_k == 0,
-        STAGES=tile.num_stages, PDL=pdl, num_warps=tile.num_warps, num_stages=tile.num_stages, **pdl_launch(pdl))
+        STAGES=tile.num_stages, UNROLL=_unroll(triton.cdiv(hidden, tile.block_k), 2, max_unrolled), PDL=pdl, num_warps=tile.num_warps, num_stages=tile.num_stages, **pdl_launch(pdl))
     return h
 
 
 def expert_down(h: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, tile: GemvConfig,
-                pdl: bool) -> torch.Tensor:
+                pdl: bool, max_unrolled: int = MAX_UNROLLED_TILES) -> torch.Tensor:
     """out [T, H]: each token's rows of h through its experts' down projections, summed."""
     (tokens, top_k), hidden, inter = ids.shape, w2.shape[1], w2.shape[2]
     _down_kernel[(tokens, triton.cdiv(hidden, tile.block_n))](
         h, w2, ids, out, hidden, inter, h.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
         TOP_K=top_k, K_P=triton.next_power_of_2(top_k), BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        EVEN_K=inter % tile.block_k == 0, STAGES=tile.num_stages, PDL=pdl, num_warps=tile.num_warps,
+        EVEN_K=inter % tile.block_k == 0, STAGES=tile.num_stages,
+        UNROLL=_unroll(triton.cdiv(inter, tile.block_k), top_k, max_unrolled), PDL=pdl, num_warps=tile.num_warps,
         num_stages=tile.num_stages, **pdl_launch(pdl))
     return out
 
 
 def decode_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int,
                    renormalize: bool, tiles: tuple[GemvConfig, GemvConfig] | None = None,
-                   pdl: bool | None = None) -> torch.Tensor:
+                   pdl: bool | None = None, max_unrolled: int = MAX_UNROLLED_TILES) -> torch.Tensor:
     """The MoE feed-forward of x [T, H] (this rank's share: w13 [E, 2I, H], w2 [E, H, I]) for a few
-    tokens; `tiles` (gate_up, down) and `pdl` override the defaults (the benchmark's sweep)."""
+    tokens; `tiles` (gate_up, down), `pdl` and `max_unrolled` override the defaults (the
+    benchmark's sweep)."""
     tokens, hidden = x.shape
     out = torch.empty_like(x)
     if tokens == 0:
@@ -174,7 +203,8 @@ def decode_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tens
     gate_up, down = tiles or decode_tiles(w13.shape[1] // 2, hidden, top_k, w13.element_size(), x.device)
     pdl = pdl_supported(x.device) if pdl is None else pdl
     weights, ids = route_topk(router_logits, top_k, renormalize, pdl=pdl)
-    return expert_down(expert_gate_up(x, w13, weights, ids, gate_up, pdl), w2, ids, out, down, pdl)
+    h = expert_gate_up(x, w13, weights, ids, gate_up, pdl, max_unrolled)
+    return expert_down(h, w2, ids, out, down, pdl, max_unrolled)
 
 
 def warm_up(w13: torch.Tensor, w2: torch.Tensor, gate: torch.Tensor, top_k: int, renormalize: bool) -> None:
