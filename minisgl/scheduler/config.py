@@ -26,4 +26,4 @@ class SchedulerConfig(EngineConfig):
     grammar_compile_timeout: float = 10.0
     grammar_compile_workers: int = 2
     max_grammar_depth: int = 64
-    grammar_cache_bytes: int = 256 << 20
+    grammar_cache_bytes: int = 64 << 20

@@ -157,11 +157,13 @@ class ServerArgs:
         "compile; beyond it the compile is killed and the request gets 400 naming this flag. Compiles run in "
         "separate processes, so a slow one never delays other requests.", 10.0)
     grammar_compile_workers: int = _flag(
-        "Grammar compiles running at once, one process each (started at the first constrained request).", 2)
+        "Grammar compiles running at once, one process each (a few hundred MB of host memory), started at the "
+        "first constrained request; more wait for a free one.", 2)
     max_grammar_depth: int = _flag(
         "How deeply a JSON schema's objects and arrays may nest (compile time grows steeply with it); 400 beyond.",
         64)
-    grammar_cache_bytes: int = _flag("Memory for compiled grammars kept for reuse, in bytes.", 256 << 20)
+    grammar_cache_bytes: int = _flag(
+        "Memory for compiled grammars kept for reuse, in bytes (the least recently used go first).", 64 << 20)
 
     @property
     def model_names(self) -> tuple[str, ...]:
