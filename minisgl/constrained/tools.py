@@ -1,5 +1,5 @@
-"""JSON schemas of forced tool calls (tool_choice required or a named function): what the grammar
-lets the model write, alone or beside a response_format answer.
+"""JSON schemas of forced tool calls (tool_choice required): what the grammar lets the model
+write, alone or beside a response_format answer.
 
 Calls are a JSON list of {"name", "parameters"} (the arguments object); with an answer format the
 output is either that list or the answer, which a reader tells apart by its first character (a

@@ -1,8 +1,10 @@
 """Tool calling and reasoning through the real server: the official `openai` client and
-LangChain (`bind_tools`, `with_structured_output`) on a tiny random model. Forced tool calls are
-grammar-constrained, so their arguments always parse and match the tool's schema; free-form
-(auto) calls and <think> blocks are produced with a guided_regex, so the Hermes and Qwen3
-parsers are exercised on real generated, detokenized, streamed text."""
+LangChain (`bind_tools`, `with_structured_output`) on a tiny random model, the server started
+without --tool-call-parser (the parser comes from the chat template). Forced tool calls are
+grammar-constrained, so their arguments always parse and match the tool's schema, also beside a
+response_format and when max_tokens cuts them; free-form (auto) calls and <think> blocks are
+produced with a guided_regex, so the Hermes, Llama-3 JSON and Qwen3 parsers are exercised on real
+generated, detokenized, streamed text."""
 
 from __future__ import annotations
 
@@ -14,14 +16,14 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.server.serving import ServerProcess, tiny_qwen3_server
-from tests.server.tool_chat import CHAT, TEMPLATE, TIME, WEATHER
+from tests.server.tool_chat import CHAT, LLAMA3_TEMPLATE, TEMPLATE, TIME, WEATHER
 
 MODEL = "tiny-qwen3"
 
 
 model_dir, server, client = tiny_qwen3_server(
     "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len",
-    "1024", "--chat-template", TEMPLATE, "--tool-call-parser", "hermes", "--reasoning-parser", "qwen3")
+    "1024", "--chat-template", TEMPLATE, "--reasoning-parser", "qwen3")
 
 
 def _check(call, tool) -> dict:
@@ -86,21 +88,51 @@ def test_auto_tool_calls_and_reasoning_are_parsed_from_generated_text(client, st
     _check(calls[0], WEATHER)
 
 
-def test_tool_choice_auto_without_parser_and_bad_tool_choice_are_400(model_dir, client):
+def test_a_template_without_tools_refuses_auto_saying_why_and_bad_tool_choice_is_400(model_dir, client):
     with pytest.raises(openai.BadRequestError):
         client.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], max_tokens=2,
                                        tool_choice={"type": "function", "function": {"name": "nope"}})
+    # The tiny model's own template renders no tools: no parser to pick.
     srv = ServerProcess("--model", model_dir, "--served-model-name", MODEL, "--num-pages", "256").wait_ready()
     try:
         plain = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
         with pytest.raises(openai.BadRequestError) as e:
             plain.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], max_tokens=2)
-        assert e.value.body["param"] == "tool_choice" and "--tool-call-parser" in e.value.body["message"]
-        # tool_choice none: the tools are simply not used.
+        assert e.value.body["param"] == "tool_choice"
+        assert "does not render tools" in e.value.body["message"] and "--tool-call-parser" in e.value.body["message"]
+        # tool_choice none: the tools are simply not used; a forced choice needs no parser.
         assert plain.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], tool_choice="none",
                                              max_tokens=2).choices[0].message.tool_calls is None
+        forced = plain.chat.completions.create(model=MODEL, messages=CHAT, tools=[TIME], tool_choice="required",
+                                               max_tokens=40, temperature=0)
+        _check(forced.choices[0].message.tool_calls[0], TIME)
     finally:
         assert srv.stop() == 0
+    assert "no tool-call parser: the model's chat template does not render tools" in srv.output()
+
+
+LLAMA_REGEX = r'\{"name": "get_weather", "parameters": \{"city": "(Paris|Oslo)", "days": [1-7]\}\}'
+
+
+def test_a_llama_template_gets_llama3_json_calls_read_without_flags(tiny_model_dir):
+    srv = ServerProcess("--model", tiny_model_dir("LlamaForCausalLM"), "--served-model-name", MODEL, "--num-pages",
+                        "512", "--chat-template", LLAMA3_TEMPLATE).wait_ready()
+    try:
+        llama = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
+        kw = dict(model=MODEL, messages=CHAT, tools=[WEATHER], temperature=1.0, seed=2, max_tokens=120,
+                  extra_body={"guided_regex": LLAMA_REGEX})
+        choice = llama.chat.completions.create(**kw).choices[0]
+        assert not choice.message.content and choice.finish_reason == "tool_calls"
+        assert len(choice.message.tool_calls) == 1
+        _check(choice.message.tool_calls[0], WEATHER)
+        chunks = [c for c in llama.chat.completions.create(stream=True, **kw) if c.choices]
+        calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == "" and len(calls) == 1
+        assert chunks[-1].choices[0].finish_reason == "tool_calls"
+        _check(calls[0], WEATHER)
+    finally:
+        assert srv.stop() == 0
+    assert 'tool-call parser: llama3_json (the chat template writes "parameters"' in srv.output()
 
 
 def test_tools_and_history_with_tool_calls_reach_the_template(client, model_dir):
@@ -150,3 +182,92 @@ def test_langchain_bind_tools_and_with_structured_output(server):
     for method in ("json_schema", "function_calling"):
         verdict = llm.with_structured_output(Verdict, method=method).invoke("Is the sky blue?")
         assert isinstance(verdict, Verdict) and verdict.answer in ("yes", "no")
+
+
+VERDICT = {"type": "object", "properties": {"answer": {"type": "string", "enum": ["yes", "no"]},
+                                            "sure": {"type": "boolean"}}, "required": ["answer", "sure"]}
+VERDICT_FORMAT = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT}}
+
+
+def _bracket_bias(model_dir: str, bias: int) -> dict:
+    """logit_bias on "[", the first character of a list of calls (an answer object starts with "{"):
+    which of the two the grammar allows the model takes."""
+    return {str(AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids("[")): bias}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_required_beside_response_format_gives_a_valid_call_or_a_valid_answer(client, model_dir, stream):
+    kw = dict(model=MODEL, messages=CHAT, tools=[WEATHER, TIME], tool_choice="required", parallel_tool_calls=False,
+              response_format=VERDICT_FORMAT, temperature=1.0, seed=4, max_tokens=200)
+    for bias in (100, -100):
+        if not stream:
+            choice = client.chat.completions.create(logit_bias=_bracket_bias(model_dir, bias), **kw).choices[0]
+            content, calls, finish = choice.message.content, choice.message.tool_calls or [], choice.finish_reason
+        else:
+            chunks = [c for c in client.chat.completions.create(stream=True, logit_bias=_bracket_bias(model_dir, bias),
+                                                                **kw) if c.choices]
+            content = "".join(c.choices[0].delta.content or "" for c in chunks)
+            calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+            finish = chunks[-1].choices[0].finish_reason
+        if bias > 0:  # a call
+            assert not content and len(calls) == 1 and finish == "tool_calls"
+            _check(calls[0], {"get_weather": WEATHER, "get_time": TIME}[calls[0].function.name])
+        else:  # an answer in the schema, no key beyond it
+            assert calls == [] and finish == "stop"
+            answer = json.loads(content)
+            jsonschema.validate(answer, {**VERDICT, "additionalProperties": False})
+
+
+def test_responses_text_format_beside_forced_tools(client):
+    tools = [{"type": "function", **WEATHER["function"]}]
+    text = {"format": {"type": "json_schema", "name": "verdict", "schema": VERDICT}}
+    # required: a function call or a message in the format.
+    resp = client.responses.create(model=MODEL, input="Weather in Paris?", tools=tools, tool_choice="required",
+                                   text=text, temperature=0, max_output_tokens=200)
+    assert resp.status == "completed" and len(resp.output) == 1
+    item = resp.output[0]
+    if item.type == "function_call":
+        jsonschema.validate(json.loads(item.arguments), WEATHER["function"]["parameters"])
+    else:
+        jsonschema.validate(json.loads(item.content[0].text), {**VERDICT, "additionalProperties": False})
+    # A named function is called (instructor's RESPONSES_TOOLS sends it with the format).
+    resp = client.responses.create(model=MODEL, input="Weather in Paris?", tools=tools, text=text, temperature=0,
+                                   tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=200)
+    assert [i.type for i in resp.output] == ["function_call"] and resp.output[0].name == "get_weather"
+    jsonschema.validate(json.loads(resp.output[0].arguments), WEATHER["function"]["parameters"])
+
+
+def _calls(calls) -> list[tuple[str, str]]:
+    return [(c.function.name, c.function.arguments) for c in calls]
+
+
+def test_a_forced_call_cut_by_max_tokens_is_a_call_with_finish_length_never_content(client):
+    kw = dict(model=MODEL, messages=CHAT, tools=[WEATHER, TIME], tool_choice="required", parallel_tool_calls=False,
+              temperature=0)
+    whole = client.chat.completions.create(max_tokens=300, **kw)
+    assert whole.choices[0].finish_reason == "tool_calls"
+    [(name, arguments)] = _calls(whole.choices[0].message.tool_calls)
+    n = whole.usage.completion_tokens
+    # Greedy: a smaller max_tokens cuts the same output short. Cut inside the arguments object.
+    for cut in (n - 4, n - 8):
+        choice = client.chat.completions.create(max_tokens=cut, **kw).choices[0]
+        assert choice.finish_reason == "length" and choice.message.content is None
+        [(cut_name, cut_arguments)] = _calls(choice.message.tool_calls)
+        assert cut_name == name and arguments.startswith(cut_arguments) and cut_arguments != arguments
+        chunks = [c for c in client.chat.completions.create(max_tokens=cut, stream=True, **kw) if c.choices]
+        assert "".join(c.choices[0].delta.content or "" for c in chunks) == ""
+        assert _calls(tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])) == [(name, cut_arguments)]
+        assert chunks[-1].choices[0].finish_reason == "length"
+    # A named call and the Responses API alike.
+    named = dict(model=MODEL, messages=CHAT, tools=[TIME], temperature=0,
+                 tool_choice={"type": "function", "function": {"name": "get_time"}})
+    written = ('{"zone": "UTC"}', '{"zone": "CET"}')  # all the named call's arguments can be
+    choice = client.chat.completions.create(max_tokens=3, **named).choices[0]
+    assert choice.finish_reason == "length" and choice.message.content is None
+    [(cut_name, cut_arguments)] = _calls(choice.message.tool_calls)
+    assert cut_name == "get_time" and any(w.startswith(cut_arguments) and w != cut_arguments for w in written)
+    resp = client.responses.create(model=MODEL, input="Time?", tools=[{"type": "function", **TIME["function"]}],
+                                   tool_choice={"type": "function", "name": "get_time"}, temperature=0,
+                                   max_output_tokens=3)
+    assert resp.status == "incomplete" and [i.type for i in resp.output] == ["function_call"]
+    assert resp.output[0].name == "get_time" and any(w.startswith(resp.output[0].arguments) for w in written)

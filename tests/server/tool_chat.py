@@ -20,3 +20,18 @@ TIME = {"type": "function", "function": {
     "name": "get_time", "parameters": {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
                                        "required": ["zone"], "additionalProperties": False}}}
 CHAT = [{"role": "user", "content": "Weather in Paris?"}]
+
+# A Llama-3.2-style template: tools listed in the system turn with the JSON call format, earlier
+# calls rendered as that JSON, tool results in ipython turns. No <tool_call> and no <|python_tag|>:
+# the "parameters" key is what marks Llama's JSON calls.
+LLAMA3_TEMPLATE = (
+    "<|start_header_id|>system<|end_header_id|>\n\n{% if tools %}Given the following functions, please respond with "
+    "a JSON for a function call with its proper arguments that best answers the given prompt.\n\nRespond in the "
+    'format {"name": function name, "parameters": dictionary of argument name and its value}.\n\n'
+    "{% for t in tools %}{{ t | tojson }}\n\n{% endfor %}{% endif %}<|eot_id|>"
+    "{% for m in messages %}{% if m.role == 'tool' %}<|start_header_id|>ipython<|end_header_id|>\n\n"
+    "{{ m.content }}<|eot_id|>{% else %}<|start_header_id|>{{ m.role }}<|end_header_id|>\n\n"
+    "{% if m.content %}{{ m.content }}{% endif %}{% for c in m.tool_calls or [] %}"
+    '{"name": "{{ c.function.name }}", "parameters": {{ c.function.arguments | tojson }}}{% endfor %}<|eot_id|>'
+    "{% endif %}{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
+)

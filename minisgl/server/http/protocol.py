@@ -362,21 +362,20 @@ class ChatCompletionRequest(GenerationRequest):
         return super().constraint()
 
     def constraint(self) -> tuple[str, str] | None:
-        """Forced tool calls are structured output: the arguments of the named function, or a list
-        of {name, parameters} (minisgl.constrained.tools); with a JSON answer format, that list or
-        an answer in the format, as OpenAI lets the model do either."""
+        """Forced tool calls are structured output: the arguments of the named function (a client
+        naming one expects that call, response_format or not: instructor's RESPONSES_TOOLS), or
+        for `required` a list of {name, parameters} (minisgl.constrained.tools), which beside a
+        JSON answer format may instead be an answer in it."""
         mode, answer = self.tool_mode, self.answer_constraint()
         if mode not in ("named", "required"):
             return answer
         schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools}
         if mode == "named":
-            if answer is None:
-                return ("json_schema", json.dumps(schemas[self.tool_choice.function.name]))
-            schemas = {self.tool_choice.function.name: schemas[self.tool_choice.function.name]}
+            return ("json_schema", json.dumps(schemas[self.tool_choice.function.name]))
         answer_schema = None if answer is None else json.loads(answer[1]) if answer[0] == "json_schema" \
             else {"type": "object"}
-        return ("json_schema", json.dumps(forced_calls_schema(
-            schemas, one_call=mode == "named" or self.parallel_tool_calls is False, answer=answer_schema)))
+        return ("json_schema", json.dumps(forced_calls_schema(schemas, one_call=self.parallel_tool_calls is False,
+                                                              answer=answer_schema)))
 
     @model_validator(mode="after")
     def _top_logprobs_needs_logprobs(self):

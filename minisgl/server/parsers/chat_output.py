@@ -18,20 +18,19 @@ class ChatOutputFormat:
     reasoning_parser: str | None = None  # --reasoning-parser
     tool_parser: str | None = None  # --tool-call-parser, for tool_choice auto
     # Forced tool calls (tool_choice required / named): the grammar made the output JSON
-    # (minisgl.constrained.tools), read here directly: a named function's arguments object, or a
-    # list of {name, parameters}; beside a response_format, that list or an answer in the format.
+    # (minisgl.constrained.tools), read here directly: a named function's arguments object, or
+    # for required a list of {name, parameters}, beside a response_format that or an answer in it.
     forced_tool: str | None = None  # the named function
-    forced_list: bool = False  # the output is a list of calls: tool_choice required, or forced beside an answer
-    or_answer: bool = False  # ... or instead an answer (JSON that is not a list)
+    forced_list: bool = False  # tool_choice required
+    or_answer: bool = False  # required beside a response_format: the output may be an answer (JSON, not a list)
 
     @classmethod
     def for_chat(cls, body, reasoning_parser: str | None, tool_call_parser: str | None) -> ChatOutputFormat:
         """The format of a ChatCompletionRequest `body` on a server started with these parsers."""
         mode = body.tool_mode
-        or_answer = mode in ("named", "required") and body.answer_constraint() is not None
         return cls(reasoning_parser=reasoning_parser, tool_parser=tool_call_parser if mode == "auto" else None,
                    forced_tool=body.tool_choice.function.name if mode == "named" else None,
-                   forced_list=mode == "required" or or_answer, or_answer=or_answer)
+                   forced_list=mode == "required", or_answer=mode == "required" and body.answer_constraint() is not None)
 
     @property
     def plain(self) -> bool:

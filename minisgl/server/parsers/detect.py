@@ -13,8 +13,9 @@ from minisgl.utils.logger import get_logger
 
 logger = get_logger(__name__)
 
-# What a template shows of each parser's syntax (it renders earlier calls, or tells the model how to call).
-TEMPLATE_MARKERS = (("hermes", "<tool_call>"), ("llama3_json", "<|python_tag|>"))
+# What a template shows of each parser's syntax (it renders earlier calls, or tells the model how to
+# call), first match wins: Llama 3.1 writes <|python_tag|>, Llama 3.2 only the JSON's "parameters".
+TEMPLATE_MARKERS = (("hermes", "<tool_call>"), ("llama3_json", "<|python_tag|>"), ("llama3_json", '"parameters": '))
 # Families whose templates describe calls in words only, trained on one syntax.
 ARCHITECTURE_PARSERS = {"Qwen2ForCausalLM": "hermes", "Qwen3ForCausalLM": "hermes", "Qwen3MoeForCausalLM": "hermes",
                         "LlamaForCausalLM": "llama3_json"}

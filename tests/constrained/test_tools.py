@@ -1,0 +1,71 @@
+"""The grammar of forced tool calls (minisgl.constrained.tools), compiled as the server compiles
+it and matched character by character: a list of calls of the given tools, each call's
+arguments in its tool's schema (its own `$ref`s resolved), at most one call when asked, and beside
+an answer format either that list or an answer in the format, nothing else."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import xgrammar as xgr
+
+from minisgl.constrained.grammar import compile_constraint
+from minisgl.constrained.tools import forced_calls_schema
+
+# Arguments with a nested model behind a $ref, as pydantic writes them.
+WEATHER = {"type": "object", "properties": {"where": {"$ref": "#/$defs/Place"}, "days": {"type": "integer"}},
+           "required": ["where", "days"], "$defs": {"Place": {"type": "object", "properties": {
+               "city": {"type": "string", "enum": ["Paris", "Oslo"]}}, "required": ["city"]}}}
+TIME = {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["zone"]}
+ANSWER = {"type": "object", "properties": {"ok": {"$ref": "#/$defs/Flag"}}, "required": ["ok"],
+          "$defs": {"Flag": {"type": "boolean"}}}
+
+
+@pytest.fixture(scope="module")
+def accepts():
+    """accepts(schema, text): whether the compiled json_schema constraint takes exactly `text`."""
+    vocab = [chr(i) for i in range(32, 127)] + ["</s>"]
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo(vocab, stop_token_ids=[len(vocab) - 1]))
+
+    def check(schema: dict, text: str) -> bool:
+        matcher = xgr.GrammarMatcher(compile_constraint(compiler, ("json_schema", json.dumps(schema))),
+                                     terminate_without_stop_token=True)
+        return matcher.accept_string(text) and matcher.is_terminated()
+
+    return check
+
+
+def _call(name: str, arguments: dict) -> dict:
+    return {"name": name, "parameters": arguments}
+
+
+PARIS = _call("get_weather", {"where": {"city": "Paris"}, "days": 2})
+UTC = _call("get_time", {"zone": "UTC"})
+
+
+def _text(value) -> str:
+    return json.dumps(value)  # the grammar's compact JSON: ", " and ": " separators
+
+
+def test_calls_of_the_tools_in_their_schemas_and_nothing_else(accepts):
+    schema = forced_calls_schema({"get_weather": WEATHER, "get_time": TIME})
+    assert accepts(schema, _text([PARIS])) and accepts(schema, _text([UTC, PARIS]))
+    assert not accepts(schema, "[]")  # at least one call
+    assert not accepts(schema, _text([_call("get_news", {})]))  # not a tool
+    assert not accepts(schema, _text([_call("get_time", {"zone": "PST"})]))  # not in the schema
+    assert not accepts(schema, _text([_call("get_weather", {"where": {"city": "Rome"}, "days": 2})]))  # via $ref
+    assert not accepts(schema, _text({"ok": True}))  # no answer without an answer format
+
+
+def test_one_call_at_most_when_parallel_calls_are_off(accepts):
+    schema = forced_calls_schema({"get_weather": WEATHER, "get_time": TIME}, one_call=True)
+    assert accepts(schema, _text([UTC])) and not accepts(schema, _text([UTC, PARIS]))
+
+
+def test_beside_an_answer_format_calls_or_an_answer(accepts):
+    schema = forced_calls_schema({"get_weather": WEATHER, "get_time": TIME}, answer=ANSWER)
+    assert accepts(schema, _text([PARIS])) and accepts(schema, _text({"ok": False}))
+    assert not accepts(schema, _text({"ok": "yes"}))  # the answer's own $ref holds
+    assert not accepts(schema, _text({"ok": True, "why": "x"}))  # no key the answer does not list
+    assert not accepts(schema, _text([{"ok": True}]))

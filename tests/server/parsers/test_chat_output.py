@@ -1,0 +1,73 @@
+"""Forced tool calls read back at their edges: a call cut off by max_tokens is still a call (its
+arguments as far as written, finish_reason length), never call syntax as content; tool_choice
+required beside a response_format gives calls or the answer, whole and streamed alike."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from minisgl.server.parsers import ChatOutputFormat
+from tests.server.test_parsers import _stream
+
+REQUIRED = ChatOutputFormat(forced_list=True)
+NAMED = ChatOutputFormat(forced_tool="get_time")
+EITHER = ChatOutputFormat(forced_list=True, or_answer=True)
+WHOLE = '[{"name": "get_time", "parameters": {"zone": "UTC"}}, {"name": "get_weather", "parameters": {"city": "Oslo"}}]'
+
+
+def _pairs(calls: list[dict]) -> list[tuple[str, str]]:
+    return [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+
+
+@pytest.mark.parametrize("cut", range(len('[{"name": "get_time", "'), len(WHOLE)))
+def test_a_list_of_calls_cut_anywhere_after_a_name_is_calls_with_finish_length(cut):
+    text = WHOLE[:cut]
+    message, reason = REQUIRED.reader().message(text, "length")
+    assert reason == "length" and not message["content"]
+    whole = _pairs(REQUIRED.reader().message(WHOLE, "stop")[0]["tool_calls"])
+    got = _pairs(message.get("tool_calls", []))
+    # Each call is the whole one's, the last one's arguments possibly a prefix of them.
+    assert got and len(got) <= len(whole)
+    for (name, arguments), (whole_name, whole_arguments) in zip(got, whole):
+        assert name == whole_name and whole_arguments.startswith(arguments)
+    _, content, calls, reason = _stream(REQUIRED, text, 3, "length")
+    assert content == "" and _pairs(calls) == got and reason == "length"
+
+
+def test_the_issue_example_is_a_call_without_arguments_yet():
+    message, reason = REQUIRED.reader().message('[{"name": "get_time", "parameter', "length")
+    assert message["content"] is None and _pairs(message["tool_calls"]) == [("get_time", "")] and reason == "length"
+
+
+def test_a_list_cut_before_any_name_has_no_call_and_no_content():
+    for text in ("[", '[{"na', '[{"name": "get_ti'):
+        message, reason = REQUIRED.reader().message(text, "length")
+        assert not message["content"] and "tool_calls" not in message and reason == "length"
+        assert _stream(REQUIRED, text, 2, "length")[1:] == ("", [], "length")
+
+
+def test_a_named_call_cut_off_keeps_its_name_and_the_arguments_so_far():
+    message, reason = NAMED.reader().message('{"zone": "U', "length")
+    assert message["content"] is None and _pairs(message["tool_calls"]) == [("get_time", '{"zone": "U')]
+    assert reason == "length"
+    _, content, calls, reason = _stream(NAMED, '{"zone": "U', 4, "length")
+    assert content == "" and _pairs(calls) == [("get_time", '{"zone": "U')] and reason == "length"
+
+
+@pytest.mark.parametrize("step", [1, 5, 1000])
+def test_required_beside_a_response_format_reads_calls_or_the_answer(step):
+    message, reason = EITHER.reader().message(WHOLE, "stop")
+    assert _pairs(message["tool_calls"]) == _pairs(REQUIRED.reader().message(WHOLE, "stop")[0]["tool_calls"])
+    assert reason == "tool_calls" and message["content"] is None
+    _, content, calls, reason = _stream(EITHER, WHOLE, step)
+    assert content == "" and _pairs(calls) == _pairs(message["tool_calls"]) and reason == "tool_calls"
+    answer = '{"city": "Oslo", "sunny": true}'
+    message, reason = EITHER.reader().message(answer, "stop")
+    assert message == {"role": "assistant", "content": answer} and reason == "stop"
+    _, content, calls, reason = _stream(EITHER, answer, step)
+    assert content == answer and calls == [] and reason == "stop"
+    # An answer whose schema is a list (not of {name, parameters}) is still the answer.
+    listed = json.dumps([{"city": "Oslo"}])
+    assert EITHER.reader().message(listed, "stop")[0]["content"] == listed
