@@ -53,13 +53,18 @@ def test_settings_map_to_their_chat_fields():
 @pytest.mark.parametrize("body", [
     {"input": "hi", "tool_choice": "required"},  # no tools to call
     {"input": "hi", "tools": [TOOL], "tool_choice": {"type": "function", "name": "other"}},
-    {"input": "hi", "tools": [TOOL], "tool_choice": "required", "text": {"format": {"type": "json_object"}}},
     {"input": []},
     {"input": [{"role": "tool", "content": "x"}]},  # tool results are function_call_output items
 ])
 def test_contradictory_or_malformed_requests_do_not_validate(body):
     with pytest.raises(ValidationError):
         ResponsesRequest.model_validate(body)
+
+
+def test_forced_tools_beside_a_text_format_are_the_chat_request_they_mean():
+    body = {"input": "hi", "tools": [TOOL], "tool_choice": "required", "text": {"format": {"type": "json_object"}}}
+    chat = ResponsesRequest.model_validate(body).chat_request()
+    assert chat.tool_mode == "required" and chat.answer_constraint() == ("json_object", "")
 
 
 def test_unimplemented_fields_and_hosted_tools_are_named():
