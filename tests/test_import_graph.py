@@ -9,8 +9,10 @@ same):
   minisgl/__main__.py) imports it, and it does not import that back;
 - minisgl/benchmark/ (what the benchmarks and the server tests share) stands beside: no other
   folder imports it;
-- and over all folders and top-level modules, no cycle: the folder graph orders them from
-  minisgl/utils/ at the bottom to the server at the top.
+- over all folders and top-level modules, no cycle;
+- and the README's Layout table lists the folders in an order the imports keep: each folder
+  imports only folders listed above it (utils at the bottom, the server and the benchmark support
+  at the top).
 
 Each package says what it is for in its `__init__` docstring.
 """
@@ -18,9 +20,12 @@ Each package says what it is for in its `__init__` docstring.
 from __future__ import annotations
 
 import ast
+import itertools
+import re
 from pathlib import Path
 
 import minisgl
+from tests.test_readme_layout import layout_section
 
 PACKAGE = Path(minisgl.__file__).parent
 ENTRY_POINTS = {"__main__"}
@@ -113,9 +118,9 @@ def test_no_folder_imports_the_benchmark_support():
 def folder_graph() -> dict[str, dict[str, list[str]]]:
     """{folder: {folder it imports: the files that import it}}."""
     graph: dict[str, dict[str, list[str]]] = {source: {} for source in folders()}
-    for source in graph:
+    for source, targets in graph.items():
         for path, target in imports_of(source):
-            graph[source].setdefault(target, []).append(path)
+            targets.setdefault(target, []).append(path)
     return graph
 
 
@@ -159,7 +164,7 @@ def test_the_folder_graph_has_no_cycle():
     graph = folder_graph()
     cycle = find_cycle(graph)
     if cycle:
-        edges = "\n".join(f"  {a} -> {b}: {', '.join(graph[a][b])}" for a, b in zip(cycle, cycle[1:]))
+        edges = "\n".join(f"  {a} -> {b}: {', '.join(graph[a][b])}" for a, b in itertools.pairwise(cycle))
         raise AssertionError(f"folders import each other in a cycle, {' -> '.join(cycle)}:\n{edges}")
 
 
@@ -169,3 +174,12 @@ def test_every_package_says_what_it_is_for():
                     if not (package / "__init__.py").is_file()
                     or not ast.get_docstring(ast.parse((package / "__init__.py").read_text()))]
     assert not undocumented, f"packages without an __init__ docstring: {undocumented}"
+
+
+def test_each_folder_imports_only_folders_above_it_in_the_readme_layout():
+    order = re.findall(r"^\| `minisgl/([a-z_]+)` \|", layout_section(), flags=re.MULTILINE)
+    rank = {name: i for i, name in enumerate(order)}
+    upward = [f"{path} imports {target}, which the table lists after {source}" for source in order
+              for path, target in imports_of(source) if rank.get(target, -1) > rank[source]]
+    assert not upward, "README.md's Layout lists the folders from the bottom of the import graph up:\n" + \
+        "\n".join(upward)
