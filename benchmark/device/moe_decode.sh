@@ -37,7 +37,7 @@ for part in ${STEPS:-tests layer b1 b8}; do
         step "MoE layer at decode's token counts: GEMV path vs block-aligned, tile sweep"
         timeout 200 python benchmark/offline/moe_decode.py --config "$MODEL" --sweep --out "$RES/moe_decode.json" 2>&1 \
             | grep -vi warn ;;
-    b1 | b8)
+    b*)
         batch=${part#b}
         for tree in base new; do
             path=$NEW; [ "$tree" = base ] && path="$BASE:$NEW"

@@ -91,6 +91,9 @@ def main() -> None:
                                  for x, r in zip(xs, routes)]),
             "down": graph_us([lambda h=h, r=r, x=x: moe_decode.expert_down(h, w2, r[1], torch.empty_like(x), dn, False)
                               for h, r, x in zip(hs, routes, xs)]),
+            "down per token": graph_us([lambda h=h, r=r, x=x: moe_decode.expert_down(h, w2, r[1], torch.empty_like(x),
+                                                                                      dn, False, split=False)
+                                        for h, r, x in zip(hs, routes, xs)]),
         }}
         # Each path as the layer runs it, its router included.
         row["block_aligned_us"] = graph_us([lambda x=x: fused_moe.fused_experts(x, F.linear(x, gate), w13, w2, top_k,
@@ -129,10 +132,11 @@ def main() -> None:
                 sweep.append({"tokens": n, "gate_up": g.__dict__, "down": d.__dict__, "us": us})
                 print(f"  sweep {n} tokens: gate_up {g.block_n}x{g.block_k}/{g.num_stages}, down "
                       f"{d.block_n}x{d.block_k}/{d.num_stages}: {us:6.1f} us", flush=True)
-            us = graph_us([lambda x=x, lg=lg: moe_decode.decode_experts(x, lg, w13, w2, top_k, norm, max_unrolled=0)
+            us = graph_us([lambda x=x, lg=lg: moe_decode.decode_experts(x, lg, w13, w2, top_k, norm, split=False)
                            for x, lg in zip(xs, logits)])
-            sweep.append({"tokens": n, "looped": True, "us": us})
-            print(f"  sweep {n} tokens: default tiles, K steps looped, not unrolled: {us:6.1f} us", flush=True)
+            sweep.append({"tokens": n, "down_per_token": True, "us": us})
+            print(f"  sweep {n} tokens: default tiles, down a program per token (not per slot): {us:6.1f} us",
+                  flush=True)
     write_json(args.out, {"benchmark": "moe_decode", "device": device_name(), "config": args.config, "tp": args.tp,
                           "copy_bandwidth_bytes_per_s": bw, "rows": rows, "sweep": sweep})
 

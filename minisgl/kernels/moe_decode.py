@@ -12,10 +12,11 @@ Four launches, no sorting and no host synchronisation (a decode CUDA graph captu
    [T * k, I]. The pairs vary fastest in the grid, so pairs of different tokens that chose the
    same expert stream the same weight tile at about the same time (the second read can come
    from L2).
-4. `_down_kernel`, one program per token and tile of hidden features: the token's k rows of h
-   are one contiguous vector of k * I, multiplied by its k experts' down rows one after the other
-   (a GEMV whose weight rows jump to the next expert every I elements), so the sum over the slots
-   happens in registers and the output is written once.
+4. `_down_kernel`, one program per token, tile of hidden features and slot: the pair's row of h
+   through its expert's down rows; the last of a token's k programs to finish a tile (counted by
+   an atomic) sums their parts, so the output is written once, with no kernel after it. (One
+   program per token and tile looping over all its experts' rows streamed at about half the
+   rate: too few programs, each with a long loop; benchmark/NOTES.md.)
 
 Both GEMVs run on CUDA cores with the tiles of `minisgl.kernels.gemv` (one row), pipelined
 STAGES deep, and launch as programmatic dependent launches where the GPU has them.
@@ -25,6 +26,7 @@ tensors (the CPU suite's check).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 
 import torch
@@ -46,10 +48,9 @@ ROUTER_TILES = GemvConfig(block_n=1, block_k=1024, num_warps=4, num_stages=4, do
 @triton.jit
 def _gate_up_kernel(x_ptr, w_ptr, ids_ptr, weights_ptr, h_ptr, inter, hidden, stride_x, stride_we, stride_wn,
                     stride_h, TOP_K: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    EVEN_K: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, PDL: tl.constexpr):
+                    EVEN_K: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
     """h[pair, tile] = weight[pair] * silu(x[token] @ gate[e, tile]^T) * (x[token] @ up[e, tile]^T),
-    e the pair's expert; w holds each expert's [gate; up] (2 * inter rows). UNROLL: the K steps
-    (then exactly ceil(hidden / BLOCK_K)) unrolled, every load issued up front; else a loop."""
+    e the pair's expert; w holds each expert's [gate; up] (2 * inter rows)."""
     pair = tl.program_id(0)
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -64,18 +65,10 @@ def _gate_up_kernel(x_ptr, w_ptr, ids_ptr, weights_ptr, h_ptr, inter, hidden, st
     up_off = tl.cast(inter, tl.int64) * stride_wn
     acc = zero_accumulator(1, BLOCK_N, BLOCK_K, False)
     acc_up = tl.zeros_like(acc)
-    if UNROLL:
-        for step in tl.static_range(UNROLL):
-            x = load_tile(x_ptrs + step * BLOCK_K, one, rk, hidden - step * BLOCK_K, EVEN_K)
-            acc = mac(acc, x, load_tile(w_ptrs + step * BLOCK_K, n_ok, rk, hidden - step * BLOCK_K, EVEN_K), False,
-                      False)
-            acc_up = mac(acc_up, x, load_tile(w_ptrs + up_off + step * BLOCK_K, n_ok, rk, hidden - step * BLOCK_K,
-                                              EVEN_K), False, False)
-    else:
-        for k0 in tl.range(0, hidden, BLOCK_K, num_stages=STAGES):
-            x = load_tile(x_ptrs + k0, one, rk, hidden - k0, EVEN_K)
-            acc = mac(acc, x, load_tile(w_ptrs + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
-            acc_up = mac(acc_up, x, load_tile(w_ptrs + up_off + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
+    for k0 in tl.range(0, hidden, BLOCK_K, num_stages=STAGES):
+        x = load_tile(x_ptrs + k0, one, rk, hidden - k0, EVEN_K)
+        acc = mac(acc, x, load_tile(w_ptrs + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
+        acc_up = mac(acc_up, x, load_tile(w_ptrs + up_off + k0, n_ok, rk, hidden - k0, EVEN_K), False, False)
     gate = output_tile(acc, w_ptr, rn, n_ok, False, False)
     up = output_tile(acc_up, w_ptr, rn, n_ok, False, False)
     h = gate / (1.0 + tl.exp(-gate)) * up * tl.load(weights_ptr + pair)
@@ -86,12 +79,16 @@ def _gate_up_kernel(x_ptr, w_ptr, ids_ptr, weights_ptr, h_ptr, inter, hidden, st
 
 
 @triton.jit
-def _down_kernel(h_ptr, w_ptr, ids_ptr, out_ptr, hidden, inter, stride_h, stride_we, stride_wn, stride_out,
-                 TOP_K: tl.constexpr, K_P: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                 EVEN_K: tl.constexpr, STAGES: tl.constexpr, UNROLL: tl.constexpr, PDL: tl.constexpr):
+def _down_kernel(h_ptr, w_ptr, ids_ptr, out_ptr, part_ptr, arrivals_ptr, hidden, inter, stride_h, stride_we,
+                 stride_wn, stride_out, TOP_K: tl.constexpr, K_P: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, STAGES: tl.constexpr, SPLIT: tl.constexpr,
+                 PDL: tl.constexpr):
     """out[token, tile] = sum over the token's slots s of h[token * k + s] @ down[e_s, tile]^T.
-    UNROLL: the k * UNROLL steps (UNROLL = ceil(inter / BLOCK_K)) unrolled, every load issued up
-    front; else one loop over them (h's rows of a token are contiguous)."""
+    SPLIT: a program per slot too, which writes its float32 part at part[token * k + slot, tile]
+    and counts itself in at arrivals[token, tile]; the last of the k in sums the parts in slot
+    order (the same sum whichever finished last) and sets the count back to 0 for the next
+    launch. Else one program loops over all k * ceil(inter / BLOCK_K) steps of its token (h's rows
+    of a token are contiguous)."""
     token = tl.program_id(0)
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -100,31 +97,51 @@ def _down_kernel(h_ptr, w_ptr, ids_ptr, out_ptr, hidden, inter, stride_h, stride
     n_ok = rn < hidden
     one = tl.arange(0, 1) < 1
     slots = tl.arange(0, K_P)
-    experts = tl.load(ids_ptr + token * TOP_K + slots, mask=slots < TOP_K, other=0).to(tl.int64)
-    bases = experts * stride_we  # each slot's expert, as an offset into w
-    steps = tl.cdiv(inter, BLOCK_K)
     h_ptrs = h_ptr + token.to(tl.int64) * TOP_K * stride_h + tl.arange(0, 1)[:, None] + rk[None, :]
     w_ptrs = w_ptr + rn.to(tl.int64)[:, None] * stride_wn + rk[None, :]
+    out_ptrs = out_ptr + token.to(tl.int64) * stride_out + tl.arange(0, 1)[:, None] + rn[None, :]
     acc = zero_accumulator(1, BLOCK_N, BLOCK_K, False)
-    if UNROLL:
-        for slot in tl.static_range(TOP_K):
-            base = tl.load(ids_ptr + token * TOP_K + slot).to(tl.int64) * stride_we
-            for step in tl.static_range(UNROLL):
-                k0 = step * BLOCK_K
-                h = load_tile(h_ptrs + slot * stride_h + k0, one, rk, inter - k0, EVEN_K)
-                acc = mac(acc, h, load_tile(w_ptrs + base + k0, n_ok, rk, inter - k0, EVEN_K), False, False)
+    if SPLIT:
+        slot = tl.program_id(2)
+        base = tl.load(ids_ptr + token * TOP_K + slot).to(tl.int64) * stride_we
+        for k0 in tl.range(0, inter, BLOCK_K, num_stages=STAGES):
+            h = load_tile(h_ptrs + slot * stride_h + k0, one, rk, inter - k0, EVEN_K)
+            acc = mac(acc, h, load_tile(w_ptrs + base + k0, n_ok, rk, inter - k0, EVEN_K), False, False)
+        part_row = part_ptr + (token * TOP_K).to(tl.int64) * hidden
+        tl.store(part_row + slot * hidden + tl.arange(0, 1)[:, None] + rn[None, :],
+                 output_tile(acc, w_ptr, rn, n_ok, False, False), mask=n_ok[None, :])
+        # Every thread's stores, then one release-acquire count: the last program in sees all parts.
+        tl.debug_barrier()
+        count = arrivals_ptr + token * tl.num_programs(1) + tl.program_id(1)
+        if tl.atomic_add(count, 1, sem="acq_rel", scope="gpu") == TOP_K - 1:
+            tl.store(count, 0)
+            parts = tl.load(part_row + slots[:, None] * hidden + rn[None, :], mask=(slots < TOP_K)[:, None] & n_ok[None, :],
+                            other=0.0, cache_modifier=".cg")  # through L2: other SMs wrote them
+            tl.store(out_ptrs, tl.sum(parts, 0)[None, :].to(out_ptr.dtype.element_ty), mask=n_ok[None, :])
     else:
+        experts = tl.load(ids_ptr + token * TOP_K + slots, mask=slots < TOP_K, other=0).to(tl.int64)
+        bases = experts * stride_we  # each slot's expert, as an offset into w
+        steps = tl.cdiv(inter, BLOCK_K)
         for i in tl.range(0, TOP_K * steps, num_stages=STAGES):
             slot = i // steps
             k0 = (i - slot * steps) * BLOCK_K
             base = tl.sum(tl.where(slots == slot, bases, 0), 0)
             h = load_tile(h_ptrs + slot * stride_h + k0, one, rk, inter - k0, EVEN_K)
             acc = mac(acc, h, load_tile(w_ptrs + base + k0, n_ok, rk, inter - k0, EVEN_K), False, False)
-    out = output_tile(acc, w_ptr, rn, n_ok, False, False)
-    tl.store(out_ptr + token.to(tl.int64) * stride_out + tl.arange(0, 1)[:, None] + rn[None, :],
-             out.to(out_ptr.dtype.element_ty), mask=n_ok[None, :])
+        tl.store(out_ptrs, output_tile(acc, w_ptr, rn, n_ok, False, False).to(out_ptr.dtype.element_ty),
+                 mask=n_ok[None, :])
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
+
+
+MAX_ARRIVALS = 16384  # (token, hidden tile) counts of a split down launch: the arrivals' buffer
+
+
+@functools.cache
+def _arrivals(device: torch.device) -> torch.Tensor:
+    """The split down kernel's counts, zero between launches (the last program in resets its
+    count); one buffer for every layer, whose kernels run one after another."""
+    return torch.zeros(MAX_ARRIVALS, dtype=torch.int32, device=device)
 
 
 def _pow2_divisor(n: int, cap: int) -> int:
@@ -155,45 +172,43 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, config: GemvConfig | No
 
 
 
-# Up to this many weight tiles a program, its K steps are unrolled (every load in flight at once)
-# rather than looped; set to 0 to loop always.
-MAX_UNROLLED_TILES = 32
-
-
-def _unroll(steps: int, loads_per_step: int, max_tiles: int) -> int:
-    return steps if steps * loads_per_step <= max_tiles else 0
-
-
 def expert_gate_up(x: torch.Tensor, w13: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, tile: GemvConfig,
-                   pdl: bool, max_unrolled: int = MAX_UNROLLED_TILES) -> torch.Tensor:
+                   pdl: bool) -> torch.Tensor:
     """h [T * k, I]: every (token, slot) pair's routing weight * silu(gate) * up."""
     pairs, hidden, inter = ids.numel(), x.shape[1], w13.shape[1] // 2
     h = torch.empty(pairs, inter, dtype=x.dtype, device=x.device)
     _gate_up_kernel[(pairs, triton.cdiv(inter, tile.block_n))](
         x, w13, ids, weights, h, inter, hidden, x.stride(0), w13.stride(0), w13.stride(1), h.stride(0),
         TOP_K=ids.shape[1], BLOCK_N=tile.block_n, BLOCK_K=tile.block_k, EVEN_K=hidden % tile.block_k == 0,
-        STAGES=tile.num_stages, UNROLL=_unroll(triton.cdiv(hidden, tile.block_k), 2, max_unrolled), PDL=pdl, num_warps=tile.num_warps, num_stages=tile.num_stages, **pdl_launch(pdl))
+        STAGES=tile.num_stages, PDL=pdl, num_warps=tile.num_warps, num_stages=tile.num_stages, **pdl_launch(pdl))
     return h
 
 
 def expert_down(h: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, tile: GemvConfig,
-                pdl: bool, max_unrolled: int = MAX_UNROLLED_TILES) -> torch.Tensor:
-    """out [T, H]: each token's rows of h through its experts' down projections, summed."""
+                pdl: bool, split: bool | None = None) -> torch.Tensor:
+    """out [T, H]: each token's rows of h through its experts' down projections, summed. `split`:
+    a program per slot too (the default while the counts fit MAX_ARRIVALS), else per token."""
     (tokens, top_k), hidden, inter = ids.shape, w2.shape[1], w2.shape[2]
-    _down_kernel[(tokens, triton.cdiv(hidden, tile.block_n))](
-        h, w2, ids, out, hidden, inter, h.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
+    tiles = triton.cdiv(hidden, tile.block_n)
+    split = tokens * tiles <= MAX_ARRIVALS if split is None else split
+    if split and tokens * tiles > MAX_ARRIVALS:
+        raise ValueError(f"a split down launch counts at most {MAX_ARRIVALS} (token, tile) pairs, got {tokens * tiles}")
+    # (Unsplit, the kernel reads neither: out stands in for the pointers.)
+    part = torch.empty(tokens * top_k, hidden, dtype=torch.float32, device=h.device) if split else out
+    arrivals = _arrivals(h.device) if split else ids
+    _down_kernel[(tokens, tiles, top_k if split else 1)](
+        h, w2, ids, out, part, arrivals, hidden, inter, h.stride(0), w2.stride(0), w2.stride(1), out.stride(0),
         TOP_K=top_k, K_P=triton.next_power_of_2(top_k), BLOCK_N=tile.block_n, BLOCK_K=tile.block_k,
-        EVEN_K=inter % tile.block_k == 0, STAGES=tile.num_stages,
-        UNROLL=_unroll(triton.cdiv(inter, tile.block_k), top_k, max_unrolled), PDL=pdl, num_warps=tile.num_warps,
+        EVEN_K=inter % tile.block_k == 0, STAGES=tile.num_stages, SPLIT=split, PDL=pdl, num_warps=tile.num_warps,
         num_stages=tile.num_stages, **pdl_launch(pdl))
     return out
 
 
 def decode_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tensor, w2: torch.Tensor, top_k: int,
                    renormalize: bool, tiles: tuple[GemvConfig, GemvConfig] | None = None,
-                   pdl: bool | None = None, max_unrolled: int = MAX_UNROLLED_TILES) -> torch.Tensor:
+                   pdl: bool | None = None, split: bool | None = None) -> torch.Tensor:
     """The MoE feed-forward of x [T, H] (this rank's share: w13 [E, 2I, H], w2 [E, H, I]) for a few
-    tokens; `tiles` (gate_up, down), `pdl` and `max_unrolled` override the defaults (the
+    tokens; `tiles` (gate_up, down), `pdl` and `split` (expert_down) override the defaults (the
     benchmark's sweep)."""
     tokens, hidden = x.shape
     out = torch.empty_like(x)
@@ -203,8 +218,7 @@ def decode_experts(x: torch.Tensor, router_logits: torch.Tensor, w13: torch.Tens
     gate_up, down = tiles or decode_tiles(w13.shape[1] // 2, hidden, top_k, w13.element_size(), x.device)
     pdl = pdl_supported(x.device) if pdl is None else pdl
     weights, ids = route_topk(router_logits, top_k, renormalize, pdl=pdl)
-    h = expert_gate_up(x, w13, weights, ids, gate_up, pdl, max_unrolled)
-    return expert_down(h, w2, ids, out, down, pdl, max_unrolled)
+    return expert_down(expert_gate_up(x, w13, weights, ids, gate_up, pdl), w2, ids, out, down, pdl, split)
 
 
 def warm_up(w13: torch.Tensor, w2: torch.Tensor, gate: torch.Tensor, top_k: int, renormalize: bool) -> None:

@@ -47,12 +47,12 @@ def reference(layer: MoELayer, x: torch.Tensor) -> torch.Tensor:
 CASES = [(1, 64, 32, 8, 2, True), (5, 64, 48, 16, 4, False), (3, 72, 40, 8, 8, True)]
 
 
-@pytest.mark.parametrize("max_unrolled", [moe_decode.MAX_UNROLLED_TILES, 0], ids=["unrolled", "looped"])
+@pytest.mark.parametrize("split", [True, False], ids=["program per slot", "program per token"])
 @pytest.mark.parametrize("tokens, hidden, inter, experts, top_k, norm_topk_prob", CASES)
-def test_decode_path_equals_the_per_expert_loop(tokens, hidden, inter, experts, top_k, norm_topk_prob, max_unrolled):
+def test_decode_path_equals_the_per_expert_loop(tokens, hidden, inter, experts, top_k, norm_topk_prob, split):
     layer, x = layer_and_input(tokens, hidden, inter, experts, top_k, norm_topk_prob)
     got = moe_decode.decode_experts(x, moe_decode.router_logits(x, layer.gate.weight), layer.w13, layer.w2, top_k,
-                                    norm_topk_prob, max_unrolled=max_unrolled)
+                                    norm_topk_prob, split=split)
     want = reference(layer, x)
     assert got.dtype == x.dtype and got.shape == x.shape
     assert torch.linalg.norm(got.double() - want) / torch.linalg.norm(want) < 1e-5
@@ -65,6 +65,14 @@ def test_decode_path_in_bf16_at_qwen3_30b_a3b_shapes_is_within_bf16_rounding(tok
     got = moe_decode.decode_experts(x, layer.gate(x), layer.w13, layer.w2, 8, True)
     want = reference(layer, x)
     assert torch.linalg.norm(got.double() - want) / torch.linalg.norm(want) < 1e-2
+
+
+def test_split_down_leaves_its_arrival_counts_at_zero_for_the_next_launch():
+    layer, x = layer_and_input(3, 64, 32, 8, 4, True)
+    for _ in range(2):  # the second launch starts from the counts the first left
+        got = moe_decode.decode_experts(x, layer.gate(x), layer.w13, layer.w2, 4, True, split=True)
+        assert torch.linalg.norm(got.double() - reference(layer, x)) / torch.linalg.norm(reference(layer, x)) < 1e-5
+    assert not moe_decode._arrivals(DEVICE).any()
 
 
 def test_no_tokens_give_an_empty_result():
@@ -91,7 +99,8 @@ def build(kernel, dtype, consts, num_warps, num_stages):
         if name in consts:
             sig[name] = "constexpr"
         elif name.endswith("_ptr"):
-            sig[name] = "*i32" if name == "ids_ptr" else "*fp32" if name == "weights_ptr" else dtype
+            sig[name] = ("*i32" if name in ("ids_ptr", "arrivals_ptr") else
+                         "*fp32" if name in ("weights_ptr", "part_ptr") else dtype)
         else:
             sig[name] = "i32"
     compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts), target=GPUTarget("cuda", 90, 32),
@@ -100,13 +109,13 @@ def build(kernel, dtype, consts, num_warps, num_stages):
 
 for inter in (768, 384, 192):  # Qwen3-30B-A3B's experts whole, and TP=2 and TP=4 shares
     gate_up, down = md.decode_tiles(inter, 2048, 8, 2)
-    for dtype, unrolled in (("*bf16", True), ("*bf16", False), ("*fp32", True)):
+    for dtype in ("*bf16", "*fp32"):
         build(md._gate_up_kernel, dtype, {"TOP_K": 8, "BLOCK_N": gate_up.block_n, "BLOCK_K": gate_up.block_k,
-              "EVEN_K": True, "STAGES": gate_up.num_stages, "UNROLL": 2048 // gate_up.block_k if unrolled else 0,
-              "PDL": True}, gate_up.num_warps, gate_up.num_stages)
-        build(md._down_kernel, dtype, {"TOP_K": 8, "K_P": 8, "BLOCK_N": down.block_n, "BLOCK_K": down.block_k,
-              "EVEN_K": True, "STAGES": down.num_stages, "UNROLL": inter // down.block_k if unrolled else 0,
-              "PDL": True}, down.num_warps, down.num_stages)
+              "EVEN_K": True, "STAGES": gate_up.num_stages, "PDL": True}, gate_up.num_warps, gate_up.num_stages)
+        for split in (True, False):
+            build(md._down_kernel, dtype, {"TOP_K": 8, "K_P": 8, "BLOCK_N": down.block_n, "BLOCK_K": down.block_k,
+                  "EVEN_K": True, "STAGES": down.num_stages, "SPLIT": split, "PDL": True}, down.num_warps,
+                  down.num_stages)
 print("built")
 """
 
