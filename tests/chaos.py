@@ -171,3 +171,114 @@ def issue_21_request(url: str, pids: dict[str, int], stop_chars: int = 2_000_000
     return {"status": resp.status_code, "error": resp.json().get("error") if resp.status_code != 200 else None,
             "rss_growth": {k: after[k] - before[k] for k in pids},
             "rss_growth_5s_later": {k: later[k] - before[k] for k in pids}}
+
+
+def deep_schema(depth: int) -> dict:
+    """A JSON schema of objects nested `depth` deep (issue 42's 24 KB schema at 450)."""
+    schema: dict = {"type": "string"}
+    for _ in range(depth):
+        schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
+    return schema
+
+
+def hostile_mixed_load(url: str, api_key: str | None, seconds: float, idle_sockets: int, tokenize_bytes: int,
+                       schema_depth: int, flood: int, probe_timeout: float = 1.0) -> dict:
+    """Issue 42's mixed load, all at once for `seconds`: `idle_sockets` connections held open (each
+    reopened when the server closes it), one /tokenize of `tokenize_bytes`, one chat constrained by
+    a `schema_depth`-deep schema, and `flood` unauthenticated /health_generate loops. Meanwhile
+    /health is asked every 0.2 s with a `probe_timeout` limit and authenticated chats are sent one
+    after another. Returns what the probes and the clients saw."""
+    host, port = url.removeprefix("http://").split(":")
+    auth = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    chat = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    out: dict = {"health": [], "chats": [], "tokenize": None, "deep_schema": None, "flood_answers": 0}
+    stop = asyncio.Event()
+
+    async def hold_sockets():
+        socks: list[socket.socket] = []
+        while not stop.is_set():
+            socks = [s for s in socks if s.fileno() != -1 and not _closed(s)]
+            while len(socks) < idle_sockets:
+                socks.append(socket.create_connection((host, int(port)), timeout=5))
+            await asyncio.sleep(0.5)
+        for s in socks:
+            s.close()
+
+    async def probe(client: httpx.AsyncClient):
+        while not stop.is_set():
+            t = time.monotonic()
+            try:
+                status = (await client.get(url + "/health", timeout=probe_timeout)).status_code
+            except httpx.HTTPError as e:
+                status = type(e).__name__
+            out["health"].append((status, time.monotonic() - t))
+            await asyncio.sleep(0.2)
+
+    async def paying_client(client: httpx.AsyncClient):
+        while not stop.is_set():
+            try:
+                resp = await client.post(url + "/v1/chat/completions", json=chat, headers=auth, timeout=60)
+                out["chats"].append(resp.status_code)
+            except httpx.HTTPError as e:
+                out["chats"].append(type(e).__name__)
+
+    async def health_generate_flood(client: httpx.AsyncClient):
+        while not stop.is_set():
+            try:
+                await client.get(url + "/health_generate", timeout=30)
+                out["flood_answers"] += 1
+            except httpx.HTTPError:
+                pass
+
+    async def one(client: httpx.AsyncClient, key: str, path: str, body: dict):
+        await asyncio.sleep(2)  # into the attack: the idle sockets are open by then
+        t = time.monotonic()
+        try:
+            resp = await client.post(url + path, json=body, headers=auth, timeout=300)
+            out[key] = {"status": resp.status_code, "seconds": time.monotonic() - t,
+                        "error": resp.json().get("error") if resp.status_code != 200 else None}
+        except httpx.HTTPError as e:
+            out[key] = {"status": type(e).__name__, "seconds": time.monotonic() - t}
+
+    async def main():
+        # Separate clients: the probe's and the paying client's connections are their own.
+        async with httpx.AsyncClient() as probes, httpx.AsyncClient() as payer, \
+                httpx.AsyncClient(limits=httpx.Limits(max_connections=flood + 4)) as hostile:
+            tasks = [asyncio.create_task(c) for c in (
+                hold_sockets(), probe(probes), paying_client(payer),
+                one(hostile, "tokenize", "/tokenize", {"prompt": "ab " * (tokenize_bytes // 3)}),
+                one(hostile, "deep_schema", "/v1/chat/completions", {**chat, "response_format": {
+                    "type": "json_schema", "json_schema": {"name": "deep", "schema": deep_schema(schema_depth)}}}),
+                *(health_generate_flood(hostile) for _ in range(flood)))]
+            await asyncio.sleep(seconds)
+            stop.set()
+            await asyncio.wait(tasks, timeout=60)
+            for t in tasks:
+                t.cancel()
+
+    asyncio.run(main())
+    health = out.pop("health")
+    chats = out.pop("chats")
+    statuses = [str(s) for s, _ in health]
+    out.update(health_probes=len(health), health_not_200=sum(s != 200 for s, _ in health),
+               health_statuses={k: statuses.count(k) for k in sorted(set(statuses))},
+               slowest_health_s=max((d for _, d in health), default=None),
+               chats={k: list(map(str, chats)).count(k) for k in sorted(set(map(str, chats)))})
+    return out
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server has closed `sock` (then it is closed here too)."""
+    sock.setblocking(False)
+    try:
+        closed = sock.recv(4096) == b""
+    except BlockingIOError:
+        closed = False
+    except OSError:
+        closed = True
+    finally:
+        if sock.fileno() != -1:
+            sock.setblocking(True)
+    if closed:
+        sock.close()
+    return closed

@@ -1,6 +1,8 @@
-"""Issue 21's chaos scenarios at full size against a real server (CI runs them small:
+"""Issues 21 and 42's chaos scenarios at full size against a real server (CI runs them small:
 tests/benchmark/test_chaos.py): load with cancels, a soak with every process's RSS sampled,
-slowloris, and the issue's 8 GB request.
+slowloris, issue 21's 8 GB request, and issue 42's hostile mixed load on a second server (capped
+connections, an API key): 100 idle sockets beyond the cap, a 7 MB /tokenize, a 450-deep schema and
+an unauthenticated /health_generate flood at once, /health probed with a 1 s timeout throughout.
 
     python benchmark/online/chaos.py --requests 20000 --streams 512 --out results/chaos
     python benchmark/online/chaos.py --model Qwen/Qwen3-0.6B --device cuda --requests 50000
@@ -47,6 +49,26 @@ def plot_rss(path: str, samples: list[dict]) -> None:
     plt.close(fig)
 
 
+def hostile_mixed_load(a: argparse.Namespace, flags: list[str]) -> dict:
+    """Issue 42's mixed load against a server of its own (capped connections, an API key)."""
+    port = free_port()
+    hostile_flags = [*flags[2:], "--port", str(port), "--max-connections", str(a.hostile_cap)]
+    log_path = os.path.join(tempfile.mkdtemp(prefix="minisgl-chaos-"), "server.log")
+    server = ServerProcess(hostile_flags, f"http://127.0.0.1:{port}", log_path,
+                           env={"MINISGL_API_KEY": "chaos"}).wait_ready(600)
+    result: dict = {}
+    try:
+        log(f"hostile mixed load: {a.hostile_cap + 100} idle sockets (cap {a.hostile_cap}), a 7 MB /tokenize, "
+            f"a 450-deep schema, 30 /health_generate loops, {a.hostile_seconds:.0f} s")
+        result = chaos.hostile_mixed_load(server.url, "chaos", a.hostile_seconds, idle_sockets=a.hostile_cap + 100,
+                                          tokenize_bytes=7 << 20, schema_depth=450, flood=30, probe_timeout=1.0)
+        log(f"  /health: {result['health_probes']} probes, {result['health_not_200']} not 200, slowest "
+            f"{result['slowest_health_s']:.2f} s; chats {result['chats']}")
+    finally:
+        result["server_exit"] = server.stop()
+    return result
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="served model (default: the built-in demo)")
@@ -54,6 +76,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=5000, help="soak: unique requests")
     p.add_argument("--streams", type=int, default=512, help="load with cancels: streams (half cut midway)")
     p.add_argument("--slow-connections", type=int, default=200)
+    p.add_argument("--hostile-seconds", type=float, default=60, help="issue 42's mixed load: how long")
+    p.add_argument("--hostile-cap", type=int, default=40, help="issue 42's mixed load: --max-connections")
     p.add_argument("--out", default="results/chaos")
     p.add_argument("--server-arg", action="append", default=[], help="one more server flag (repeatable)")
     a = p.parse_args()
@@ -84,6 +108,7 @@ def main() -> None:
         log(f"  growth per request (B): {results['soak_growth_bytes_per_request']}")
     finally:
         results["server_exit"] = server.stop()
+    results["hostile_mixed_load"] = hostile_mixed_load(a, flags)
     os.makedirs(a.out, exist_ok=True)
     write_json(os.path.join(a.out, "chaos.json"), results)
     if "soak" in results:

@@ -63,9 +63,10 @@ def serve(args: ServerArgs) -> int:
     # would cancel the lifespan task with a traceback in the log.
     server = Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level,
                                    timeout_graceful_shutdown=5, access_log=False, lifespan="off",
-                                   # The connection cap is the app's (http.middleware.ConnectionCap): the
-                                   # probes are answered beyond it.
-                                   http=uvicorn_http_protocol(args.header_timeout, args.max_header_bytes, state)))
+                                   # The connection cap: runtime.connections and http.middleware.ConnectionCap
+                                   # (the probes are answered beyond it).
+                                   http=uvicorn_http_protocol(args.header_timeout, args.max_header_bytes, state,
+                                                              args.max_connections)))
     supervisor = Supervisor(args, workers, state, client, server)
 
     def announce() -> None:

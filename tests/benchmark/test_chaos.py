@@ -1,6 +1,8 @@
-"""The chaos scenarios of issue 21 (tests/chaos.py) at CI size, against the real server
-on a tiny model: load with cancels, a soak with every process's RSS sampled, slowloris, and the
-issue's 8 GB request. `benchmark/online/chaos.py` runs the same scenarios big."""
+"""The chaos scenarios of issues 21 and 42 (tests/chaos.py) at CI size, against the real server
+on a tiny model: load with cancels, a soak with every process's RSS sampled, slowloris, issue 21's
+8 GB request, and issue 42's hostile mixed load (idle sockets beyond the cap, a huge /tokenize, a
+deep schema and an unauthenticated /health_generate flood at once). `benchmark/online/chaos.py`
+runs the same scenarios big."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import httpx
 import pytest
 
 from tests import chaos
-from tests.server.serving import tiny_qwen3_server, wait_for
+from tests.server.serving import ServerProcess, tiny_qwen3_server, wait_for
 
 ARGS = ["--dtype", "float32", "--page-size", "4", "--num-pages", "4096", "--max-seq-len", "256",
         "--max-running-requests", "128", "--header-timeout", "2"]
@@ -61,3 +63,22 @@ def test_soak_with_unique_prompts_levels_off_in_every_process(server, pids):
     last = result["samples"][-1]
     grown = {name: (last["rss"][name] - half["rss"][name]) / MB for name in pids}
     assert all(g < 16 for g in grown.values()), {k: f"{v:.1f} MB" for k, v in grown.items()}
+
+
+def test_hostile_mixed_load_fails_no_probe_and_starves_no_paying_client(model_dir):
+    """Issue 42's mixed load for 20 s on a server capped at 40 connections, with an API key: 70
+    idle sockets (30 beyond the cap, reopened as they are cut), a 2 MB /tokenize (over
+    --max-tokenize-bytes: refused), a 450-deep schema and 10 unauthenticated /health_generate
+    loops. /health answers 200 every time and every authenticated chat is served."""
+    srv = ServerProcess("--model", model_dir, *ARGS, "--max-connections", "40",
+                        env={"MINISGL_API_KEY": "k"}).wait_ready()
+    try:
+        result = chaos.hostile_mixed_load(srv.url, "k", seconds=20, idle_sockets=70, tokenize_bytes=2 * MB,
+                                          schema_depth=450, flood=10, probe_timeout=10)
+        assert result["health_probes"] > 0 and result["health_not_200"] == 0, result
+        assert result["chats"] and set(result["chats"]) == {"200"}, result
+        assert result["tokenize"]["status"] == 400, result
+        assert result["flood_answers"] > 0, result
+        assert srv.proc.poll() is None
+    finally:
+        assert srv.stop() == 0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import socket
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -89,26 +90,44 @@ def test_a_slowly_sent_body_gets_408_after_the_body_timeout(server):
     assert 1.5 < time.monotonic() - start < 4.5
 
 
-def test_connections_beyond_max_connections_get_503_json_but_the_probes_are_answered(server):
-    """64 connections are served; a request on the 65th gets 503 (OpenAI-style JSON, Retry-After)
-    at once, but /health, /ready and /metrics are answered however many sockets are open (idle
-    sockets must not fail the orchestrator's probes). When they close, requests are served again."""
+def test_idle_sockets_beyond_max_connections_lock_out_neither_clients_nor_probes(server):
+    """84 sockets opened and left idle against --max-connections 64 (issue 42: 45 idle sockets
+    against a cap of 40 failed every liveness probe): sockets that never sent a request are not
+    in use, so clients and the probes are served (HEAD too, as some load balancers probe)."""
     held = [connect(server.url) for _ in range(64 + 20)]
     try:
-        def refused() -> bool:
-            return httpx.get(server.url + "/v1/models", timeout=5).status_code == 503
+        with httpx.Client(base_url=server.url, timeout=5) as http:
+            assert http.get("/v1/models").status_code == 200
+            for probe in ("/health", "/ready", "/metrics"):
+                assert http.get(probe).status_code == 200, probe
+            for probe in ("/health", "/ready"):
+                assert http.head(probe).status_code == 200, probe
+    finally:
+        for s in held:
+            s.close()
 
-        wait_for(refused, 10, "the 65th connection to be refused")
+
+def test_connections_in_use_beyond_max_connections_get_503_json_but_the_probes_are_answered(server):
+    """64 connections each with a request in flight (the scheduler stands still, so none ends): a
+    request on the 65th gets 503 (OpenAI-style JSON, Retry-After) at once, while /health, /ready
+    and /metrics are answered. When the requests end, requests are served again."""
+    results: list[int] = []
+    body = {"prompt": "hi", "max_tokens": 1}
+    busy = [threading.Thread(target=lambda: results.append(
+        httpx.post(server.url + "/v1/completions", json=body, timeout=120).status_code)) for _ in range(64)]
+    with server.stopped("scheduler"):
+        for t in busy:
+            t.start()
+        wait_for(lambda: httpx.get(server.url + "/v1/models", timeout=5).status_code == 503, 30,
+                 "the 65th connection in use to be refused")
         resp = httpx.get(server.url + "/v1/models", timeout=5)
         assert resp.json()["error"]["code"] == "service_unavailable" and resp.headers["retry-after"]
         for probe in ("/health", "/ready", "/metrics"):
             assert httpx.get(server.url + probe, timeout=5).status_code == 200, probe
-        for probe in ("/health", "/ready"):  # HEAD too, as some load balancers probe
-            assert httpx.head(server.url + probe, timeout=5).status_code == 200, probe
-    finally:
-        for s in held:
-            s.close()
-    wait_for(lambda: httpx.get(server.url + "/v1/models", timeout=5).status_code == 200, 10, "the cap to free up")
+    for t in busy:
+        t.join(120)
+    assert results == [200] * 64
+    assert httpx.get(server.url + "/v1/models", timeout=5).status_code == 200
 
 
 def test_a_request_head_over_max_header_bytes_gets_431_and_is_closed(server):

@@ -46,14 +46,16 @@ class ApiKeyGate:
 
 class ConnectionCap:
     """503 (JSON, Retry-After, the connection closed) for a request arriving while more than `limit`
-    connections are open (`state.connections`, counted by runtime.connections), except on the
-    `exempt` paths: the probes and /metrics never compete with clients for connections."""
+    connections are in use (have sent a request: `state.connections_in_use`, counted by
+    runtime.connections; sockets left idle from the start never count), except on the `exempt`
+    paths: the probes and /metrics never compete with clients for connections."""
 
     def __init__(self, app, limit: int, state, exempt: frozenset[str]):
         self.app, self.limit, self.state, self.exempt = app, limit, state, exempt
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and self.state.connections > self.limit and scope["path"] not in self.exempt:
+        if scope["type"] == "http" and self.state.connections_in_use > self.limit and \
+                scope["path"] not in self.exempt:
             response = error_response(503, f"the server is at its limit of {self.limit} connections; retry later",
                                       code="service_unavailable", headers={"Retry-After": "1", "Connection": "close"})
             return await response(scope, receive, send)

@@ -5,16 +5,21 @@ uvicorn already closes idle keep-alive connections (--timeout-keep-alive); what 
 deadline and a size limit for a request's *head*: a client sending its headers a byte every few
 seconds (slowloris) resets uvicorn's keep-alive timer with each byte and holds its socket forever,
 and httptools buffers headers of any size. `head_deadline_protocol` adds both to uvicorn's own HTTP
-protocol classes (httptools or h11, whichever uvicorn would pick), and counts the open connections
-in ServerState for the connection cap. The cap itself is ASGI middleware (http.middleware.
-ConnectionCap), not uvicorn's limit_concurrency: that one refuses the probes too (plain text), so
-idle sockets beyond the cap would fail /health. The body's deadline and size are ASGI concerns too
-(http.middleware.BodySizeLimit, which reads the body anyway).
+protocol classes (httptools or h11, whichever uvicorn would pick), and enforces the connection
+cap in two halves. Here: a connection opened beyond the cap closes those that have waited longest
+for a request head (sockets opened and left idle first, then keep-alive ones idle between
+requests), so idle sockets stay bounded. In the app (http.middleware.ConnectionCap): a request
+arriving while more than the cap of connections are in use (have sent a request) gets 503 JSON,
+except the probes and /metrics; sockets that never sent a request are not in use, so they can
+never lock clients out. (uvicorn's own limit_concurrency counted every socket and refused the
+probes too, in plain text: idle sockets beyond the cap failed /health.) The body's deadline and
+size are ASGI concerns (http.middleware.BodySizeLimit, which reads the body anyway).
 """
 
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import resource
 
@@ -54,31 +59,59 @@ def connection_limit(requested: int, open_file_limit: int) -> int:
     return min(requested, room)
 
 
+IDLE_GRACE_S = 1.0  # a connection idle for less is not closed to make room for another
+
 HEAD_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-type: application/json\r\n"
                   b"connection: close\r\ncontent-length: %d\r\n\r\n%s")
 
 
 def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float, max_head_bytes: int = 64 << 10,
-                           state: ServerState | None = None) -> type[asyncio.Protocol]:
+                           state: ServerState | None = None, max_connections: int | None = None,
+                           ) -> type[asyncio.Protocol]:
     """`base` (a uvicorn HTTP protocol class) with a deadline and a size limit for request heads:
     a connection that has not sent a complete request head `timeout` seconds after it opened, or
     after its previous response, is closed; one whose head grows past `max_head_bytes` gets 431
     and is closed. Both uvicorn protocols create `self.cycle` when a head is complete and call
     `on_response_complete` after each response, which is all this relies on. `state.connections`
-    counts the open connections."""
+    counts the open connections; one opened beyond `max_connections` closes the connection that
+    has waited longest for a head, if any does."""
     too_large = json.dumps({"error": {"message": f"request head larger than {max_head_bytes} bytes",
                                       "type": "invalid_request_error", "param": None,
                                       "code": "request_header_too_large"}}).encode()
 
     class HeadDeadlineProtocol(base):  # type: ignore[misc, valid-type]
         def connection_made(self, transport) -> None:
+            self._counted, self._in_use = True, False
             if state is not None:
                 state.connections += 1
             super().connection_made(transport)
             self._arm_head_deadline()
+            if state is not None and max_connections is not None and state.connections > max_connections:
+                self._close_longest_idle(state.connections - max_connections)
+
+        def _close_longest_idle(self, n: int) -> None:
+            """Close up to `n` idle connections: those that never sent a request, longest waiting
+            first, then those idle between requests (a client's keep-alive connection goes last);
+            none idle for less than IDLE_GRACE_S (a client that just connected is sending its request)."""
+            idle_before = self.loop.time() - IDLE_GRACE_S
+            idle = [c for c in self.connections if c is not self and getattr(c, "_waiting_after", 0) is c.cycle
+                    and c._counted and c._idle_since <= idle_before]
+            for victim in heapq.nsmallest(n, idle, key=lambda c: (c.cycle is not None, c._idle_since)):
+                victim._uncount()  # at once: the next request's cap check must not count it
+                victim.transport.close()
+
+        def _uncount(self) -> None:
+            if state is not None and self._counted:
+                state.connections -= 1
+                state.connections_in_use -= self._in_use
+            self._counted = self._in_use = False
 
         def data_received(self, data: bytes) -> None:
             super().data_received(data)
+            if not self._in_use and self.cycle is not None and self._counted:  # its first request head came
+                self._in_use = True
+                if state is not None:
+                    state.connections_in_use += 1
             # Counted after parsing: bytes that completed a head (and a body after it) are not head bytes.
             if self.cycle is self._waiting_after and not self.transport.is_closing():
                 self._head_bytes += len(data)
@@ -94,15 +127,14 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float, max_hea
             super().on_response_complete()
 
         def connection_lost(self, exc) -> None:
-            if state is not None:
-                state.connections -= 1
+            self._uncount()
             self._disarm_head_deadline()
             super().connection_lost(exc)
 
         def _arm_head_deadline(self) -> None:
             self._disarm_head_deadline()
             self._waiting_after = waiting_after = self.cycle  # the head has come once self.cycle is a new one
-            self._head_bytes = 0
+            self._head_bytes, self._idle_since = 0, self.loop.time()
             self._head_timer = self.loop.call_later(timeout, self._head_overdue, waiting_after)
 
         def _disarm_head_deadline(self) -> None:
@@ -121,11 +153,13 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float, max_hea
     return HeadDeadlineProtocol
 
 
-def uvicorn_http_protocol(timeout: float, max_head_bytes: int, state: ServerState) -> type[asyncio.Protocol]:
+def uvicorn_http_protocol(timeout: float, max_head_bytes: int, state: ServerState,
+                          max_connections: int) -> type[asyncio.Protocol]:
     """uvicorn's own choice of HTTP protocol (httptools when installed, else h11), with the head
-    deadline and size limit, counting connections in `state`."""
+    deadline and size limit, counting connections in `state` (idle ones closed beyond
+    `max_connections`)."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as base
     except ImportError:
         from uvicorn.protocols.http.h11_impl import H11Protocol as base
-    return head_deadline_protocol(base, timeout, max_head_bytes, state)
+    return head_deadline_protocol(base, timeout, max_head_bytes, state, max_connections)

@@ -14,7 +14,10 @@ class ServerState:
     failed: str | None = None  # why no more work can be done (a worker died): everything gets 503
     stalled: tuple[str, ...] = ()  # workers silent past --watchdog-timeout (hung: stopped, deadlocked, a stuck step)
     created: int = 0
-    connections: int = 0  # open HTTP connections: the protocol (connections.py) counts, the connection cap reads
+    # Open HTTP connections, and those of them that have sent a request (idle sockets that never did
+    # are not in use): runtime/connections.py counts them, the connection cap reads them.
+    connections: int = 0
+    connections_in_use: int = 0
 
     @property
     def healthy(self) -> bool:
