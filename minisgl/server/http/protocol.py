@@ -32,6 +32,18 @@ StopField = StopString | Annotated[list[StopString], Field(max_length=4)] | None
 TokenId = Annotated[StrictInt, Field(ge=0, le=INT32_MAX)]  # strict: JSON true/false are not token ids
 Text = Annotated[str, Field(min_length=1)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+# OpenAI's bounds on metadata (echoed back by the Responses API): 16 pairs, keys of 64 characters, values of 512.
+Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
+                     Field(max_length=16)]
+
+
+def check_tool_names_unique(names) -> None:
+    """Two tools of one name: the second would silently replace the first's schema."""
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"tools: the name {name!r} is used twice; tool names must be unique")
+        seen.add(name)
 
 # The JSON form of the request fields whose values are not plain scalars.
 TokenIdList = Annotated[list[TokenId], Field(max_length=MAX_TOKEN_IDS)]
@@ -151,7 +163,7 @@ class GenerationRequest(SamplingFields):
     guided_grammar: str | None = Field(None, description="extension (vLLM): output matches this EBNF grammar")
     skip_special_tokens: bool | None = Field(True, description="extension: leave special tokens out of the text")
     user: str | None = Field(None, description="an end-user id; not used")
-    metadata: dict[str, str] | None = Field(None, description="not used")
+    metadata: Metadata | None = Field(None, description="not used")
     safety_identifier: str | None = Field(None, description="not used")
     prompt_cache_key: str | None = Field(None, description="not used: the prefix cache needs no key")
 
@@ -171,7 +183,7 @@ class GenerationRequest(SamplingFields):
     def _checks(self):
         if self.logit_bias:
             for key in self.logit_bias:
-                if not key.isdigit() or int(key) > INT32_MAX:
+                if not (key.isascii() and key.isdigit()) or int(key) > INT32_MAX:  # int() reads '١٢' too
                     raise ValueError(f"logit_bias keys must be token ids, got {key!r}")
         constraints = [name for name in ("response_format", "guided_json", "guided_regex", "guided_choice",
                                          "guided_grammar") if getattr(self, name) is not None
@@ -383,6 +395,7 @@ class ChatCompletionRequest(GenerationRequest):
             raise ValueError("top_logprobs requires logprobs: true")
         if self.tool_choice not in (None, "none", "auto") and not self.tools:
             raise ValueError("tool_choice other than none/auto needs tools")
+        check_tool_names_unique(t.function.name for t in self.tools or ())
         if isinstance(self.tool_choice, NamedToolChoice) and self.tool_choice.function.name not in \
                 {t.function.name for t in self.tools}:
             raise ValueError(f"tool_choice names {self.tool_choice.function.name!r}, which is not among the tools")

@@ -10,7 +10,16 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_mo
 
 from minisgl.core.request_fields import FIELDS
 
-from .protocol import ChatCompletionRequest, JsonObjectFormat, KnownFieldsOnly, TextFormat, api_fields, token_limit
+from .protocol import (
+    ChatCompletionRequest,
+    JsonObjectFormat,
+    KnownFieldsOnly,
+    Metadata,
+    TextFormat,
+    api_fields,
+    check_tool_names_unique,
+    token_limit,
+)
 
 # Responses fields this server does not implement, with the values that ask for nothing; every
 # other undeclared field is refused too (KnownFieldsOnly), unless --allow-unknown-fields.
@@ -176,13 +185,14 @@ class ResponsesRequest(ResponsesSampling):
                                 "an answer in the format)")
     parallel_tool_calls: bool | None = Field(None, description="with tool_choice required: false allows one call")
     text: TextConfig | None = Field(None, description="format: text, json_object or json_schema")
-    metadata: dict[str, str] | None = Field(None, description="echoed, not used")
+    metadata: Metadata | None = Field(None, description="echoed, not used")
     user: str | None = Field(None, description="not used")
     safety_identifier: str | None = Field(None, description="not used")
     prompt_cache_key: str | None = Field(None, description="not used: the prefix cache needs no key")
 
     @model_validator(mode="after")
     def _tool_choice_fits_the_tools(self):
+        check_tool_names_unique(t.name for t in self.tools or () if isinstance(t, FunctionTool))
         names = {t.name for t in self.tools or () if isinstance(t, FunctionTool)}
         forced = self.tool_choice == "required" or isinstance(self.tool_choice, NamedFunction)
         if forced and not names:
