@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import xgrammar as xgr
 
-from minisgl.constrained.grammar import compile_constraint
 from minisgl.server.http.protocol import ChatCompletionRequest
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]},
@@ -32,18 +30,9 @@ REQUESTS = {"strict": _json_schema(SCHEMA, True), "strict false": _json_schema(S
             "guided_json text": {"guided_json": json.dumps(SCHEMA)}}
 
 
-@pytest.fixture(scope="module")
-def accepts():
-    """accepts(request fields, text): whether the request's compiled constraint takes exactly `text`."""
-    vocab = [chr(i) for i in range(32, 127)] + ["</s>"]
-    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo(vocab, stop_token_ids=[len(vocab) - 1]))
-
-    def check(fields: dict, text: str) -> bool:
-        matcher = xgr.GrammarMatcher(compile_constraint(compiler, _request(**fields).constraint()),
-                                     terminate_without_stop_token=True)
-        return matcher.accept_string(text) and matcher.is_terminated()
-
-    return check
+@pytest.fixture
+def accepts(accepts_constraint):
+    return lambda fields, text: accepts_constraint(_request(**fields).constraint(), text)
 
 
 @pytest.mark.parametrize("how", REQUESTS)

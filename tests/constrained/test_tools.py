@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
-import xgrammar as xgr
 
-from minisgl.constrained.grammar import compile_constraint
 from minisgl.constrained.tools import forced_calls_schema
 
 # Arguments with a nested model behind a $ref, as pydantic writes them.
@@ -22,18 +20,9 @@ ANSWER = {"type": "object", "properties": {"ok": {"$ref": "#/$defs/Flag"}}, "req
           "$defs": {"Flag": {"type": "boolean"}}}
 
 
-@pytest.fixture(scope="module")
-def accepts():
-    """accepts(schema, text): whether the compiled json_schema constraint takes exactly `text`."""
-    vocab = [chr(i) for i in range(32, 127)] + ["</s>"]
-    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo(vocab, stop_token_ids=[len(vocab) - 1]))
-
-    def check(schema: dict, text: str) -> bool:
-        matcher = xgr.GrammarMatcher(compile_constraint(compiler, ("json_schema", json.dumps(schema))),
-                                     terminate_without_stop_token=True)
-        return matcher.accept_string(text) and matcher.is_terminated()
-
-    return check
+@pytest.fixture
+def accepts(accepts_constraint):
+    return lambda schema, text: accepts_constraint(("json_schema", json.dumps(schema)), text)
 
 
 def _call(name: str, arguments: dict) -> dict:
