@@ -72,9 +72,9 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float, max_hea
     a connection that has not sent a complete request head `timeout` seconds after it opened, or
     after its previous response, is closed; one whose head grows past `max_head_bytes` gets 431
     and is closed. Both uvicorn protocols create `self.cycle` when a head is complete and call
-    `on_response_complete` after each response, which is all this relies on. `state.connections`
-    counts the open connections; one opened beyond `max_connections` closes the connection that
-    has waited longest for a head, if any does."""
+    `on_response_complete` after each response, which is all this relies on. `state` counts the
+    open connections and those in use (that sent a request); one opened beyond `max_connections`
+    closes as many of the longest idle as it takes to get back to it, where there are such."""
     too_large = json.dumps({"error": {"message": f"request head larger than {max_head_bytes} bytes",
                                       "type": "invalid_request_error", "param": None,
                                       "code": "request_header_too_large"}}).encode()
