@@ -384,8 +384,11 @@ class ChatCompletionRequest(GenerationRequest):
         schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools}
         if mode == "named":
             return ("json_schema", json.dumps(schemas[self.tool_choice.function.name]))
-        answer_schema = None if answer is None else json.loads(answer[1]) if answer[0] == "json_schema" \
-            else {"type": "object"}
+        try:
+            answer_schema = None if answer is None else json.loads(answer[1]) if answer[0] == "json_schema" \
+                else {"type": "object"}
+        except ValueError as e:
+            raise ValueError(f"guided_json: the JSON schema is not valid JSON: {e}") from None
         return ("json_schema", json.dumps(forced_calls_schema(schemas, one_call=self.parallel_tool_calls is False,
                                                               answer=answer_schema)))
 
