@@ -18,10 +18,3 @@ def test_every_package_folder_is_in_the_layout_and_every_listed_one_exists():
     listed = set(re.findall(r"^\| `(minisgl/[a-z_]+)` \|", layout_section(), flags=re.M))
     assert listed == package, {"missing": package - listed, "not a folder": listed - package}
 
-
-def test_every_package_folder_says_what_it_is_for():
-    import ast
-
-    silent = [p.parent.name for p in (REPO / "minisgl").glob("*/__init__.py")
-              if not ast.get_docstring(ast.parse(p.read_text()))]
-    assert silent == []
