@@ -12,11 +12,12 @@ Four launches, no sorting and no host synchronisation (a decode CUDA graph captu
    [T * k, I]. The pairs vary fastest in the grid, so pairs of different tokens that chose the
    same expert stream the same weight tile at about the same time (the second read can come
    from L2).
-4. `_down_kernel`, one program per token, tile of hidden features and slot: the pair's row of h
-   through its expert's down rows; the last of a token's k programs to finish a tile (counted by
-   an atomic) sums their parts, so the output is written once, with no kernel after it. (One
-   program per token and tile looping over all its experts' rows streamed at about half the
-   rate: too few programs, each with a long loop; benchmark/NOTES.md.)
+4. `_down_kernel`, one program per token and tile of hidden features: the token's k rows of h
+   are one contiguous vector of k * I, multiplied by its k experts' down rows one after the other
+   (a GEMV whose weight rows jump to the next expert every I elements), so the sum over the slots
+   happens in registers and the output is written once. At one token that is too few programs
+   for the SMs, each with a long loop: then one program per slot too, and the last of a token's
+   k programs to finish a tile (counted by an atomic) sums their parts; no kernel after it either.
 
 Both GEMVs run on CUDA cores with the tiles of `minisgl.kernels.gemv` (one row), pipelined
 STAGES deep, and launch as programmatic dependent launches where the GPU has them.
@@ -33,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .device import pdl_launch, pdl_supported
+from .device import pdl_launch, pdl_supported, sm_count
 from .fused_moe import route_topk
 from .gemv import GemvConfig, gemv, gemv_config
 from .gemv_tiles import load_tile, mac, output_tile, zero_accumulator
@@ -135,6 +136,7 @@ def _down_kernel(h_ptr, w_ptr, ids_ptr, out_ptr, part_ptr, arrivals_ptr, hidden,
 
 
 MAX_ARRIVALS = 16384  # (token, hidden tile) counts of a split down launch: the arrivals' buffer
+SPLIT_BELOW_PER_SM = 4  # expert_down's default: split while fewer programs an SM than this
 
 
 @functools.cache
@@ -172,6 +174,12 @@ def router_logits(x: torch.Tensor, weight: torch.Tensor, config: GemvConfig | No
 
 
 
+def split_down(programs: int, device: torch.device) -> bool:
+    """Whether the down projection runs a program per slot too, given its programs per token and
+    tile: while those leave the SMs under SPLIT_BELOW_PER_SM programs each."""
+    return programs < SPLIT_BELOW_PER_SM * sm_count(device) and programs <= MAX_ARRIVALS
+
+
 def expert_gate_up(x: torch.Tensor, w13: torch.Tensor, weights: torch.Tensor, ids: torch.Tensor, tile: GemvConfig,
                    pdl: bool) -> torch.Tensor:
     """h [T * k, I]: every (token, slot) pair's routing weight * silu(gate) * up."""
@@ -187,10 +195,12 @@ def expert_gate_up(x: torch.Tensor, w13: torch.Tensor, weights: torch.Tensor, id
 def expert_down(h: torch.Tensor, w2: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, tile: GemvConfig,
                 pdl: bool, split: bool | None = None) -> torch.Tensor:
     """out [T, H]: each token's rows of h through its experts' down projections, summed. `split`:
-    a program per slot too (the default while the counts fit MAX_ARRIVALS), else per token."""
+    a program per slot too; by default only while a program per token and tile would leave the
+    SMs under SPLIT_BELOW_PER_SM programs each (one token, for Qwen3-30B-A3B's shapes: from two
+    tokens on the unsplit kernel measured faster, benchmark/NOTES.md)."""
     (tokens, top_k), hidden, inter = ids.shape, w2.shape[1], w2.shape[2]
     tiles = triton.cdiv(hidden, tile.block_n)
-    split = tokens * tiles <= MAX_ARRIVALS if split is None else split
+    split = split_down(tokens * tiles, h.device) if split is None else split
     if split and tokens * tiles > MAX_ARRIVALS:
         raise ValueError(f"a split down launch counts at most {MAX_ARRIVALS} (token, tile) pairs, got {tokens * tiles}")
     # (Unsplit, the kernel reads neither: out stands in for the pointers.)

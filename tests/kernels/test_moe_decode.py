@@ -75,6 +75,14 @@ def test_split_down_leaves_its_arrival_counts_at_zero_for_the_next_launch():
     assert not moe_decode._arrivals(DEVICE).any()
 
 
+def test_down_splits_over_slots_only_while_a_program_per_token_leaves_sms_idle():
+    """Qwen3-30B-A3B's shapes on an H100 (the CPU's stand-in SM count): 512 tiles a token."""
+    _, down = moe_decode.decode_tiles(768, 2048, 8, 2)
+    tiles = 2048 // down.block_n
+    assert moe_decode.split_down(tiles, torch.device("cpu"))
+    assert not moe_decode.split_down(2 * tiles, torch.device("cpu"))
+
+
 def test_no_tokens_give_an_empty_result():
     layer, x = layer_and_input(1, 64, 32, 8, 2, True)
     x = x[:0]
