@@ -11,5 +11,6 @@ engine call them.
 - `gemv` (with `gemv_tiles`), `qkv_rope`, `quantize`: the weight-streaming GEMV (FP8 weights, the
   bf16 lm_head), the q/k/v one that rotates and stores into the KV cache, and FP8 activations;
 - `decode_attention`: split-KV decode attention at small batch;
-- `fused_moe`: mixture-of-experts routing, alignment and expert GEMMs.
+- `fused_moe`: mixture-of-experts routing, alignment and expert GEMMs; `moe_decode`: the same
+  feed-forward for decode's few tokens as weight-streaming GEMVs.
 """
