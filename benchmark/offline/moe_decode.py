@@ -19,35 +19,12 @@ import os
 
 import torch
 import torch.nn.functional as F
+from fp8_gemv import graph_us  # (this folder: the script's own, first on sys.path)
 
 from minisgl.benchmark.floor import copy_bandwidth
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.kernels import fused_moe, moe_decode
 from minisgl.kernels.gemv import GemvConfig
-
-
-def graph_us(fns, reps: int = 7) -> float:
-    """Median time of one call, the calls `fns` captured one after the other in a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for fn in fns[:3]:
-            fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for fn in fns:
-            fn()
-    graph.replay()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) * 1e3 / len(fns))
-    return sorted(times)[reps // 2]
 
 
 def main() -> None:
@@ -56,7 +33,7 @@ def main() -> None:
     p.add_argument("--tp", type=int, default=1)
     p.add_argument("--tokens", default="1,2,3,4,6,8,16")
     p.add_argument("--calls", type=int, default=24)
-    p.add_argument("--sweep", action="store_true", help="also time other tiles of the GEMV path at 1 and 8 tokens")
+    p.add_argument("--sweep", action="store_true", help="also time other tiles of the GEMV path (and the router) at 1 and 4 tokens")
     p.add_argument("--out", default="results/moe_decode.json")
     args = p.parse_args()
     with open(os.path.join(args.config, "config.json")) as f:
