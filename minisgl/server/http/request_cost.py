@@ -104,6 +104,6 @@ def ref_cycle_problem(body: ChatCompletionRequest | CompletionRequest) -> tuple[
     for name, schemas in structured_output_schemas(body).items():
         cycle = next(filter(None, map(ref_cycle, schemas)), None)
         if cycle:
-            return name, f"{name}: the schema's $ref chain {' -> '.join(cycle)} refers back to itself, so no output " \
-                         "can match it"
+            return name, (f"{name}: the schema's $ref chain {' -> '.join(cycle)} refers back to itself, so no "
+                          "output can match it")
     return None
