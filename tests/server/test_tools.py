@@ -104,7 +104,7 @@ def test_a_template_without_tools_refuses_auto_saying_why_and_bad_tool_choice_is
         assert plain.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], tool_choice="none",
                                              max_tokens=2).choices[0].message.tool_calls is None
         forced = plain.chat.completions.create(model=MODEL, messages=CHAT, tools=[TIME], tool_choice="required",
-                                               max_tokens=40, temperature=0)
+                                               max_tokens=120, temperature=0)
         _check(forced.choices[0].message.tool_calls[0], TIME)
     finally:
         assert srv.stop() == 0
