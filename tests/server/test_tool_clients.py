@@ -79,8 +79,15 @@ def test_langchain_bind_tools_and_with_structured_output_at_their_defaults(serve
 
 @pytest.mark.parametrize("kind", ["chat", "responses"])
 def test_openai_agents_runs_its_tool_then_answers_in_the_output_type(server, kind):
-    from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner,
-                        function_tool, set_tracing_disabled)
+    from agents import (
+        Agent,
+        ModelSettings,
+        OpenAIChatCompletionsModel,
+        OpenAIResponsesModel,
+        Runner,
+        function_tool,
+        set_tracing_disabled,
+    )
     from openai import AsyncOpenAI
 
     set_tracing_disabled(True)  # no trace upload to OpenAI: the test stays offline
