@@ -25,6 +25,7 @@ SCHEMA = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}
 
 
 def _scheduler(model_dir: str, **options) -> Scheduler:
+    options.setdefault("grammar_compile_workers", 1)  # one process to start, unless a test needs two
     return Scheduler(SchedulerConfig(model_path=model_dir, device="cpu", dtype=torch.float32,
                                      num_pages=256, page_size=4, max_running_requests=8, **options))
 
@@ -69,7 +70,8 @@ def _warm(s: Scheduler) -> None:
 
 def test_a_grammar_that_compiles_for_long_holds_up_no_other_request(tiny_model_dir):
     """A constrained and a plain request sent after a slow schema are served while it compiles."""
-    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_timeout=3600, max_grammar_depth=1000)
+    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_timeout=3600, grammar_compile_workers=2,
+                   max_grammar_depth=1000)
     try:
         _warm(s)
         s.add_request(1, [5, 6, 7], SamplingParams(max_tokens=20, constraint=("json_schema", SLOW_SCHEMA)))
@@ -90,8 +92,7 @@ def test_a_grammar_that_compiles_for_long_holds_up_no_other_request(tiny_model_d
 def test_a_schema_over_the_compile_budget_fails_alone_naming_the_budget(tiny_model_dir):
     """Its request ends with an error naming the field and the budget's flag (the API's 400) once
     the budget is spent; a plain request beside it is served."""
-    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_timeout=BUDGET, grammar_compile_workers=1,
-                   max_grammar_depth=1000)
+    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_timeout=BUDGET, max_grammar_depth=1000)
     try:
         _warm(s)
         s.add_request(1, [5, 6, 7], SamplingParams(max_tokens=20, constraint=("json_schema", SLOW_SCHEMA)))
@@ -108,8 +109,7 @@ def test_a_schema_over_the_compile_budget_fails_alone_naming_the_budget(tiny_mod
 def test_aborting_every_request_of_a_compiling_grammar_kills_its_compile(tiny_model_dir):
     """Two requests wait for the same slow grammar: aborting one leaves the compile running for the
     other; aborting both kills its worker process (and no grammar is ever admitted)."""
-    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_workers=1, grammar_compile_timeout=3600,
-                   max_grammar_depth=1000)
+    s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_timeout=3600, max_grammar_depth=1000)
     try:
         _warm(s)
         (worker,) = compile_workers()

@@ -35,7 +35,7 @@ PROMPT = [5, 17, 42, 99]
 @pytest.fixture(scope="module")
 def llm(tiny_model_dir):
     path = tiny_model_dir("Qwen3ForCausalLM")
-    llm = LLM(path, device="cpu", dtype=torch.float32, num_pages=1024, page_size=4)
+    llm = LLM(path, device="cpu", dtype=torch.float32, num_pages=1024, page_size=4, grammar_compile_workers=1)
     yield llm, AutoTokenizer.from_pretrained(path)
     llm.shutdown()
 
