@@ -17,8 +17,8 @@ import argparse
 
 import torch
 
-from minisgl.attention.flashinfer import FlashInferBackend
 from minisgl.attention.base import AttnShape
+from minisgl.attention.flashinfer import FlashInferBackend
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import Batch, Context, Req, SamplingParams
 from minisgl.distributed import DistributedInfo

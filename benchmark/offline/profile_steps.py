@@ -189,7 +189,8 @@ def main() -> None:
     write_json(args.out, {"benchmark": "profile", "device": device_name(), "model": args.model,
                           "decode": {"batch": args.requests, "wall_us_per_step": decode_wall, "categories_us": decode[0],
                                      "top": decode[1]},
-                          "prefill": {"tokens": n * args.prompt_len, "wall_us": prefill_wall, "categories_us": prefill[0], "top": prefill[1]}})
+                          "prefill": {"tokens": n * args.prompt_len, "wall_us": prefill_wall, "categories_us": prefill[0],
+                                      "top": prefill[1]}})
 
 
 if __name__ == "__main__":

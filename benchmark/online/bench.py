@@ -34,14 +34,22 @@ import time
 from urllib.parse import urlparse
 
 from minisgl.benchmark.online import (
-    comparison_table, fmt, format_table, latency_plot, load_trace, parse_rates, poisson_arrivals, random_ids,
-    rate_label, summarize,
+    comparison_table,
+    fmt,
+    format_table,
+    latency_plot,
+    load_trace,
+    parse_rates,
+    poisson_arrivals,
+    random_ids,
+    rate_label,
+    summarize,
 )
 from minisgl.benchmark.report import device_name, write_json
+from minisgl.benchmark.server_process import ServerProcess
 from minisgl.benchmark.sse_client import BenchRequest, Target, run_requests
 from minisgl.benchmark.workload import offline_workload
 from minisgl.utils.net import free_port
-from minisgl.benchmark.server_process import ServerProcess
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 MODEL_FREE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_free.py")

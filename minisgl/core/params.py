@@ -8,7 +8,6 @@ from functools import cached_property
 from .request_fields import MAX_LOGPROBS, REQUEST_FIELDS, TOKEN_ID_FIELDS, declare_fields
 
 
-
 def _is_tuple(t) -> bool:
     return typing.get_origin(t) is tuple or any(typing.get_origin(a) is tuple for a in typing.get_args(t))
 

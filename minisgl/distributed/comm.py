@@ -9,7 +9,6 @@ import torch.distributed as dist
 
 from .info import DistributedInfo
 
-
 # Follower ranks wait in a gloo broadcast for rank 0's next messages; an offline LLM may sit idle
 # between generate() calls for longer than torch's default 30 minutes. If rank 0 dies, the
 # broadcast fails at once (connection closed), so a long timeout never leaves a follower hanging.

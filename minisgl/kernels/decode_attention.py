@@ -68,7 +68,7 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, l
     if IEEE:
         q = q.to(tl.float32)
     m = tl.full([G_P], float("-inf"), tl.float32)
-    l = tl.zeros([G_P], tl.float32)
+    row_sum = tl.zeros([G_P], tl.float32)
     acc = tl.zeros([G_P, D], tl.float32)
     for t0 in range(start, end, BLOCK):
         t = t0 + tl.arange(0, BLOCK)
@@ -85,15 +85,15 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, l
         m_new = tl.maximum(m, tl.max(scores, 1))
         p = tl.exp2(scores - m_new[:, None])
         alpha = tl.exp2(m - m_new)
-        l = l * alpha + tl.sum(p, 1)
+        row_sum = row_sum * alpha + tl.sum(p, 1)
         if IEEE:
             acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
         m = m_new
-    filled = l > 0
-    o = tl.where(filled[:, None], acc / tl.where(filled, l, 1.0)[:, None] * v_scale, 0.0)
-    lse = tl.where(filled, m + tl.log2(tl.where(filled, l, 1.0)), float("-inf"))
+    filled = row_sum > 0
+    o = tl.where(filled[:, None], acc / tl.where(filled, row_sum, 1.0)[:, None] * v_scale, 0.0)
+    lse = tl.where(filled, m + tl.log2(tl.where(filled, row_sum, 1.0)), float("-inf"))
     row = b * (HK * G) + h * G + rg
     tl.store(lse_ptr + row * SPLITS + s, lse, mask=g_ok)
     tl.store(o_ptr + (row * SPLITS + s)[:, None] * D + rd[None, :], o, mask=g_ok[:, None])

@@ -14,5 +14,5 @@ def create_prefix_cache(kind: str, page_size: int) -> BasePrefixCache:
     return PREFIX_CACHES[kind](page_size)
 
 
-__all__ = ["BasePrefixCache", "FP8_DTYPES", "KV_CACHE_DTYPES", "MHAKVCache", "kv_storage_dtype", "NaivePrefixCache", "RadixPrefixCache", "PREFIX_CACHES",
-           "create_prefix_cache"]
+__all__ = ["BasePrefixCache", "FP8_DTYPES", "KV_CACHE_DTYPES", "MHAKVCache", "kv_storage_dtype", "NaivePrefixCache",
+           "RadixPrefixCache", "PREFIX_CACHES", "create_prefix_cache"]

@@ -18,12 +18,12 @@ from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo, destroy
 from minisgl.message import AbortMsg, ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
-from minisgl.utils.liveness import WorkerLink
-from minisgl.utils.logger import get_logger
-from minisgl.utils.net import rendezvous_addr
 from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
 from minisgl.tokenizer.detokenize import IncrementalDetokenizer
 from minisgl.tokenizer.worker import prompt_tail
+from minisgl.utils.liveness import WorkerLink
+from minisgl.utils.logger import get_logger
+from minisgl.utils.net import rendezvous_addr
 
 logger = get_logger(__name__)
 

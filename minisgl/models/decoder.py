@@ -12,8 +12,15 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 from minisgl.layers import (
-    AttentionLayer, GateUpParallelLinear, MoELayer, ParallelLMHead, QKVParallelLinear, RMSNorm,
-    RotaryEmbedding, RowParallelLinear, VocabParallelEmbedding,
+    AttentionLayer,
+    GateUpParallelLinear,
+    MoELayer,
+    ParallelLMHead,
+    QKVParallelLinear,
+    RMSNorm,
+    RotaryEmbedding,
+    RowParallelLinear,
+    VocabParallelEmbedding,
 )
 
 from .config import ModelConfig

@@ -11,8 +11,14 @@ import os
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import (
-    AutoConfig, AutoModelForCausalLM, LlamaConfig, MistralConfig, PreTrainedTokenizerFast, Qwen2Config,
-    Qwen3Config, Qwen3MoeConfig,
+    AutoConfig,
+    AutoModelForCausalLM,
+    LlamaConfig,
+    MistralConfig,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen3Config,
+    Qwen3MoeConfig,
 )
 
 from minisgl.utils import env

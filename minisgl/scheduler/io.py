@@ -12,8 +12,8 @@ import zmq
 from minisgl.distributed import broadcast_objects
 from minisgl.message import AbortMsg, ExitMsg, SchedulerStatsMsg, TokenBatchMsg, UserMsg, encode
 from minisgl.message.sockets import PullSocket, PushSocket
-from minisgl.utils.logger import get_logger
 from minisgl.utils.liveness import Heartbeat, WorkerLink
+from minisgl.utils.logger import get_logger
 from minisgl.utils.process import ParentWatch, run_worker
 
 from .config import SchedulerConfig

@@ -279,7 +279,8 @@ def validate(args: ServerArgs) -> str | None:
     if args.sse_keepalive <= 0 or args.health_generate_interval < 0:
         return "--sse-keepalive must be > 0 and --health-generate-interval >= 0"
     for name in ("tokenizer_workers", "max_request_bytes", "max_buffered_request_bytes", "max_header_bytes",
-                 "max_tokenize_bytes", "max_detokenize_tokens", "max_connections", "max_n", "max_pending_requests", "max_prompt_tokens", "max_new_tokens"):
+                 "max_tokenize_bytes", "max_detokenize_tokens", "max_connections", "max_n", "max_pending_requests",
+                 "max_prompt_tokens", "max_new_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"

@@ -5,7 +5,14 @@ from __future__ import annotations
 from transformers import AutoTokenizer
 
 from minisgl.message import (
-    AbortMsg, DetokenizeInfoMsg, ExitMsg, Reply, ReplyBatchMsg, TokenBatchMsg, TokenizeMsg, UserMsg,
+    AbortMsg,
+    DetokenizeInfoMsg,
+    ExitMsg,
+    Reply,
+    ReplyBatchMsg,
+    TokenBatchMsg,
+    TokenizeMsg,
+    UserMsg,
     merge_by_request,
 )
 from minisgl.message.sockets import PullSocket, PushSocket

@@ -26,7 +26,6 @@ from dataclasses import dataclass
 from multiprocessing.queues import Queue
 from typing import Any
 
-
 BUSY_CPU_S = 0.001  # CPU seconds the loop's thread must use between two looks to count as busy (a blocked one uses none)
 
 

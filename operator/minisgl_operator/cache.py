@@ -18,7 +18,8 @@ A reconcile with nothing to do then reads nothing from the API server, however m
 from __future__ import annotations
 
 import copy
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from . import constants as c
 from .kube import KubeApi

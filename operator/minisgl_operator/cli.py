@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import yaml
 
@@ -79,10 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("render", help="print the objects the operator would apply for an InferenceService file")
     p.add_argument("file", help="a YAML file with one or more InferenceService objects")
     p.add_argument("-n", "--namespace", help="namespace, when the file sets none (default: default)")
-    p.add_argument("--image", help=f"server image for specs without spec.image (default: ${c.SERVER_IMAGE_ENV} or {c.DEFAULT_SERVER_IMAGE})")
+    p.add_argument("--image", help="server image for specs without spec.image "
+                                   f"(default: ${c.SERVER_IMAGE_ENV} or {c.DEFAULT_SERVER_IMAGE})")
     p.set_defaults(func=_render)
     p = sub.add_parser("crd", help="print the InferenceService CustomResourceDefinition")
-    p.add_argument("--apply", action="store_true", help="server-side apply it to the cluster instead (in a pod: its ServiceAccount; else the kubeconfig)")
+    p.add_argument("--apply", action="store_true",
+                   help="server-side apply it to the cluster instead (in a pod: its ServiceAccount; else the kubeconfig)")
     p.set_defaults(func=_crd)
     return parser
 

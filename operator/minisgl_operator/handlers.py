@@ -23,7 +23,8 @@ from __future__ import annotations
 import copy
 import logging
 import threading
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import kopf
 

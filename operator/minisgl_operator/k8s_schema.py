@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import functools
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from kubernetes import client
 

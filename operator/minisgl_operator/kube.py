@@ -154,7 +154,7 @@ class KubernetesApi:
         self._apis: dict[str, Any] = {}
 
     @classmethod
-    def from_environment(cls) -> "KubernetesApi":
+    def from_environment(cls) -> KubernetesApi:
         """In a pod: the ServiceAccount; elsewhere: the kubeconfig."""
         from kubernetes import client, config
 

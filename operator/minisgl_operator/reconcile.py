@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from . import constants as c
 from . import merge, quantity, render, router, server, status

@@ -11,8 +11,9 @@ import copy
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any, Mapping
+from typing import Any
 
 from . import constants as c
 from . import merge, quantity, server

@@ -11,7 +11,8 @@ default ``--validate=strict``; the API server would otherwise prune them silentl
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import jsonschema
 

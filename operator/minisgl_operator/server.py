@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
 
 from minisgl.server import args as server_args
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 import copy
 import math
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from . import constants as c
 from . import crd, k8s_schema, quantity, schema, server

@@ -6,8 +6,9 @@ twice from the same Deployment gives the same dict, and the reconciler writes no
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from . import constants as c
 

@@ -14,13 +14,13 @@ import re
 import subprocess
 import sys
 import threading
-import tomllib
 
 import pytest
+import tomllib
 from docker.utils.build import exclude_paths
 
-from minisgl.server import args as server_args
 from minisgl import prebuild
+from minisgl.server import args as server_args
 from tests.docker.dockerfiles import (
     GPU_DOCKERFILE,
     OPERATOR_DOCKERFILE,

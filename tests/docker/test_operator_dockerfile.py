@@ -7,8 +7,9 @@ minisgl package installed without dependencies (the operator reads minisgl.serve
 from __future__ import annotations
 
 import re
-import tomllib
 from urllib.parse import urlsplit
+
+import tomllib
 
 from tests.docker.dockerfiles import OPERATOR_DOCKERFILE, REPO, exec_form, global_args, healthcheck_argv, parse, resolve
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from minisgl.core import SamplingParams
 from minisgl.message import (
-    ReplyBatchMsg, Reply, StepOutput, TextParams, TokenBatchMsg, TokenizeMsg, UserMsg, decode, encode,
-    merge_by_request, merge_replies,
+    Reply,
+    ReplyBatchMsg,
+    StepOutput,
+    TextParams,
+    TokenBatchMsg,
+    TokenizeMsg,
+    UserMsg,
+    decode,
+    encode,
+    merge_by_request,
+    merge_replies,
 )
 
 

@@ -793,7 +793,8 @@ class RuleCost:
 
     def unbounded(self) -> list[str]:
         """The lists, maps and strings the rule touches whose size the schema does not bound."""
-        return sorted({".".join(x.path) for x in self.lookups if not x.decl.bounded and x.decl.kind in ("list", "map", "string", "bytes", "dyn")})
+        unbounded_kinds = ("list", "map", "string", "bytes", "dyn")
+        return sorted({".".join(x.path) for x in self.lookups if not x.decl.bounded and x.decl.kind in unbounded_kinds})
 
 
 def estimate(rule: str, decl: Decl) -> tuple[int, tuple[Lookup, ...]]:
@@ -869,6 +870,7 @@ def crd_problems(crd: dict[str, Any]) -> list[str]:
                                 f"{_factor_text(rc.cost, STATIC_ESTIMATED_COST_LIMIT)} {hint}")  # fmt: skip
         total = min(sum(rc.cost for rc in costs), U64)
         if total > STATIC_ESTIMATED_CRD_COST_LIMIT:
+            factor = _factor_text(total, STATIC_ESTIMATED_CRD_COST_LIMIT)
             problems.append(f"{prefix}openAPIV3Schema: Forbidden: x-kubernetes-validations estimated rule cost total for entire "
-                            f"OpenAPIv3 schema exceeds budget by factor of {_factor_text(total, STATIC_ESTIMATED_CRD_COST_LIMIT)} {hint}")  # fmt: skip
+                            f"OpenAPIv3 schema exceeds budget by factor of {factor} {hint}")  # fmt: skip
     return problems

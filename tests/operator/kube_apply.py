@@ -25,12 +25,12 @@ from __future__ import annotations
 import copy
 import functools
 import json
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import kubernetes_validate
-
 import operator_crds
 
 Obj = dict[str, Any]
@@ -171,7 +171,8 @@ def fields(value: Any, node: Obj | None, path: FieldPath = ()) -> Iterator[tuple
 def fieldset(obj: Obj) -> dict[FieldPath, Any]:
     """What an apply of ``obj`` sets: every leaf but the identity fields and status."""
     body = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "status")}
-    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in ("name", "namespace", "managedFields", "resourceVersion", "uid", "creationTimestamp", "generation")}
+    not_applied = ("name", "namespace", "managedFields", "resourceVersion", "uid", "creationTimestamp", "generation")
+    meta = {k: v for k, v in (body.get("metadata") or {}).items() if k not in not_applied}
     body["metadata"] = meta
     if not meta:
         del body["metadata"]

@@ -16,7 +16,8 @@ keda-hpa-NAME, unless the ScaledObject names one).
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 Obj = dict[str, Any]
 
@@ -45,7 +46,8 @@ def is_dns1035_label(value: str) -> list[str]:
     errs = [_max_len(LABEL_MAX)] if len(value) > LABEL_MAX else []
     if not re.fullmatch(DNS1035_LABEL, value):
         errs.append(_regex("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
-                           "alphabetic character, and end with an alphanumeric character", DNS1035_LABEL, "my-name", "abc-123"))  # fmt: skip
+                           "alphabetic character, and end with an alphanumeric character",
+                           DNS1035_LABEL, "my-name", "abc-123"))  # fmt: skip
     return errs
 
 
@@ -75,7 +77,8 @@ def is_label_value(value: str) -> list[str]:
     errs = [_max_len(LABEL_MAX)] if len(value) > LABEL_MAX else []
     if not re.fullmatch(LABEL_VALUE, value):
         errs.append(_regex("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
-                           "and must start and end with an alphanumeric character", LABEL_VALUE, "MyValue", "my_value", "12345"))  # fmt: skip
+                           "and must start and end with an alphanumeric character",
+                           LABEL_VALUE, "MyValue", "my_value", "12345"))  # fmt: skip
     return errs
 
 
@@ -179,5 +182,6 @@ def derived_problems(obj: Obj) -> list[str]:
         what = f'{child["kind"]} {child["metadata"]["name"]}'
         found += [f"{what}: {p}" for p in object_problems(child)]
         if child["kind"] == "Pod" and obj["kind"] == "LeaderWorkerSet":
-            found += [f"{what}: " + _invalid("spec.hostname", child["metadata"]["name"], e) for e in is_dns1123_label(child["metadata"]["name"])]
+            hostname = child["metadata"]["name"]
+            found += [f"{what}: " + _invalid("spec.hostname", hostname, e) for e in is_dns1123_label(hostname)]
     return found

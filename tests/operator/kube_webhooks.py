@@ -16,7 +16,8 @@ Forbidden, which the API server reports as 'admission webhook "NAME" denied the 
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import kube_names
 
@@ -55,9 +56,11 @@ def validate_scaled_object(so: Obj, listing: Callable[[str], Iterable[Obj]]) -> 
             continue
         ref = other["spec"]["scaleTargetRef"]
         if _gvk(ref.get("apiVersion", "apps/v1"), ref.get("kind", "Deployment")) == target_gvk and ref["name"] == target["name"]:
-            raise Denied(KEDA_WEBHOOK, f"the workload '{ref['name']}' of type '{target_gvk}' is already managed by the ScaledObject '{other['metadata']['name']}'")
+            raise Denied(KEDA_WEBHOOK, f"the workload '{ref['name']}' of type '{target_gvk}' is already managed by "
+                                       f"the ScaledObject '{other['metadata']['name']}'")
         if keda_hpa_name(other) == keda_hpa_name(so):
-            raise Denied(KEDA_WEBHOOK, f"the HPA '{keda_hpa_name(so)}' is already managed by the ScaledObject '{other['metadata']['name']}'")
+            raise Denied(KEDA_WEBHOOK, f"the HPA '{keda_hpa_name(so)}' is already managed by "
+                                       f"the ScaledObject '{other['metadata']['name']}'")
     for hpa in listing("HorizontalPodAutoscaler"):
         if (hpa["metadata"].get("annotations") or {}).get(HPA_OWNERSHIP_ANNOTATION) == "false":
             continue
@@ -68,11 +71,14 @@ def validate_scaled_object(so: Obj, listing: Callable[[str], Iterable[Obj]]) -> 
         if owned:
             continue
         if (so["metadata"].get("annotations") or {}).get(TRANSFER_HPA_ANNOTATION) == "true":
-            if keda_hpa_name(so) == hpa["metadata"]["name"] and (spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig", {}).get("name"):
+            if (keda_hpa_name(so) == hpa["metadata"]["name"]
+                    and (spec.get("advanced") or {}).get("horizontalPodAutoscalerConfig", {}).get("name")):
                 continue
-            raise Denied(KEDA_WEBHOOK, f"the existing hpa '{hpa['metadata']['name']}' for workload '{target['name']}' of type "
-                                       f"'{target_gvk}' must be specified by name in advanced settings to enable ownership transfer")  # fmt: skip
-        raise Denied(KEDA_WEBHOOK, f"the workload '{target['name']}' of type '{target_gvk}' is already managed by the hpa '{hpa['metadata']['name']}'")
+            raise Denied(KEDA_WEBHOOK, f"the existing hpa '{hpa['metadata']['name']}' for workload '{target['name']}' "
+                                       f"of type '{target_gvk}' must be specified by name in advanced settings "
+                                       "to enable ownership transfer")  # fmt: skip
+        raise Denied(KEDA_WEBHOOK, f"the workload '{target['name']}' of type '{target_gvk}' is already managed by "
+                                   f"the hpa '{hpa['metadata']['name']}'")
     minimum, maximum = spec.get("minReplicaCount", 0), spec.get("maxReplicaCount", 100)
     if minimum > maximum:
         raise Denied(KEDA_WEBHOOK, f"MinReplicaCount={minimum} must be less than MaxReplicaCount={maximum}")
@@ -113,7 +119,8 @@ def _scaled(value: Any, total: int, round_up: bool) -> int:
 
 def validate_leader_worker_set(lws: Obj) -> None:
     """The LWS validating webhook's generalValidate (the parts of it this project's objects meet)."""
-    errors = [f'metadata.name: Invalid value: "{lws["metadata"]["name"]}": {e}' for e in kube_names.is_dns1035_label(lws["metadata"]["name"])]
+    name = lws["metadata"]["name"]
+    errors = [f'metadata.name: Invalid value: "{name}": {e}' for e in kube_names.is_dns1035_label(name)]
     spec = lws["spec"]
     replicas, size = spec.get("replicas", 1), spec["leaderWorkerTemplate"].get("size", 1)
     if replicas < 0:

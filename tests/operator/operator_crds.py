@@ -5,8 +5,9 @@ No API server runs here; what one would check on a custom resource, its CRD's st
 is checked with a real JSON Schema validator after the same conversion the operator's own CRD
 goes through (minisgl_operator.schema.to_json_schema), strict: an unknown field is an error, as
 ``kubectl apply --validate=strict`` makes it; then the CRD's CEL rules (x-kubernetes-validations)
-run in cel-python on the object with the schema's defaults filled in, as the API server runs them. Core kinds go to kubernetes-validate (the official
-OpenAPI schemas of Kubernetes), so :func:`validate` covers every object the operator renders.
+run in cel-python on the object with the schema's defaults filled in, as the API server runs them.
+Core kinds go to kubernetes-validate (the official OpenAPI schemas of Kubernetes), so
+:func:`validate` covers every object the operator renders.
 """
 
 from __future__ import annotations

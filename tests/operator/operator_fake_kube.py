@@ -40,14 +40,16 @@ import copy
 import hashlib
 import itertools
 import json
+from collections.abc import Callable
 from decimal import Decimal
-from typing import Any, Callable
+from typing import Any
 
 import cel_cost
 import kube_apply
 import kube_names
 import kube_webhooks
 import operator_crds
+
 from minisgl_operator import constants as c
 from minisgl_operator.kube import ApiError
 
@@ -503,7 +505,9 @@ class FakeKube:
                 "name": name,
                 "namespace": namespace,
                 "uid": f"pod-uid-{next(self._uids)}",
-                "ownerReferences": [{"kind": "ReplicaSet", "name": dep["metadata"]["name"], "uid": dep["metadata"]["uid"], "controller": True}],
+                "ownerReferences": [
+                    {"kind": "ReplicaSet", "name": dep["metadata"]["name"], "uid": dep["metadata"]["uid"], "controller": True}
+                ],
                 "_deployment": dep["metadata"]["name"],
                 "_hash": template_hash,
             },
@@ -574,7 +578,8 @@ class FakeKube:
             waiting = {"reason": fault, "message": f'Back-off pulling image "{container["image"]}"'}
             return self._not_running(scheduled, container, {"waiting": waiting})
         if fault in ("OOMKilled", "CrashLoopBackOff"):
-            last = {"terminated": {"reason": "OOMKilled" if fault == "OOMKilled" else "Error", "exitCode": 137 if fault == "OOMKilled" else 1}}
+            oom = fault == "OOMKilled"
+            last = {"terminated": {"reason": "OOMKilled" if oom else "Error", "exitCode": 137 if oom else 1}}
             waiting = {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}
             return self._not_running(scheduled, container, {"waiting": waiting}, last)
         ready = {"type": "Ready", "status": "True"}

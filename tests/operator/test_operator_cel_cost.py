@@ -7,10 +7,10 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
+import cel_cost as cc
 import pytest
 import yaml
 
-import cel_cost as cc
 from minisgl_operator import crd
 
 REPO = Path(__file__).resolve().parents[2]
@@ -87,8 +87,10 @@ UPSTREAM = [
     ("set map maxLength to zero", map_of({"type": "number"}), 'self["x"] == 0.0', 2, 0, 2),
     ("set string maxLength to zero", string(), 'self == "x"', 2, 0, 1),
     ("set maxLength greater than estimated maxLength", array("number"), "self.all(x, x == 0.0)", 6291454, 3 * 1024 * 2048, 25165826),
-    ("nested types with root rule with all supporting maxLength", nested_all_bounded, 'self.all(x, x["y"].required == "z")', 7340027, 10, 72),
-    ("nested types with root rule with one supporting maxLength", nested_one_bounded, 'self.all(x, x["y"].required == "z")', 7340027, 10, 7340027),
+    ("nested types with root rule with all supporting maxLength", nested_all_bounded,
+     'self.all(x, x["y"].required == "z")', 7340027, 10, 72),
+    ("nested types with root rule with one supporting maxLength", nested_one_bounded,
+     'self.all(x, x["y"].required == "z")', 7340027, 10, 7340027),
     ("int-or-string array with all", array("int-or-string"), "self.all(x, true)", 4718591, 10, 32),
     ("index of array with int-or-strings", array("int-or-string"), "self[0] == 5", 3, 10, 3),
     ("index of array with booleans", array("boolean"), "self[0] == false", 2, 25, 2),

@@ -10,11 +10,11 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 import yaml
+from operator_chart_tools import CHART, NAMESPACE, crds, helm_lint_sdkpy, helm_lint_strict, helm_notes, helm_template
 
 from minisgl.server import args as server_args
 from minisgl_operator import __version__, kube, render
 from minisgl_operator import constants as c
-from operator_chart_tools import CHART, NAMESPACE, crds, helm_lint_sdkpy, helm_lint_strict, helm_notes, helm_template
 
 K8S_VERSION = kubernetes_validate.latest_version()
 MONITORING = "monitoring.coreos.com/v1"

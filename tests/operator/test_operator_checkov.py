@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from operator_chart_tools import NAMESPACE, helm_template
 
 from minisgl_operator import constants as c
 from minisgl_operator import render
-from operator_chart_tools import NAMESPACE, helm_template
-
 from tests.tool_venvs import tool_binary
 
 REPO = Path(__file__).resolve().parents[2]

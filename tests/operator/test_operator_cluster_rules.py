@@ -341,7 +341,8 @@ def test_the_operator_watches_only_its_own_deployments_and_pods(fake):
     handlers.cleanup()
     create(fake, {"model": "m"})
     fake.add_foreign(
-        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "llm", "labels": {"app": "web"}}, "spec": {}}
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "web", "namespace": "llm", "labels": {"app": "web"}}, "spec": {}}
     )
 
     for group, plural, kind in (("apps", "deployments", "Deployment"), ("", "pods", "Pod")):

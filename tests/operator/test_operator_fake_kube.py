@@ -5,9 +5,9 @@ server's answer, quoted from a published report or from the component's source."
 
 from __future__ import annotations
 
+import kube_webhooks
 import pytest
 
-import kube_webhooks
 from minisgl_operator import constants as c
 from minisgl_operator import render
 from minisgl_operator.kube import ApiError
@@ -89,7 +89,8 @@ def test_fields_the_operator_stops_applying_are_removed_unless_someone_else_owns
     deployment = child("Deployment")
     deployment["metadata"]["labels"].update({"old": "1", "shared": "1"})
     fake.apply(deployment)
-    label_only = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "chat", "namespace": "llm", "labels": {"shared": "1"}}}
+    label_only = {"apiVersion": "apps/v1", "kind": "Deployment",
+                  "metadata": {"name": "chat", "namespace": "llm", "labels": {"shared": "1"}}}
     fake.apply(label_only, manager="someone-else", force=False)  # same value: the label is shared, no conflict
     for key in ("old", "shared"):
         del deployment["metadata"]["labels"][key]

@@ -12,8 +12,8 @@ import logging
 import kopf
 import pytest
 
-from minisgl_operator import constants as c
 from minisgl_operator import cache, handlers, kube, server
+from minisgl_operator import constants as c
 from minisgl_operator.kube import ApiError
 
 LOG = logging.getLogger("test-operator")
@@ -412,7 +412,8 @@ def test_deployment_events_of_other_owners_are_ignored(fake):
     other = {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": {"name": "web", "namespace": "llm", "ownerReferences": [{"kind": "ReplicaSet", "name": "x", "uid": "u", "controller": True, "apiVersion": "apps/v1"}]},
+        "metadata": {"name": "web", "namespace": "llm", "ownerReferences": [
+            {"kind": "ReplicaSet", "name": "x", "uid": "u", "controller": True, "apiVersion": "apps/v1"}]},
     }
     fake.reset_calls()
     deployment_event(fake, obj=other)
@@ -606,9 +607,9 @@ def test_a_foreign_claim_of_the_caches_name_is_still_not_adopted(fake):
 def test_retain_is_refused_where_the_operator_creates_no_claim():
     from minisgl_operator.spec import SpecError, parse
 
-    for cache in ({"claimName": "models", "retain": True}, {"size": "10Gi", "perPod": True, "retain": False}):
+    for model_cache in ({"claimName": "models", "retain": True}, {"size": "10Gi", "perPod": True, "retain": False}):
         body = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "chat", "namespace": "llm"},
-                "spec": {"model": "m", "modelCache": cache}}  # fmt: skip
+                "spec": {"model": "m", "modelCache": model_cache}}  # fmt: skip
         with pytest.raises(SpecError, match="retain: applies only to a PVC the operator creates"):
             parse(body)
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import json
 
+import operator_crds
 import pytest
 
-import operator_crds
 from minisgl_operator import constants as c
 from minisgl_operator import render
 from minisgl_operator.spec import SpecError, parse

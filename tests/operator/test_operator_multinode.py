@@ -4,9 +4,9 @@ the node flags the server's own parser accepts, and switches between it and a De
 
 from __future__ import annotations
 
+import operator_crds
 import pytest
 
-import operator_crds
 from minisgl.server.args import parse_args
 from minisgl.server.runtime.nodes import NodePlacement
 from minisgl_operator import constants as c

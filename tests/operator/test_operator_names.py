@@ -5,9 +5,9 @@ do: one character more and a derived name breaks."""
 
 from __future__ import annotations
 
+import kube_names
 import pytest
 
-import kube_names
 from minisgl_operator import constants as c
 from minisgl_operator import crd, render, spec
 
@@ -66,4 +66,5 @@ def test_the_multi_node_limit_is_where_the_last_groups_statefulset_labels_break(
 def test_a_derived_name_that_breaks_is_named_with_the_api_servers_words():
     lws = {"kind": "LeaderWorkerSet", "metadata": {"name": "a" * 50}, "spec": {"replicas": 20, "leaderWorkerTemplate": {"size": 2}}}
     problems = kube_names.derived_problems(lws)
-    assert f'Pod {"a" * 50}-19-1: metadata.labels: Invalid value: "{"a" * 50}-19-{"h" * 10}": must be no more than 63 characters' in problems
+    assert (f'Pod {"a" * 50}-19-1: metadata.labels: Invalid value: "{"a" * 50}-19-{"h" * 10}": '
+            "must be no more than 63 characters") in problems

@@ -10,11 +10,11 @@ import sys
 from pathlib import Path
 
 import kubernetes_validate
+import operator_crds
 import pytest
 import yaml
 
 from minisgl.server import args as server_args
-import operator_crds
 from minisgl_operator import cli, render, server
 from minisgl_operator import constants as c
 from minisgl_operator.spec import PLACEHOLDER_UID, SpecError, parse
@@ -65,7 +65,10 @@ POD_TEMPLATE = {
             {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
              "labelSelector": {"matchLabels": {c.LABEL_INSTANCE: "chat"}}},
         ],
-        "volumes": [{"name": "chat-templates", "configMap": {"name": "templates"}}, {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": "1Ti"}}],
+        "volumes": [
+            {"name": "chat-templates", "configMap": {"name": "templates"}},
+            {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": "1Ti"}},
+        ],
         "containers": [
             {"name": c.CONTAINER_NAME, "volumeMounts": [{"name": "chat-templates", "mountPath": "/templates", "readOnly": True}],
              "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]},
@@ -339,7 +342,8 @@ def test_a_gpu_pod_without_resources_is_never_best_effort():
         return {k: v for k, v in res.items() if k != c.EPHEMERAL_STORAGE}
 
     ctr = container({"model": "m", "tp": 4})
-    assert cpu_memory(ctr["resources"]["requests"]) == {"cpu": str(4 * c.DEFAULT_CPU_PER_GPU), "memory": f"{4 * c.DEFAULT_MEMORY_GI_PER_GPU}Gi"}
+    assert cpu_memory(ctr["resources"]["requests"]) == {
+        "cpu": str(4 * c.DEFAULT_CPU_PER_GPU), "memory": f"{4 * c.DEFAULT_MEMORY_GI_PER_GPU}Gi"}
     assert _qos(pod({"model": "m", "tp": 4})) == "Burstable"
     # What the spec names wins; a limit alone already sets the request.
     ctr = container({"model": "m", "resources": {"limits": {"memory": "64Gi"}, "requests": {"cpu": "2"}}})
@@ -357,7 +361,8 @@ def test_the_pod_template_override_merges_like_a_strategic_merge_patch():
     assert meta["labels"][c.LABEL_INSTANCE] == "chat"  # the selector labels stay the operator's
     assert meta["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
     assert meta["annotations"]["prometheus.io/path"] == server.METRICS_PATH  # merged, not replaced
-    for key in ("imagePullSecrets", "runtimeClassName", "priorityClassName", "serviceAccountName", "schedulerName", "topologySpreadConstraints"):
+    for key in ("imagePullSecrets", "runtimeClassName", "priorityClassName", "serviceAccountName", "schedulerName",
+                "topologySpreadConstraints"):
         assert spec[key] == POD_TEMPLATE["spec"][key], key
     # Containers merge by name: the server keeps everything the operator set, plus the mount and env.
     server_ctr, sidecar = spec["containers"]
@@ -610,7 +615,8 @@ def test_the_hpa_scales_up_no_faster_than_new_pods_can_load():
 def test_adding_or_removing_the_router_leaves_the_gpu_pods_alone(case):
     # A changed pod template rolls every GPU pod (minutes of model load each): the router must not.
     def templates(spec: dict) -> list[dict]:
-        workload = next(o for o in render.render(isvc(spec)) if o["metadata"]["name"] == "chat" and o["kind"] in ("Deployment", "LeaderWorkerSet"))
+        workload = next(o for o in render.render(isvc(spec))
+                        if o["metadata"]["name"] == "chat" and o["kind"] in ("Deployment", "LeaderWorkerSet"))
         return [workload["spec"].get("template")] + list(workload["spec"].get("leaderWorkerTemplate", {}).values())
 
     without = MATRIX[case]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import logging
 
+import operator_crds
 import pytest
 
-import operator_crds
 from minisgl_operator import constants as c
 from minisgl_operator import handlers, kube, render
 from minisgl_operator.kube import ApiError
@@ -18,7 +18,8 @@ from minisgl_operator.spec import parse
 EPP_IMAGE = "registry.example/epp:9"
 GATEWAY = {"name": "inference-gateway", "namespace": "gateways", "sectionName": "https"}
 SPEC = {"model": "Qwen/Qwen3-8B", "replicas": 3,
-        "router": {"gateway": GATEWAY, "hostnames": ["llm.example.com"], "canary": {"inferenceService": "chat-next", "weight": 10}}}  # fmt: skip
+        "router": {"gateway": GATEWAY, "hostnames": ["llm.example.com"],
+                   "canary": {"inferenceService": "chat-next", "weight": 10}}}  # fmt: skip
 
 
 def isvc(spec: dict, name: str = "chat") -> dict:
@@ -234,7 +235,8 @@ def test_two_pickers_serve_side_by_side_roll_one_at_a_time_and_a_pdb_keeps_one()
     assert not matches(server_pdb, dep["template"]["metadata"]["labels"])
     assert not matches(pdb["selector"]["matchLabels"], objs[("Deployment", "chat")]["spec"]["template"]["metadata"]["labels"])
     spread = dep["template"]["spec"]["topologySpreadConstraints"]
-    assert spread[0]["topologyKey"] == "kubernetes.io/hostname" and spread[0]["labelSelector"]["matchLabels"] == dep["selector"]["matchLabels"]
+    assert spread[0]["topologyKey"] == "kubernetes.io/hostname"
+    assert spread[0]["labelSelector"]["matchLabels"] == dep["selector"]["matchLabels"]
 
 
 def test_the_failure_mode_is_the_users_choice():

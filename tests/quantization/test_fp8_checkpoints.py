@@ -20,7 +20,11 @@ from minisgl.llm import LLM
 from minisgl.quantization import QUANT_METHODS
 from tests.helpers import EngineDriver, hf_greedy
 from tests.quantization.fp8_checkpoints import (
-    LINEAR, QUANT_CONFIGS, round_trip_rows, write_fp8_checkpoint, write_with_tensors,
+    LINEAR,
+    QUANT_CONFIGS,
+    round_trip_rows,
+    write_fp8_checkpoint,
+    write_with_tensors,
 )
 
 NEW_TOKENS = 16
@@ -130,10 +134,11 @@ def test_an_fp8_weight_without_its_scale_is_refused(base_dir, tmp_path):
 
 
 def test_flag_choices_are_the_supported_sets():
+    from dataclasses import fields
+
     from minisgl.kvcache import KV_CACHE_DTYPES
     from minisgl.quantization import ONLINE_QUANTIZATION
     from minisgl.server.args import ServerArgs
-    from dataclasses import fields
 
     meta = {f.name: f.metadata for f in fields(ServerArgs)}
     assert tuple(meta["kv_cache_dtype"]["choices"]) == tuple(KV_CACHE_DTYPES)

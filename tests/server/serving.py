@@ -11,8 +11,8 @@ import time
 
 import httpx
 
-from minisgl.utils.net import free_port
 from minisgl.benchmark.server_process import ServerProcess as _ServerProcess
+from minisgl.utils.net import free_port
 
 
 class ServerProcess(_ServerProcess):

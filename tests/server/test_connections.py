@@ -15,10 +15,10 @@ import httpx
 import psutil
 import pytest
 
-from tests import chaos
+from minisgl.benchmark.server_process import ServerProcess as CommandProcess
 from minisgl.server.args import parse_args
 from minisgl.utils.net import free_port
-from minisgl.benchmark.server_process import ServerProcess as CommandProcess
+from tests import chaos
 from tests.server.serving import ServerProcess, tiny_qwen3_server, wait_for
 
 FAST = ["--num-pages", "256", "--max-seq-len", "256"]

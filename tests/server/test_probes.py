@@ -39,7 +39,7 @@ def first_answer(srv: ServerProcess, path: str, timeout: float = 60) -> httpx.Re
 
 def metric(http: httpx.Client, name: str) -> str:
     """The value of an unlabelled-but-for-the-model series in a scrape, as written."""
-    line = next(l for l in http.get("/metrics").text.splitlines() if l.startswith(name + "{"))
+    line = next(row for row in http.get("/metrics").text.splitlines() if row.startswith(name + "{"))
     return line.rsplit(" ", 1)[1]
 
 

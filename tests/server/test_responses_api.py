@@ -16,8 +16,8 @@ import pytest
 from openai.types.responses import Response
 from prometheus_client.parser import text_string_to_metric_families
 
-from minisgl.server.parsers import ChatOutputFormat
 from minisgl.server.http.responses import OutputItems
+from minisgl.server.parsers import ChatOutputFormat
 from tests.server.serving import ServerProcess, metric, tiny_qwen3_server, wait_for
 from tests.server.tool_chat import CHAT, TEMPLATE, TIME, WEATHER
 

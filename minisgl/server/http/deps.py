@@ -15,7 +15,6 @@ from .metrics import ObservedClient, ServerMetrics
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest
 from .request_cost import ref_cycle_problem, request_cost_problem
 
-
 ECHO_CHARS = 100  # the most of a client's own value an error message repeats
 
 

@@ -35,8 +35,17 @@ from contextlib import aclosing
 from typing import Any
 
 from prometheus_client import (
-    CONTENT_TYPE_LATEST, GC_COLLECTOR, PLATFORM_COLLECTOR, PROCESS_COLLECTOR, CollectorRegistry, Counter, Gauge,
-    Histogram, Info, disable_created_metrics, generate_latest,
+    CONTENT_TYPE_LATEST,
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
 )
 
 from minisgl.core import SamplingParams

@@ -151,7 +151,8 @@ class GenerationRequest(SamplingFields):
     minisgl.core.request_fields) and these."""
 
     model: str | None = Field(None, description="optional: the one model this server serves")
-    stop: StopField = Field(None, description=f"a string or up to 4, each up to {MAX_STOP_CHARS} characters; generation ends before any of them")
+    stop: StopField = Field(None, description=f"a string or up to 4, each up to {MAX_STOP_CHARS} characters; "
+                                              "generation ends before any of them")
     n: int | None = Field(1, ge=1, le=INT32_MAX)
     stream: bool | None = False
     stream_options: StreamOptions | None = None

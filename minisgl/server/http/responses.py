@@ -29,7 +29,6 @@ from .generation import Generation, finished_choices, sse, sse_response, start_g
 from .protocol import APIError, generation_responses
 from .responses_protocol import ResponseObject, ResponsesRequest
 
-
 logger = get_logger(__name__)
 
 
