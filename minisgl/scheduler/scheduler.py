@@ -103,10 +103,10 @@ class Scheduler:
             return "the prompt is empty"
         # Every id a request carries indexes the logits somewhere (a bias, a ban under min_tokens):
         # one outside them would fail the whole batch's step, or on a GPU its context.
-        for field, ids in params.token_ids():
+        for name, ids in params.token_ids():
             bad = next((t for t in ids if not 0 <= t < vocab), None)
             if bad is not None:
-                return f"{field}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
+                return f"{name}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
         problem = bound_problem(params.constraint, self.config.max_grammar_depth)
         if problem:
             return problem
