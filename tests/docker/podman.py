@@ -124,9 +124,10 @@ def _pip_settings() -> dict[str, str]:
     return settings
 
 
-# Settings whose paths pip writes to or that describe this machine's own install: they mean nothing
-# inside a build, so they are left out of its pip.conf instead of mounted.
-MACHINE_ONLY_SETTINGS = {"cache-dir", "log", "log-file", "src", "target", "root", "prefix", "build"}
+# Settings whose paths pip writes to or that describe this machine's own install, and
+# PIP_CONFIG_FILE (where this machine's configuration lives, which the build's pip.conf replaces):
+# they mean nothing inside a build, so they are left out of its pip.conf instead of mounted.
+MACHINE_ONLY_SETTINGS = {"cache-dir", "log", "log-file", "src", "target", "root", "prefix", "build", "config-file"}
 # A requirements or constraints file may name further files, relative to itself.
 _INCLUDE = re.compile(r"^\s*(?:-r|-c|--requirement|--constraint)(?:\s+|=)(\S+)")
 

@@ -62,3 +62,18 @@ def test_the_written_pip_conf_is_one_pip_itself_reads_back(tmp_path, monkeypatch
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True,
                             check=True, env=env).stdout
     assert f"constraint='{constraint}'" in listed
+
+
+def test_a_machine_without_a_pip_configuration_file_still_gets_its_environment_settings(tmp_path, monkeypatch):
+    """PIP_CONFIG_FILE=/dev/null is how pip runs with no configuration file: the environment's
+    settings still go to the build, the variable itself does not."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    monkeypatch.setenv("PIP_CONFIG_FILE", "/dev/null")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(wheels))
+    workdir = tmp_path / "build"
+    workdir.mkdir()
+    mounts = volumes(pip_build_mounts(workdir))
+    conf = (workdir / "pip.conf").read_text()
+    assert f"find-links = {wheels}\n" in conf and "config-file" not in conf and "constraint" not in conf
+    assert "/dev/null" not in mounts and mounts[str(wheels)] == str(wheels)
