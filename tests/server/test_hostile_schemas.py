@@ -16,7 +16,9 @@ import pytest
 from tests.constrained.helpers import SLOW_SCHEMA
 from tests.server.serving import ServerProcess, wait_for
 
-BUDGET = 30  # seconds: SLOW_SCHEMA compiles for far longer; a simple constraint in milliseconds
+# seconds: SLOW_SCHEMA compiles for about 20 s on an idle 2-core machine (longer when busy), a simple
+# constraint in milliseconds. (30 s let it finish in time on an idle machine: the test then failed.)
+BUDGET = 10
 READY = "grammar compile worker ready"
 KILLED_AT_BUDGET = "compile budget: its worker was killed"
 
@@ -71,6 +73,7 @@ def test_a_client_that_leaves_while_its_grammar_compiles_gets_the_compile_killed
     sent = time.monotonic()
     with pytest.raises(httpx.TimeoutException):
         chat(server, timeout=2, guided_json=json.loads(SLOW_SCHEMA))  # the client leaves
-    wait_for(lambda: len(workers - compile_workers(server)) == 1, BUDGET, "the compile's worker killed")
-    assert time.monotonic() - sent < BUDGET and server.output().count(KILLED_AT_BUDGET) == timeouts  # cancelled
+    wait_for(lambda: len(workers - compile_workers(server)) == 1, 120, "the compile's worker killed")
+    # Killed because its client left, not by the budget (which would have logged so).
+    assert server.output().count(KILLED_AT_BUDGET) == timeouts, time.monotonic() - sent
     assert chat(server, guided_regex="[a-z]{5}").status_code == 200  # a fresh worker serves on
