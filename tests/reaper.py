@@ -39,6 +39,9 @@ def kill_descendants() -> None:
         descendants = psutil.Process().children(recursive=True)
     except psutil.Error:
         return
+    # multiprocessing's resource tracker ends by itself once this process exits; killed, it is
+    # relaunched at exit to complain that it died.
+    descendants = [p for p in descendants if not _is_resource_tracker(p)]
     own_group = os.getpgid(0)
     groups = set()
     for proc in descendants:
@@ -56,6 +59,13 @@ def kill_descendants() -> None:
             proc.kill()
         except psutil.Error:
             pass
+
+
+def _is_resource_tracker(proc: psutil.Process) -> bool:
+    try:
+        return any("multiprocessing.resource_tracker" in part for part in proc.cmdline())
+    except psutil.Error:
+        return False
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
