@@ -10,9 +10,10 @@ import sys
 def run(argv: list[str] | None = None) -> int:
     """Serve (or open the shell) as the flags say; the exit status."""
     from minisgl.server.args import parse_args
+
+    args = parse_args(argv)  # --version, --help and flag errors answer here, before torch is imported
     from minisgl.server.launch import run_shell, serve
 
-    args = parse_args(argv)
     try:
         return run_shell(args) if args.shell else serve(args)
     except (ValueError, OSError) as e:  # a model that cannot be served as asked

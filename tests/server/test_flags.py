@@ -57,9 +57,19 @@ def test_device_cuda_without_a_gpu_is_refused_up_front():
     assert run.returncode == 2 and "no CUDA GPU" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_version():
-    run = _run("--version")
-    assert run.returncode == 0 and run.stdout.startswith("minisgl ")
+def _imported(importtime_log: str) -> set[str]:
+    """The modules `python -X importtime` reported importing."""
+    return {line.rsplit("|", 1)[1].strip() for line in importtime_log.splitlines() if line.startswith("import time:")}
+
+
+@pytest.mark.parametrize("flag, says", [("--version", "minisgl "), ("--help", "usage: ")])
+def test_version_and_help_answer_without_importing_torch(flag, says):
+    """They answer at once: torch (and the server behind it) is imported only to serve."""
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "minisgl", flag], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.startswith(says), run.stderr[-2000:]
+    imported = _imported(run.stderr)
+    assert "minisgl.server.args" in imported and "torch" not in imported and "minisgl.server.launch" not in imported
 
 
 @pytest.fixture(scope="module")
