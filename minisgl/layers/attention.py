@@ -35,7 +35,9 @@ class AttentionLayer(nn.Module):
         cache: returns q, rotated, with this step's k and v in the cache. Else None."""
         gemm = qkv_proj.rope_store_gemm
         ctx = get_global_ctx()
-        if gemm is None or not ctx.attn_backend.accepts_stored_kv or rotary.cos_sin.shape[1] != self.head_dim:
+        # LoRA adds to q/k/v after the GEMM, which the fused kernel has already rotated and stored.
+        if (gemm is None or qkv_proj.lora is not None or not ctx.attn_backend.accepts_stored_kv
+                or rotary.cos_sin.shape[1] != self.head_dim):
             return None
         kv = ctx.kv_cache
         return gemm(x, qkv_proj.weight, qkv_proj.bias, heads=self.num_heads, kv_heads=self.num_kv_heads,

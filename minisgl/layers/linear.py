@@ -66,6 +66,7 @@ class ColumnParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out), requires_grad=False) if bias else None
         self.gemm = F.linear
+        self.lora = None  # minisgl.lora.LoraLinear once an adapter pool is attached: adds the adapters' deltas
         for param in (self.weight, self.bias):
             if param is not None:
                 param.weight_loader = self.weight_loader
@@ -86,7 +87,8 @@ class ColumnParallelLinear(nn.Module):
         _load_rows(param.data.narrow(0, offset, rows), loaded, start, rows)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.gemm(x, self.weight, self.bias)
+        y = self.gemm(x, self.weight, self.bias)
+        return y if self.lora is None else self.lora.add(x, y)
 
 
 class QKVParallelLinear(ColumnParallelLinear):
@@ -131,7 +133,7 @@ class GateUpParallelLinear(ColumnParallelLinear):
         self.gated_gemm = None
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gated_gemm is not None:
+        if self.gated_gemm is not None and self.lora is None:  # the fused kernel has no room for adapters
             return self.gated_gemm(x, self.weight, self.bias)
         return silu_and_mul(self(x))
 
@@ -149,6 +151,7 @@ class RowParallelLinear(nn.Module):
         self.weight.weight_loader = self.weight_loader
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
         self.gemm = F.linear
+        self.lora = None  # as ColumnParallelLinear's; its delta is a partial sum, reduced with the output
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:
         start = _tp().rank * self.local_in
@@ -158,5 +161,8 @@ class RowParallelLinear(nn.Module):
         param.data.copy_(loaded.narrow(1, start, self.local_in))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        y = all_reduce(self.gemm(x, self.weight, None))
+        y = self.gemm(x, self.weight, None)
+        if self.lora is not None:
+            y = self.lora.add(x, y)
+        y = all_reduce(y)
         return y if self.bias is None else y + self.bias

@@ -1,0 +1,157 @@
+"""Reading a PEFT LoRA adapter directory (adapter_config.json + adapter_model.safetensors) and
+checking it against the base model, so that an adapter this engine cannot apply exactly is refused
+at load with the reason, never half-applied.
+
+What is applied: y += scaling * (x @ A^T) @ B^T on q/k/v/o and gate/up/down projections, with
+scaling = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora), as peft computes it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+
+import torch
+from safetensors.torch import load_file
+
+from minisgl.models import ModelConfig
+
+# PEFT's module name -> (the decoder layer's merged linear, the sub-projection's shard id in it).
+TARGET_MODULES: dict[str, tuple[str, object]] = {
+    "q_proj": ("self_attn.qkv_proj", "q"),
+    "k_proj": ("self_attn.qkv_proj", "k"),
+    "v_proj": ("self_attn.qkv_proj", "v"),
+    "o_proj": ("self_attn.o_proj", None),
+    "gate_proj": ("mlp.gate_up_proj", 0),
+    "up_proj": ("mlp.gate_up_proj", 1),
+    "down_proj": ("mlp.down_proj", None),
+}
+MLP_MODULES = ("gate_proj", "up_proj", "down_proj")
+
+# adapter_config.json keys that change what the adapter computes and that this engine does not
+# implement: a truthy value is refused, naming the key (ignoring it would serve other outputs).
+UNSUPPORTED = {
+    "use_dora": "DoRA",
+    "bias": "trained biases",
+    "lora_bias": "trained LoRA biases",
+    "modules_to_save": "fully trained modules (modules_to_save)",
+    "rank_pattern": "per-module ranks (rank_pattern)",
+    "alpha_pattern": "per-module alphas (alpha_pattern)",
+    "fan_in_fan_out": "transposed (Conv1D) weights (fan_in_fan_out)",
+    "target_parameters": "LoRA on parameters (target_parameters)",
+    "layer_replication": "layer replication",
+    "trainable_token_indices": "trained token embeddings (trainable_token_indices)",
+    "alora_invocation_tokens": "activated LoRA (alora_invocation_tokens)",
+    "arrow_config": "Arrow routing (arrow_config)",
+    "use_qalora": "QA-LoRA",
+    "use_bdlora": "block-diagonal LoRA (use_bdlora)",
+    "monteclora_config": "MonteCLoRA",
+    "velora_config": "VeLoRA",
+    "kasa_config": "KaSA",
+}
+
+_KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(?:self_attn|mlp)\.(\w+)\.lora_([AB])\.weight$")
+
+
+@dataclass
+class LoraAdapter:
+    """One adapter's full (unsharded) weights: (layer, module) -> (A [r, in], B [out, r])."""
+
+    name: str
+    path: str
+    rank: int
+    scaling: float
+    weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]
+
+    @property
+    def modules(self) -> list[str]:
+        return sorted({m for _, m in self.weights})
+
+
+def module_shape(cfg: ModelConfig, module: str) -> tuple[int, int]:
+    """(in_features, out_features) of a target module in the base model, unsharded."""
+    q, kv = cfg.num_heads * cfg.head_dim, cfg.num_kv_heads * cfg.head_dim
+    h, inter = cfg.hidden_size, cfg.intermediate_size
+    return {"q_proj": (h, q), "k_proj": (h, kv), "v_proj": (h, kv), "o_proj": (q, h),
+            "gate_proj": (h, inter), "up_proj": (h, inter), "down_proj": (inter, h)}[module]
+
+
+def config_problem(config: dict, max_rank: int) -> str | None:
+    """Why an adapter_config.json cannot be served here, or None."""
+    if config.get("peft_type", "LORA") != "LORA":
+        return f"peft_type {config.get('peft_type')!r} is not supported (only LORA)"
+    r = config.get("r")
+    if not isinstance(r, int) or r < 1:
+        return f"r must be a positive integer, got {r!r}"
+    if r > max_rank:
+        return f"rank {r} exceeds max_lora_rank {max_rank} (--max-lora-rank)"
+    for key, what in UNSUPPORTED.items():
+        value = config.get(key)
+        if value and value != "none":
+            return f"{what} ({key}={value!r}) are not supported"
+    targets = config.get("target_modules")
+    if isinstance(targets, list):
+        other = sorted(set(targets) - set(TARGET_MODULES))
+        if other:
+            return (f"target modules {', '.join(other)} are not supported "
+                    f"(supported: {', '.join(TARGET_MODULES)})")
+    return None
+
+
+def weights_problem(tensors: dict[str, torch.Tensor], cfg: ModelConfig, r: int
+                    ) -> tuple[str | None, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]]:
+    """(why the tensors do not fit the base model or None, the (A, B) pairs by (layer, module))."""
+    halves: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+    for key, tensor in tensors.items():
+        m = _KEY.match(key)
+        if m is None or m.group(2) not in TARGET_MODULES:
+            return f"tensor {key!r} is not a LoRA weight of {', '.join(TARGET_MODULES)}", {}
+        layer, module, half = int(m.group(1)), m.group(2), m.group(3)
+        if layer >= cfg.num_layers:
+            return f"tensor {key!r} is for layer {layer}, the base model has {cfg.num_layers} (base-model mismatch)", {}
+        if module in MLP_MODULES and cfg.is_moe_layer(layer):
+            return f"tensor {key!r}: LoRA on MoE experts is not supported", {}
+        in_f, out_f = module_shape(cfg, module)
+        want = (r, in_f) if half == "A" else (out_f, r)
+        if tuple(tensor.shape) != want:
+            return (f"tensor {key!r} has shape {tuple(tensor.shape)}, the base model needs {want} "
+                    "(base-model mismatch)"), {}
+        halves.setdefault((layer, module), {})[half] = tensor
+    pairs = {}
+    for (layer, module), ab in sorted(halves.items()):
+        if len(ab) != 2:
+            missing = "B" if "A" in ab else "A"
+            return f"layer {layer} {module} has no lora_{missing} weight", {}
+        pairs[(layer, module)] = (ab["A"], ab["B"])
+    if not pairs:
+        return "the adapter has no LoRA weights", {}
+    return None, pairs
+
+
+def load_adapter(name: str, path: str, cfg: ModelConfig, max_rank: int) -> LoraAdapter:
+    """Read and check the adapter at `path`; a ValueError naming the adapter and the reason when it
+    cannot be served on this base model."""
+    def refuse(reason: str) -> ValueError:
+        return ValueError(f"LoRA adapter {name!r} ({path}): {reason}")
+
+    config_file = os.path.join(path, "adapter_config.json")
+    weights_file = os.path.join(path, "adapter_model.safetensors")
+    for file in (config_file, weights_file):
+        if not os.path.isfile(file):
+            raise refuse(f"{os.path.basename(file)} not found (a PEFT adapter directory has adapter_config.json "
+                         "and adapter_model.safetensors)")
+    with open(config_file) as f:
+        config = json.load(f)
+    problem = config_problem(config, max_rank)
+    if problem:
+        raise refuse(problem)
+    r, alpha = config["r"], config.get("lora_alpha", 8)
+    problem, weights = weights_problem(load_file(weights_file), cfg, r)
+    if problem:
+        base = config.get("base_model_name_or_path")
+        raise refuse(problem + (f"; it was trained on {base}" if base and "mismatch" in problem else ""))
+    scaling = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+    return LoraAdapter(name, path, r, scaling, weights)

@@ -1,0 +1,139 @@
+"""The adapter pool: fixed LoRA weight buffers sized at start (max_loras slots plus slot 0, the base
+model, at max_lora_rank), attached to the model's q/k/v/o and gate/up/down linears, and which
+adapter holds which slot.
+
+Each forward pass sets the slot mask of its tokens (`prepare` on the host's slot list; in a CUDA
+graph, `graph_mask` from a static buffer of slot ids), which every LoRA layer reads.
+An adapter is unloaded only when no request uses it (`acquire`/`release` count them).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import torch
+from torch import nn
+
+from minisgl.distributed import DistributedInfo
+from minisgl.models import ModelConfig
+
+from .adapter import TARGET_MODULES, LoraAdapter, load_adapter
+from .linear import LoraBatchState, LoraLinear
+
+
+class LoraPool:
+    def __init__(self, model: nn.Module, cfg: ModelConfig, max_loras: int, max_rank: int, tp: DistributedInfo,
+                 dtype: torch.dtype, device: torch.device):
+        if max_loras < 1 or max_rank < 1:
+            raise ValueError(f"max_loras and max_lora_rank must be >= 1, got {max_loras} and {max_rank}")
+        self.cfg, self.max_loras, self.max_rank, self.tp = cfg, max_loras, max_rank, tp
+        self.slots = max_loras + 1
+        self.dtype, self.device = dtype, device
+        self.state = LoraBatchState()
+        self.slot_ids = torch.arange(self.slots, device=device)
+        # (layer, PEFT module) -> (its LoraLinear, sub-projection index); the linear itself.
+        self.targets: dict[tuple[int, str], tuple[LoraLinear, int, nn.Module]] = {}
+        for i, layer in enumerate(model.model.layers):
+            self._attach(i, layer)
+        self.names: dict[str, int] = {}  # adapter name -> slot
+        self.adapters: list[LoraAdapter | None] = [None] * self.slots
+        self.users = [0] * self.slots
+        # A number per load, never reused: the prefix cache's namespace for the adapter's KV.
+        self.load_ids = [0] * self.slots
+        self._next_id = itertools.count(1)
+        self.graph_slots: torch.Tensor | None = None
+
+    def _attach(self, index: int, layer: nn.Module) -> None:
+        by_linear: dict[str, list[str]] = {}
+        for module, (path, _) in TARGET_MODULES.items():
+            by_linear.setdefault(path, []).append(module)
+        for path, modules in by_linear.items():
+            try:
+                linear = layer.get_submodule(path)
+            except AttributeError:
+                continue  # an MoE layer has no gate/up/down linears
+            if hasattr(linear, "local_in"):  # row-parallel: the input is split, the output whole
+                subs = [(0, linear.weight.shape[0])]
+                in_features = linear.local_in
+            else:
+                subs = [linear.shard_offsets(TARGET_MODULES[m][1])[:2] for m in modules]
+                in_features = linear.weight.shape[1]
+            lora = LoraLinear(in_features, subs, self.slots, self.max_rank, self.state, self.dtype, self.device)
+            linear.lora = lora
+            for sub, module in enumerate(modules):
+                self.targets[(index, module)] = (lora, sub, linear)
+
+    # -- adapters -----------------------------------------------------------------------------
+
+    def load(self, name: str, path: str) -> int:
+        """Read, check and place the adapter in a free slot; its slot. A ValueError with the
+        reason when it cannot be served (see lora.adapter) or no slot is free."""
+        if name in self.names:
+            raise ValueError(f"LoRA adapter {name!r} is already loaded")
+        free = next((s for s in range(1, self.slots) if self.adapters[s] is None), None)
+        if free is None:
+            raise ValueError(f"cannot load LoRA adapter {name!r}: all {self.max_loras} slots are taken (--max-loras)")
+        adapter = load_adapter(name, path, self.cfg, self.max_rank)
+        for key, (a, b) in adapter.weights.items():
+            lora, sub, linear = self.targets[key]
+            a, b = self._shard(linear, key[1], a, b)
+            lora.write(free, sub, a.to(self.device, self.dtype),
+                       (b.float() * adapter.scaling).to(self.device, self.dtype))
+        self.adapters[free], self.names[name] = adapter, free
+        self.load_ids[free] = next(self._next_id)
+        return free
+
+    def _shard(self, linear: nn.Module, module: str, a: torch.Tensor, b: torch.Tensor):
+        """This rank's A and B, split as the base linear is."""
+        if hasattr(linear, "local_in"):
+            return a.narrow(1, self.tp.rank * linear.local_in, linear.local_in), b
+        _, rows, start = linear.shard_offsets(TARGET_MODULES[module][1])
+        return a, b.narrow(0, start, rows)
+
+    def unload(self, name: str) -> None:
+        """Free the adapter's slot; a ValueError while requests use it (never pulled from under them)."""
+        slot = self.slot(name)
+        if self.users[slot]:
+            raise ValueError(f"LoRA adapter {name!r} is in use by {self.users[slot]} request(s)")
+        for lora in {id(t[0]): t[0] for t in self.targets.values()}.values():
+            lora.clear(slot)
+        del self.names[name]
+        self.adapters[slot], self.load_ids[slot] = None, 0
+
+    def slot(self, name: str) -> int:
+        if name not in self.names:
+            raise KeyError(name)
+        return self.names[name]
+
+    def acquire(self, name: str) -> tuple[int, int]:
+        """A request will use the adapter: (its slot, its load id)."""
+        slot = self.slot(name)
+        self.users[slot] += 1
+        return slot, self.load_ids[slot]
+
+    def release(self, slot: int) -> None:
+        if slot:
+            self.users[slot] -= 1
+
+    # -- forward passes -----------------------------------------------------------------------
+
+    def prepare(self, slots: list[int], extend_lens: np.ndarray) -> None:
+        """Each request's slot and token count, in batch order: the mask of this eager pass."""
+        if not any(slots):
+            self.state.mask = None
+            return
+        per_token = torch.from_numpy(np.repeat(np.asarray(slots, dtype=np.int64), extend_lens))
+        self.state.mask = (per_token.to(self.device)[:, None] == self.slot_ids).to(self.dtype)
+
+    def graph_buffers(self, max_bs: int) -> None:
+        """Static buffers for CUDA graphs: the slot of each padded decode row, copied in before a
+        replay, and the mask the graph computes from it."""
+        self.graph_slots = torch.zeros(max_bs, dtype=torch.int64, device=self.device)
+        self.graph_mask_buf = torch.zeros(max_bs, self.slots, dtype=self.dtype, device=self.device)
+
+    def graph_mask(self, bs: int) -> None:
+        """Inside the graph: the mask of its bs rows, from graph_slots."""
+        mask = self.graph_mask_buf[:bs]
+        mask.copy_(self.graph_slots[:bs, None] == self.slot_ids)
+        self.state.mask = mask
