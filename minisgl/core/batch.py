@@ -32,6 +32,10 @@ class Req:
     output_ids: list[int] = field(default_factory=list)
     finish_reason: str | None = None
     grammar: GrammarState | None = None  # structured output: where the request is in its grammar
+    # LoRA (minisgl.lora): the adapter's slot in the pool (0: the base model) and its load's number,
+    # the prefix cache's namespace, so KV computed under one adapter is never reused for another.
+    lora_slot: int = 0
+    lora_load_id: int = 0
 
     def __post_init__(self) -> None:
         if self.seq_len < 0:

@@ -131,6 +131,9 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     # (minisgl.constrained compiles it); None: unconstrained. The API derives it from
     # response_format, guided_* and tool_choice.
     RequestField("constraint", tuple[str, str] | None, None, "structured output: (kind, spec)", in_api=False),
+    # The LoRA adapter that serves the request, by the name it was loaded under (minisgl.lora); None: the base
+    # model. The API takes it from the `model` field.
+    RequestField("lora", str | None, None, "the LoRA adapter's name (None: the base model)", in_api=False),
 )
 FIELDS: dict[str, RequestField] = {f.name: f for f in REQUEST_FIELDS}
 TOKEN_ID_FIELDS: tuple[RequestField, ...] = tuple(f for f in REQUEST_FIELDS if f.token_ids)

@@ -62,6 +62,11 @@ class EngineConfig:
     num_pages: int | None = None
     distributed_addr: str = "tcp://127.0.0.1:23333"
     disable_custom_all_reduce: bool = False  # True: NCCL for every all-reduce (see minisgl.distributed.custom_allreduce)
+    # LoRA adapters (minisgl.lora): name -> PEFT adapter directory (or the flag's name=path strings),
+    # loaded at start into a pool of max_loras slots (None: one per named adapter) of rank max_lora_rank.
+    lora_modules: dict[str, str] | tuple[str, ...] | None = None
+    max_loras: int | None = None
+    max_lora_rank: int = 16
 
 
 def resolve_dtype(name: str) -> torch.dtype | None:

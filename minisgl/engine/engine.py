@@ -17,6 +17,7 @@ from minisgl.attention.paging import batch_arrays, ragged_arange, to_device
 from minisgl.core import Batch, Context, set_global_ctx
 from minisgl.distributed import all_reduce_min, destroy, init_process_group
 from minisgl.kvcache import MHAKVCache, kv_storage_dtype
+from minisgl.lora import LoraPool, parse_lora_modules
 from minisgl.models import create_model, init_dummy_weights, load_model_config, load_weights
 from minisgl.quantization import check_online_quantization, quantize_model
 from minisgl.utils.logger import get_logger
@@ -103,6 +104,8 @@ class Engine:
                                  self.device, self.dtype)
         if weights:
             logger.info("%s", weights)
+        # Before the KV cache is sized: the adapter pool's memory is not the cache's.
+        self.lora = self._lora_pool(config)
         self.weight_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self.timings["load_s"] = time.perf_counter() - t_load
         if cuda:
@@ -150,6 +153,22 @@ class Engine:
         self.timings["init_s"] = time.perf_counter() - t_start
         if cuda:
             self._report_memory()
+
+    def _lora_pool(self, config: EngineConfig) -> LoraPool | None:
+        """The adapter pool, with the adapters named at start loaded; None when LoRA is off."""
+        modules = parse_lora_modules(config.lora_modules)
+        if not modules and not config.max_loras:
+            return None
+        max_loras = config.max_loras or len(modules)
+        if len(modules) > max_loras:
+            raise ValueError(f"--lora-modules names {len(modules)} adapters but --max-loras is {max_loras}")
+        pool = LoraPool(self.model, self.model_config, max_loras, config.max_lora_rank, self.tp, self.dtype,
+                        self.device)
+        for name, path in modules.items():
+            pool.load(name, path)
+        logger.info("LoRA: %d adapter slots of rank %d; loaded %s", max_loras, config.max_lora_rank,
+                    ", ".join(f"{n} (rank {pool.adapters[pool.slot(n)].rank})" for n in modules) or "none")
+        return pool
 
     def _warm_up_layers(self) -> None:
         """Layers with a `warm_up` (the fused MoE) build their kernels now, before the graphs are
@@ -257,6 +276,8 @@ class Engine:
         else:
             positions = np.repeat(cached, extend) + ragged_arange(extend)
             flat = np.repeat(rows * self.page_table.shape[1], extend) + positions
+        if self.lora is not None:
+            self.lora.prepare([r.lora_slot for r in batch.reqs], extend)
         ends = np.cumsum(extend) - 1
         n_tok = len(positions)
         dev = to_device(np.concatenate([positions, flat, ends]), self.device)

@@ -89,6 +89,8 @@ class GraphRunner:
         self.split_model = hasattr(e.model, "model") and hasattr(e.model, "lm_head")
         self.logits = torch.zeros(self.max_bs, e.model_config.vocab_size, device=device,
                                   dtype=e.dtype if self.split_model else torch.float32)
+        if e.lora is not None:
+            e.lora.graph_buffers(self.max_bs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.capture_seconds = 0.0
         self.memory_bytes = 0
@@ -143,6 +145,8 @@ class GraphRunner:
         self.gather_inputs(self.step_inputs[: 2 * bs], e.token_pool, e.page_table, self.positions[:bs],
                            self.input_ids[:bs], self.out_loc[:bs], self.next_token_index[:bs],
                            e.attn_backend.graph_rows_lens(bs))
+        if e.lora is not None:  # the adapters' slot mask, from the slots replay() copied in
+            e.lora.graph_mask(bs)
         model = e.model
         if not self.split_model:
             self.logits[:bs].copy_(model.forward())
@@ -174,6 +178,10 @@ class GraphRunner:
         batch.input_ids = self.input_ids[:bs]
         batch.out_loc = self.out_loc[:bs]
         batch.last_token_idx = self.last_token_idx[:bs]
+        if e.lora is not None:
+            slots = np.zeros(padded, dtype=np.int64)
+            slots[:bs] = [r.lora_slot for r in batch.reqs]
+            e.lora.graph_slots[:padded].copy_(pinned(slots), non_blocking=True)
         e.attn_backend.prepare_for_replay(batch, padded)
         self.graphs[padded].replay()
         return self.logits[:bs]

@@ -9,16 +9,19 @@ class BasePrefixCache(ABC):
     reuse them. Works in whole pages: token sequences given to it are page-aligned.
 
     A match returns a handle; while a handle is locked its pages cannot be evicted.
+
+    `namespace` separates KV computed under different weights (a LoRA adapter's load number; 0:
+    the base model): a prefix matches only what was inserted under the same namespace.
     """
 
     page_size: int
 
     @abstractmethod
-    def match(self, tokens: list[int]) -> tuple[Any, list[int]]:
+    def match(self, tokens: list[int], namespace: int = 0) -> tuple[Any, list[int]]:
         """Longest cached page-aligned prefix of `tokens`: (handle, its pages in order)."""
 
     @abstractmethod
-    def insert(self, tokens: list[int], pages: list[int]) -> int:
+    def insert(self, tokens: list[int], pages: list[int], namespace: int = 0) -> int:
         """Offer `pages` holding the KV of `tokens` (len(tokens) == len(pages) * page_size).
 
         Returns how many leading pages the cache already had: those offered pages stay the

@@ -9,10 +9,10 @@ class NaivePrefixCache(BasePrefixCache):
     def __init__(self, page_size: int):
         self.page_size = page_size
 
-    def match(self, tokens):
+    def match(self, tokens, namespace=0):
         return None, []
 
-    def insert(self, tokens, pages):
+    def insert(self, tokens, pages, namespace=0):
         return len(pages)  # keeps none of them
 
     def lock(self, handle):

@@ -3,7 +3,8 @@
 Each edge holds a run of whole pages (tokens and the KV pages that store them). Matching walks
 page by page and splits an edge where a prompt diverges inside it, so a match always ends on a
 node. Locks count along the path to the root; leaves with no lock are evicted least recently
-used first.
+used first. Each namespace (a LoRA adapter's KV, see BasePrefixCache) has a root of its own, never
+evicted; the base model's is `root`.
 
 Host memory: the tree lives as long as its KV pages, so it grows with the cache until the cache is
 full and eviction balances it (a soak with unique prompts sees the scheduler grow per request
@@ -38,6 +39,7 @@ class RadixPrefixCache(BasePrefixCache):
         self.page_size = page_size
         self.root = RadixNode()
         self.root.lock_ref = 1  # never evicted
+        self.roots: dict[int, RadixNode] = {0: self.root}
         self._clock = itertools.count(1)
         self._evictable = 0
         self._total = 0
@@ -65,9 +67,15 @@ class RadixPrefixCache(BasePrefixCache):
         upper.children[self._first_page(node.key)] = node
         return upper
 
-    def _walk(self, tokens) -> tuple[RadixNode, list[int], int]:
+    def _root(self, namespace: int) -> RadixNode:
+        if namespace not in self.roots:
+            self.roots[namespace] = RadixNode()
+            self.roots[namespace].lock_ref = 1
+        return self.roots[namespace]
+
+    def _walk(self, tokens, namespace: int = 0) -> tuple[RadixNode, list[int], int]:
         """Deepest node matching a page-aligned prefix of tokens: (node, pages, tokens matched)."""
-        node, pages, pos, now = self.root, [], 0, next(self._clock)
+        node, pages, pos, now = self._root(namespace), [], 0, next(self._clock)
         while pos + self.page_size <= len(tokens):
             child = node.children.get(self._first_page(tokens, pos))
             if child is None:
@@ -83,13 +91,13 @@ class RadixPrefixCache(BasePrefixCache):
 
     # -- interface ----------------------------------------------------------------------------
 
-    def match(self, tokens):
-        node, pages, _ = self._walk(tokens)
+    def match(self, tokens, namespace=0):
+        node, pages, _ = self._walk(tokens, namespace)
         return node, pages
 
-    def insert(self, tokens, pages):
+    def insert(self, tokens, pages, namespace=0):
         assert len(tokens) == len(pages) * self.page_size, "insert takes whole pages"
-        node, _, pos = self._walk(tokens)
+        node, _, pos = self._walk(tokens, namespace)
         already = pos // self.page_size
         if already < len(pages):
             leaf = RadixNode(array("i", tokens[pos:]), array("i", pages[already:]), node)
@@ -127,16 +135,16 @@ class RadixPrefixCache(BasePrefixCache):
             self._total -= len(leaf.pages)
             parent = leaf.parent
             del parent.children[self._first_page(leaf.key)]
-            if parent is not self.root and not parent.children and parent.lock_ref == 0:
+            if parent.parent is not None and not parent.children and parent.lock_ref == 0:  # not a root
                 heapq.heappush(leaves, (parent.last_access, id(parent), parent))
         return freed
 
     def _nodes(self):
-        stack = [self.root]
+        stack = list(self.roots.values())
         while stack:
             node = stack.pop()
             stack.extend(node.children.values())
-            if node is not self.root:
+            if node.parent is not None:  # not a root
                 yield node
 
     @property

@@ -30,7 +30,8 @@ logger = get_logger(__name__)
 
 class LLM:
     """Keyword arguments are SchedulerConfig / EngineConfig fields, named as the server's flags (e.g.
-    `max_seq_len`, `max_prefill_length`, `page_size`, `cuda_graph_max_bs`) or as Mini-SGLang names
+    `max_seq_len`, `max_prefill_length`, `page_size`, `cuda_graph_max_bs`; LoRA: `lora_modules={name: path}`,
+    `max_loras`, `max_lora_rank`) or as Mini-SGLang names
     them (`SchedulerConfig.SEED_NAMES`); `tp` sets the tensor-parallel size. As in Mini-SGLang,
     `dtype` may come second: `LLM(path, torch.bfloat16)`."""
 
@@ -63,13 +64,20 @@ class LLM:
 
     def generate(self, prompts: Sequence[str] | Sequence[list[int]] | str,
                  sampling_params: SamplingParams | Sequence[SamplingParams] | None = None,
-                 use_tqdm: bool = True) -> list[dict]:
+                 use_tqdm: bool = True, lora: str | Sequence[str | None] | None = None) -> list[dict]:
+        """`lora`: the adapter (a name of `lora_modules`) for every prompt, or one per prompt (None: the
+        base model); the same as each SamplingParams' `lora`."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # a single prompt
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             sampling_params = [sampling_params or SamplingParams()] * len(prompts)
         if len(sampling_params) != len(prompts):
             raise ValueError(f"{len(prompts)} prompts but {len(sampling_params)} sampling params")
+        if lora is not None:
+            names = [lora] * len(prompts) if isinstance(lora, str) else list(lora)
+            if len(names) != len(prompts):
+                raise ValueError(f"{len(prompts)} prompts but {len(names)} lora names")
+            sampling_params = [dataclasses.replace(p, lora=n) for p, n in zip(sampling_params, names)]
         requests = []
         for i, (prompt, params) in enumerate(zip(prompts, sampling_params)):
             ids = self._encode(prompt)

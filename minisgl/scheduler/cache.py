@@ -57,7 +57,7 @@ class CacheManager:
         """Match the prompt's cached prefix and reserve the rest; False if memory is short now."""
         params = req.sampling_params
         # Leave at least one prompt token to compute: its logits give the first output token.
-        handle, shared = self.prefix_cache.match(req.prompt_ids[: req.prompt_len - 1])
+        handle, shared = self.prefix_cache.match(req.prompt_ids[: req.prompt_len - 1], req.lora_load_id)
         self.prefix_cache.lock(handle)
         need = min(self.pages_for(req.prompt_len + params.max_tokens), self.max_pages_per_req) - len(shared)
         if need > self.available:
@@ -92,7 +92,7 @@ class CacheManager:
         self.reserved -= state.reserved
         full = min(req.cached_len // self.page_size, len(state.pages))
         tokens = req.all_ids[: full * self.page_size]
-        already = self.prefix_cache.insert(tokens, state.pages[:full])
+        already = self.prefix_cache.insert(tokens, state.pages[:full], req.lora_load_id)
         # Pages the cache had before (besides our own shared ones) and the partial tail are ours to free.
         self.free_pages += state.pages[state.shared : already] + state.pages[full:]
         self.prefix_cache.unlock(state.handle)

@@ -107,6 +107,9 @@ class Scheduler:
             bad = next((t for t in ids if not 0 <= t < vocab), None)
             if bad is not None:
                 return f"{name}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
+        problem = self._lora_problem(params.lora)
+        if problem:
+            return problem
         problem = bound_problem(params.constraint, self.config.max_grammar_depth)
         if problem:
             return problem
@@ -120,6 +123,13 @@ class Scheduler:
         if pages > e.num_pages:
             return f"the request needs {pages} KV pages but the whole cache has {e.num_pages}"
         return None
+
+    def _lora_problem(self, name: str | None) -> str | None:
+        pool = self.engine.lora
+        if name is None or (pool is not None and name in pool.names):
+            return None
+        loaded = ", ".join(pool.names) if pool is not None else ""
+        return f"unknown LoRA adapter {name!r} ({'loaded: ' + loaded if loaded else 'none is loaded'})"
 
     def admit(self, prompt_ids: list[int], params: SamplingParams) -> tuple[SamplingParams, str | None]:
         """`params` resolved, and why the request can never run here (None: it can). What the
@@ -142,6 +152,8 @@ class Scheduler:
             self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return
         req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params)
+        if params.lora is not None:  # counted from here, so the adapter cannot be unloaded under it
+            req.lora_slot, req.lora_load_id = self.engine.lora.acquire(params.lora)
         self.reqs[uid] = req
         if params.constraint is None:
             self.prefill.waiting.append(req)
@@ -155,7 +167,7 @@ class Scheduler:
         if self._unqueue(req):  # never admitted: no pages or table row to give back
             req.finish_reason = "abort"
             self._count_finish(req)
-            del self.reqs[uid]
+            self._remove(req)
         else:
             self._finish(req, "abort")
         self._early.append(StepOutput(uid, None, "abort", prompt_tokens=req.prompt_len))
@@ -205,7 +217,7 @@ class Scheduler:
             else:
                 req.finish_reason = "error"
                 self._count_finish(req)
-                del self.reqs[req.uid]
+                self._remove(req)
                 self._early.append(StepOutput(req.uid, None, "error", outcomes[req.uid], req.prompt_len))
                 failed.append(fut)
         self.compiling = still
@@ -348,7 +360,13 @@ class Scheduler:
             self.prefill.chunked.remove(r)
         self.cache.release(r)
         self.table.release(r.table_idx)
+        self._remove(r)
+
+    def _remove(self, r: Req) -> None:
+        """The request leaves the scheduler (finished, aborted, refused): its adapter is free of it."""
         del self.reqs[r.uid]
+        if r.lora_slot:
+            self.engine.lora.release(r.lora_slot)
 
     def _count_finish(self, r: Req) -> None:
         self.stats.finished[r.finish_reason] = self.stats.finished.get(r.finish_reason, 0) + 1
