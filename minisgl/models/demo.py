@@ -28,6 +28,24 @@ CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+# The demo's own template: CHAT_TEMPLATE's turns (the same prompt for a chat without tools), plus
+# tools in the system turn, earlier calls and tool results as Qwen2.5/Qwen3 render them (Hermes
+# syntax), so a server started with no flags reads tool_choice auto's calls with its hermes parser.
+# HF renders templates with trim_blocks: a newline right after a tag is written {{ '\\n' }}.
+DEMO_CHAT_TEMPLATE = (
+    "{%- if tools %}<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user "
+    "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\nFor each function call, return a json "
+    "object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n{% endif %}'
+    "{% for m in messages %}{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}"
+    "\n</tool_response><|im_end|>\n{% else %}<|im_start|>{{ m['role'] }}\n{% if m['content'] %}{{ m['content'] }}"
+    "{% endif %}{% for c in m['tool_calls'] or [] %}{% if m['content'] or not loop.first %}{{ '\\n' }}{% endif %}"
+    '<tool_call>\n{"name": "{{ c.function.name }}", "arguments": {% if c.function.arguments is string %}'
+    "{{ c.function.arguments }}{% else %}{{ c.function.arguments | tojson }}{% endif %}}\n</tool_call>"
+    "{% endfor %}<|im_end|>\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 _CORPUS = """\
 The quick brown fox jumps over the lazy dog. A journey of a thousand miles begins with a single step.
 Large language models predict the next token from the tokens before it. A paged KV cache stores keys
@@ -116,6 +134,21 @@ def demo_model_dir() -> str:
     if not os.path.exists(os.path.join(path, "config.json")):
         build_tiny_model(path + ".tmp", "Qwen3ForCausalLM", num_hidden_layers=4, hidden_size=128,
                          intermediate_size=256, max_position_embeddings=4096)
+        _write_template(path + ".tmp")
         os.replace(path + ".tmp", path)
     AutoConfig.from_pretrained(path)  # fail early if the cache is corrupt
+    _write_template(path)  # a demo cached by an earlier version gets the tool-calling template too
     return path
+
+
+def _write_template(path: str) -> None:
+    """DEMO_CHAT_TEMPLATE as the model's chat_template.jinja, unless it is already (replaced whole:
+    the server's processes may read it at the same time)."""
+    file = os.path.join(path, "chat_template.jinja")
+    if os.path.exists(file):
+        with open(file, encoding="utf-8") as f:
+            if f.read() == DEMO_CHAT_TEMPLATE:
+                return
+    with open(f"{file}.{os.getpid()}.tmp", "w", encoding="utf-8") as f:
+        f.write(DEMO_CHAT_TEMPLATE)
+    os.replace(f.name, file)
