@@ -3,7 +3,8 @@ checking it against the base model, so that an adapter this engine cannot apply 
 at load with the reason, never half-applied.
 
 What is applied: y += scaling * (x @ A^T) @ B^T on q/k/v/o and gate/up/down projections, with
-scaling = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora), as peft computes it.
+scaling = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora), as peft computes it; r and alpha
+per module where rank_pattern / alpha_pattern give them (peft's matching rule).
 """
 
 from __future__ import annotations
@@ -38,8 +39,6 @@ UNSUPPORTED = {
     "bias": "trained biases",
     "lora_bias": "trained LoRA biases",
     "modules_to_save": "fully trained modules (modules_to_save)",
-    "rank_pattern": "per-module ranks (rank_pattern)",
-    "alpha_pattern": "per-module alphas (alpha_pattern)",
     "fan_in_fan_out": "transposed (Conv1D) weights (fan_in_fan_out)",
     "target_parameters": "LoRA on parameters (target_parameters)",
     "layer_replication": "layer replication",
@@ -58,13 +57,12 @@ _KEY = re.compile(r"^base_model\.model\.model\.layers\.(\d+)\.(?:self_attn|mlp)\
 
 @dataclass
 class LoraAdapter:
-    """One adapter's full (unsharded) weights: (layer, module) -> (A [r, in], B [out, r])."""
+    """One adapter's full (unsharded) weights: (layer, module) -> (A [r, in], B [out, r], scaling)."""
 
     name: str
     path: str
-    rank: int
-    scaling: float
-    weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]
+    rank: int  # the largest of its modules'
+    weights: dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, float]]
 
     @property
     def modules(self) -> list[str]:
@@ -86,7 +84,7 @@ def config_problem(config: dict, max_rank: int) -> str | None:
     r = config.get("r")
     if not isinstance(r, int) or r < 1:
         return f"r must be a positive integer, got {r!r}"
-    if r > max_rank:
+    if r > max_rank and not config.get("rank_pattern"):  # else checked per module, on the weights
         return f"rank {r} exceeds max_lora_rank {max_rank} (--max-lora-rank)"
     for key, what in UNSUPPORTED.items():
         value = config.get(key)
@@ -101,9 +99,23 @@ def config_problem(config: dict, max_rank: int) -> str | None:
     return None
 
 
-def weights_problem(tensors: dict[str, torch.Tensor], cfg: ModelConfig, r: int
-                    ) -> tuple[str | None, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor]]]:
-    """(why the tensors do not fit the base model or None, the (A, B) pairs by (layer, module))."""
+def _pattern(patterns: dict, module_name: str, default):
+    """peft's get_pattern_key: the first pattern that matches the end of the module's name."""
+    for key, value in (patterns or {}).items():
+        if re.match(rf"(.*\.)?({key})$", module_name):
+            return value
+    return default
+
+
+def module_rank_alpha(config: dict, layer: int, module: str) -> tuple[int, float]:
+    name = f"model.layers.{layer}.{TARGET_MODULES[module][0].split('.')[0]}.{module}"
+    return (_pattern(config.get("rank_pattern"), name, config["r"]),
+            _pattern(config.get("alpha_pattern"), name, config.get("lora_alpha", 8)))
+
+
+def weights_problem(tensors: dict[str, torch.Tensor], cfg: ModelConfig, config: dict, max_rank: int
+                    ) -> tuple[str | None, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, float]]]:
+    """(why the tensors do not fit the base model or None, (A, B, scaling) by (layer, module))."""
     halves: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
     for key, tensor in tensors.items():
         m = _KEY.match(key)
@@ -114,6 +126,9 @@ def weights_problem(tensors: dict[str, torch.Tensor], cfg: ModelConfig, r: int
             return f"tensor {key!r} is for layer {layer}, the base model has {cfg.num_layers} (base-model mismatch)", {}
         if module in MLP_MODULES and cfg.is_moe_layer(layer):
             return f"tensor {key!r}: LoRA on MoE experts is not supported", {}
+        r = module_rank_alpha(config, layer, module)[0]
+        if r > max_rank:
+            return f"rank {r} of layer {layer} {module} exceeds max_lora_rank {max_rank} (--max-lora-rank)", {}
         in_f, out_f = module_shape(cfg, module)
         want = (r, in_f) if half == "A" else (out_f, r)
         if tuple(tensor.shape) != want:
@@ -125,7 +140,9 @@ def weights_problem(tensors: dict[str, torch.Tensor], cfg: ModelConfig, r: int
         if len(ab) != 2:
             missing = "B" if "A" in ab else "A"
             return f"layer {layer} {module} has no lora_{missing} weight", {}
-        pairs[(layer, module)] = (ab["A"], ab["B"])
+        r, alpha = module_rank_alpha(config, layer, module)
+        scaling = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
+        pairs[(layer, module)] = (ab["A"], ab["B"], scaling)
     if not pairs:
         return "the adapter has no LoRA weights", {}
     return None, pairs
@@ -148,10 +165,8 @@ def load_adapter(name: str, path: str, cfg: ModelConfig, max_rank: int) -> LoraA
     problem = config_problem(config, max_rank)
     if problem:
         raise refuse(problem)
-    r, alpha = config["r"], config.get("lora_alpha", 8)
-    problem, weights = weights_problem(load_file(weights_file), cfg, r)
+    problem, weights = weights_problem(load_file(weights_file), cfg, config, max_rank)
     if problem:
         base = config.get("base_model_name_or_path")
         raise refuse(problem + (f"; it was trained on {base}" if base and "mismatch" in problem else ""))
-    scaling = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
-    return LoraAdapter(name, path, r, scaling, weights)
+    return LoraAdapter(name, path, max(a.shape[0] for a, _, _ in weights.values()), weights)

@@ -75,11 +75,10 @@ class LoraPool:
         if free is None:
             raise ValueError(f"cannot load LoRA adapter {name!r}: all {self.max_loras} slots are taken (--max-loras)")
         adapter = load_adapter(name, path, self.cfg, self.max_rank)
-        for key, (a, b) in adapter.weights.items():
+        for key, (a, b, scaling) in adapter.weights.items():
             lora, sub, linear = self.targets[key]
             a, b = self._shard(linear, key[1], a, b)
-            lora.write(free, sub, a.to(self.device, self.dtype),
-                       (b.float() * adapter.scaling).to(self.device, self.dtype))
+            lora.write(free, sub, a.to(self.device, self.dtype), (b.float() * scaling).to(self.device, self.dtype))
         self.adapters[free], self.names[name] = adapter, free
         self.load_ids[free] = next(self._next_id)
         return free
