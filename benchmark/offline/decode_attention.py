@@ -39,6 +39,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--batches", default="1,2,4,8")
     p.add_argument("--contexts", default="138,2048")
     p.add_argument("--replays", type=int, default=50)
+    p.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float8_e4m3fn"],
+                   help="what the KV cache stores (queries stay bf16)")
     p.add_argument("--block-ns", default=str(triton_decode.BLOCK_N), help="the Triton kernel's loop steps to try")
     p.add_argument("--out", default="results/decode_attention.json")
     return p.parse_args()
@@ -52,13 +54,14 @@ def time_layer(args, bs: int, context: int, small_batch: bool) -> float:
     ctx = Context(device=dev, tp=DistributedInfo())
     ctx.page_table = torch.zeros(bs + 1, width, dtype=torch.int32, device=dev)
     total_pages = bs * pages_each + 1
-    ctx.kv_cache = MHAKVCache(args.layers, total_pages, PAGE, args.kv_heads, args.head_dim, torch.bfloat16, dev)
+    kv_dtype = getattr(torch, args.kv_dtype)
+    ctx.kv_cache = MHAKVCache(args.layers, total_pages, PAGE, args.kv_heads, args.head_dim, kv_dtype, dev)
     perm = torch.randperm(total_pages - 1, device=dev).to(torch.int32)  # pages scattered, as a live cache has them
     for row in range(bs):
         pages = perm[row * pages_each : (row + 1) * pages_each]
         ctx.page_table[row] = (pages.repeat_interleave(PAGE) * PAGE + torch.arange(PAGE, device=dev).repeat(pages_each))
     ctx.page_table[bs, :PAGE] = torch.arange((total_pages - 1) * PAGE, total_pages * PAGE, device=dev)
-    shape = AttnShape(args.heads, args.kv_heads, args.head_dim, torch.bfloat16)
+    shape = AttnShape(args.heads, args.kv_heads, args.head_dim, torch.bfloat16, kv_dtype)
     backend = FlashInferBackend(ctx, shape, small_batch_decode=small_batch)
     reqs = [Req(uid=i, prompt_ids=[0] * context, sampling_params=SamplingParams(), table_idx=i, cached_len=context - 1,
                 device_len=context) for i in range(bs)]
@@ -78,6 +81,10 @@ def time_layer(args, bs: int, context: int, small_batch: bool) -> float:
         for layer in layers:
             backend.forward(q, None, None, layer, batch)
     backend.prepare_for_replay(batch, bs)
+    rows_lens = backend.graph_rows_lens(bs)
+    if rows_lens is not None:  # what the engine's graph runner writes before a replay: rows, then lengths
+        rows_lens[:bs] = torch.arange(bs, dtype=torch.int32, device=dev)
+        rows_lens[bs:] = context
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -92,7 +99,7 @@ def time_layer(args, bs: int, context: int, small_batch: bool) -> float:
 def main() -> None:
     args = parse_args()
     rows = []
-    kv_bytes_token = 2 * args.kv_heads * args.head_dim * 2
+    kv_bytes_token = 2 * args.kv_heads * args.head_dim * getattr(torch, args.kv_dtype).itemsize
     for context in (int(c) for c in args.contexts.split(",")):
         for bs in (int(b) for b in args.batches.split(",")):
             us = {"flashinfer": time_layer(args, bs, context, False)}
@@ -104,7 +111,7 @@ def main() -> None:
             rows.append(dict(batch=bs, context=context, us=us, gb_per_s=gbs))
             print(f"batch {bs:2d}, context {context:5d}, us a layer (KV GB/s): "
                   + ", ".join(f"{name} {t:.2f} ({gbs[name]:.0f})" for name, t in us.items()), flush=True)
-    write_json(args.out, dict(benchmark="decode_attention", device=device_name(), heads=args.heads,
+    write_json(args.out, dict(benchmark="decode_attention", device=device_name(), kv_dtype=args.kv_dtype, heads=args.heads,
                               kv_heads=args.kv_heads, head_dim=args.head_dim, layers=args.layers, rows=rows))
     labels = [f"bs{r['batch']} ctx{r['context']} {name}" for r in rows for name in r["us"]]
     values = [t for r in rows for t in r["us"].values()]

@@ -41,7 +41,7 @@ CATEGORIES = [  # first match wins; lower-case substrings of kernel names
 ]
 
 
-SERVER_FLAGS = ("dummy_weight", "attn", "quantization")  # the server's flags, same names (minisgl.benchmark.flags)
+SERVER_FLAGS = ("dummy_weight", "attn", "quantization", "kv_cache_dtype")  # the server's flags, same names (minisgl.benchmark.flags)
 
 
 def category(name: str) -> str:
