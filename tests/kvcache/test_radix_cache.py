@@ -151,3 +151,19 @@ def test_host_memory_per_cached_token_is_small_and_freed_by_eviction():
     tracemalloc.stop()
     assert cached / (2000 * 64) < 16, f"{cached / (2000 * 64):.1f} bytes per cached token"
     assert after_eviction < cached / 10
+
+
+def test_namespaces_never_share_pages_and_each_keeps_its_own():
+    """KV computed under one LoRA adapter (a namespace) is never matched for another or the base."""
+    cache = RadixPrefixCache(page_size=2)
+    assert cache.insert([1, 2, 3, 4], [10, 11]) == 0  # the base model's
+    assert cache.insert([1, 2, 3, 4], [20, 21], namespace=7) == 0  # the same tokens under an adapter
+    assert cache.match([1, 2, 3, 4, 5])[1] == [10, 11]
+    assert cache.match([1, 2, 3, 4, 5], namespace=7)[1] == [20, 21]
+    assert cache.match([1, 2, 3, 4, 5], namespace=8)[1] == []
+    handle, _ = cache.match([1, 2, 3, 4], namespace=7)
+    cache.lock(handle)
+    assert cache.evictable_pages == 2 and cache.cached_pages == 4
+    assert sorted(cache.evict(4)) == [10, 11]  # the locked namespace's pages stay
+    cache.unlock(handle)
+    assert sorted(cache.evict(4)) == [20, 21] and cache.cached_pages == 0

@@ -1,0 +1,96 @@
+"""The adapter pool: adapters take free slots of a pool sized at start and give them back; one in
+use by a request is never unloaded under it; a reload is a new prefix-cache namespace; a CUDA graph's
+slot mask is the eager pass's; and under tensor parallelism (gloo, 2 ranks) A and B are sharded as
+their base linears, giving TP=1's tokens, which are peft's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+from minisgl.scheduler import Scheduler, SchedulerConfig
+from tests.lora.peft_adapters import build_adapters, peft_greedy
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [300, 301, 302], [7] * 20]
+NAMES = ["r16", None, "r4", "r8"]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tiny_model_dir):
+    return tiny_model_dir("Qwen3ForCausalLM")
+
+
+@pytest.fixture(scope="module")
+def adapters(model_dir, tmp_path_factory):
+    return build_adapters(model_dir, tmp_path_factory.mktemp("lora"))
+
+
+@pytest.fixture
+def scheduler(model_dir, adapters):
+    s = Scheduler(SchedulerConfig(model_dir, device="cpu", dtype=torch.float32, page_size=4, num_pages=128,
+                                  lora_modules={"r4": adapters["r4"]}, max_loras=2))
+    yield s
+    s.shutdown()
+
+
+def test_adapters_fill_free_slots_and_give_them_back(scheduler, adapters):
+    pool = scheduler.engine.lora
+    assert pool.slot("r4") == 1
+    assert pool.load("r8", adapters["r8"]) == 2
+    with pytest.raises(ValueError, match="cannot load LoRA adapter 'r16': all 2 slots are taken \\(--max-loras\\)"):
+        pool.load("r16", adapters["r16"])
+    with pytest.raises(ValueError, match="'r8' is already loaded"):
+        pool.load("r8", adapters["r8"])
+    first_load = pool.load_ids[1]
+    pool.unload("r4")
+    assert pool.load("r16", adapters["r16"]) == 1
+    assert pool.load_ids[1] != first_load, "a new adapter in a slot must not see the old one's cached KV"
+
+
+def test_an_adapter_in_use_is_not_unloaded_until_its_requests_end(scheduler):
+    pool = scheduler.engine.lora
+    scheduler.add_request(0, PROMPTS[0], SamplingParams(temperature=0, max_tokens=4, lora="r4"))
+    with pytest.raises(ValueError, match="LoRA adapter 'r4' is in use by 1 request\\(s\\)"):
+        pool.unload("r4")
+    outputs = []
+    while scheduler.has_work:
+        outputs += scheduler.step()
+    assert [o.finish_reason for o in outputs if o.finish_reason] == ["length"]
+    pool.unload("r4")
+    assert "r4" not in pool.names
+
+
+def test_an_aborted_request_gives_its_adapter_back(scheduler):
+    pool = scheduler.engine.lora
+    scheduler.add_request(0, PROMPTS[1], SamplingParams(temperature=0, max_tokens=4, lora="r4"))
+    scheduler.abort(0)
+    pool.unload("r4")
+
+
+def test_the_graph_mask_is_the_eager_one(scheduler, adapters):
+    pool = scheduler.engine.lora
+    slots = [1, 0, 2, 1]
+    pool.prepare(slots, np.ones(4, dtype=np.int64))
+    eager = pool.state.mask.clone()
+    pool.graph_buffers(8)
+    pool.graph_slots[:6] = torch.tensor(slots + [0, 0])  # padded to a captured size
+    pool.graph_mask(6)
+    assert torch.equal(pool.state.mask[:4], eager)
+    assert not pool.state.mask[4:, 1:].any()  # padding rows are the base model's
+
+
+def test_tensor_parallel_adapters_match_tp1_and_peft(model_dir, adapters):
+    outs = {}
+    for tp in (1, 2):
+        llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, page_size=4, num_pages=256,
+                  max_prefill_length=16, lora_modules=adapters)
+        try:
+            outs[tp] = [o["token_ids"] for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False, lora=NAMES)]
+        finally:
+            llm.shutdown()
+    assert outs[2] == outs[1]
+    assert outs[1] == [peft_greedy(model_dir, adapters.get(n), p, 8) for p, n in zip(PROMPTS, NAMES)]
