@@ -6,8 +6,9 @@
 #   bash benchmark/device/cold_start.sh MODEL [PREBUILD FLAGS...]     # from the repository root
 #   bash benchmark/device/cold_start.sh .bench-models/qwen3-0.6b --archs 9.0a
 #
-# MODEL is served with --dummy-weight. SKIP_PREBUILD=1 times the server start alone. Logs go to
-# $OUT (the device tool's output folder) or /tmp.
+# MODEL is served with --dummy-weight (and the flags in SERVER_ARGS, e.g. "--tp 2"). SKIP_PREBUILD=1
+# times the server start alone. Logs go to $OUT (the device tool's output folder) or /tmp.
+# cold_start_pod.sh runs it as a new pod would start, twice (empty, then warm Triton cache).
 set -euo pipefail
 model=${1:?usage: cold_start.sh MODEL [PREBUILD FLAGS...]}
 shift
@@ -22,7 +23,9 @@ fi
 
 echo "== server, FLASHINFER_DISABLE_JIT=1"
 started=$(date +%s.%N)
-FLASHINFER_DISABLE_JIT=1 python -m minisgl --model "$model" --dummy-weight --port "$port" > "$out/server.log" 2>&1 &
+read -r -a server_args <<< "${SERVER_ARGS:-}"
+FLASHINFER_DISABLE_JIT=1 python -m minisgl --model "$model" --dummy-weight --port "$port" "${server_args[@]}" \
+    > "$out/server.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 python - "$port" "$started" <<'PY'
