@@ -10,8 +10,13 @@ import triton.language as tl
 
 from .launch import launch
 
+# One compile serves many graph sizes: bs and width are not specialized on (==1, %16), and BLOCK
+# is at least MIN_BLOCK, so capture compiles this kernel once per power of two above it instead of
+# once per power of two and integer class (a compile is a kernel a new pod waits for).
+MIN_BLOCK = 32
 
-@triton.jit
+
+@triton.jit(do_not_specialize=["bs", "width"])
 def _decode_inputs_kernel(step_ptr, tokens_ptr, table_ptr, pos_ptr, ids_ptr, loc_ptr, next_ptr, rows_lens_ptr, bs,
                           width, BLOCK: tl.constexpr, ROWS_LENS: tl.constexpr):
     i = tl.arange(0, BLOCK)
@@ -41,5 +46,5 @@ def gather_decode_inputs(step: torch.Tensor, token_pool: torch.Tensor, page_tabl
         args = (step, token_pool, page_table, positions, input_ids, out_loc, next_index,
                 positions if rows_lens is None else rows_lens, bs, page_table.shape[1])
         launch(_decode_inputs_kernel, (1, 1, 1), args,
-               {"BLOCK": triton.next_power_of_2(bs), "ROWS_LENS": rows_lens is not None},
+               {"BLOCK": max(MIN_BLOCK, triton.next_power_of_2(bs)), "ROWS_LENS": rows_lens is not None},
                num_warps=1 if bs <= 32 else 4)
