@@ -23,8 +23,23 @@ def _stream(fmt: ChatOutputFormat, text: str, step: int, finish: str = "stop"):
     last, reason = reader.finish(finish)
     deltas += last
     joined = lambda key: "".join(d.get(key) or "" for d in deltas)  # noqa: E731
-    calls = [c for d in deltas for c in d.get("tool_calls", [])]
-    return joined("reasoning_content"), joined("content"), calls, reason
+    return joined("reasoning_content"), joined("content"), joined_calls(deltas), reason
+
+
+def joined_calls(deltas: list[dict]) -> list[dict]:
+    """A stream's tool calls as a client joins them: by index, the first delta's id, type and name,
+    every delta's arguments text in order."""
+    calls: dict[int, dict] = {}
+    for piece in (c for d in deltas for c in d.get("tool_calls", [])):
+        if piece["index"] not in calls:
+            assert piece.keys() == {"index", "id", "type", "function"}, piece  # a call's first delta names it
+            calls[piece["index"]] = {"id": piece["id"], "type": piece["type"],
+                                     "function": {"name": piece["function"]["name"], "arguments": ""}}
+        else:
+            assert piece.keys() == {"index", "function"} and piece["function"].keys() == {"arguments"}, piece
+        calls[piece["index"]]["function"]["arguments"] += piece["function"]["arguments"]
+    assert list(calls) == list(range(len(calls)))
+    return list(calls.values())
 
 
 def _calls(calls):
@@ -48,7 +63,26 @@ def test_hermes_with_reasoning_streamed_equals_whole(step):
     assert reasoning.strip() == "The user wants weather."
     assert content == "Let me check."
     assert _calls(calls) == [("get_weather", {"city": "Paris", "unit": "c"}), ("get_time", {})]
-    assert [c["index"] for c in calls] == [0, 1] and reason == "tool_calls"
+    assert len(calls) == 2 and reason == "tool_calls"
+
+
+@pytest.mark.parametrize("fmt, text", [
+    (ChatOutputFormat(tool_parser="hermes"), HERMES.split("</think>\n\n")[1]),
+    (ChatOutputFormat(tool_parser="llama3_json"), LLAMA.replace("Oslo", "Paris", 1)),
+    (ChatOutputFormat(forced_tool="get_weather"), '{"city": "Paris"}'),
+    (ChatOutputFormat(forced_list=True), '[{"name": "get_weather", "parameters": {"city": "Paris"}}]'),
+])
+def test_a_calls_arguments_stream_in_pieces_as_written(fmt, text):
+    """Its first delta carries the id, type and name, each later one only arguments text (checked
+    by joined_calls); joined they are the arguments exactly as the model wrote them."""
+    reader, deltas = fmt.reader(), []
+    for i in range(0, len(text), 4):
+        deltas += reader.feed(text[i : i + 4])
+    deltas += reader.finish("stop")[0]
+    first = [c for d in deltas for c in d.get("tool_calls", []) if c["index"] == 0]
+    assert len(first) > 3 and first[0]["function"]["arguments"] == ""
+    arguments = joined_calls(deltas)[0]["function"]["arguments"]
+    assert arguments in text and json.loads(arguments)["city"] == "Paris"
 
 
 @pytest.mark.parametrize("step", [1, 4, 1000])
@@ -68,7 +102,13 @@ def test_text_that_is_not_a_call_stays_content(fmt, text):
     message, reason = fmt.reader().message(text, "stop")
     assert message["content"] == text and "tool_calls" not in message and reason == "stop"
     _, content, calls, reason = _stream(fmt, text, 3)
-    assert content == text and calls == [] and reason == "stop"
+    if text.startswith("<tool_call>") and fmt.tool_parser == "hermes":
+        # Streamed, the call was shown once its arguments began, before they went wrong: it stays
+        # a call (as vLLM streams it), its arguments as written; never call syntax as content.
+        assert content == "" and [c["function"]["name"] for c in calls] == ["f"]
+        assert calls[0]["function"]["arguments"] == '{"a": </tool_call>'
+    else:
+        assert content == text and calls == [] and reason == "stop"
 
 
 def test_answer_without_think_is_all_content_and_unfinished_reasoning_is_reasoning():

@@ -121,6 +121,30 @@ def test_required_tool_choice_gives_function_call_items(client, stream):
     assert [c.name for c in _function_calls(named)] == ["get_time"]
 
 
+@pytest.mark.parametrize("tool_choice", ["required", {"type": "function", "name": "get_weather"}])
+def test_function_call_arguments_stream_as_delta_events_then_done(client, tool_choice):
+    """The SDK parses every event; the arguments come in several delta events between the item's
+    added and done, joined they are the done event's and the final item's arguments."""
+    kw = dict(model=MODEL, input=CHAT, tools=[WEATHER_TOOL], tool_choice=tool_choice, temperature=0,
+              parallel_tool_calls=False, max_output_tokens=200)
+    with client.responses.stream(**kw) as s:
+        events = list(s)
+        final = s.get_final_response()
+    raw = list(client.responses.create(stream=True, **kw))  # the typed events of stream=True
+    assert [e.type for e in raw] == [e.type for e in events]
+    kinds = [e.type for e in events]
+    deltas = [e.delta for e in events if e.type == "response.function_call_arguments.delta"]
+    (done,) = [e for e in events if e.type == "response.function_call_arguments.done"]
+    (call,) = _function_calls(final)
+    assert len(deltas) > 3 and "".join(deltas) == done.arguments == call.arguments
+    jsonschema.validate(json.loads(call.arguments), WEATHER_TOOL["parameters"])
+    first, last = kinds.index("response.function_call_arguments.delta"), len(kinds) - 1 - kinds[::-1].index(
+        "response.function_call_arguments.delta")
+    assert kinds[first - 1] == "response.output_item.added" and kinds[last + 1:] == [
+        "response.function_call_arguments.done", "response.output_item.done", "response.completed"]
+    assert done.name == "get_weather" and done.item_id == call.id and call.status == "completed"
+
+
 def test_a_function_call_output_sent_back_continues_the_conversation(client):
     first = client.responses.create(model=MODEL, input=CHAT, tools=[WEATHER_TOOL], temperature=0,
                                     tool_choice={"type": "function", "name": "get_weather"}, max_output_tokens=60)

@@ -16,7 +16,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.server.serving import ServerProcess, tiny_qwen3_server
-from tests.server.tool_chat import CHAT, LLAMA3_TEMPLATE, TEMPLATE, TIME, WEATHER
+from tests.server.tool_chat import CHAT, LLAMA3_TEMPLATE, TEMPLATE, TIME, WEATHER, streamed_calls
 
 MODEL = "tiny-qwen3"
 
@@ -80,12 +80,34 @@ def test_auto_tool_calls_and_reasoning_are_parsed_from_generated_text(client, st
         chunks = [c for c in client.chat.completions.create(stream=True, **kw) if c.choices]
         reasoning = "".join(getattr(c.choices[0].delta, "reasoning_content", None) or "" for c in chunks)
         content = "".join(c.choices[0].delta.content or "" for c in chunks)
-        calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        calls = streamed_calls(chunks)
         finish = chunks[-1].choices[0].finish_reason
     assert reasoning and set(reasoning) <= set("abcdefghijklmnopqrstuvwxyz ")
     assert content and content.endswith(".") and "<" not in content
     assert len(calls) == 1 and finish == "tool_calls"
     _check(calls[0], WEATHER)
+
+
+CALL_REGEX = (r'<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "(Paris|Oslo)", "days": [1-7]\}\}'
+              r'\n</tool_call>')
+
+
+@pytest.mark.parametrize("tool_choice", ["auto", "required", {"type": "function", "function": {"name": "get_weather"}}])
+def test_tool_call_arguments_stream_in_pieces_as_they_are_generated(client, tool_choice):
+    """The call's first delta names it; its arguments follow in several deltas that join to JSON
+    matching the tool's schema; no call syntax reaches the content deltas."""
+    kw = dict(model=MODEL, messages=CHAT, tools=[WEATHER], tool_choice=tool_choice, parallel_tool_calls=False,
+              temperature=1.0, seed=1, max_tokens=200)
+    if tool_choice == "auto":  # the model's own syntax, generated
+        kw["extra_body"] = {"guided_regex": CALL_REGEX}
+    chunks = list(client.chat.completions.create(stream=True, **kw))
+    pieces = [tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])]
+    assert len(pieces) > 3 and {p.index for p in pieces} == {0}
+    (call,) = streamed_calls(chunks)
+    _check(call, WEATHER)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert "<tool_call>" not in content and '"name"' not in content and "{" not in content
+    assert chunks[-1].choices[0].finish_reason == ("stop" if isinstance(tool_choice, dict) else "tool_calls")
 
 
 def test_a_template_without_tools_refuses_auto_saying_why_and_bad_tool_choice_is_400(model_dir, client):
@@ -126,8 +148,9 @@ def test_a_llama_template_gets_llama3_json_calls_read_without_flags(tiny_model_d
         assert len(choice.message.tool_calls) == 1
         _check(choice.message.tool_calls[0], WEATHER)
         chunks = [c for c in llama.chat.completions.create(stream=True, **kw) if c.choices]
-        calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+        calls = streamed_calls(chunks)
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == "" and len(calls) == 1
+        assert len([tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]) > 3  # arguments in pieces
         assert chunks[-1].choices[0].finish_reason == "tool_calls"
         _check(calls[0], WEATHER)
     finally:
@@ -207,7 +230,7 @@ def test_required_beside_response_format_gives_a_valid_call_or_a_valid_answer(cl
             chunks = [c for c in client.chat.completions.create(stream=True, logit_bias=_bracket_bias(model_dir, bias),
                                                                 **kw) if c.choices]
             content = "".join(c.choices[0].delta.content or "" for c in chunks)
-            calls = [tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])]
+            calls = streamed_calls(chunks)
             finish = chunks[-1].choices[0].finish_reason
         if bias > 0:  # a call
             assert not content and len(calls) == 1 and finish == "tool_calls"
@@ -256,7 +279,7 @@ def test_a_forced_call_cut_by_max_tokens_is_a_call_with_finish_length_never_cont
         assert cut_name == name and arguments.startswith(cut_arguments) and cut_arguments != arguments
         chunks = [c for c in client.chat.completions.create(max_tokens=cut, stream=True, **kw) if c.choices]
         assert "".join(c.choices[0].delta.content or "" for c in chunks) == ""
-        assert _calls(tc for c in chunks for tc in (c.choices[0].delta.tool_calls or [])) == [(name, cut_arguments)]
+        assert _calls(streamed_calls(chunks)) == [(name, cut_arguments)]
         assert chunks[-1].choices[0].finish_reason == "length"
     # A named call and the Responses API alike.
     named = dict(model=MODEL, messages=CHAT, tools=[TIME], temperature=0,

@@ -35,3 +35,21 @@ LLAMA3_TEMPLATE = (
     '{"name": "{{ c.function.name }}", "parameters": {{ c.function.arguments | tojson }}}{% endfor %}<|eot_id|>'
     "{% endif %}{% endfor %}{% if add_generation_prompt %}<|start_header_id|>assistant<|end_header_id|>\n\n{% endif %}"
 )
+
+
+def streamed_calls(chunks) -> list:
+    """The tool calls of a chat stream (the openai client's chunks) joined as clients join them:
+    by index, the id, type and name from a call's first delta, which has no arguments yet; each
+    later delta only more arguments text. The calls come back in the client's own type."""
+    from openai.types.chat import ChatCompletionMessageToolCall
+
+    calls: dict[int, dict] = {}
+    for delta in (tc for c in chunks if c.choices for tc in (c.choices[0].delta.tool_calls or [])):
+        if delta.index not in calls:
+            assert delta.id and delta.type == "function" and delta.function.name and not delta.function.arguments
+            calls[delta.index] = {"id": delta.id, "type": "function",
+                                  "function": {"name": delta.function.name, "arguments": ""}}
+        else:
+            assert delta.id is None and delta.function.name is None and delta.function.arguments
+        calls[delta.index]["function"]["arguments"] += delta.function.arguments
+    return [ChatCompletionMessageToolCall.model_validate(c) for c in calls.values()]

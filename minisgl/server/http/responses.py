@@ -45,7 +45,7 @@ class OutputItems:
     def __init__(self, output: ChatOutputFormat) -> None:
         self.reader = output.reader()
         self.items: list[dict] = []
-        self.open: dict | None = None  # the message or reasoning item text is being added to
+        self.open: dict | None = None  # the message, reasoning or function_call item being written
         self.status: str | None = None  # completed or incomplete, once the output has ended
 
     def read(self, text: str, finish_reason: str | None) -> list[dict]:
@@ -68,9 +68,11 @@ class OutputItems:
             return self._text("reasoning", delta["reasoning_content"])
         if "content" in delta:
             return self._text("message", delta["content"])
-        events = self._close()
-        for call in delta.get("tool_calls", ()):
-            events += self._call(call["id"], call["function"]["name"], call["function"]["arguments"])
+        events = []
+        for call in delta.get("tool_calls", ()):  # a call's start (its id), or more of its arguments
+            if "id" in call:
+                events += self._close() + self._call(call["id"], call["function"]["name"])
+            events += self._arguments(call["function"]["arguments"])
         return events
 
     def _at(self, item: dict) -> dict:
@@ -107,6 +109,11 @@ class OutputItems:
         if item is None:
             return []
         item["status"] = status
+        if item["type"] == "function_call":
+            return [{"type": "response.function_call_arguments.done", **self._at(item), "name": item["name"],
+                     "arguments": item["arguments"]},
+                    {"type": "response.output_item.done", "output_index": self._at(item)["output_index"],
+                     "item": dict(item)}]
         part = item["content"][0]
         at = {**self._at(item), "content_index": 0}
         done = {"type": "response.output_text.done", **at, "text": part["text"], "logprobs": []} \
@@ -114,18 +121,18 @@ class OutputItems:
         return [done, {"type": "response.content_part.done", **at, "part": dict(part)},
                 {"type": "response.output_item.done", "output_index": at["output_index"], "item": copy.deepcopy(item)}]
 
-    def _call(self, call_id: str, name: str, arguments: str) -> list[dict]:
+    def _call(self, call_id: str, name: str) -> list[dict]:
         item = {"id": _id("fc"), "type": "function_call", "call_id": call_id, "name": name, "arguments": "",
                 "status": "in_progress"}
         self.items.append(item)
-        events = [{"type": "response.output_item.added", "output_index": len(self.items) - 1,
-                   "item": dict(item)}]
-        item.update(arguments=arguments, status="completed")
-        return events + [{"type": "response.function_call_arguments.delta", **self._at(item), "delta": arguments},
-                         {"type": "response.function_call_arguments.done", **self._at(item), "name": name,
-                          "arguments": arguments},
-                         {"type": "response.output_item.done", "output_index": self._at(item)["output_index"],
-                          "item": dict(item)}]
+        self.open = item
+        return [{"type": "response.output_item.added", "output_index": len(self.items) - 1, "item": dict(item)}]
+
+    def _arguments(self, piece: str) -> list[dict]:
+        if not piece:
+            return []
+        self.open["arguments"] += piece
+        return [{"type": "response.function_call_arguments.delta", **self._at(self.open), "delta": piece}]
 
 
 def _usage(gen: Generation) -> dict:

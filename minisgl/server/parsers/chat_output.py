@@ -1,5 +1,5 @@
 """What the assistant said, in OpenAI's shape: reasoning split out, tool calls parsed, for one
-choice of a chat completion, whole or as stream deltas."""
+choice of a chat completion, whole or as stream deltas (a call's arguments in pieces as written)."""
 
 from __future__ import annotations
 
@@ -83,6 +83,81 @@ def _cut_calls(text: str) -> list[ParsedCall]:
     return calls
 
 
+_STRING = r'("(?:[^"\\]|\\.)*")'
+# Where the next call's arguments start, anchored where the last call's arguments ended (or at the
+# calls' start), per syntax: what may come between two calls, the call's name, its arguments key.
+# The arguments must be an object (a model writing them as a JSON string has them read at the end).
+_NEXT_CALL = {
+    "hermes": re.compile(r'(?:\s*\}\s*</tool_call>)?\s*<tool_call>\s*\{\s*"name"\s*:\s*' + _STRING
+                         + r'\s*,\s*"(?:arguments|parameters)"\s*:\s*(?=\{)'),
+    "llama3_json": re.compile(r'(?:\s*\})?\s*;?\s*(?:<\|python_tag\|>)?\s*\{\s*"name"\s*:\s*' + _STRING
+                              + r'\s*,\s*"(?:parameters|arguments)"\s*:\s*(?=\{)'),
+    "forced_list": re.compile(r'(?:\s*\})?\s*[\[,]\s*\{\s*"name"\s*:\s*' + _STRING
+                              + r'\s*,\s*"parameters"\s*:\s*(?=\{)'),
+}
+_NAMED_CALL = re.compile(r"\s*(?=\{)")  # a named tool_choice: the whole output is its arguments
+
+
+class _JsonValueEnd:
+    """Finds where a JSON object ends, fed its text piece by piece (string-aware brace counting)."""
+
+    def __init__(self) -> None:
+        self.depth, self.in_string, self.escaped, self.scanned = 0, False, False, 0
+
+    def end(self, text: str, start: int) -> int | None:
+        """The end (exclusive) of the object starting at text[start], or None while it is open."""
+        for at in range(start + self.scanned, len(text)):
+            c = text[at]
+            if self.in_string:
+                self.in_string, self.escaped = (self.escaped or c != '"'), (not self.escaped and c == "\\")
+            elif c == '"':
+                self.in_string = True
+            elif c in "{[":
+                self.depth += 1
+            elif c in "}]":
+                self.depth -= 1
+                if self.depth == 0:
+                    return at + 1
+        self.scanned = len(text) - start
+        return None
+
+
+class _CallStream:
+    """The tool calls of held output as stream deltas while they are written: a call's id, type
+    and name once its arguments begin, then its arguments text as it comes (OpenAI's shape), so
+    the pieces join to the call's arguments exactly as the model wrote them."""
+
+    def __init__(self, syntax: str | None, named: str | None = None):
+        self.pattern = _NAMED_CALL if named else _NEXT_CALL[syntax]
+        self.named = named
+        self.count = 0  # calls started
+        self.at = 0  # in the held text: where the open call's arguments start, or where the next call may
+        self.sent = 0  # arguments characters of the open call sent
+        self.value: _JsonValueEnd | None = None  # the open call's arguments, None between calls
+
+    def deltas(self, held: str) -> list[dict]:
+        out = []
+        while True:
+            if self.value is None:
+                if self.named and self.count:
+                    return out  # a named choice is one call
+                match = self.pattern.match(held, self.at)
+                if match is None:
+                    return out
+                name = self.named or json.loads(match.group(1))
+                self.at, self.sent, self.value = match.end(), 0, _JsonValueEnd()
+                out.append({"tool_calls": [{**ParsedCall(name, "").as_openai(self.count)}]})
+                self.count += 1
+            end = self.value.end(held, self.at)
+            piece = held[self.at + self.sent: len(held) if end is None else end]
+            if piece:
+                out.append({"tool_calls": [{"index": self.count - 1, "function": {"arguments": piece}}]})
+                self.sent += len(piece)
+            if end is None:
+                return out
+            self.at, self.value = end, None
+
+
 class ChatOutputReader:
     """Feed it a choice's text piece by piece (`feed`), then `finish`; or read a whole text
     with `message`."""
@@ -94,6 +169,8 @@ class ChatOutputReader:
         self.held = ""  # answer text held back: it may be (the start of) tool calls
         self.holding = bool(fmt.forced_tool or fmt.forced_list)  # forced: the whole output is calls
         self.seen_answer = False  # answer text already shown (a call that starts only at the start cannot come)
+        syntax = "forced_list" if fmt.forced_list else fmt.tool_parser and TOOL_PARSERS[fmt.tool_parser].syntax
+        self.calls = _CallStream(syntax, fmt.forced_tool) if (syntax or fmt.forced_tool) else None
 
     def feed(self, text: str, final: bool = False) -> list[dict]:
         """Stream deltas ({"reasoning_content": ...} / {"content": ...}) for a new piece."""
@@ -115,6 +192,8 @@ class ChatOutputReader:
             self.seen_answer = self.seen_answer or bool(answer.strip())
         if answer:
             deltas.append({"content": answer})
+        if self.holding and self.calls is not None:
+            deltas += self.calls.deltas(self.held)
         return deltas
 
     def _call_start(self, answer: str) -> int:
@@ -149,10 +228,13 @@ class ChatOutputReader:
         if not self.holding:
             return deltas, finish_reason
         content, calls = self._calls(self.held) if self.held else ("", [])
+        streamed = self.calls.count if self.calls else 0
+        if streamed:  # the calls the stream showed stand (as far as written); never their syntax as content
+            content, calls = "", [None] * streamed + calls[streamed:]
         if content:
             deltas.append({"content": content})
-        if calls:
-            deltas.append({"tool_calls": [c.as_openai(i) for i, c in enumerate(calls)]})
+        if calls[streamed:]:  # calls it could not show piece by piece (their name after their arguments)
+            deltas.append({"tool_calls": [c.as_openai(i) for i, c in enumerate(calls) if i >= streamed]})
         return deltas, self._reason(calls, finish_reason)
 
     def message(self, text: str, finish_reason: str | None) -> tuple[dict, str | None]:

@@ -43,6 +43,7 @@ class HermesToolParser:
 
     starts = ("<tool_call>",)
     only_at_start = False
+    syntax = "hermes"  # how a stream finds its calls' arguments (chat_output._NEXT_CALL)
     _block = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 
     def parse(self, text: str) -> tuple[str, list[ParsedCall]]:
@@ -68,6 +69,7 @@ class Llama3JsonToolParser:
 
     starts = ("<|python_tag|>", "{")
     only_at_start = True  # a brace later in an answer is just text
+    syntax = "llama3_json"
     _decoder = json.JSONDecoder()
 
     def parse(self, text: str) -> tuple[str, list[ParsedCall]]:
