@@ -21,6 +21,25 @@
 # image, no nvcc) gets the venv. Both stages must be the same distribution release: the venv's
 # python is the distribution's python3 (3.12 on Ubuntu 24.04, 3.11 on Debian 12).
 # To pin the bases by digest as well, append @sha256:<digest> to BASE_IMAGE and RUNTIME_IMAGE.
+#
+# Where no nvidia/cuda image or PyTorch index can be reached, the CUDA image builds from a plain
+# Debian 12 base with torch from PyPI (its CUDA 12.8 build, which carries the CUDA runtime
+# libraries) and the compiler from NVIDIA's PyPI packages; tests/docker/cuda_image.py builds it so:
+#   docker build -t minisgl --build-arg BASE_IMAGE=debian:12.12-slim \
+#     --build-arg RUNTIME_IMAGE=debian:12.12-slim --build-arg TORCH_INDEX_URL= \
+#     --build-arg CUDA_PIP="nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
+#       nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85" .
+# CUDA 12's PyPI packages hold no nvcc (nvidia-cuda-nvcc-cu12 is ptxas and libNVVM only), so the
+# kernels compile with CUDA 13.0's and link torch's CUDA 12.8 runtime: the host needs a driver for
+# CUDA 13.0 (R580 or newer). sgl-kernel 0.3.21, built with CUDA 12.9, runs on torch's 12.8 runtime
+# by CUDA's minor-version compatibility.
+# PREBUILD_FLAGS narrows FlashInfer's kernel set (minisgl/prebuild.py's flags), for a quick build:
+#   --build-arg KERNEL_ARCHS=9.0a --build-arg PREBUILD_FLAGS="--dtypes bfloat16 --head-dims 128"
+#
+# Triton compiles minisgl's own kernels (CUDA-graph capture, sampling, FP8, MoE) the first time a
+# server runs them on a GPU: it cannot be done here without recording each kernel's exact
+# specialization on a GPU first. Its cache (TRITON_CACHE_DIR) is in a volume instead, /cache/triton;
+# the operator puts it on the model cache volume, so only the first pod of a model compiles.
 
 # checkov:skip=CKV_DOCKER_7:FROM takes a build argument, which checkov cannot resolve; tests/docker checks that its default is an exact tag
 ARG BASE_IMAGE=nvidia/cuda:12.9.1-devel-ubuntu24.04
@@ -56,6 +75,26 @@ ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cu129
 RUN if [ -n "$TORCH_INDEX_URL" ]; then export PIP_INDEX_URL="$TORCH_INDEX_URL"; fi \
     && pip install --no-cache-dir "torch==${TORCH_VERSION}"
 
+# CUDA's compiler and headers, for FlashInfer's kernels below. The nvidia/cuda devel base has them in
+# CUDA_HOME already. CUDA_PIP instead names NVIDIA's PyPI packages of a toolkit (nvcc, crt, nvvm,
+# the runtime's headers, CCCL): their folders are merged into one CUDA_HOME tree laid out as the
+# toolkit's, in the builder only. FlashInfer links its modules with -L$CUDA_HOME/lib64 -lcudart
+# -lcuda: lib64 gets the CUDA runtime torch loads (one runtime in the process, the one the runtime
+# stage has in the venv), and a stub of the driver's libcuda.so.1 (the driver's resolves it).
+ARG CUDA_PIP=""
+ARG CUDA_HOME=/usr/local/cuda
+RUN if [ -n "$CUDA_PIP" ]; then \
+        echo "$CUDA_PIP" | tr -s ' ' '\n' > /tmp/cuda-pip.txt \
+        && pip install --no-cache-dir --no-deps --target /tmp/cuda-pip -r /tmp/cuda-pip.txt \
+        && mkdir -p "$CUDA_HOME/lib64/stubs" \
+        && for part in /tmp/cuda-pip/nvidia/*/; do cp -a "$part". "$CUDA_HOME"/; done \
+        && rm -rf /tmp/cuda-pip /tmp/cuda-pip.txt "$CUDA_HOME/__init__.py" "$CUDA_HOME/__pycache__" \
+        && python -c 'import torch; print(next(line.split()[-1] for line in open("/proc/self/maps") if "/libcudart.so" in line))' \
+            | xargs -I{} ln -sf {} "$CUDA_HOME/lib64/libcudart.so" \
+        && gcc -shared -x c /dev/null -Wl,-soname,libcuda.so.1 -o "$CUDA_HOME/lib64/stubs/libcuda.so" \
+        && "$CUDA_HOME/bin/nvcc" --version; \
+    fi
+
 # The project's dependencies (with the extras named here: `cuda` is FlashInfer and sgl-kernel)
 # before its code, in a layer of their own: a code change does not reinstall them. The kernel
 # packages are pinned to versions known to work with the torch and CUDA above.
@@ -75,10 +114,13 @@ RUN printf 'torch==%s\nsgl-kernel==%s\nflashinfer-python==%s\n' \
 # modules: the runtime loads them without nvcc or ninja. No GPU is needed to compile. The script
 # is copied alone so that this long layer survives code changes; the device runs use it too
 # (`python -m minisgl.prebuild`).
+# PREBUILD_FLAGS: more of prebuild.py's flags (a narrower set: --dtypes, --head-dims, ...), split
+# into words by xargs (which runs the command once, with none, when it is empty).
+ARG PREBUILD_FLAGS=""
 COPY minisgl/prebuild.py /tmp/prebuild.py
 RUN if [ -n "$KERNEL_ARCHS" ]; then \
-        CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-build \
-            python /tmp/prebuild.py --archs "$KERNEL_ARCHS" \
+        echo "$PREBUILD_FLAGS" | CUDA_HOME="${CUDA_HOME:-/usr/local/cuda}" FLASHINFER_WORKSPACE_BASE=/tmp/flashinfer-build \
+            xargs python /tmp/prebuild.py --archs "$KERNEL_ARCHS" \
         && rm -rf /tmp/flashinfer-build; \
     fi \
     && rm /tmp/prebuild.py
@@ -97,11 +139,12 @@ SHELL ["/bin/bash", "-o", "pipefail", "-c"]
 
 # The interpreter (the venv comes from the builder). In the CUDA image also a C compiler and the
 # Python headers: Triton, which runs minisgl's Triton kernels, builds its small launcher module
-# with them on first use. nvcc is not needed: FlashInfer's kernels are in the venv.
+# with them on first use. nvcc is not needed: FlashInfer's kernels are in the venv. libnuma:
+# sgl-kernel's libraries link it (neither base image has it).
 ARG KERNEL_ARCHS="8.0 9.0a 10.0a"
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        ca-certificates python3 ${KERNEL_ARCHS:+gcc libc6-dev python3-dev} \
+        ca-certificates python3 ${KERNEL_ARCHS:+gcc libc6-dev python3-dev libnuma1} \
     && rm -rf /var/lib/apt/lists/*
 
 # A fixed, numeric non-root user, so that Kubernetes' runAsNonRoot can verify it. The caches are
@@ -109,7 +152,7 @@ RUN apt-get update \
 RUN groupadd --system --gid 10001 minisgl \
     && useradd --system --uid 10001 --gid minisgl --create-home --home-dir /home/minisgl \
         --shell /usr/sbin/nologin minisgl \
-    && mkdir -p /cache/hf /cache/flashinfer \
+    && mkdir -p /cache/hf /cache/flashinfer /cache/triton \
     && chown -R minisgl:minisgl /cache
 
 # The venv stays owned by root: the server cannot modify its own code.
@@ -119,6 +162,8 @@ COPY --from=builder /opt/venv /opt/venv
 # model, made at its first start, in the same volume. Triton and torch keep their caches under
 # HOME: with a read-only root filesystem, point HOME at a writable /tmp (the operator's pods do).
 # FLASHINFER_WORKSPACE_BASE: FlashInfer's own cache ($FLASHINFER_WORKSPACE_BASE/.cache/flashinfer).
+# TRITON_CACHE_DIR: minisgl's Triton kernels as the first start on a GPU compiles them (see the
+# header: not at build time); a volume, so that the next container of the same GPU starts warm.
 # FLASHINFER_DISABLE_JIT: a FlashInfer kernel missing from the prebuilt set is an error that names
 # it, not an attempt to run an nvcc this image does not have.
 ENV VIRTUAL_ENV=/opt/venv \
@@ -129,8 +174,9 @@ ENV VIRTUAL_ENV=/opt/venv \
     HF_HOME=/cache/hf \
     MINISGL_CACHE=/cache/hf/minisgl \
     FLASHINFER_WORKSPACE_BASE=/cache/flashinfer \
+    TRITON_CACHE_DIR=/cache/triton \
     FLASHINFER_DISABLE_JIT=1
-VOLUME ["/cache/hf", "/cache/flashinfer"]
+VOLUME ["/cache/hf", "/cache/flashinfer", "/cache/triton"]
 
 ARG VERSION=0.1.0
 ARG REVISION=unknown

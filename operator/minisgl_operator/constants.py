@@ -90,12 +90,15 @@ LOADER_COMMAND = (
     "python", "-c", "import sys; from minisgl.engine.engine import _local_path; print(_local_path(sys.argv[1]))",
 )  # fmt: skip
 LOADER_BACKOFF_LIMIT = 4
-# Environment of the server container. Downloads (HF_HOME) and FlashInfer's JIT-compiled kernels
-# go to the model cache volume, so a restarted pod finds both; HOME (torch, triton caches) goes to
-# the /tmp emptyDir because the root filesystem is read-only.
+# Environment of the server container. Downloads (HF_HOME), FlashInfer's JIT-compiled kernels and
+# Triton's compiled kernels (minisgl's own, compiled by the first start on a GPU: the image cannot
+# ship them, see the Dockerfile's header) go to the model cache volume, so a restarted pod, and on
+# a shared cache every later pod, finds them and starts without compiling; HOME (torch's caches)
+# goes to the /tmp emptyDir because the root filesystem is read-only.
 CACHE_ENV = {
     "HF_HOME": f"{CACHE_MOUNT}/huggingface",
     "FLASHINFER_WORKSPACE_BASE": f"{CACHE_MOUNT}/flashinfer",
+    "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
     "HOME": TMP_MOUNT,
 }
 

@@ -21,6 +21,7 @@ from docker.utils.build import exclude_paths
 
 from minisgl import prebuild
 from minisgl.server import args as server_args
+from tests.docker import cuda_image
 from tests.docker.dockerfiles import (
     GPU_DOCKERFILE,
     OPERATOR_DOCKERFILE,
@@ -112,6 +113,38 @@ def test_kernels_compile_at_build_time_for_the_named_architectures():
     assert "${KERNEL_ARCHS:+g++ python3-dev}" in runs and "rm -rf /tmp/flashinfer-build" in runs
 
 
+def test_the_cuda_toolkit_comes_from_the_base_image_or_from_nvidias_pypi_packages():
+    """By default the devel base's /usr/local/cuda; with CUDA_PIP (tests/docker/cuda_image.py) the
+    same tree, assembled from NVIDIA's wheels, before the kernels compile and in the builder only."""
+    assert BUILDER.args()["CUDA_PIP"] == "" and BUILDER.args()["CUDA_HOME"] == "/usr/local/cuda"
+    assert "CUDA_PIP" not in RUNTIME.args() and "CUDA_HOME" not in RUNTIME.run_text()
+    commands = [c.original for c in BUILDER.commands]
+    toolkit_at = next(i for i, c in enumerate(commands) if "--target /tmp/cuda-pip" in c)
+    prebuild_at = next(i for i, c in enumerate(commands) if "prebuild.py --archs" in c)
+    assert toolkit_at < prebuild_at
+    # FlashInfer's link line: -L$CUDA_HOME/lib64 -L$CUDA_HOME/lib64/stubs -lcudart -lcuda.
+    toolkit = commands[toolkit_at]
+    assert '"$CUDA_HOME/lib64/libcudart.so"' in toolkit and '"$CUDA_HOME/lib64/stubs/libcuda.so"' in toolkit
+    assert "import torch" in toolkit, "the modules link the CUDA runtime torch loads, one runtime in the process"
+
+
+@pytest.mark.parametrize("flags", [cuda_image.PREBUILD_FLAGS, ""])
+def test_prebuild_flags_are_flags_the_prebuild_script_takes(flags):
+    """PREBUILD_FLAGS reaches prebuild.py word by word; what the local build passes must parse."""
+    assert BUILDER.args()["PREBUILD_FLAGS"] == ""
+    assert 'echo "$PREBUILD_FLAGS" |' in BUILDER.run_text() and 'xargs python /tmp/prebuild.py' in BUILDER.run_text()
+    listed = subprocess.run([sys.executable, "-m", "minisgl.prebuild", "--list", "--archs", cuda_image.KERNEL_ARCHS,
+                             *flags.split()], capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
+    assert listed.stdout.strip(), "a non-empty kernel set"
+
+
+def test_the_local_cuda_build_uses_declared_arguments_only():
+    declared = set(GLOBAL_ARGS) | {name for stage in STAGES for name in stage.args()}
+    args = cuda_image.build_args("localhost/base")
+    assert set(args) <= declared, set(args) - declared
+    assert args["TORCH_VERSION"] == BUILDER.args()["TORCH_VERSION"], "the torch sgl-kernel is built for"
+
+
 def test_the_prebuild_script_runs_alone_on_the_standard_library():
     """The Dockerfile runs it as a lone file: importing it must not need minisgl, torch or flashinfer."""
     code = f"import runpy, sys; runpy.run_path({str(REPO / 'minisgl' / 'prebuild.py')!r}); " \
@@ -124,7 +157,7 @@ def test_runtime_needs_no_kernel_compiler_and_refuses_to_jit():
     runs = RUNTIME.run_text()
     assert "g++" not in runs and "nvcc" not in runs
     # Triton (minisgl's Triton kernels) builds its launcher with a C compiler on first use.
-    assert "${KERNEL_ARCHS:+gcc libc6-dev python3-dev}" in runs
+    assert "${KERNEL_ARCHS:+gcc libc6-dev python3-dev libnuma1}" in runs, "sgl-kernel's libraries link libnuma"
     assert RUNTIME.env()["FLASHINFER_DISABLE_JIT"] == "1", "a kernel missing from the list fails loudly"
 
 
@@ -206,7 +239,7 @@ def test_healthcheck_command_tells_healthy_from_unhealthy(status, healthy):
 
 def test_model_and_jit_caches_are_volumes_the_user_can_write():
     env = RUNTIME.env()
-    caches = [env["HF_HOME"], env["FLASHINFER_WORKSPACE_BASE"]]
+    caches = [env["HF_HOME"], env["FLASHINFER_WORKSPACE_BASE"], env["TRITON_CACHE_DIR"]]
     volumes = {v for c in RUNTIME.all("VOLUME") for v in c.value}
     assert set(caches) <= volumes, (caches, volumes)
     runs = RUNTIME.run_text()

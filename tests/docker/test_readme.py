@@ -69,7 +69,7 @@ def test_shell_mode_example_is_interactive():
 def test_documents_where_the_caches_live_and_the_shm_need():
     section = container_section()
     env = RUNTIME.env()
-    for variable in ("HF_HOME", "FLASHINFER_WORKSPACE_BASE"):
+    for variable in ("HF_HOME", "FLASHINFER_WORKSPACE_BASE", "TRITON_CACHE_DIR"):
         assert f"`{env[variable]}` | `{variable}`" in section, variable
     assert "--ipc=host" in section and "--shm-size" in section
     assert f"127.0.0.1:{server_args.DEFAULT_PORT}{server_args.LIVENESS_PATH}" in section

@@ -293,6 +293,15 @@ def test_without_a_model_cache_hf_home_is_on_an_emptydir_and_no_pvc_is_made():
     assert _env(spec["containers"][0])["HF_HOME"]["value"].startswith(c.CACHE_MOUNT + "/")
 
 
+def test_triton_compiles_into_the_model_cache_so_the_next_pod_starts_warm():
+    """The image cannot carry minisgl's Triton kernels (Dockerfile header): the first pod on a GPU
+    compiles them into the model cache volume, where a later pod (a shared claim) finds them."""
+    rendered = objects({"model": "m", "modelCache": {"claimName": "team-models"}})
+    ctr = rendered["Deployment"]["spec"]["template"]["spec"]["containers"][0]
+    assert _env(ctr)["TRITON_CACHE_DIR"]["value"].startswith(c.CACHE_MOUNT + "/")
+    assert {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT} in ctr["volumeMounts"]
+
+
 def test_an_existing_claim_is_mounted_and_not_created():
     rendered = objects({"model": "m", "modelCache": {"claimName": "team-models"}})
     spec = rendered["Deployment"]["spec"]["template"]["spec"]
