@@ -16,6 +16,7 @@ from typing import Any
 
 from minisgl.utils import env
 from minisgl.utils.choices import DEVICES, DTYPE_ALIASES, DTYPES, KV_CACHE_DTYPES, ONLINE_QUANTIZATION
+from minisgl.utils.lora_modules import parse_lora_modules
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 1919
@@ -86,6 +87,12 @@ class ServerArgs:
     dummy_weight: bool = _flag("Random weights instead of loading a checkpoint (benchmarks).", False)
     served_model_name: tuple[str, ...] | None = _flag(
         "Model name(s) the API answers to; the first is reported (default: --model).", nargs="+")
+    lora_modules: tuple[str, ...] | None = _flag(
+        "LoRA adapters served beside the base model, as name=path (a PEFT adapter directory: adapter_config.json "
+        "and adapter_model.safetensors); a request selects one by its model field, /v1/models lists them.",
+        nargs="+")
+    max_loras: int | None = _flag("LoRA adapter slots, allocated at start (default: one per --lora-modules name).")
+    max_lora_rank: int = _flag("Highest LoRA rank the adapter slots hold; an adapter above it is refused at load.", 16)
     api_key: str | None = _flag(
         f"Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize. Prefer ${API_KEY_ENV} or "
         "--api-key-file: a flag's value is visible to every user of the machine in `ps`.")
@@ -178,6 +185,11 @@ class ServerArgs:
         return self.tokenizer_workers or max(1, min(4, (os.cpu_count() or 1) // 8))
 
     @property
+    def lora_adapters(self) -> dict[str, str]:
+        """--lora-modules as name -> path."""
+        return parse_lora_modules(self.lora_modules)
+
+    @property
     def model_name(self) -> str:
         return self.model_names[0]
 
@@ -245,6 +257,8 @@ def parse_args(argv: list[str] | None = None) -> ServerArgs:
         values["api_key"] = env.API_KEY.get() or None
     if values["served_model_name"] is not None:
         values["served_model_name"] = tuple(values["served_model_name"])
+    if values["lora_modules"] is not None:
+        values["lora_modules"] = tuple(values["lora_modules"])
     args = ServerArgs(**values)
     problem = validate(args)
     if problem:
@@ -305,6 +319,16 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-seq-len must be >= 1"
     if args.served_model_name is not None and not all(args.model_names):
         return "--served-model-name: names must not be empty"
+    try:
+        clash = sorted(set(args.lora_adapters) & set(args.model_names))
+    except ValueError as e:
+        return str(e)
+    if clash:
+        return f"--lora-modules: {clash[0]!r} is already the base model's name"
+    if args.max_loras is not None and args.max_loras < 1:
+        return "--max-loras must be >= 1"
+    if args.max_lora_rank < 1:
+        return "--max-lora-rank must be >= 1"
     try:
         args.origins()
     except (ValueError, TypeError) as e:

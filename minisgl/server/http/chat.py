@@ -7,7 +7,7 @@ from fastapi import APIRouter, Request
 
 from .deps import ApiDeps
 from .formats import ChatFormat
-from .generation import nth_choice, serve_generation
+from .generation import nth_choice, serve_generation, with_lora
 from .protocol import ChatCompletionRequest, ChatCompletionResponse, generation_responses
 
 
@@ -25,11 +25,12 @@ def router(deps: ApiDeps) -> APIRouter:
     @api.post("/v1/chat/completions", tags=["openai"], response_model=None,
               responses=generation_responses(ChatCompletionResponse))
     async def chat(body: ChatCompletionRequest, request: Request):
-        deps.check_serving(body.model)
+        lora = deps.check_serving(body.model)
         body = body.with_defaults(deps.sampling_defaults)
         deps.check_limits(body, body.n)
         output = deps.chat_output(body)
-        return await serve_generation(ChatFormat(output), body, chat_jobs(body), deps.args.model_name, deps.client,
+        jobs = with_lora(chat_jobs(body), lora)
+        return await serve_generation(ChatFormat(output), body, jobs, lora or deps.args.model_name, deps.client,
                                       request)
 
     return api

@@ -6,7 +6,7 @@ from fastapi import APIRouter, Request
 
 from .deps import ApiDeps
 from .formats import CompletionFormat
-from .generation import nth_choice, serve_generation
+from .generation import nth_choice, serve_generation, with_lora
 from .protocol import APIError, CompletionRequest, CompletionResponse, generation_responses
 
 
@@ -23,12 +23,12 @@ def router(deps: ApiDeps) -> APIRouter:
     @api.post("/v1/completions", tags=["openai"], response_model=None,
               responses=generation_responses(CompletionResponse))
     async def completions(body: CompletionRequest, request: Request):
-        deps.check_serving(body.model)
+        lora = deps.check_serving(body.model)
         body = body.with_defaults(deps.sampling_defaults)
         if not body.prompts():
             raise APIError(400, "prompt must not be empty", param="prompt")
         deps.check_limits(body, len(body.prompts()) * body.n)
-        return await serve_generation(CompletionFormat(), body, completion_jobs(body), deps.args.model_name,
-                                      deps.client, request)
+        return await serve_generation(CompletionFormat(), body, with_lora(completion_jobs(body), lora),
+                                      lora or deps.args.model_name, deps.client, request)
 
     return api

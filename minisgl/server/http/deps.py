@@ -50,8 +50,9 @@ class ApiDeps:
         """The client of the OpenAI routes: their requests are timed and counted (/metrics)."""
         return ObservedClient(self.frontend, self.metrics)
 
-    def check_serving(self, model: str | None = None) -> None:
-        """503 unless the server can take requests now; 404 for a model it does not serve."""
+    def check_serving(self, model: str | None = None) -> str | None:
+        """503 unless the server can take requests now; 404 for a model it does not serve. Returns
+        the LoRA adapter `model` names (--lora-modules), None for the base model."""
         state, args = self.state, self.args
         if state.failed:
             raise APIError(503, f"the server cannot take requests: {state.failed}", code="service_unavailable")
@@ -59,9 +60,14 @@ class ApiDeps:
             raise APIError(503, "the server is shutting down", code="service_unavailable", headers={"Retry-After": "5"})
         if not state.ready:
             raise APIError(503, "the model is still loading", code="service_unavailable", headers={"Retry-After": "5"})
+        adapters = args.lora_adapters
+        if model is not None and model in adapters:
+            return model
         if model is not None and model not in args.model_names:
-            raise APIError(404, f"the model '{clipped(model)}' does not exist; this server serves '{args.model_name}'",
-                           param="model", code="model_not_found")
+            also = f" and the LoRA adapters {', '.join(map(repr, adapters))}" if adapters else ""
+            raise APIError(404, f"the model '{clipped(model)}' does not exist; this server serves '{args.model_name}'"
+                           f"{also}", param="model", code="model_not_found")
+        return None
 
     def check_unsupported(self, body) -> None:
         """400 naming the first field the request sends that this server does not implement."""

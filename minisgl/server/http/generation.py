@@ -291,6 +291,11 @@ async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | Comp
     return sse_response(events())
 
 
+def with_lora(jobs: list, lora: str | None) -> list:
+    """The jobs' choices run under the LoRA adapter the request's model names (None: the base model)."""
+    return jobs if lora is None else [(i, replace(params, lora=lora), kw) for i, params, kw in jobs]
+
+
 def nth_choice(params: SamplingParams, j: int) -> SamplingParams:
     """Choice j of n: with a seed, each choice gets its own (seed + j), so the n choices differ
     from each other and the whole response still reproduces."""

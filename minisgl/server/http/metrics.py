@@ -121,6 +121,9 @@ class ServerMetrics:
                            ["model_name", "finished_reason"], registry=r)
         # Every reason exists from the start at 0, so rate() sees the first one happen.
         self.finished = {reason: finished.labels(model_name, reason) for reason in FINISHED_REASONS}
+        # lora_name is bounded: only loaded adapters' names pass the API's check.
+        self.lora_requests = Counter(PREFIX + "lora_requests", "Generation requests (one per choice) served by "
+                                     "each LoRA adapter (--lora-modules).", ["model_name", "lora_name"], registry=r)
         # From the scheduler process (SchedulerStatsMsg).
         self.queue_time = histogram("request_queue_time_seconds",
                                     "Time a request waited in the scheduler's queue before it was admitted.",
@@ -232,6 +235,8 @@ class ObservedClient:
         self._client, self._metrics = client, metrics
 
     def generate(self, params: SamplingParams, **kwargs: Any) -> AsyncIterator[Reply]:
+        if params.lora is not None:
+            self._metrics.lora_requests.labels(self._metrics.model_name, params.lora).inc()
         return self._metrics.observe(self._client.generate(params, **kwargs))
 
     def __getattr__(self, name: str) -> Any:

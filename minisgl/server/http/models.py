@@ -1,4 +1,5 @@
-"""GET /v1/models: the one model this server serves, under each of its names."""
+"""GET /v1/models: the one model this server serves, under each of its names, and its LoRA adapters
+(--lora-modules), each with the base model as its `parent`, as vLLM lists them."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ def router(deps: ApiDeps) -> APIRouter:
 
     @api.get("/v1/models", tags=["openai"], response_model=ModelList)
     async def models():
-        return {"object": "list", "data": [{"id": name, "object": "model", "created": state.created,
-                                            "owned_by": "minisgl", "root": args.model or args.model_name}
-                                           for name in args.model_names]}
+        card = {"object": "model", "created": state.created, "owned_by": "minisgl"}
+        base = [{"id": name, **card, "root": args.model or args.model_name} for name in args.model_names]
+        adapters = [{"id": name, **card, "root": path, "parent": args.model_name}
+                    for name, path in args.lora_adapters.items()]
+        return {"object": "list", "data": base + adapters}
 
     return api

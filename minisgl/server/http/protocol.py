@@ -497,6 +497,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str
     root: str
+    parent: str | None = None  # a LoRA adapter's base model
 
 
 class ModelList(BaseModel):

@@ -25,7 +25,7 @@ from ..runtime.frontend import UNAVAILABLE
 from .chat import chat_jobs
 from .deps import ApiDeps, check_utf8
 from .formats import openai_finish_reason
-from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure
+from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure, with_lora
 from .protocol import APIError, generation_responses
 from .responses_protocol import ResponseObject, ResponsesRequest
 
@@ -151,7 +151,7 @@ def router(deps: ApiDeps) -> APIRouter:
 
     @api.post("/v1/responses", tags=["openai"], response_model=None, responses=generation_responses(ResponseObject))
     async def responses(body: ResponsesRequest, request: Request):
-        deps.check_serving(body.model)
+        lora = deps.check_serving(body.model)
         check_utf8("user", body.user)
         check_utf8("metadata", body.metadata or {})  # both echoed back in the response
         if body.built_in_tool():
@@ -169,11 +169,11 @@ def router(deps: ApiDeps) -> APIRouter:
                 e.message, e.param = e.message.replace(e.param, _RESPONSES_NAMES[e.param]), _RESPONSES_NAMES[e.param]
             raise
         output = deps.chat_output(chat)
-        gen, firsts = await start_generation(deps.client, chat_jobs(chat), request)
+        gen, firsts = await start_generation(deps.client, with_lora(chat_jobs(chat), lora), request)
         if isinstance(firsts, JSONResponse):
             return firsts
         base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()),
-                "model": deps.args.model_name, **body.echo(chat)}
+                "model": lora or deps.args.model_name, **body.echo(chat)}
         if body.stream:
             return sse_response(_events(gen, firsts, base, output))
         choices = await finished_choices(gen, firsts, request)
