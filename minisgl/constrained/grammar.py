@@ -13,7 +13,7 @@ import torch
 # json_schema: no property or item beyond the schema's unless it allows them (xgrammar's strict_mode,
 # vLLM's default), whether or not the request says `strict`: a weak model free to add keys adds them
 # until max_tokens cuts the JSON.
-CONSTRAINT_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar")
+CONSTRAINT_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar", "tool_call_or_json")
 # The request fields each kind comes from, for the errors a client reads.
 CONSTRAINT_FIELDS = {
     "json_object": "response_format",
@@ -21,6 +21,7 @@ CONSTRAINT_FIELDS = {
     "regex": "guided_regex",
     "choice": "guided_choice",
     "grammar": "guided_grammar",
+    "tool_call_or_json": "tools or response_format",  # tools.call_or_answer
 }
 
 
@@ -31,7 +32,7 @@ def constraint_problem(constraint: tuple[str, str] | None) -> str | None:
     if len(constraint) != 2 or constraint[0] not in CONSTRAINT_KINDS:
         return f"unknown constraint {constraint!r}"
     kind, spec = constraint
-    if kind.startswith("json_schema") or kind == "choice":
+    if kind.startswith("json_schema") or kind in ("choice", "tool_call_or_json"):
         try:
             value = json.loads(spec)
         except ValueError as e:
@@ -59,7 +60,7 @@ def bound_problem(constraint: tuple[str, str] | None, max_depth: int) -> str | N
     """Why a constraint is refused before it is compiled, or None. A schema's compile time grows
     with how deeply its objects and arrays nest inline (much faster than with its size), so that
     is bounded up front; the compile time budget covers the rest."""
-    if constraint is None or constraint[0] != "json_schema":
+    if constraint is None or constraint[0] not in ("json_schema", "tool_call_or_json"):
         return None
     depth = json_depth(constraint[1])
     if depth > max_depth:
@@ -83,10 +84,27 @@ def compile_constraint(compiler, constraint: tuple[str, str]):
             return compiler.compile_grammar("root ::= " + " | ".join(_ebnf_literal(s) for s in json.loads(spec)))
         if kind == "grammar":
             return compiler.compile_grammar(spec)
+        if kind == "tool_call_or_json":
+            return compiler.compile_grammar(_call_or_answer(json.loads(spec)))
     except (RuntimeError, ValueError, TypeError) as e:  # xgrammar reports bad input as RuntimeError
         reason = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip())  # xgrammar's time and source line
         raise ValueError(f"cannot compile the {kind} constraint: {reason}") from None
     raise ValueError(f"unknown constraint kind {kind!r}")
+
+
+def _call_or_answer(spec: dict):
+    """The xgrammar Grammar of tools.call_or_answer's spec: a call between its syntax's markers,
+    or the answer (both JSON as json_schema compiles it)."""
+    import xgrammar as xgr
+
+    def schema(value: dict):
+        return xgr.Grammar.from_json_schema(json.dumps(value), any_whitespace=False, strict_mode=True)
+
+    call = schema(spec["call"])
+    marked = [xgr.Grammar.from_ebnf(f"root ::= {_ebnf_literal(spec[k])}") for k in ("before", "after") if spec[k]]
+    if marked:
+        call = xgr.Grammar.concat(marked[0], call, marked[1])
+    return xgr.Grammar.union(call, schema(spec["answer"]))
 
 
 def _ebnf_literal(text: str) -> str:

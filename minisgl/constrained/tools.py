@@ -1,5 +1,6 @@
 """JSON schemas of forced tool calls (tool_choice required): what the grammar lets the model
-write, alone or beside a response_format answer.
+write, alone or beside a response_format answer; and tool_choice auto's call in the model's own
+syntax or an answer in the format (`call_or_answer`).
 
 Calls are a JSON list of {"name", "parameters"} (the arguments object); with an answer format the
 output is either that list or the answer, which a reader tells apart by its first character (a
@@ -9,6 +10,7 @@ under the root's `$defs` and its references are rewritten to point there.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 
@@ -44,4 +46,23 @@ def forced_calls_schema(tools: dict[str, dict], one_call: bool = False, answer: 
     return {**listed, "$defs": defs}
 
 
-__all__ = ["forced_calls_schema"]
+# tool_choice auto beside an answer format: the model calls a tool in its own syntax or answers in
+# the format (compiled by grammar.compile_constraint as the union of the two).
+CALLS_OR_ANSWER = "tool_call_or_json"
+# Each syntax's one call: the text around its JSON object, and the object's arguments key.
+CALL_SYNTAX = {"hermes": ("<tool_call>\n", "\n</tool_call>", "arguments"), "llama3_json": ("", "", "parameters")}
+
+
+def call_or_answer(tools: dict[str, dict], answer: dict, syntax: str) -> tuple[str, str]:
+    """The constraint of an output that is one call of `tools` (name -> parameters schema) in
+    `syntax` (a tool parser's, CALL_SYNTAX), or an answer in the `answer` schema."""
+    before, after, key = CALL_SYNTAX[syntax]
+    calls = [{"type": "object", "properties": {"name": {"type": "string", "enum": [name]},
+                                               key: {"$ref": f"#/$defs/tool{i}"}},
+              "required": ["name", key], "additionalProperties": False} for i, name in enumerate(tools)]
+    defs = {f"tool{i}": _rebased(schema, f"#/$defs/tool{i}") for i, schema in enumerate(tools.values())}
+    call = {**(calls[0] if len(calls) == 1 else {"anyOf": calls}), "$defs": defs}
+    return CALLS_OR_ANSWER, json.dumps({"before": before, "call": call, "after": after, "answer": answer})
+
+
+__all__ = ["CALLS_OR_ANSWER", "CALL_SYNTAX", "call_or_answer", "forced_calls_schema"]

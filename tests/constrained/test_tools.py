@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from minisgl.constrained.tools import forced_calls_schema
+from minisgl.constrained.tools import call_or_answer, forced_calls_schema
 
 # Arguments with a nested model behind a $ref, as pydantic writes them.
 WEATHER = {"type": "object", "properties": {"where": {"$ref": "#/$defs/Place"}, "days": {"type": "integer"}},
@@ -58,3 +58,17 @@ def test_beside_an_answer_format_calls_or_an_answer(accepts):
     assert not accepts(schema, _text({"ok": "yes"}))  # the answer's own $ref holds
     assert not accepts(schema, _text({"ok": True, "why": "x"}))  # no key the answer does not list
     assert not accepts(schema, _text([{"ok": True}]))
+
+
+@pytest.mark.parametrize("syntax, call", [
+    ("hermes", '<tool_call>\n{"name": "get_time", "arguments": {"zone": "UTC"}}\n</tool_call>'),
+    ("llama3_json", '{"name": "get_time", "parameters": {"zone": "UTC"}}'),
+])
+def test_tool_choice_auto_beside_an_answer_format_a_call_in_the_models_syntax_or_an_answer(accepts_constraint,
+                                                                                          syntax, call):
+    constraint = call_or_answer({"get_weather": WEATHER, "get_time": TIME}, ANSWER, syntax)
+    assert accepts_constraint(constraint, call) and accepts_constraint(constraint, _text({"ok": True}))
+    assert not accepts_constraint(constraint, call.replace("UTC", "PST"))  # the tool's schema holds
+    assert not accepts_constraint(constraint, _text({"ok": True, "why": "x"}))  # and the answer's
+    assert not accepts_constraint(constraint, call + call)  # one call
+    assert not accepts_constraint(constraint, "Sure.")

@@ -294,3 +294,36 @@ def test_a_forced_call_cut_by_max_tokens_is_a_call_with_finish_length_never_cont
                                    max_output_tokens=3)
     assert resp.status == "incomplete" and [i.type for i in resp.output] == ["function_call"]
     assert resp.output[0].name == "get_time" and any(w.startswith(resp.output[0].arguments) for w in written)
+
+
+@pytest.mark.parametrize("api", ["chat", "responses"])
+def test_auto_beside_a_response_format_gives_a_call_in_the_models_syntax_or_an_answer(client, model_dir, api):
+    """tool_choice auto (the default) beside a JSON schema: the grammar allows a call in the
+    template's Hermes syntax or an answer in the schema; a logit_bias on "<" (a call's first
+    character; an answer starts with "{") steers the random model into each on the chat, and each
+    is read."""
+    angle = str(AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids("<"))
+    # Responses has no logit_bias: its one greedy output is either, read as a call or a message.
+    for bias in (100, -100) if api == "chat" else (None,):
+        if api == "chat":
+            choice = client.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], temperature=0,
+                                                    response_format=VERDICT_FORMAT, max_tokens=200,
+                                                    logit_bias={angle: bias}).choices[0]
+            calls, content = choice.message.tool_calls or [], choice.message.content
+        else:
+            resp = client.responses.create(model=MODEL, input="Weather in Paris?", temperature=0,
+                                           tools=[{"type": "function", **WEATHER["function"]}],
+                                           text={"format": {"type": "json_schema", "name": "verdict",
+                                                            "schema": VERDICT}},
+                                           max_output_tokens=200)
+            calls = [i for i in resp.output if i.type == "function_call"]
+            content = resp.output_text
+            bias = 1 if calls else -1
+        if bias > 0:
+            assert len(calls) == 1 and not content
+            call = calls[0].function if api == "chat" else calls[0]
+            assert call.name == "get_weather"
+            jsonschema.validate(json.loads(call.arguments), WEATHER["function"]["parameters"])
+        else:
+            assert calls == []
+            jsonschema.validate(json.loads(content), {**VERDICT, "additionalProperties": False})

@@ -3,17 +3,24 @@ read back by the chat output format (reasoning, content, tool calls)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import APIRouter, Request
 
+from ..parsers import TOOL_PARSERS, ChatOutputFormat
 from .deps import ApiDeps
 from .formats import ChatFormat
 from .generation import nth_choice, serve_generation, with_lora
 from .protocol import ChatCompletionRequest, ChatCompletionResponse, generation_responses
 
 
-def chat_jobs(body: ChatCompletionRequest) -> list:
-    """The request's choices as (prompt index, params, generate() kwargs)."""
+def chat_jobs(body: ChatCompletionRequest, output: ChatOutputFormat) -> list:
+    """The request's choices as (prompt index, params, generate() kwargs); `output`: how they are
+    read back (its tool parser's syntax may bind a call beside an answer format)."""
     params = body.sampling_params()
+    either = body.call_or_answer(output.tool_parser and TOOL_PARSERS[output.tool_parser].syntax)
+    if either is not None:
+        params = replace(params, constraint=either)
     kw = {"messages": [m.as_template_input() for m in body.messages],
           "text_params": body.text_params(body.template_options())}
     return [(0, nth_choice(params, j), kw) for j in range(body.n)]
@@ -29,7 +36,7 @@ def router(deps: ApiDeps) -> APIRouter:
         body = body.with_defaults(deps.sampling_defaults)
         deps.check_limits(body, body.n)
         output = deps.chat_output(body)
-        jobs = with_lora(chat_jobs(body), lora)
+        jobs = with_lora(chat_jobs(body, output), lora)
         return await serve_generation(ChatFormat(output), body, jobs, lora or deps.args.model_name, deps.client,
                                       request)
 

@@ -12,7 +12,7 @@ from typing import Annotated, Any, ClassVar, Literal
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model, model_validator
 
-from minisgl.constrained.tools import forced_calls_schema
+from minisgl.constrained.tools import call_or_answer, forced_calls_schema
 from minisgl.core import SamplingParams
 from minisgl.core.request_fields import (
     FIELDS,
@@ -392,6 +392,18 @@ class ChatCompletionRequest(GenerationRequest):
             raise ValueError(f"guided_json: the JSON schema is not valid JSON: {e}") from None
         return ("json_schema", json.dumps(forced_calls_schema(schemas, one_call=self.parallel_tool_calls is False,
                                                               answer=answer_schema)))
+
+    def call_or_answer(self, tool_syntax: str | None) -> tuple[str, str] | None:
+        """tool_choice auto beside a JSON answer format (the Agents SDK's agent with tools and an
+        output_type): as OpenAI allows, one call in the model's own syntax (`tool_syntax`, its tool
+        parser's) or an answer in the format. None where the request's constraint() stands."""
+        answer = self.answer_constraint()
+        if self.tool_mode != "auto" or not tool_syntax or answer is None or answer[0] not in ("json_schema",
+                                                                                              "json_object"):
+            return None
+        schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools}
+        return call_or_answer(schemas, json.loads(answer[1]) if answer[0] == "json_schema" else {"type": "object"},
+                              tool_syntax)
 
     @model_validator(mode="after")
     def _top_logprobs_needs_logprobs(self):

@@ -169,7 +169,7 @@ def router(deps: ApiDeps) -> APIRouter:
                 e.message, e.param = e.message.replace(e.param, _RESPONSES_NAMES[e.param]), _RESPONSES_NAMES[e.param]
             raise
         output = deps.chat_output(chat)
-        gen, firsts = await start_generation(deps.client, with_lora(chat_jobs(chat), lora), request)
+        gen, firsts = await start_generation(deps.client, with_lora(chat_jobs(chat, output), lora), request)
         if isinstance(firsts, JSONResponse):
             return firsts
         base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()),
