@@ -7,6 +7,7 @@ from .messages import (
     AbortMsg,
     DetokenizeInfoMsg,
     ExitMsg,
+    LoraUpdateMsg,
     Reply,
     ReplyBatchMsg,
     SchedulerStatsMsg,
@@ -19,6 +20,7 @@ from .messages import (
     merge_replies,
 )
 
-__all__ = ["decode", "encode", "message", "AbortMsg", "DetokenizeInfoMsg", "ExitMsg", "Reply", "ReplyBatchMsg",
+__all__ = ["decode", "encode", "message", "AbortMsg", "DetokenizeInfoMsg", "ExitMsg", "LoraUpdateMsg", "Reply",
+           "ReplyBatchMsg",
            "SchedulerStatsMsg", "StepOutput", "TextParams", "TokenBatchMsg", "TokenizeMsg", "UserMsg",
            "merge_by_request", "merge_replies"]

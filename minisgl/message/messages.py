@@ -141,3 +141,15 @@ class SchedulerStatsMsg:
     prefix_hit_tokens: int = 0
     queue_times: list[float] = field(default_factory=list)  # seconds, of requests admitted since
     info: dict[str, str] | None = None  # the first message: dtype, attention backend, ... as resolved
+
+
+@message
+class LoraUpdateMsg:
+    """Load (`path` set) or unload (`path` None) a LoRA adapter while serving. It travels as a
+    request does, API server -> tokenizer -> scheduler (every rank applies it in the same step), and
+    its outcome comes back through the detokenizer as the request's one reply: finish_reason stop,
+    or error with the reason."""
+
+    uid: int
+    name: str
+    path: str | None = None

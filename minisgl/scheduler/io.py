@@ -10,7 +10,7 @@ import torch
 import zmq
 
 from minisgl.distributed import broadcast_objects
-from minisgl.message import AbortMsg, ExitMsg, SchedulerStatsMsg, TokenBatchMsg, UserMsg, encode
+from minisgl.message import AbortMsg, ExitMsg, LoraUpdateMsg, SchedulerStatsMsg, TokenBatchMsg, UserMsg, encode
 from minisgl.message.sockets import PullSocket, PushSocket
 from minisgl.utils.liveness import Heartbeat, WorkerLink
 from minisgl.utils.logger import get_logger
@@ -152,6 +152,8 @@ class SchedulerServer:
             s.add_request(msg.uid, msg.input_ids, msg.params)  # a request that cannot run gets an error output
             if self.stats:
                 self.stats.queued(msg.uid)
+        elif isinstance(msg, LoraUpdateMsg):
+            s.update_lora(msg.uid, msg.name, msg.path)
         return True
 
     def send(self, outputs: list[StepOutput]) -> None:

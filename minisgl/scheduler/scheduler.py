@@ -160,6 +160,26 @@ class Scheduler:
             return
         self.compiling.append((req, self.grammars.submit(params.constraint)))
 
+    def update_lora(self, uid: int, name: str, path: str | None) -> None:
+        """Load the adapter at `path` under `name` (path None: unload it), answering request `uid` with
+        its outcome: an adapter that cannot be served, no free slot, or one still in use is an error
+        with the reason, and nothing changes (a running request never loses its adapter)."""
+        pool = self.engine.lora
+        try:
+            if pool is None:
+                raise ValueError("LoRA is off on this server (start it with --max-loras or --lora-modules)")
+            if path is None:
+                if name not in pool.names:
+                    raise ValueError(f"unknown LoRA adapter {name!r}")
+                pool.unload(name)
+            else:
+                pool.load(name, path)
+        except ValueError as e:
+            self._early.append(StepOutput(uid, None, "error", str(e)))
+            return
+        logger.info("LoRA adapter %r %s", name, "unloaded" if path is None else f"loaded from {path}")
+        self._early.append(StepOutput(uid, None, "stop"))
+
     def abort(self, uid: int) -> None:
         req = self.reqs.get(uid)
         if req is None or req.finished:

@@ -93,6 +93,9 @@ class ServerArgs:
         nargs="+")
     max_loras: int | None = _flag("LoRA adapter slots, allocated at start (default: one per --lora-modules name).")
     max_lora_rank: int = _flag("Highest LoRA rank the adapter slots hold; an adapter above it is refused at load.", 16)
+    allow_runtime_lora_updating: bool = _flag(
+        "Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's), loading adapters into free slots "
+        "of --max-loras while serving.", False)
     api_key: str | None = _flag(
         f"Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize. Prefer ${API_KEY_ENV} or "
         "--api-key-file: a flag's value is visible to every user of the machine in `ps`.")
@@ -329,6 +332,8 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-loras must be >= 1"
     if args.max_lora_rank < 1:
         return "--max-lora-rank must be >= 1"
+    if args.allow_runtime_lora_updating and not (args.max_loras or args.lora_modules):
+        return "--allow-runtime-lora-updating needs adapter slots: --max-loras N (or --lora-modules)"
     try:
         args.origins()
     except (ValueError, TypeError) as e:

@@ -8,6 +8,7 @@ from minisgl.message import (
     AbortMsg,
     DetokenizeInfoMsg,
     ExitMsg,
+    LoraUpdateMsg,
     Reply,
     ReplyBatchMsg,
     TokenBatchMsg,
@@ -83,6 +84,10 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat
                 if isinstance(msg, ExitMsg):
                     return
                 if isinstance(msg, AbortMsg):
+                    to_scheduler.send(msg)
+                    continue
+                if isinstance(msg, LoraUpdateMsg):  # its outcome comes back as a request's end
+                    to_detok.send(DetokenizeInfoMsg(msg.uid))
                     to_scheduler.send(msg)
                     continue
                 try:

@@ -1,7 +1,9 @@
 """LoRA adapters over the OpenAI API: `--lora-modules name=path` serves each adapter under its name
 (a request's `model` selects it, and the response names it), /v1/models lists each with the base
 model as its `parent`, an unknown name is a 404 naming it, /metrics counts each adapter's requests,
-and an adapter the engine cannot serve stops the server at start with the reason."""
+and an adapter the engine cannot serve stops the server at start with the reason. With
+--allow-runtime-lora-updating, adapters load and unload while requests run (vLLM's routes): one in
+use is never unloaded, a running request's output is what it is on an idle server."""
 
 from __future__ import annotations
 
@@ -87,6 +89,7 @@ def test_metrics_count_each_adapters_requests(server, client):
     (["--lora-modules", "r4"], "--lora-modules takes name=path, got 'r4'"),
     (["--lora-modules", "a=/x", "a=/y"], "--lora-modules names 'a' twice"),
     (["--served-model-name", "m", "--lora-modules", "m=/x"], "'m' is already the base model's name"),
+    (["--allow-runtime-lora-updating"], "--allow-runtime-lora-updating needs adapter slots: --max-loras N"),
 ])
 def test_bad_lora_flags_are_refused(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
@@ -100,3 +103,61 @@ def test_an_adapter_above_max_lora_rank_stops_the_server_with_the_reason(model_d
                          capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert "LoRA adapter 'r16'" in run.stderr and "rank 16 exceeds max_lora_rank 8 (--max-lora-rank)" in run.stderr
+
+
+@pytest.fixture(scope="module")
+def runtime_server(model_dir, adapters):
+    srv = ServerProcess("--model", model_dir, "--served-model-name", "base", "--dtype", "float32", "--page-size", "4",
+                        "--num-pages", "512", "--lora-modules", f"r4={adapters['r4']}", "--max-loras", "2",
+                        "--allow-runtime-lora-updating").wait_ready()
+    yield srv
+    assert srv.stop() == 0
+
+
+def test_runtime_routes_exist_only_when_allowed(server):
+    r = httpx.post(server.url + "/v1/load_lora_adapter", json={"lora_name": "x", "lora_path": "/x"}, timeout=10)
+    assert r.status_code == 404
+
+
+def test_adapters_load_and_unload_under_load_without_touching_running_requests(runtime_server, model_dir, adapters):
+    url = runtime_server.url
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    long = {"model": "r4", "prompt": PROMPT, "max_tokens": 300, "temperature": 0, "extra_body": {"ignore_eos": True}}
+
+    def post(path: str, **body) -> httpx.Response:
+        return httpx.post(url + path, json=body, timeout=60)
+
+    stream = client.completions.create(stream=True, **long)
+    text = next(iter(stream)).choices[0].text
+    # r4 is in use by the stream: refused, and the stream goes on untouched.
+    r = post("/v1/unload_lora_adapter", lora_name="r4")
+    assert r.status_code == 400 and "LoRA adapter 'r4' is in use by 1 request(s)" in r.json()["error"]["message"]
+    r = post("/v1/load_lora_adapter", lora_name="r8", lora_path=adapters["r8"])
+    assert r.status_code == 200 and r.text == "Success: LoRA adapter 'r8' added successfully."
+    reply = client.completions.create(model="r8", prompt=PROMPT, max_tokens=8, temperature=0,
+                                      extra_body={"ignore_eos": True, "skip_special_tokens": False})
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert reply.choices[0].text == tokenizer.decode(peft_greedy(model_dir, adapters["r8"], PROMPT, 8))
+    assert [m.id for m in client.models.list().data] == ["base", "r4", "r8"]
+    r = post("/v1/load_lora_adapter", lora_name="r16", lora_path=adapters["r16"])
+    assert r.status_code == 400 and "all 2 slots are taken (--max-loras)" in r.json()["error"]["message"]
+    text += "".join(chunk.choices[0].text for chunk in stream)
+    assert text == client.completions.create(**long).choices[0].text, "the load changed a running request"
+
+    r = post("/v1/unload_lora_adapter", lora_name="r4")
+    assert r.status_code == 200 and r.text == "Success: LoRA adapter 'r4' removed successfully."
+    with pytest.raises(openai.NotFoundError):
+        client.completions.create(model="r4", prompt=PROMPT, max_tokens=2)
+    assert post("/v1/unload_lora_adapter", lora_name="r4").status_code == 404
+
+
+def test_a_runtime_load_the_engine_cannot_serve_is_refused_with_the_reason(runtime_server, tiny_model_dir, tmp_path):
+    from tests.lora.peft_adapters import build_adapter
+
+    big = build_adapter(tiny_model_dir("Qwen3ForCausalLM"), str(tmp_path / "big"), 32, 32)
+    r = httpx.post(runtime_server.url + "/v1/load_lora_adapter", json={"lora_name": "big", "lora_path": big},
+                   timeout=60)
+    assert r.status_code == 400 and "rank 32 exceeds max_lora_rank 16" in r.json()["error"]["message"]
+    r = httpx.post(runtime_server.url + "/v1/load_lora_adapter", json={"lora_name": "base", "lora_path": big},
+                   timeout=60)
+    assert r.status_code == 400 and "already been loaded" in r.json()["error"]["message"]

@@ -15,7 +15,7 @@ from ..args import ServerArgs
 from ..parsers import tool_parser_for
 from ..runtime.frontend import FrontendClient
 from ..runtime.state import ServerState
-from . import chat, completions, models, probes, responses, tokenization
+from . import chat, completions, lora, models, probes, responses, tokenization
 from .deps import ApiDeps
 from .generation_defaults import sampling_defaults
 from .metrics import ServerMetrics
@@ -23,7 +23,7 @@ from .middleware import ApiKeyGate, BodyBudget, BodySizeLimit, ConnectionCap, Ss
 from .protocol import APIError, ErrorResponse, error_response
 
 logger = get_logger(__name__)
-ROUTERS = (probes, models, chat, completions, responses, tokenization)  # in the OpenAPI schema's order
+ROUTERS = (probes, models, chat, completions, responses, tokenization, lora)  # in the OpenAPI schema's order
 
 
 def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,

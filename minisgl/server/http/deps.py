@@ -46,6 +46,12 @@ class ApiDeps:
     tool_parser: ToolParserChoice  # reads tool_choice auto's calls: --tool-call-parser, else the model's (parsers/detect.py)
 
     @cached_property
+    def adapters(self) -> dict[str, str]:
+        """The LoRA adapters served now, name -> path: --lora-modules, then as loaded and unloaded at
+        runtime (http/lora.py)."""
+        return dict(self.args.lora_adapters)
+
+    @cached_property
     def client(self) -> ObservedClient:
         """The client of the OpenAI routes: their requests are timed and counted (/metrics)."""
         return ObservedClient(self.frontend, self.metrics)
@@ -60,7 +66,7 @@ class ApiDeps:
             raise APIError(503, "the server is shutting down", code="service_unavailable", headers={"Retry-After": "5"})
         if not state.ready:
             raise APIError(503, "the model is still loading", code="service_unavailable", headers={"Retry-After": "5"})
-        adapters = args.lora_adapters
+        adapters = self.adapters
         if model is not None and model in adapters:
             return model
         if model is not None and model not in args.model_names:

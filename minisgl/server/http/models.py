@@ -18,7 +18,7 @@ def router(deps: ApiDeps) -> APIRouter:
         card = {"object": "model", "created": state.created, "owned_by": "minisgl"}
         base = [{"id": name, **card, "root": args.model or args.model_name} for name in args.model_names]
         adapters = [{"id": name, **card, "root": path, "parent": args.model_name}
-                    for name, path in args.lora_adapters.items()]
+                    for name, path in deps.adapters.items()]
         return {"object": "list", "data": base + adapters}
 
     return api

@@ -8,7 +8,7 @@ import itertools
 from collections.abc import AsyncIterator
 
 from minisgl.core import SamplingParams
-from minisgl.message import AbortMsg, Reply, ReplyBatchMsg, TextParams, TokenizeMsg, merge_replies
+from minisgl.message import AbortMsg, LoraUpdateMsg, Reply, ReplyBatchMsg, TextParams, TokenizeMsg, merge_replies
 from minisgl.message.sockets import AsyncPullSocket, AsyncPushSocket
 
 # The finish reason of a request that the server itself ended before the pipeline did (the drain
@@ -137,3 +137,17 @@ class FrontendClient:
             self.uncounted -= not counted
             if not finished and not self._upstream_gone:
                 await asyncio.shield(to_tokenizer.send(AbortMsg(uid)))
+
+    async def update_lora(self, name: str, path: str | None) -> Reply:
+        """Load (`path`) or unload (None) a LoRA adapter in the scheduler; its one reply says how it went
+        (finish_reason stop, or error with the reason)."""
+        self.start()
+        uid = next(self._uids)
+        stream = self.streams[uid] = ReplyStream()
+        try:
+            if self.closed is not None:
+                return Reply(uid, "", 0, UNAVAILABLE, self.closed)
+            await self.to_tokenizers[uid % len(self.to_tokenizers)].send(LoraUpdateMsg(uid, name, path))
+            return await stream.next()
+        finally:
+            del self.streams[uid]

@@ -1,0 +1,62 @@
+"""POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's names and bodies): LoRA adapters
+loaded and unloaded while serving, only with --allow-runtime-lora-updating (without it the routes do
+not exist). The scheduler applies each between two steps, so decoding goes on around it; an
+adapter in use is never unloaded (400 with the count), nor one the engine cannot serve loaded (400
+with the reason). The names the API answers to change with them."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, ConfigDict
+
+from ..runtime.frontend import UNAVAILABLE
+from .deps import ApiDeps
+from .protocol import APIError
+
+
+class LoadLoraAdapterRequest(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    lora_name: str
+    lora_path: str
+
+
+class UnloadLoraAdapterRequest(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    lora_name: str
+    lora_int_id: int | None = None  # vLLM's clients may send it; the name decides
+
+
+def router(deps: ApiDeps) -> APIRouter:
+    api = APIRouter()
+    if not deps.args.allow_runtime_lora_updating:
+        return api
+
+    async def update(name: str, path: str | None) -> None:
+        reply = await deps.frontend.update_lora(name, path)
+        if reply.finish_reason == UNAVAILABLE:
+            raise APIError(503, reply.error or "the server cannot take requests", code="service_unavailable")
+        if reply.finish_reason != "stop":
+            raise APIError(400, reply.error or "failed", param="lora_name", code="invalid_request")
+
+    @api.post("/v1/load_lora_adapter", tags=["lora"], response_class=PlainTextResponse)
+    async def load(body: LoadLoraAdapterRequest):
+        deps.check_serving()
+        if body.lora_name in deps.adapters or body.lora_name in deps.args.model_names:
+            raise APIError(400, f"the LoRA adapter '{body.lora_name}' has already been loaded", param="lora_name",
+                           code="invalid_request")
+        await update(body.lora_name, body.lora_path)
+        deps.adapters[body.lora_name] = body.lora_path
+        return f"Success: LoRA adapter '{body.lora_name}' added successfully."
+
+    @api.post("/v1/unload_lora_adapter", tags=["lora"], response_class=PlainTextResponse)
+    async def unload(body: UnloadLoraAdapterRequest):
+        deps.check_serving()
+        if body.lora_name not in deps.adapters:
+            raise APIError(404, f"the LoRA adapter '{body.lora_name}' cannot be found", param="lora_name",
+                           code="model_not_found")
+        await update(body.lora_name, None)
+        del deps.adapters[body.lora_name]
+        return f"Success: LoRA adapter '{body.lora_name}' removed successfully."
+
+    return api
