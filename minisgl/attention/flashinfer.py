@@ -1,7 +1,8 @@
 """FlashInfer attention over the paged KV cache: paged prefill (FA2 or, on Hopper, FA3 kernels)
 and batch decode (CUDA-core kernel, or the tensor-core one for wide grouped-query attention),
-with fixed-buffer decode wrappers for CUDA graphs; graphs of a few requests decode with
-minisgl's Triton split-KV kernels instead (minisgl/kernels/decode_attention.py says why). An
+with fixed-buffer decode wrappers for CUDA graphs; graphs of a few requests, and every graph over
+an FP8 cache, decode with minisgl's Triton kernels instead (minisgl/kernels/decode_attention.py
+says why). An
 FP8 KV cache is read by FA2 prefill and the decode kernels with its per-layer scales (FA3's
 templates have no bf16-query/FP8-KV form).
 
@@ -55,11 +56,11 @@ def supports(shape: AttnShape, device: torch.device) -> str | None:
 
 @dataclass
 class FlashInferMetadata(BaseAttnMetadata):
-    wrapper: Any  # the planned flashinfer wrapper that runs this batch, or a SmallBatchDecode
+    wrapper: Any  # the planned flashinfer wrapper that runs this batch, or a TritonDecode
 
 
 @dataclass(frozen=True)
-class SmallBatchDecode:
+class TritonDecode:
     """A decode graph of `bs` requests that runs minisgl.kernels.decode_attention over the page
     table (its rows and lengths in the backend's g_rows_lens)."""
 
@@ -70,8 +71,8 @@ class FlashInferBackend(BaseAttnBackend):
     """`prefill_kernel`: "fa2" or "fa3" (Hopper). `use_tensor_cores`: decode with the prefill
     kernel (pays for GQA groups of 4 and more); None picks by group size, env
     MINISGL_DECODE_TENSOR_CORES=0/1 overrides. `small_batch_decode`: graphs of at most
-    decode_attention.MAX_BATCH requests decode with minisgl's Triton kernels (None: unless
-    MINISGL_TRITON_DECODE=0)."""
+    decode_attention.MAX_BATCH requests, and every graph over an FP8 cache, decode with minisgl's
+    Triton kernels (None: unless MINISGL_TRITON_DECODE=0)."""
 
     supports_cuda_graph = True
     accepts_stored_kv = True
@@ -173,8 +174,8 @@ class FlashInferBackend(BaseAttnBackend):
             self.ctx.kv_cache.store_kv(k, v, batch.out_loc, layer.layer_id)
         wrapper = batch.attn_metadata.wrapper
         i = layer.layer_id
-        if isinstance(wrapper, SmallBatchDecode):
-            return self._small_batch_decode(q, i, wrapper.bs)
+        if isinstance(wrapper, TritonDecode):
+            return self._triton_decode(q, i, wrapper.bs)
         if wrapper is self.prefill_wrapper:  # it would zero-fill a fresh output otherwise
             return wrapper.run(q, self.kv_views[i], out=torch.empty_like(q, memory_format=torch.contiguous_format),
                                **self.kv_scales[i])
@@ -191,14 +192,15 @@ class FlashInferBackend(BaseAttnBackend):
         # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
         # and lengths at [bs:2 bs], which the graph runner's first kernel writes (graph_rows_lens).
         self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
-        small = 0  # graphs of at most this many requests decode with minisgl.kernels.decode_attention
+        triton_max_bs = 0  # graphs of at most this many requests decode with minisgl.kernels.decode_attention
         if self.small_batch_decode:
             from minisgl.kernels.decode_attention import MAX_BATCH
 
-            small = MAX_BATCH
+            # Over an FP8 cache at every batch: FlashInfer's decode converts FP8 below the copy rate.
+            triton_max_bs = max_bs if self.ctx.kv_cache.is_fp8 else MAX_BATCH
         for bs in batch_sizes:
-            if bs <= small:
-                self.graph_wrappers[bs] = SmallBatchDecode(bs)
+            if bs <= triton_max_bs:
+                self.graph_wrappers[bs] = TritonDecode(bs)
                 continue
             self.graph_wrappers[bs] = self._share(self._decode_wrapper(
                 paged_kv_indptr_buffer=self.g_indptr[: bs + 1], paged_kv_indices_buffer=self.g_indices,
@@ -208,7 +210,7 @@ class FlashInferBackend(BaseAttnBackend):
         wrapper = self.graph_wrappers[bs]
         # Small graphs: the kernels read the page table themselves, at the rows and lengths that
         # the graph's first kernel writes into g_rows_lens; nothing to plan.
-        if not isinstance(wrapper, SmallBatchDecode):
+        if not isinstance(wrapper, TritonDecode):
             layout = paged_layout(rows, seq_lens, self.page_size, self.table_width)
             pages = gather_pages(self.ctx.page_table, layout, self.page_size)
             s = self.shape
@@ -219,9 +221,9 @@ class FlashInferBackend(BaseAttnBackend):
                                                  seq_lens=seq_lens[: len(batch.reqs)].tolist(), wrapper=wrapper)
 
     def graph_rows_lens(self, bs: int) -> torch.Tensor | None:
-        return self.g_rows_lens[: 2 * bs] if isinstance(self.graph_wrappers.get(bs), SmallBatchDecode) else None
+        return self.g_rows_lens[: 2 * bs] if isinstance(self.graph_wrappers.get(bs), TritonDecode) else None
 
-    def _small_batch_decode(self, q: torch.Tensor, layer: int, bs: int) -> torch.Tensor:
+    def _triton_decode(self, q: torch.Tensor, layer: int, bs: int) -> torch.Tensor:
         from minisgl.kernels.decode_attention import decode_attention
 
         kv = self.ctx.kv_cache

@@ -17,6 +17,11 @@ The KV cache is [slots, kv_heads, head_dim] per layer; a request's token t is at
 page_table[row, t] (the engine's per-token slot table, read directly: no page list to gather
 before each step). An FP8 cache holds
 k / k_scale and v / v_scale: k_scale folds into the softmax scale, v_scale into the output.
+Once the batch's (request, KV head) pairs fill the GPU (one slice each), `_whole_kernel` walks
+each request in one program and writes its output: no partials, no merge. The engine runs it for
+every decode graph over an FP8 cache, where FlashInfer's decode converts FP8 at well under the
+copy rate; its dots run in float16, to which e4m3 and e5m2 convert exactly (benchmark/NOTES.md,
+"The FP8 KV cache at batch 256").
 Imported only on CUDA (and by the CPU tests, under Triton's interpreter).
 """
 
@@ -37,6 +42,7 @@ from .device import pdl_launch, pdl_supported, sm_count
 MAX_BATCH = 8
 MAX_SPLITS = 64
 MAX_ARRIVALS = 4096  # (request, KV head) pairs a launch: the arrival counts' buffer
+WHOLE_BLOCK_N = 64  # tokens a loop step of _whole_kernel
 BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
 
 
@@ -107,6 +113,55 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, l
 
 
 @triton.jit
+def _whole_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, out_ptr, stride_qt, stride_qh, table_width,
+                  qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr, G_P: tl.constexpr, D: tl.constexpr,
+                  BLOCK: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+    """Program (request b, KV head h): the G query heads of h over all of b's tokens, written to
+    out[b, h * G + g]. q is scaled (qk_scale, as _split_kernel's) in float32 before it is cast to
+    DOT, the dots' input type, so the scores need no further multiply."""
+    b = tl.program_id(0)
+    h = tl.program_id(1)
+    length = tl.load(lens_ptr + b)
+    slots_ptr = table_ptr + tl.load(rows_ptr + b).to(tl.int64) * table_width
+    rg = tl.arange(0, G_P)
+    rd = tl.arange(0, D)
+    g_ok = rg < G
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+    q = tl.load(q_ptr + b * stride_qt + (h * G + rg)[:, None] * stride_qh + rd[None, :], mask=g_ok[:, None], other=0.0)
+    q = (q.to(tl.float32) * qk_scale).to(DOT)
+    m = tl.full([G_P], float("-inf"), tl.float32)
+    row_sum = tl.zeros([G_P], tl.float32)
+    acc = tl.zeros([G_P, D], tl.float32)
+    for t0 in range(0, length, BLOCK):
+        t = t0 + tl.arange(0, BLOCK)
+        ok = t < length
+        slot = tl.load(slots_ptr + t, mask=ok, other=0).to(tl.int64)
+        offs = slot[:, None] * (HK * D) + h * D + rd[None, :]
+        k = tl.load(kc_ptr + offs, mask=ok[:, None], other=0.0)
+        v = tl.load(vc_ptr + offs, mask=ok[:, None], other=0.0)
+        if IEEE:
+            scores = tl.dot(q, tl.trans(k.to(DOT)), input_precision="ieee")
+        else:
+            scores = tl.dot(q, tl.trans(k.to(DOT)))
+        scores = tl.where(ok[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        p = tl.exp2(scores - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        row_sum = row_sum * alpha + tl.sum(p, 1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p, v.to(DOT), input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT))
+        m = m_new
+    o = acc / row_sum[:, None] * v_scale
+    tl.store(out_ptr + (b * (HK * G) + h * G + rg)[:, None] * D + rd[None, :], o.to(out_ptr.dtype.element_ty),
+             mask=g_ok[:, None])
+    if PDL:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
 def _merge(o_ptr, lse_ptr, out_ptr, first_row, G: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr,
            SPLITS: tl.constexpr):
     """Rows first_row + [0, G) of out: the softmax-weighted sum of their slices' outputs, all loaded
@@ -157,15 +212,28 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
+    pdl = pdl_supported(q.device)
+    g_p = max(16, triton.next_power_of_2(group))
+    qk_scale = sm_scale * k_scale * math.log2(math.e)
+    if splits == 1:
+        # e4m3 / e5m2 -> float16 is exact; bf16 caches keep q's dtype. Fewer warps a program at FP8:
+        # more programs resident an SM to hide the conversions.
+        fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+        dot = tl.float16 if fp8 or q.dtype == torch.float16 else tl.bfloat16
+        if not q.is_cuda:  # (Triton's CPU interpreter mishandles 16-bit dots)
+            dot = tl.float32
+        _whole_kernel[(batch, kv_heads)](
+            q, k_cache, v_cache, page_table, rows, lengths, out, q.stride(0), q.stride(1), page_table.stride(0),
+            qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N, DOT=dot, IEEE=not q.is_cuda,
+            PDL=pdl, num_warps=1 if fp8 else 2, num_stages=3, **pdl_launch(pdl))
+        return out
     if batch * kv_heads > MAX_ARRIVALS:
-        raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs, got "
-                         f"{batch} x {kv_heads}")
+        raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs in slices, "
+                         f"got {batch} x {kv_heads}")
     o = torch.empty((batch * qo_heads, splits, d), dtype=torch.float32, device=q.device)
     lse = torch.empty((batch * qo_heads, splits), dtype=torch.float32, device=q.device)
-    pdl = pdl_supported(q.device)
     _split_kernel[(batch, kv_heads, splits)](
         q, k_cache, v_cache, page_table, rows, lengths, o, lse, out, _arrivals(q.device), q.stride(0), q.stride(1),
-        page_table.stride(0), sm_scale * k_scale * math.log2(math.e), v_scale, HK=kv_heads, G=group,
-        G_P=max(16, triton.next_power_of_2(group)), G_M=triton.next_power_of_2(group), D=d, SPLITS=splits,
-        BLOCK=BLOCK_N, IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
+        page_table.stride(0), qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, G_M=triton.next_power_of_2(group),
+        D=d, SPLITS=splits, BLOCK=BLOCK_N, IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
     return out

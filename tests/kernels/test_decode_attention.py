@@ -1,5 +1,6 @@
 """minisgl.kernels.decode_attention (small-batch decode attention: split-KV slices, the last one of
-each request and KV head merging them) equals float32 softmax attention over each request's cached
+each request and KV head merging them; one program a request and KV head once the batch fills the
+GPU) equals float32 softmax attention over each request's cached
 tokens, gathered page by page (the kernel reads each token's slot from the per-token page table,
 rows in any order): for lengths inside one page, on page edges and over many slices, grouped and
 plain multi-head attention, pages out of order, and an FP8 cache with per-tensor scales; the
@@ -90,6 +91,16 @@ def test_one_slice_walks_the_whole_request():
     run([200], splits=1)
 
 
+@pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2])
+def test_a_batch_that_fills_the_gpu_walks_each_request_in_one_program(cache_dtype):
+    """64 requests x 8 KV heads: one slice each, so no partials and no merge (FP8 through float16
+    dots on the GPU)."""
+    lengths = [1 + (37 * i) % 150 for i in range(64)]
+    assert num_splits(len(lengths), 8) == 1
+    run(lengths, heads=16, kv_heads=8, dim=64, cache_dtype=cache_dtype, scales=(0.5, 2.0))
+    assert not _arrivals(DEVICE).any()
+
+
 def test_plain_multi_head_attention():
     run([20, 70], heads=4, kv_heads=4)
 
@@ -117,5 +128,6 @@ def test_more_request_and_head_pairs_than_counts_are_refused():
     q = torch.zeros(MAX_ARRIVALS // 8 + 1, 8, 64, dtype=torch.bfloat16, device=DEVICE)
     cache = torch.zeros(16, 8, 64, dtype=torch.bfloat16, device=DEVICE)
     rows = torch.zeros(q.shape[0], dtype=torch.int32, device=DEVICE)
-    with pytest.raises(ValueError, match="at most 4096"):
-        decode_attention(q, cache, cache, torch.zeros(1, 16, dtype=torch.int32, device=DEVICE), rows, rows + 1, 0.1)
+    with pytest.raises(ValueError, match="at most 4096"):  # (one slice each needs no counts)
+        decode_attention(q, cache, cache, torch.zeros(1, 16, dtype=torch.int32, device=DEVICE), rows, rows + 1, 0.1,
+                         splits=2)
