@@ -126,9 +126,8 @@ class LLM:
         return IncrementalDetokenizer(tokenizer, list(params.stop), True, prompt_tail(self.tokenizer, ids))
 
     def _text(self, ids: list[int], watch: IncrementalDetokenizer | None) -> str:
-        if watch is None:
-            return self._decode(ids)
-        return "".join(watch.pieces)[: watch.stops.found_at] if watch.stopped else self._decode(ids)
+        cut = watch.text_before_stop if watch is not None else None
+        return self._decode(ids) if cut is None else cut
 
     def _encode(self, prompt: str | list[int]) -> list[int]:
         if isinstance(prompt, str):

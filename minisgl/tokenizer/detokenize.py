@@ -45,6 +45,11 @@ class IncrementalDetokenizer:
             self._append(whole[len(text):])
         return self._release(final=True)
 
+    @property
+    def text_before_stop(self) -> str | None:
+        """The whole text decoded before the stop string that ended it; None while none has."""
+        return "".join(self.pieces)[: self.stops.found_at] if self.stopped else None
+
     def _append(self, piece: str) -> None:
         self.pieces.append(piece)
         self.held += piece
