@@ -1,27 +1,25 @@
-"""Decode attention at small batch over the paged KV cache, in one short Triton kernel (split-KV,
-its last slice of each request and KV head merging the slices), for the FlashInfer backend's CUDA
-graphs of a few requests.
+"""Decode attention over the paged KV cache in Triton, for the FlashInfer backend's CUDA graphs of
+a few requests (split-KV, the last slice of each request and KV head merging the slices) and for
+every decode graph over an FP8 cache (one program a request and KV head once they fill the GPU).
 
-Why: at one request FlashInfer's decode is latency-bound, not bandwidth-bound. Its tensor-core
-kernel walks a request's KV in 128-token chunks, one dependent load after another, and in a CUDA
-graph it launches a grid padded for the largest batch: 9 us a layer at ~140 tokens plus 2.3 us
-for its merge (Llama-3.1-8B shapes, H100), a tenth of a batch-1 step. Here every program takes a
-slice of a request's tokens for one KV head (its group of query heads on tensor cores), loads K
-and V for it at once, and writes a partial output with its log-sum-exp; the slices shrink with the
+Why, at small batch: at one request FlashInfer's decode is latency-bound, not bandwidth-bound. Its
+tensor-core kernel walks a request's KV in 128-token chunks, one dependent load after another, and
+in a CUDA graph it launches a grid padded for the largest batch. Here every program takes a slice
+of a request's tokens for one KV head (its group of query heads on tensor cores), loads K and V
+for it at once, and writes a partial output with its log-sum-exp; the slices shrink with the
 context, so a short one costs one load round trip, and a long one is spread over the GPU. The
-last program of a (request, KV head) to finish, counted by an atomic, merges its slices: a
-separate merge kernel cost ~1.7 us a layer, mostly the gap between two kernels (Llama-3.1-8B FP8,
-batch 1: TPOT 3.31 against 3.32 ms).
+last program of a (request, KV head) to finish, counted by an atomic, merges its slices (a
+separate merge kernel cost mostly the gap between two kernels).
+
+Why, over FP8 at large batch: FlashInfer's decode converts FP8 pages well under the copy rate.
+`_whole_kernel` walks each request in one program and writes its output (no partials, no merge),
+with float16 dots, to which e4m3 and e5m2 convert exactly, and one warp a program.
+The measurements behind both: benchmark/NOTES.md (and benchmark/offline/decode_attention.py).
 
 The KV cache is [slots, kv_heads, head_dim] per layer; a request's token t is at slot
 page_table[row, t] (the engine's per-token slot table, read directly: no page list to gather
-before each step). An FP8 cache holds
-k / k_scale and v / v_scale: k_scale folds into the softmax scale, v_scale into the output.
-Once the batch's (request, KV head) pairs fill the GPU (one slice each), `_whole_kernel` walks
-each request in one program and writes its output: no partials, no merge. The engine runs it for
-every decode graph over an FP8 cache, where FlashInfer's decode converts FP8 at well under the
-copy rate; its dots run in float16, to which e4m3 and e5m2 convert exactly (benchmark/NOTES.md,
-"The FP8 KV cache at batch 256").
+before each step). An FP8 cache holds k / k_scale and v / v_scale: k_scale folds into the softmax
+scale, v_scale into the output.
 Imported only on CUDA (and by the CPU tests, under Triton's interpreter).
 """
 
@@ -36,9 +34,7 @@ import triton.language as tl
 
 from .device import pdl_launch, pdl_supported, sm_count
 
-# Graphs of up to this many requests decode here, larger ones with FlashInfer. Llama-3.1-8B FP8,
-# H100, TPOT at batch 1 / 4 / 8: 3.65 / 4.43 / 5.28 ms against FlashInfer's 3.72 / 4.80 / 5.48
-# (benchmark/NOTES.md; the attention alone: benchmark/offline/decode_attention.py).
+# Graphs of up to this many requests decode here over a bf16 cache, larger ones with FlashInfer.
 MAX_BATCH = 8
 MAX_SPLITS = 64
 MAX_ARRIVALS = 4096  # (request, KV head) pairs a launch: the arrival counts' buffer
