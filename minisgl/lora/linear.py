@@ -6,8 +6,10 @@ adds into its own slice of the layer's output. Slot 0 is the base model: all zer
 The apply is two dense GEMMs over all slots at once, with the rows of other slots masked out in
 between: for tokens x [T, in] and a one-hot slot mask M [T, slots],
 
-    h = (x @ A_all^T) * M          A_all [slots * subs * r_max, in]
+    h = (x @ A_all^T) * M          A_all [subs * slots * r_max, in]
     y[:, sub] += h[:, sub] @ B_sub^T   B_sub [out, slots * r_max]
+
+(A_all's rows are grouped by sub-projection, so each h[:, sub] is a strided view, not a copy.)
 
 The shapes do not depend on which adapters a batch uses, so the same kernels replay in a CUDA
 graph with only the mask changed, and there is no host synchronisation or gather. The cost grows
@@ -59,7 +61,7 @@ class LoraLinear:
             self.b[sub][:, self._b_cols(slot)].zero_()
 
     def _a_rows(self, slot: int, sub: int) -> slice:
-        start = (slot * len(self.subs) + sub) * self.max_rank
+        start = (sub * self.slots + slot) * self.max_rank
         return slice(start, start + self.max_rank)
 
     def _b_cols(self, slot: int) -> slice:
@@ -71,7 +73,7 @@ class LoraLinear:
         if mask is None:
             return y
         t = x.shape[0]
-        h = (x @ self.a.t()).view(t, self.slots, len(self.subs), self.max_rank) * mask[:t, :, None, None]
+        h = (x @ self.a.t()).view(t, len(self.subs), self.slots, self.max_rank) * mask[:t, None, :, None]
         for i, (offset, rows) in enumerate(self.subs):
-            y[:, offset : offset + rows] += h[:, :, i].reshape(t, -1) @ self.b[i].t()
+            y[:, offset : offset + rows] += h[:, i].reshape(t, -1) @ self.b[i].t()
         return y
