@@ -7,8 +7,10 @@ its own, tests/tools/instructor.sh, for the openai version it pins).
 
 A random-weight model cannot answer sensibly, so each test checks the protocol path: no client
 exception, grammar-bound output that parses into the client's types, tool calls in the right
-shape, the tool run by the client where the call is forced (a named tool_choice) or generated
-with a guided_regex in the model's own tool syntax."""
+shape, the tool run by the client where the call is forced (a named tool_choice), generated
+with a guided_regex in the model's own tool syntax, or chosen by the model beside a JSON-schema
+output (tool_choice auto: a call or an answer; a random model may call on every turn, so those
+runs end in the output type or at the client's turn limit with the tool run)."""
 
 from __future__ import annotations
 
@@ -132,21 +134,31 @@ def test_openai_agents_runs_its_tool_then_answers_in_the_output_type(server, kin
 @pytest.mark.parametrize("kind", ["chat", "responses"])
 def test_pydantic_ai_tools_with_structured_output(server, kind):
     from pydantic_ai import Agent, NativeOutput
+    from pydantic_ai.exceptions import UsageLimitExceeded
     from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
     from pydantic_ai.providers.openai import OpenAIProvider
+    from pydantic_ai.usage import UsageLimits
 
     provider = OpenAIProvider(base_url=server.url + "/v1", api_key="unused")
     model = (OpenAIChatModel if kind == "chat" else OpenAIResponsesModel)(MODEL, provider=provider)
     # Its default output (a final_result tool, tool_choice required), JSON-schema output and text.
     for output_type, expected in ((Weather, Weather), (NativeOutput(Weather), Weather), (str, str)):
         agent = Agent(model, output_type=output_type, model_settings=SETTINGS)
+        ran = []
 
         @agent.tool_plain
         def get_weather(city: Literal["Paris", "Oslo"]) -> str:
             """Weather of a city."""
+            ran.append(city)
             return "sunny"
 
-        assert isinstance(agent.run_sync("Weather in Paris?").output, expected)
+        try:  # JSON-schema output beside tools (tool_choice auto): each request may call the tool or
+            # answer, and a random model may call it on every one: pydantic-ai has no turn limit of its own
+            output = agent.run_sync("Weather in Paris?", usage_limits=UsageLimits(request_limit=3)).output
+        except UsageLimitExceeded:
+            assert isinstance(output_type, NativeOutput) and len(ran) >= 2 and set(ran) <= {"Paris", "Oslo"}
+            continue
+        assert isinstance(output, expected)
 
 
 def test_instructor_modes(server):
