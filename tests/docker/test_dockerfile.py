@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.server
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -134,7 +135,7 @@ def test_prebuild_flags_are_flags_the_prebuild_script_takes(flags):
     assert BUILDER.args()["PREBUILD_FLAGS"] == ""
     assert 'echo "$PREBUILD_FLAGS" |' in BUILDER.run_text() and 'xargs python /tmp/prebuild.py' in BUILDER.run_text()
     listed = subprocess.run([sys.executable, "-m", "minisgl.prebuild", "--list", "--archs", cuda_image.KERNEL_ARCHS,
-                             *flags.split()], capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
+                             *shlex.split(flags)], capture_output=True, text=True, cwd=REPO, timeout=60, check=True)
     assert listed.stdout.strip(), "a non-empty kernel set"
 
 
