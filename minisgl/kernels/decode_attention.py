@@ -43,10 +43,52 @@ BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 
 
 
 @triton.jit
+def _attend(q, kc_ptr, vc_ptr, slots_ptr, start, end, h, scale, HK: tl.constexpr, G_P: tl.constexpr,
+            D: tl.constexpr, BLOCK: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr):
+    """Online softmax of q's G_P rows (DOT, the dots' input type) over tokens [start, end) of one
+    request (its slots at slots_ptr) and KV head h, scores times `scale` (log2 domain). Returns the
+    unnormalized output [G_P, D], the row sums and the row maxima, in float32."""
+    rd = tl.arange(0, D)
+    m = tl.full([G_P], float("-inf"), tl.float32)
+    row_sum = tl.zeros([G_P], tl.float32)
+    acc = tl.zeros([G_P, D], tl.float32)
+    for t0 in range(start, end, BLOCK):
+        t = t0 + tl.arange(0, BLOCK)
+        ok = t < end
+        slot = tl.load(slots_ptr + t, mask=ok, other=0).to(tl.int64)
+        offs = slot[:, None] * (HK * D) + h * D + rd[None, :]
+        k = tl.load(kc_ptr + offs, mask=ok[:, None], other=0.0).to(DOT)  # e4m3 / e5m2 -> bf16 or f16 is exact
+        v = tl.load(vc_ptr + offs, mask=ok[:, None], other=0.0).to(DOT)
+        if IEEE:  # (Triton's CPU interpreter mishandles 16-bit dots: DOT is float32 there)
+            scores = tl.dot(q, tl.trans(k), input_precision="ieee")
+        else:
+            scores = tl.dot(q, tl.trans(k))
+        scores = tl.where(ok[None, :], scores * scale, float("-inf"))
+        m_new = tl.maximum(m, tl.max(scores, 1))
+        p = tl.exp2(scores - m_new[:, None])
+        alpha = tl.exp2(m - m_new)
+        row_sum = row_sum * alpha + tl.sum(p, 1)
+        if IEEE:
+            acc = acc * alpha[:, None] + tl.dot(p, v, input_precision="ieee")
+        else:
+            acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v)
+        m = m_new
+    return acc, row_sum, m
+
+
+@triton.jit
+def _load_q(q_ptr, b, h, stride_qt, stride_qh, G: tl.constexpr, G_P: tl.constexpr, D: tl.constexpr):
+    """The G query heads of KV head h for request b, padded to G_P rows with zeros."""
+    rg = tl.arange(0, G_P)
+    return tl.load(q_ptr + b * stride_qt + (h * G + rg)[:, None] * stride_qh + tl.arange(0, D)[None, :],
+                   mask=(rg < G)[:, None], other=0.0)
+
+
+@triton.jit
 def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, lse_ptr, out_ptr, arrivals_ptr,
                   stride_qt, stride_qh, table_width, qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr,
                   G_P: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
-                  IEEE: tl.constexpr, PDL: tl.constexpr):
+                  DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
     """Program (request b, KV head h, slice s): the G query heads of h over tokens
     [s * chunk, (s + 1) * chunk) of b, chunk = the request's length / SPLITS rounded up to BLOCK.
     Writes o (normalized, times v_scale) and lse (log2-sum-exp2 of the scaled scores; -inf for an
@@ -66,33 +108,8 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, l
     g_ok = rg < G
     if PDL:  # q comes from the kernel before; the rows and lengths were copied before the graph ran
         tl.extra.cuda.gdc_wait()
-    q = tl.load(q_ptr + b * stride_qt + (h * G + rg)[:, None] * stride_qh + rd[None, :], mask=g_ok[:, None], other=0.0)
-    if IEEE:
-        q = q.to(tl.float32)
-    m = tl.full([G_P], float("-inf"), tl.float32)
-    row_sum = tl.zeros([G_P], tl.float32)
-    acc = tl.zeros([G_P, D], tl.float32)
-    for t0 in range(start, end, BLOCK):
-        t = t0 + tl.arange(0, BLOCK)
-        ok = t < end
-        slot = tl.load(slots_ptr + t, mask=ok, other=0).to(tl.int64)
-        offs = slot[:, None] * (HK * D) + h * D + rd[None, :]
-        k = tl.load(kc_ptr + offs, mask=ok[:, None], other=0.0)
-        v = tl.load(vc_ptr + offs, mask=ok[:, None], other=0.0)
-        if IEEE:  # (Triton's CPU interpreter mishandles bf16 dots)
-            scores = tl.dot(q, tl.trans(k.to(tl.float32)), input_precision="ieee")
-        else:  # e4m3 / e5m2 -> bf16 is exact
-            scores = tl.dot(q, tl.trans(k.to(q.dtype)))
-        scores = tl.where(ok[None, :], scores * qk_scale, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        p = tl.exp2(scores - m_new[:, None])
-        alpha = tl.exp2(m - m_new)
-        row_sum = row_sum * alpha + tl.sum(p, 1)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p, v.to(tl.float32), input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(q.dtype), v.to(q.dtype))
-        m = m_new
+    q = _load_q(q_ptr, b, h, stride_qt, stride_qh, G, G_P, D).to(DOT)
+    acc, row_sum, m = _attend(q, kc_ptr, vc_ptr, slots_ptr, start, end, h, qk_scale, HK, G_P, D, BLOCK, DOT, IEEE)
     filled = row_sum > 0
     o = tl.where(filled[:, None], acc / tl.where(filled, row_sum, 1.0)[:, None] * v_scale, 0.0)
     lse = tl.where(filled, m + tl.log2(tl.where(filled, row_sum, 1.0)), float("-inf"))
@@ -113,46 +130,21 @@ def _whole_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, out_ptr,
                   qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr, G_P: tl.constexpr, D: tl.constexpr,
                   BLOCK: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
     """Program (request b, KV head h): the G query heads of h over all of b's tokens, written to
-    out[b, h * G + g]. q is scaled (qk_scale, as _split_kernel's) in float32 before it is cast to
-    DOT, the dots' input type, so the scores need no further multiply."""
+    out[b, h * G + g]. q is scaled by qk_scale in float32 before it is cast to DOT (float16 keeps
+    no exponent range to spare)."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     length = tl.load(lens_ptr + b)
     slots_ptr = table_ptr + tl.load(rows_ptr + b).to(tl.int64) * table_width
-    rg = tl.arange(0, G_P)
-    rd = tl.arange(0, D)
-    g_ok = rg < G
     if PDL:
         tl.extra.cuda.gdc_wait()
-    q = tl.load(q_ptr + b * stride_qt + (h * G + rg)[:, None] * stride_qh + rd[None, :], mask=g_ok[:, None], other=0.0)
-    q = (q.to(tl.float32) * qk_scale).to(DOT)
-    m = tl.full([G_P], float("-inf"), tl.float32)
-    row_sum = tl.zeros([G_P], tl.float32)
-    acc = tl.zeros([G_P, D], tl.float32)
-    for t0 in range(0, length, BLOCK):
-        t = t0 + tl.arange(0, BLOCK)
-        ok = t < length
-        slot = tl.load(slots_ptr + t, mask=ok, other=0).to(tl.int64)
-        offs = slot[:, None] * (HK * D) + h * D + rd[None, :]
-        k = tl.load(kc_ptr + offs, mask=ok[:, None], other=0.0)
-        v = tl.load(vc_ptr + offs, mask=ok[:, None], other=0.0)
-        if IEEE:
-            scores = tl.dot(q, tl.trans(k.to(DOT)), input_precision="ieee")
-        else:
-            scores = tl.dot(q, tl.trans(k.to(DOT)))
-        scores = tl.where(ok[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, 1))
-        p = tl.exp2(scores - m_new[:, None])
-        alpha = tl.exp2(m - m_new)
-        row_sum = row_sum * alpha + tl.sum(p, 1)
-        if IEEE:
-            acc = acc * alpha[:, None] + tl.dot(p, v.to(DOT), input_precision="ieee")
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(DOT), v.to(DOT))
-        m = m_new
+    q = (_load_q(q_ptr, b, h, stride_qt, stride_qh, G, G_P, D).to(tl.float32) * qk_scale).to(DOT)
+    acc, row_sum, _ = _attend(q, kc_ptr, vc_ptr, slots_ptr, 0, length, h, 1.0, HK, G_P, D, BLOCK, DOT, IEEE)
+    rg = tl.arange(0, G_P)
+    rd = tl.arange(0, D)
     o = acc / row_sum[:, None] * v_scale
     tl.store(out_ptr + (b * (HK * G) + h * G + rg)[:, None] * D + rd[None, :], o.to(out_ptr.dtype.element_ty),
-             mask=g_ok[:, None])
+             mask=(rg < G)[:, None])
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
@@ -211,17 +203,18 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     pdl = pdl_supported(q.device)
     g_p = max(16, triton.next_power_of_2(group))
     qk_scale = sm_scale * k_scale * math.log2(math.e)
+    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    dot = tl.bfloat16 if q.dtype == torch.bfloat16 else tl.float16
+    if not q.is_cuda:  # (Triton's CPU interpreter mishandles 16-bit dots)
+        dot = tl.float32
     if splits == 1:
-        # e4m3 / e5m2 -> float16 is exact; bf16 caches keep q's dtype. Fewer warps a program at FP8:
-        # more programs resident an SM to hide the conversions.
-        fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-        dot = tl.float16 if fp8 or q.dtype == torch.float16 else tl.bfloat16
-        if not q.is_cuda:  # (Triton's CPU interpreter mishandles 16-bit dots)
-            dot = tl.float32
+        # FP8 pages through float16 dots (one conversion; to bf16 it goes through float32), one
+        # warp a program: more programs resident an SM to hide the conversions.
         _whole_kernel[(batch, kv_heads)](
             q, k_cache, v_cache, page_table, rows, lengths, out, q.stride(0), q.stride(1), page_table.stride(0),
-            qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N, DOT=dot, IEEE=not q.is_cuda,
-            PDL=pdl, num_warps=1 if fp8 else 2, num_stages=3, **pdl_launch(pdl))
+            qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N,
+            DOT=tl.float16 if fp8 and q.is_cuda else dot, IEEE=not q.is_cuda, PDL=pdl, num_warps=1 if fp8 else 2,
+            num_stages=3, **pdl_launch(pdl))
         return out
     if batch * kv_heads > MAX_ARRIVALS:
         raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs in slices, "
@@ -231,5 +224,5 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     _split_kernel[(batch, kv_heads, splits)](
         q, k_cache, v_cache, page_table, rows, lengths, o, lse, out, _arrivals(q.device), q.stride(0), q.stride(1),
         page_table.stride(0), qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, G_M=triton.next_power_of_2(group),
-        D=d, SPLITS=splits, BLOCK=BLOCK_N, IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
+        D=d, SPLITS=splits, BLOCK=BLOCK_N, DOT=dot, IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
     return out
