@@ -14,7 +14,8 @@ between: for tokens x [T, in] and a one-hot slot mask M [T, slots],
 The shapes do not depend on which adapters a batch uses, so the same kernels replay in a CUDA
 graph with only the mask changed, and there is no host synchronisation or gather. The cost grows
 with max_loras * max_lora_rank (the width of the skinny GEMMs), which is small beside the base
-GEMM for a handful of rank-16 adapters; a segmented kernel is the way past that.
+GEMM for a handful of rank-16 adapters. On the GPU, batches of up to GATHER_MAX_TOKENS tokens (decode,
+in its CUDA graphs) run minisgl.kernels.lora instead: each token reads only its own adapter's rows.
 
 Under tensor parallelism the weights are sharded as the base layer: a column-parallel layer's B on
 its output rows, a row-parallel layer's A on its input columns (its delta is a partial sum, added
@@ -25,13 +26,17 @@ from __future__ import annotations
 
 import torch
 
+GATHER_MAX_TOKENS = 256  # the largest decode graph by default; prefill chunks take the dense GEMMs
+
 
 class LoraBatchState:
     """What every LoRA layer of the model reads in a forward pass: the one-hot slot mask of its
-    tokens [T, slots] in the model dtype, or None when no token of the batch uses an adapter."""
+    tokens [T, slots] in the model dtype, or None when no token of the batch uses an adapter, and the
+    tokens' slot ids [T] (the GPU kernels')."""
 
     def __init__(self) -> None:
         self.mask: torch.Tensor | None = None
+        self.slots: torch.Tensor | None = None
 
 
 class LoraLinear:
@@ -73,6 +78,11 @@ class LoraLinear:
         if mask is None:
             return y
         t = x.shape[0]
+        if x.is_cuda and t <= GATHER_MAX_TOKENS:
+            from minisgl.kernels.lora import add_lora
+
+            return add_lora(x.contiguous(), y, self.a, self.b, self.subs, self.slots, self.max_rank,
+                            self.state.slots[:t])
         h = (x @ self.a.t()).view(t, len(self.subs), self.slots, self.max_rank) * mask[:t, None, :, None]
         for i, (offset, rows) in enumerate(self.subs):
             y[:, offset : offset + rows] += h[:, i].reshape(t, -1) @ self.b[i].t()

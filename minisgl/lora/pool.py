@@ -120,10 +120,11 @@ class LoraPool:
     def prepare(self, slots: list[int], extend_lens: np.ndarray) -> None:
         """Each request's slot and token count, in batch order: the mask of this eager pass."""
         if not any(slots):
-            self.state.mask = None
+            self.state.mask = self.state.slots = None
             return
-        per_token = torch.from_numpy(np.repeat(np.asarray(slots, dtype=np.int64), extend_lens))
-        self.state.mask = (per_token.to(self.device)[:, None] == self.slot_ids).to(self.dtype)
+        per_token = torch.from_numpy(np.repeat(np.asarray(slots, dtype=np.int64), extend_lens)).to(self.device)
+        self.state.mask = (per_token[:, None] == self.slot_ids).to(self.dtype)
+        self.state.slots = per_token
 
     def graph_buffers(self, max_bs: int) -> None:
         """Static buffers for CUDA graphs: the slot of each padded decode row, copied in before a
@@ -135,4 +136,4 @@ class LoraPool:
         """Inside the graph: the mask of its bs rows, from graph_slots."""
         mask = self.graph_mask_buf[:bs]
         mask.copy_(self.graph_slots[:bs, None] == self.slot_ids)
-        self.state.mask = mask
+        self.state.mask, self.state.slots = mask, self.graph_slots[:bs]
