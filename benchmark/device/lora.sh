@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Multi-LoRA on one GPU (issue 40): the LoRA GPU tests (mixed adapters in decode CUDA graphs equal the
-# CPU), then the offline workload on Qwen3-8B shapes with dummy weights, base model and then its
+# CPU; the gathered kernels against the torch apply), then the offline workload on Qwen3-8B shapes with dummy weights, base model and then its
 # requests spread over 8 random adapters of rank 16, in one process: throughput ratio and the decode
 # steps replayed from CUDA graphs (benchmark/offline/lora.py).
 #
@@ -24,7 +24,7 @@ for part in ${STEPS:-tests bench}; do
     case "$part" in
     tests)
         step "LoRA GPU tests"
-        timeout 300 python -m pytest tests/llm/test_lora_cuda.py -q -p no:cacheprovider 2>&1 | tail -5 ;;
+        timeout 300 python -m pytest tests/llm/test_lora_cuda.py tests/kernels/test_lora.py -q -p no:cacheprovider 2>&1 | tail -5 ;;
     bench)
         step "offline workload: base, then 8 adapters of rank 16"
         timeout 480 python benchmark/offline/lora.py --model "$MODEL" --dummy-weight --num-adapters 8 --lora-rank 16 \
