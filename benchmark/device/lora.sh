@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Multi-LoRA on one GPU (issue 40): the LoRA GPU tests (mixed adapters in decode CUDA graphs equal the
-# CPU; the gathered kernels against the torch apply), then the offline workload on Qwen3-8B shapes with dummy weights, base model and then its
-# requests spread over 8 random adapters of rank 16, in one process: throughput ratio and the decode
-# steps replayed from CUDA graphs (benchmark/offline/lora.py).
+# Multi-LoRA on one GPU (issue 40): the LoRA GPU tests (mixed adapters in decode CUDA graphs equal
+# the CPU; the gathered kernels equal the torch apply), then the offline workload on Qwen3-8B shapes
+# with dummy weights, base model and then its requests spread over 8 random adapters of rank 16, in
+# one process: throughput ratio and the decode steps replayed from CUDA graphs
+# (benchmark/offline/lora.py).
 #
 #   bash benchmark/device/lora.sh            # nvidia-h100-x1
 #
