@@ -29,6 +29,11 @@ class BasePrefixCache(ABC):
         to the cache.
         """
 
+    def drop_namespace(self, namespace: int) -> list[int]:
+        """Forget every page cached under `namespace` (its weights are gone: an unloaded adapter);
+        returns them, free. None of them may be locked."""
+        return []
+
     @abstractmethod
     def lock(self, handle: Any) -> None: ...
 

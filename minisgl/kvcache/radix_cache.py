@@ -107,6 +107,19 @@ class RadixPrefixCache(BasePrefixCache):
             self._evictable += len(leaf.pages)
         return already
 
+    def drop_namespace(self, namespace):
+        root = self.roots.pop(namespace, None) if namespace else None
+        freed: list[int] = []
+        stack = list(root.children.values()) if root is not None else []
+        while stack:
+            node = stack.pop()
+            assert node.lock_ref == 0, "a dropped namespace's pages are in use"
+            stack.extend(node.children.values())
+            freed += node.pages.tolist()
+        self._total -= len(freed)
+        self._evictable -= len(freed)
+        return freed
+
     def lock(self, handle: RadixNode) -> None:
         node = handle
         while node is not None:

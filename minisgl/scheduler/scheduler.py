@@ -171,7 +171,10 @@ class Scheduler:
             if path is None:
                 if name not in pool.names:
                     raise ValueError(f"unknown LoRA adapter {name!r}")
+                load_id = pool.load_ids[pool.slot(name)]
                 pool.unload(name)
+                # Its cached KV can never match again (a reload is a new namespace): free it now.
+                self.cache.free_pages += self.prefix_cache.drop_namespace(load_id)
             else:
                 pool.load(name, path)
         except ValueError as e:

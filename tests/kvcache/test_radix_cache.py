@@ -167,3 +167,14 @@ def test_namespaces_never_share_pages_and_each_keeps_its_own():
     assert sorted(cache.evict(4)) == [10, 11]  # the locked namespace's pages stay
     cache.unlock(handle)
     assert sorted(cache.evict(4)) == [20, 21] and cache.cached_pages == 0
+
+
+def test_a_dropped_namespace_frees_its_pages_and_leaves_the_others():
+    cache = RadixPrefixCache(page_size=2)
+    cache.insert([1, 2, 3, 4], [10, 11])
+    cache.insert([1, 2, 3, 4], [20, 21], namespace=7)
+    cache.insert([1, 2, 5, 6], [20, 22], namespace=7)
+    assert sorted(cache.drop_namespace(7)) == [20, 21, 22]
+    assert cache.cached_pages == cache.evictable_pages == 2
+    assert cache.match([1, 2, 3, 4, 5], namespace=7)[1] == [] and cache.match([1, 2, 3, 4, 5])[1] == [10, 11]
+    assert cache.drop_namespace(0) == [] and cache.drop_namespace(9) == []  # the base model's stays

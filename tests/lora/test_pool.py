@@ -94,3 +94,16 @@ def test_tensor_parallel_adapters_match_tp1_and_peft(model_dir, adapters):
             llm.shutdown()
     assert outs[2] == outs[1]
     assert outs[1] == [peft_greedy(model_dir, adapters.get(n), p, 8) for p, n in zip(PROMPTS, NAMES)]
+
+
+def test_unloading_an_adapter_frees_its_cached_kv(scheduler):
+    scheduler.add_request(0, PROMPTS[1], SamplingParams(temperature=0, max_tokens=4, lora="r4"))
+    while scheduler.has_work:
+        scheduler.step()
+    cache = scheduler.cache
+    assert cache.prefix_cache.cached_pages > 0
+    scheduler.update_lora(1, "r4", None)
+    assert [(o.uid, o.finish_reason, o.error) for o in scheduler.step()] == [(1, "stop", None)]
+    assert cache.prefix_cache.cached_pages == 0 and len(cache.free_pages) == cache.num_pages
+    scheduler.update_lora(2, "r4", None)
+    assert [(o.finish_reason, o.error) for o in scheduler.step()] == [("error", "unknown LoRA adapter 'r4'")]
