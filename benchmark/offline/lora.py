@@ -12,21 +12,15 @@ inside the graphs): the graphs are used when both are about equal. Writes JSON.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import tempfile
 import time
 
-import torch
-from safetensors.torch import save_file
-
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
+from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.benchmark.workload import offline_workload
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from minisgl.lora import TARGET_MODULES
-from minisgl.lora.adapter import module_shape
 from minisgl.models import load_model_config
 from minisgl.models.demo import demo_model_dir
 from minisgl.server.args import add_flags
@@ -43,27 +37,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--max-output-len", type=int, default=1024)
     p.add_argument("--out", default="results/lora.json")
     return p.parse_args()
-
-
-def random_adapter(path: str, model_dir: str, rank: int, seed: int) -> str:
-    """A PEFT adapter directory with random A and B on every supported module of every layer."""
-    cfg = load_model_config(model_dir)
-    gen = torch.Generator().manual_seed(seed)
-    tensors = {}
-    for layer in range(cfg.num_layers):
-        for module, (where, _) in TARGET_MODULES.items():
-            if where.startswith("mlp") and cfg.is_moe_layer(layer):
-                continue
-            in_f, out_f = module_shape(cfg, module)
-            key = f"base_model.model.model.layers.{layer}.{where.split('.')[0]}.{module}"
-            tensors[f"{key}.lora_A.weight"] = torch.randn(rank, in_f, generator=gen) / in_f**0.5
-            tensors[f"{key}.lora_B.weight"] = torch.randn(out_f, rank, generator=gen) / rank**0.5 * 0.01
-    os.makedirs(path, exist_ok=True)
-    save_file({k: v.to(torch.bfloat16) for k, v in tensors.items()}, os.path.join(path, "adapter_model.safetensors"))
-    with open(os.path.join(path, "adapter_config.json"), "w") as f:
-        json.dump({"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "target_modules": list(TARGET_MODULES),
-                   "bias": "none", "base_model_name_or_path": model_dir}, f)
-    return path
 
 
 def run(model: str, kwargs: dict, prompts, params, lora: list[str | None] | None) -> dict:
@@ -104,8 +77,7 @@ def main() -> None:
     prompts = [r.prompt_ids for r in workload]
     params = [SamplingParams(temperature=0.6, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
     with tempfile.TemporaryDirectory() as tmp:
-        adapters = {f"a{i}": random_adapter(os.path.join(tmp, f"a{i}"), model, args.lora_rank, i)
-                    for i in range(args.num_adapters)}
+        adapters = random_adapters(model, tmp, args.num_adapters, args.lora_rank)
         names = [f"a{i % args.num_adapters}" for i in range(len(prompts))]
         base = run(model, kwargs, prompts, params, None)
         lora = run(model, {**kwargs, "lora_modules": adapters, "max_lora_rank": args.lora_rank}, prompts, params,

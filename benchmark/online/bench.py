@@ -31,6 +31,7 @@ import random
 import shlex
 import sys
 import time
+from dataclasses import replace
 from urllib.parse import urlparse
 
 from minisgl.benchmark.online import (
@@ -72,6 +73,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--api", choices=["completions", "chat"], default="completions",
                    help="completions: token-id prompts of exact length; chat: word prompts of about that length")
     p.add_argument("--model", help="model name in requests (default: the server's first /v1/models entry)")
+    p.add_argument("--spread-models", help="comma-separated model names (e.g. LoRA adapters) the requests go to in "
+                   "turn, instead of --model; a second server must serve them too")
     p.add_argument("--api-key", help="bearer key (default: $MINISGL_API_KEY or the launched server's --api-key)")
     p.add_argument("--vocab-size", type=int, help="prompt token ids stay below it (default: from the model config)")
     p.add_argument("--rates", default="2,8,32", help="comma-separated Poisson rates in requests/s; inf = all at once")
@@ -156,7 +159,17 @@ def vocab_size(args: argparse.Namespace, root: str | None) -> int:
 
 
 def workloads(args: argparse.Namespace, vocab: int) -> list[tuple[str, float | None, list[BenchRequest], dict]]:
-    """(label, rate or None, requests, extra JSON fields) for each run."""
+    """(label, rate or None, requests, extra JSON fields) for each run; with --spread-models, request i
+    goes to the i-th of them in turn."""
+    runs = _workloads(args, vocab)
+    if not args.spread_models:
+        return runs
+    names = args.spread_models.split(",")
+    return [(label, rate, [replace(r, model=names[i % len(names)]) for i, r in enumerate(reqs)], extra)
+            for label, rate, reqs, extra in runs]
+
+
+def _workloads(args: argparse.Namespace, vocab: int) -> list[tuple[str, float | None, list[BenchRequest], dict]]:
     if args.trace:
         reqs, clipped = load_trace(args.trace, args.num_requests, args.max_input_len, args.max_output_len, vocab,
                                    args.seed, args.trace_speedup)

@@ -37,6 +37,7 @@ class BenchRequest:
     prompt_ids: list[int]
     max_tokens: int
     arrival_s: float = 0.0  # offset from the start of the run
+    model: str | None = None  # the request's own model field (one of several LoRA adapters); None: the target's
 
 
 @dataclass
@@ -79,7 +80,7 @@ class Target:
     def body(self, req: BenchRequest) -> bytes:
         # max_tokens is honoured by every server; chat also gets its newer name. ignore_eos makes
         # the output length exactly max_tokens where the server supports it.
-        body = {"model": self.model, "stream": True, "stream_options": {"include_usage": True},
+        body = {"model": req.model or self.model, "stream": True, "stream_options": {"include_usage": True},
                 "max_tokens": req.max_tokens, "ignore_eos": True}
         if self.temperature is not None:
             body["temperature"] = self.temperature
