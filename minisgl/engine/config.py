@@ -7,6 +7,7 @@ from typing import ClassVar
 import torch
 
 from minisgl.distributed import DistributedInfo
+from minisgl.utils.choices import DEVICES, DTYPES
 
 
 def accepts_seed_names(cls):
@@ -69,12 +70,16 @@ class EngineConfig:
     max_lora_rank: int = 16
 
 
+def _either(names: tuple[str, ...]) -> str:
+    return f"{', '.join(names[:-1])} or {names[-1]}"
+
+
 def resolve_dtype(name: str) -> torch.dtype | None:
     """The --dtype flag's value (aliases already resolved) as the config's: None for auto."""
     if name == "auto":
         return None
-    if name not in ("bfloat16", "float16", "float32"):
-        raise ValueError(f"unknown dtype {name!r}; use auto, bfloat16, float16 or float32")
+    if name not in DTYPES:
+        raise ValueError(f"unknown dtype {name!r}; use {_either(DTYPES)}")
     return getattr(torch, name)
 
 
@@ -83,8 +88,8 @@ def resolve_device(name: str) -> torch.device:
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if name == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("device 'cuda' was asked for, but no CUDA device is visible")
-    if name not in ("cuda", "cpu"):
-        raise ValueError(f"unknown device {name!r}; use auto, cuda or cpu")
+    if name not in DEVICES:
+        raise ValueError(f"unknown device {name!r}; use {_either(DEVICES)}")
     return torch.device(name)
 
 

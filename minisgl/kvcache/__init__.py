@@ -5,6 +5,7 @@ from .mha_pool import FP8_DTYPES, KV_CACHE_DTYPES, MHAKVCache, kv_storage_dtype
 from .naive_cache import NaivePrefixCache
 from .radix_cache import RadixPrefixCache
 
+# --cache's names are minisgl.utils.choices.PREFIX_CACHES (the flags import no torch); the same here.
 PREFIX_CACHES = {"radix": RadixPrefixCache, "naive": NaivePrefixCache}
 
 

@@ -15,7 +15,16 @@ from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from typing import Any
 
 from minisgl.utils import env
-from minisgl.utils.choices import DEVICES, DTYPE_ALIASES, DTYPES, KV_CACHE_DTYPES, ONLINE_QUANTIZATION
+from minisgl.utils.choices import (
+    DEVICES,
+    DTYPE_ALIASES,
+    DTYPES,
+    KV_CACHE_DTYPES,
+    ONLINE_QUANTIZATION,
+    PREFIX_CACHES,
+    REASONING_PARSERS,
+    TOOL_PARSERS,
+)
 from minisgl.utils.lora_modules import parse_lora_modules
 
 DEFAULT_HOST = "127.0.0.1"
@@ -71,7 +80,7 @@ class ServerArgs:
     )
     max_seq_len: int | None = _flag("Cap on prompt + output tokens (default: the model's; not above it).",
                                     aliases=["--max-model-len"])
-    cache: str = _flag("Prefix cache: radix (share prompt prefixes) or naive.", "radix", choices=["radix", "naive"])
+    cache: str = _flag("Prefix cache: radix (share prompt prefixes) or naive.", "radix", choices=list(PREFIX_CACHES))
     attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
                       "auto")
     moe_backend: str = _flag(
@@ -147,10 +156,10 @@ class ServerArgs:
         "How the model writes tool calls, for tool_choice auto: hermes (also Qwen2.5/Qwen3) or llama3_json. "
         "Default: the one the model's chat template writes (else its architecture's), logged at start; a model "
         "whose template renders no tools refuses tool_choice auto.",
-        choices=["hermes", "qwen", "llama3_json"])
+        choices=list(TOOL_PARSERS))
     reasoning_parser: str | None = _flag(
         "Split the model's <think>...</think> into reasoning_content: qwen3 or deepseek_r1.",
-        choices=["qwen3", "deepseek_r1"])
+        choices=list(REASONING_PARSERS))
     allow_unknown_fields: bool = _flag(
         "Ignore request fields this server does not know (default: refuse them with 400 unsupported_parameter). "
         "Fields it knows but does not implement are refused either way.", False)

@@ -57,4 +57,5 @@ class ThinkParser:
         return reasoning, answer
 
 
+# --reasoning-parser's names are minisgl.utils.choices.REASONING_PARSERS; the same here.
 REASONING_PARSERS = {"qwen3": ThinkParser, "deepseek_r1": ThinkParser}

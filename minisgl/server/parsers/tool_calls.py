@@ -92,4 +92,5 @@ class Llama3JsonToolParser:
         return "", calls
 
 
+# --tool-call-parser's names are minisgl.utils.choices.TOOL_PARSERS (the flags import no parser); the same here.
 TOOL_PARSERS = {"hermes": HermesToolParser, "qwen": HermesToolParser, "llama3_json": Llama3JsonToolParser}
