@@ -141,7 +141,7 @@ class GraphRunner:
         e = self.engine
         # Inside the graph, so one launch of it replaces four small ops and two host copies between
         # steps (a copy, two gathers, a cast; the store's indices, the attention's rows and
-        # lengths), each a few us of a ~3.3 ms batch-1 step.
+        # lengths), each a launch or copy a batch-1 step waited for (benchmark/NOTES.md).
         self.gather_inputs(self.step_inputs[: 2 * bs], e.token_pool, e.page_table, self.positions[:bs],
                            self.input_ids[:bs], self.out_loc[:bs], self.next_token_index[:bs],
                            e.attn_backend.graph_rows_lens(bs))

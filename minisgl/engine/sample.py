@@ -140,8 +140,8 @@ class Sampler:
         """logits [rows, vocab]: float32, or the model dtype (CUDA graphs) on CUDA. `outputs`:
         where the Triton kernels also write the tokens, if they run."""
         if args.temperatures is None:  # every row greedy
-            # At a few rows torch's argmax is one program a row, latency-bound (37 us a step at one
-            # 128K-token row on an H100): the Triton kernel spreads each row over many.
+            # At a few rows torch's argmax is one program a row, latency-bound over a 128K-token
+            # row (benchmark/NOTES.md): the Triton kernel spreads each row over many.
             kernels = triton_ops() if logits.is_cuda else None
             if kernels is not None and logits.shape[0] <= kernels.WIDE_ROWS:
                 return _gumbel_max(kernels, logits, None, 0, outputs)

@@ -41,11 +41,12 @@ def _gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stri
     DOT=True (more rows): tl.dot with the rows padded to BLOCK_M=16. Either way the loop is
     software-pipelined STAGES deep (cp.async copies in flight while the products run).
     PDL: launched as a programmatic dependent launch, i.e. before the kernel that writes x is done
-    (hiding the launch gap, a few us of a ~6-40 us kernel): wait for it before reading anything,
-    and let the next kernel launch only at the end. A trigger at the start let the next kernel's
-    programs take SM room while this one streams: Llama-3.1-8B FP8 at batch 8 (this kernel on
-    tl.dot) decoded at 7.72 ms a token, slower than bf16 (6.58), against 5.47 without PDL. (Asking
-    L2 for the weight before the wait, which does not depend on x, measured no faster.)"""
+    (hiding the launch gap, a large share of so short a kernel): wait for it before reading
+    anything, and let the next kernel launch only at the end. A trigger at the start let the next
+    kernel's programs take SM room while this one streams: Llama-3.1-8B FP8 at batch 8 (this kernel
+    on tl.dot) decoded slower than bf16, and much slower than without PDL. (Asking L2 for the
+    weight before the wait, which does not depend on x, measured no faster.) Figures:
+    benchmark/NOTES.md."""
     if PDL:
         tl.extra.cuda.gdc_wait()
     rm = tl.arange(0, BLOCK_M)
@@ -58,8 +59,8 @@ def _gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, stride_xm, stride_wn, stri
     acc = zero_accumulator(BLOCK_M, BLOCK_N, BLOCK_K, DOT)
     acc_up = tl.zeros_like(acc)
     # The loop's own num_stages: without it Triton pipelines only the loads that feed a tl.dot,
-    # and the CUDA-core loop streamed one tile at a time (Llama-3.1-8B gate/up at one row: 64 us
-    # unpipelined, 45 through TMA copies, 43 pipelined like this).
+    # and the CUDA-core loop streamed one tile at a time, slower than TMA copies; pipelined like
+    # this it beats them (benchmark/NOTES.md).
     for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
         x = load_tile(x_ptrs + k0, m_ok, rk, K - k0, EVEN_K)
         acc = mac(acc, x, load_tile(w_ptrs + k0, n_ok, rk, K - k0, EVEN_K), DOT, IEEE)
@@ -105,16 +106,14 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False, weight_bytes: int =
     - One or two rows, and three or four for ungated weights of at most 8,192 rows: products on
       CUDA cores in 512-byte K steps (256 from three rows; 1,024 gated at one row), 8 output
       features a tile or as many as the accumulator holds (gated: 4), pipelined 4 deep (gated,
-      6). Llama-3.1-8B, one row, against the weight through TMA copies: qkv 12.1 -> 11.7 us, o
-      9.4 -> 8.7, gated gate/up 45.7 -> 41.6, down 23.9 -> 22.8; two rows: 15.1 -> 12.8, 11.8 ->
-      9.3, 52.8 -> 46.1, 29.6 -> 23.5. Its bf16 lm_head (1.05 GB), in graphs against cuBLAS's
-      377 us: 332 us at one row (4 features x 2 KB steps, 6 deep), 337 at two.
-    - Else tl.dot, the rows padded to 16 (CUDA cores measured 1.1-5x slower; gated, two CUDA-core
+      6): faster than the weight through TMA copies for every Llama-3.1-8B shape at one and two
+      rows. Its bf16 lm_head takes 4 features x 2 KB steps, 6 deep, and beats cuBLAS in graphs.
+    - Else tl.dot, the rows padded to 16 (CUDA cores measured slower; gated, two CUDA-core
       accumulators would halve the K steps), 32 output features a tile even where that leaves
       fewer programs than SMs, in 512-element K steps 3 deep (96 KB of shared memory for e4m3;
-      gated, 128-element steps). Llama-3.1-8B, 8 rows, against 16-wide tiles of 256-byte steps 4
-      deep: qkv 21.3 -> 15.6 us, o 15.9 -> 11.7, down 47.0 -> 31.9; gated gate/up 50.5 -> 49.2.
-      Its bf16 lm_head at 4 / 8 / 16 rows: 344 / 346 / 350 us against cuBLAS's 378-380."""
+      gated, 128-element steps): faster than 16-wide tiles of 256-byte steps 4 deep at 8 rows, and
+      the bf16 lm_head beats cuBLAS up to 16 rows.
+    The per-shape figures of both sweeps are in benchmark/NOTES.md."""
     wide = gated or weight_bytes > 1  # two bytes an output feature per K
     sms = sm_count(device)
     if m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192):

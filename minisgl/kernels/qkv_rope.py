@@ -1,10 +1,10 @@
 """The attention's q/k/v FP8 GEMV with rotary embedding and the KV store in its epilogue: at small
 batch, one kernel where there were two (the GEMV, then qk_norm_rope.qk_norm_rope_store).
 
-Why: a decode step at batch 1 is ~290 short kernels, and each boundary between two of them costs
-~1.5-2.5 us that programmatic dependent launch does not hide; the rope + store kernel cost 2.4 us
-a layer in the step for a few hundred bytes of work (Llama-3.1-8B FP8, H100: TPOT 3.32 against
-3.36 ms with it fused, benchmark/NOTES.md).
+Why: a decode step at batch 1 is a few hundred short kernels, and each boundary between two of
+them costs a gap that programmatic dependent launch does not hide; the rope + store kernel paid
+one every layer for a few hundred bytes of work (the TPOT with it fused and without:
+benchmark/NOTES.md).
 
 How: rotate-half rotary pairs output feature d of a head with d + D/2. Each program streams the
 weight rows of BLOCK_N / 2 such pairs of one head (the GEMV reads rows by pointer, so they need

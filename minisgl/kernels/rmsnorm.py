@@ -17,7 +17,7 @@ def _add_rmsnorm_kernel(x_ptr, r_ptr, w_ptr, stride_x, stride_r, D, eps, BLOCK: 
     PDL: wait for the kernel before (it wrote x), then at once let the kernel after launch: it
     waits for this one to finish, but is launched and placed on the SMs meanwhile, where a
     trigger at the end (FlashInfer's norms) adds its launch to every layer's critical path
-    (Llama-3.1-8B, FP8, batch 1, the step's GEMMs and 64 norms: 3.375 ms against 3.434)."""
+    (measured on a batch-1 step's GEMMs and norms: benchmark/NOTES.md)."""
     t = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     mask = offs < D

@@ -69,8 +69,9 @@ def _best_of_splits_kernel(val_ptr, idx_ptr, out_ptr, host_ptr, pool_ptr, pool_i
 
 # Up to WIDE_ROWS rows, a row is cut into slices of one 1,024-token block each, read at once
 # (Llama-3's 128,256 tokens: 128 programs at batch 1, where torch's argmax walks the row in one
-# program, 37 us of a 3.4 ms step on an H100). More rows fill the GPU by themselves: GUMBEL_SPLITS
-# slices a row, and greedy rows take torch's argmax (benchmark/NOTES.md, issue 16).
+# program, a latency-bound share of a batch-1 step). More rows fill the GPU by themselves:
+# GUMBEL_SPLITS slices a row, and greedy rows take torch's argmax (figures: benchmark/NOTES.md,
+# issue 16).
 GUMBEL_BLOCK, GUMBEL_SPLITS, WIDE_ROWS = 1024, 16, 16
 
 
@@ -82,7 +83,8 @@ def sample_gumbel_max(logits: torch.Tensor, temperatures: torch.Tensor | None, s
     None). Same seed, same draws. Each row is split over several programs, then one program a
     row picks the winner and writes it, also into `host` (int32 [rows], pinned: read it after an
     event recorded behind this) and `pool` (flat int32) at `pool_index` (int64 [rows]) if given:
-    no copy op and no index kernel after it (a few us each of a ~3.3 ms batch-1 step)."""
+    no copy op and no index kernel after it (each a launch a batch-1 step would wait for;
+    benchmark/NOTES.md)."""
     rows, vocab = logits.shape
     block = GUMBEL_BLOCK
     splits = triton.next_power_of_2(-(-vocab // block)) if rows <= WIDE_ROWS else GUMBEL_SPLITS

@@ -49,7 +49,8 @@ class ParallelLMHead(VocabParallelEmbedding):
 
     def project(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """This rank's slice of the logits for hidden [rows, H], into `out` when given. Decode's few
-        rows on a GPU take the weight-streaming GEMV, which reads the head faster than cuBLAS."""
+        rows on a GPU take the weight-streaming GEMV, which reads the head faster than cuBLAS
+        (benchmark/NOTES.md)."""
         logits = head_gemv(hidden, self.weight, out)
         if logits is None:
             logits = F.linear(hidden, self.weight) if out is None else torch.mm(hidden, self.weight.t(), out=out)
