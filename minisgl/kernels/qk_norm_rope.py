@@ -13,6 +13,21 @@ from .launch import launch
 
 
 @triton.jit
+def _norm_rope_heads(src, dst, ok, w_ptr, offs, cos, sin, eps, scale, HALF: tl.constexpr, D: tl.constexpr,
+                     NORM: tl.constexpr):
+    """One token's heads (rows `ok`) from `src` to `dst`, each as its two rotate-half halves:
+    RMS-normed by the weight at w_ptr when NORM, rotated by cos/sin, times `scale`."""
+    x1 = tl.load(src, mask=ok, other=0.0).to(tl.float32)
+    x2 = tl.load(src + HALF, mask=ok, other=0.0).to(tl.float32)
+    if NORM:
+        r = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / D + eps)[:, None]
+        x1 = x1 * r * tl.load(w_ptr + offs).to(tl.float32)[None, :]
+        x2 = x2 * r * tl.load(w_ptr + HALF + offs).to(tl.float32)[None, :]
+    tl.store(dst, ((x1 * cos - x2 * sin) * scale).to(dst.dtype.element_ty), mask=ok)
+    tl.store(dst + HALF, ((x2 * cos + x1 * sin) * scale).to(dst.dtype.element_ty), mask=ok)
+
+
+@triton.jit
 def _qk_norm_rope_store_kernel(
     q_ptr, k_ptr, v_ptr, q_out_ptr, qw_ptr, kw_ptr, cos_sin_ptr, pos_ptr, loc_ptr, kc_ptr, vc_ptr,
     q_st, q_sh, k_st, k_sh, v_st, v_sh, eps, k_inv_scale, v_inv_scale,
@@ -33,31 +48,15 @@ def _qk_norm_rope_store_kernel(
     # q heads -> q_out [T, HQ, D] (contiguous)
     hq = tl.arange(0, HQ_P)[:, None]
     mq = hq < HQ
-    src = q_ptr + t * q_st + hq * q_sh + offs[None, :]
-    x1 = tl.load(src, mask=mq, other=0.0).to(tl.float32)
-    x2 = tl.load(src + HALF, mask=mq, other=0.0).to(tl.float32)
-    if NORM:
-        r = tl.rsqrt((tl.sum(x1 * x1, 1) + tl.sum(x2 * x2, 1)) / D + eps)[:, None]
-        x1 = x1 * r * tl.load(qw_ptr + offs).to(tl.float32)[None, :]
-        x2 = x2 * r * tl.load(qw_ptr + HALF + offs).to(tl.float32)[None, :]
-    dst = q_out_ptr + t * (HQ * D) + hq * D + offs[None, :]
-    tl.store(dst, (x1 * cos - x2 * sin).to(q_out_ptr.dtype.element_ty), mask=mq)
-    tl.store(dst + HALF, (x2 * cos + x1 * sin).to(q_out_ptr.dtype.element_ty), mask=mq)
+    _norm_rope_heads(q_ptr + t * q_st + hq * q_sh + offs[None, :], q_out_ptr + t * (HQ * D) + hq * D + offs[None, :],
+                     mq, qw_ptr, offs, cos, sin, eps, 1.0, HALF, D, NORM)
 
-    # k heads -> the cache slot `loc`
+    # k heads -> the cache slot `loc`; an FP8 cache holds k / k_scale (the conversion saturates,
+    # satfinite, on Hopper).
     hk = tl.arange(0, HK_P)[:, None]
     mk = hk < HK
-    src = k_ptr + t * k_st + hk * k_sh + offs[None, :]
-    y1 = tl.load(src, mask=mk, other=0.0).to(tl.float32)
-    y2 = tl.load(src + HALF, mask=mk, other=0.0).to(tl.float32)
-    if NORM:
-        r = tl.rsqrt((tl.sum(y1 * y1, 1) + tl.sum(y2 * y2, 1)) / D + eps)[:, None]
-        y1 = y1 * r * tl.load(kw_ptr + offs).to(tl.float32)[None, :]
-        y2 = y2 * r * tl.load(kw_ptr + HALF + offs).to(tl.float32)[None, :]
-    dst = kc_ptr + loc * (HK * D) + hk * D + offs[None, :]
-    # An FP8 cache holds k / k_scale; the conversion saturates (satfinite) on Hopper.
-    tl.store(dst, ((y1 * cos - y2 * sin) * k_inv_scale).to(kc_ptr.dtype.element_ty), mask=mk)
-    tl.store(dst + HALF, ((y2 * cos + y1 * sin) * k_inv_scale).to(kc_ptr.dtype.element_ty), mask=mk)
+    _norm_rope_heads(k_ptr + t * k_st + hk * k_sh + offs[None, :], kc_ptr + loc * (HK * D) + hk * D + offs[None, :],
+                     mk, kw_ptr, offs, cos, sin, eps, k_inv_scale, HALF, D, NORM)
 
     # v -> the cache slot `loc` (times 1 / v_scale: exact for a cache of v's own dtype and scale 1)
     full = tl.arange(0, D)[None, :]
