@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 from transformers import AutoModelForCausalLM
 
 from minisgl.core import Batch, Req, SamplingParams
-from minisgl.engine import BatchSamplingArgs, Engine
+from minisgl.engine import BatchSamplingArgs, Engine, EngineConfig
 
 
 def hf_greedy(model_dir: str, prompt: list[int], new_tokens: int, dtype=torch.float32):
@@ -18,6 +21,17 @@ def hf_greedy(model_dir: str, prompt: list[int], new_tokens: int, dtype=torch.fl
     tokens = out.sequences[0, len(prompt):].tolist()
     logits = torch.stack([step[0].float() for step in out.logits])
     return tokens, logits
+
+
+@contextmanager
+def cpu_engine(model_dir: str, **config) -> Iterator[Engine]:
+    """An Engine of `model_dir` on the CPU in float32 (unless `config` says otherwise), shut down
+    on every exit path."""
+    engine = Engine(EngineConfig(model_dir, **{"device": "cpu", "dtype": torch.float32, **config}))
+    try:
+        yield engine
+    finally:
+        engine.shutdown()
 
 
 class EngineDriver:

@@ -5,16 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.engine import Engine, EngineConfig, resolve_device
-from tests.helpers import EngineDriver
+from minisgl.engine import resolve_device
+from tests.helpers import EngineDriver, cpu_engine
 
 
 @pytest.fixture()
 def engine(tiny_model_dir):
-    e = Engine(EngineConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", dtype=torch.float32,
-                            max_seq_len=64, page_size=8, max_running_requests=4, num_pages=40))
-    yield e
-    e.shutdown()
+    with cpu_engine(tiny_model_dir("Qwen3ForCausalLM"), max_seq_len=64, page_size=8, max_running_requests=4,
+                    num_pages=40) as e:
+        yield e
 
 
 def test_over_long_request_fails_clearly(engine):
@@ -31,12 +30,9 @@ def test_max_seq_len_override_and_page_table_shape(engine):
 
 
 def test_kv_pool_sized_from_memory_on_cpu(tiny_model_dir):
-    e = Engine(EngineConfig(tiny_model_dir("Qwen3ForCausalLM"), device="cpu", max_seq_len=128,
-                            page_size=16, max_running_requests=3))
-    try:
+    with cpu_engine(tiny_model_dir("Qwen3ForCausalLM"), dtype=None, max_seq_len=128, page_size=16,
+                    max_running_requests=3) as e:
         assert e.num_pages == 3 * 128 // 16  # every request at full length, well within RAM
-    finally:
-        e.shutdown()
 
 
 def test_device_choice():

@@ -11,7 +11,7 @@ from transformers import AutoModelForCausalLM, DynamicCache
 
 from minisgl.engine import Engine, EngineConfig
 from minisgl.kvcache import MHAKVCache
-from tests.helpers import EngineDriver
+from tests.helpers import EngineDriver, cpu_engine
 from tests.quantization.fp8_checkpoints import write_with_tensors
 
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [7] * 12 + [250, 251, 252]]
@@ -54,9 +54,8 @@ def hf_logits(model_dir: str, prompt: list[int], tokens: list[int], round_to, k_
 
 
 def minisgl_run(model_dir: str, kv_cache_dtype: str) -> tuple[list[list[int]], list[torch.Tensor]]:
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_requests=4,
-                                 num_pages=128, kv_cache_dtype=kv_cache_dtype))
-    try:
+    with cpu_engine(model_dir, page_size=4, max_running_requests=4, num_pages=128,
+                    kv_cache_dtype=kv_cache_dtype) as engine:
         driver = EngineDriver(engine)
         reqs = [driver.add(p) for p in PROMPTS]
         logits = [[] for _ in reqs]
@@ -64,8 +63,6 @@ def minisgl_run(model_dir: str, kv_cache_dtype: str) -> tuple[list[list[int]], l
             for i, row in enumerate(driver.step(reqs)):
                 logits[i].append(row)
         return [r.output_ids for r in reqs], [torch.stack(x) for x in logits]
-    finally:
-        engine.shutdown()
 
 
 @pytest.fixture(scope="module")

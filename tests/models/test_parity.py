@@ -6,9 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.engine import Engine, EngineConfig
 from tests.conftest import ARCHITECTURES
-from tests.helpers import EngineDriver, hf_greedy
+from tests.helpers import EngineDriver, cpu_engine, hf_greedy
 
 NEW_TOKENS = 32
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [7] * 12 + [250, 251, 252], [300]]
@@ -17,9 +16,7 @@ PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [7] * 12 + [250, 251, 252], 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_greedy_tokens_and_logits_match_hf(tiny_model_dir, architecture):
     model_dir = tiny_model_dir(architecture)
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4,
-                                 max_running_requests=8, num_pages=256))
-    try:
+    with cpu_engine(model_dir, page_size=4, max_running_requests=8, num_pages=256) as engine:
         driver = EngineDriver(engine)
         reqs = [driver.add(p) for p in PROMPTS]
         logits = {r.uid: [] for r in reqs}
@@ -37,16 +34,12 @@ def test_greedy_tokens_and_logits_match_hf(tiny_model_dir, architecture):
             worst = max(worst, diff)
         print(f"{architecture}: max |logit diff| vs HF = {worst:.2e}")
         assert worst < 1e-4
-    finally:
-        engine.shutdown()
 
 
 @pytest.mark.parametrize("architecture", ["Qwen3ForCausalLM", "LlamaForCausalLM"])
 def test_bfloat16_runs_and_starts_like_hf(tiny_model_dir, architecture):
     model_dir = tiny_model_dir(architecture)
-    engine = Engine(EngineConfig(model_dir, dtype=torch.bfloat16, device="cpu", page_size=16,
-                                 max_running_requests=4, num_pages=64))
-    try:
+    with cpu_engine(model_dir, dtype=torch.bfloat16, page_size=16, max_running_requests=4, num_pages=64) as engine:
         driver = EngineDriver(engine)
         reqs = [driver.add(p) for p in PROMPTS]
         logits = driver.step(reqs)
@@ -58,5 +51,3 @@ def test_bfloat16_runs_and_starts_like_hf(tiny_model_dir, architecture):
             assert all(0 <= t < engine.model_config.vocab_size for t in r.output_ids)
             want, _ = hf_greedy(model_dir, prompt, 1, dtype=torch.bfloat16)
             assert r.output_ids[0] == want[0]
-    finally:
-        engine.shutdown()

@@ -11,23 +11,19 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from minisgl.engine import Engine, EngineConfig
-from tests.helpers import EngineDriver
+from tests.helpers import EngineDriver, cpu_engine
 
 PROMPT = [11, 22, 33, 44, 55, 66]
 
 
 def _greedy(model_dir: str, steps: int = 8) -> tuple[list[int], torch.Tensor]:
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4,
-                                 max_running_requests=2, num_pages=32))
-    try:
+    with cpu_engine(model_dir, page_size=4, max_running_requests=2, num_pages=32) as engine:
         driver = EngineDriver(engine)
         req = driver.add(PROMPT)
         first_logits = driver.step([req])
         for _ in range(steps - 1):
             driver.step([req])
         return req.output_ids, first_logits
-    finally:
-        engine.shutdown()
 
 
 def test_sharded_checkpoint_loads_like_a_single_file(tiny_model_dir):
@@ -46,12 +42,9 @@ def test_tied_and_untied_embeddings(tiny_model_dir, tied):
     model_dir = tiny_model_dir("Qwen2ForCausalLM", tie_word_embeddings=tied)
     keys = load_file(os.path.join(model_dir, "model.safetensors")).keys()
     assert ("lm_head.weight" in keys) != tied
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", num_pages=16, max_running_requests=2))
-    try:
+    with cpu_engine(model_dir, num_pages=16, max_running_requests=2) as engine:
         same = engine.model.lm_head.weight.data_ptr() == engine.model.model.embed_tokens.weight.data_ptr()
         assert same == tied
-    finally:
-        engine.shutdown()
 
 
 def _copy_with_state(src: str, dst: str, edit) -> str:
@@ -94,11 +87,8 @@ def test_dummy_weights_need_no_checkpoint(tiny_model_dir, tmp_path):
     only_config = str(tmp_path / "cfg")
     os.makedirs(only_config)
     shutil.copy(os.path.join(tiny_model_dir("Qwen3MoeForCausalLM"), "config.json"), only_config)
-    engine = Engine(EngineConfig(only_config, device="cpu", dummy_weight=True, num_pages=16, max_running_requests=2))
-    try:
+    with cpu_engine(only_config, dtype=None, dummy_weight=True, num_pages=16, max_running_requests=2) as engine:
         driver = EngineDriver(engine)
         req = driver.add([1, 2, 3])
         logits = driver.step([req])
         assert torch.isfinite(logits).all()
-    finally:
-        engine.shutdown()

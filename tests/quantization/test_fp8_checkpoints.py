@@ -18,7 +18,7 @@ from minisgl.core import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
 from minisgl.quantization import QUANT_METHODS
-from tests.helpers import EngineDriver, hf_greedy
+from tests.helpers import EngineDriver, cpu_engine, hf_greedy
 from tests.quantization.fp8_checkpoints import (
     LINEAR,
     QUANT_CONFIGS,
@@ -40,16 +40,12 @@ def base_dir(tiny_model_dir):
 
 
 def minisgl_greedy(model_dir: str, **config) -> list[list[int]]:
-    engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", page_size=4, max_running_requests=4,
-                                 num_pages=128, **config))
-    try:
+    with cpu_engine(model_dir, page_size=4, max_running_requests=4, num_pages=128, **config) as engine:
         driver = EngineDriver(engine)
         reqs = [driver.add(p) for p in PROMPTS]
         for _ in range(NEW_TOKENS):
             driver.step(reqs)
         return [r.output_ids for r in reqs]
-    finally:
-        engine.shutdown()
 
 
 @pytest.mark.parametrize("layout", list(QUANT_CONFIGS))
