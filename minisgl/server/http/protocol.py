@@ -324,6 +324,10 @@ class Tool(BaseModel):
     function: FunctionDef
 
 
+# tool_choice's modes, for Chat Completions and Responses alike (a named function is the other form).
+ToolChoiceMode = Literal["none", "auto", "required"]
+
+
 class ChosenFunction(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     name: str
@@ -345,7 +349,7 @@ class ChatCompletionRequest(GenerationRequest):
                                      description="with logprobs: that many most likely tokens per position")
 
     tools: Annotated[list[Tool], Field(max_length=128)] | None = None
-    tool_choice: Literal["none", "auto", "required"] | NamedToolChoice | None = \
+    tool_choice: ToolChoiceMode | NamedToolChoice | None = \
         Field(None, description="auto (default with tools) reads calls with the model's tool-call parser; required "
                                 "and a named function are enforced by the grammar (beside response_format: a call "
                                 "or an answer in the format)")

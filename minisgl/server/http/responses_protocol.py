@@ -16,6 +16,7 @@ from .protocol import (
     KnownFieldsOnly,
     Metadata,
     TextFormat,
+    ToolChoiceMode,
     api_fields,
     check_tool_names_unique,
     token_limit,
@@ -179,7 +180,7 @@ class ResponsesRequest(ResponsesSampling):
     stream: bool | None = False
     tools: Annotated[list[ResponsesTool], Field(max_length=128)] | None = \
         Field(None, description="function tools only")
-    tool_choice: Literal["none", "auto", "required"] | NamedFunction | None = \
+    tool_choice: ToolChoiceMode | NamedFunction | None = \
         Field(None, description="auto (default with tools) reads calls with the model's tool-call parser; required "
                                 "and a named function are enforced by the grammar (beside text.format: a call or "
                                 "an answer in the format)")
