@@ -21,7 +21,7 @@ from minisgl.message import Reply
 
 from ..runtime.frontend import UNAVAILABLE, FrontendClient
 from .formats import OpenAIFormat
-from .protocol import ChatCompletionRequest, CompletionRequest, error_response
+from .protocol import ChatCompletionRequest, CompletionRequest, error_body, error_response
 
 
 @dataclass
@@ -152,7 +152,7 @@ def stream_failure(reply: Reply) -> tuple[str, str]:
 def _error_event(reply: Reply) -> bytes:
     """The event that ends a stream the server could not finish; `[DONE]` still follows it."""
     code, message = stream_failure(reply)
-    return sse({"error": {"message": message, "type": "server_error", "param": None, "code": code}})
+    return sse(error_body(message, "server_error", code=code))
 
 
 def sse_response(events: AsyncIterator[bytes]) -> StreamingResponse:

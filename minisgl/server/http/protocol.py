@@ -491,11 +491,15 @@ class APIError(Exception):
         self.status, self.message, self.param, self.code, self.headers = status, message, param, code, headers
 
 
+def error_body(message: str, kind: str, param: str | None = None, code: str | None = None) -> dict:
+    """OpenAI's error envelope, as a response body or a stream's last event."""
+    return {"error": {"message": message, "type": kind, "param": param, "code": code}}
+
+
 def error_response(status: int, message: str, param: str | None = None, code: str | None = None,
                    headers: dict | None = None) -> JSONResponse:
     kind = ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "server_error")
-    body = {"error": {"message": message, "type": kind, "param": param, "code": code}}
-    return AsciiJSONResponse(body, status_code=status, headers=headers)
+    return AsciiJSONResponse(error_body(message, kind, param, code), status_code=status, headers=headers)
 
 
 # -- response bodies (the OpenAPI schema; openai_formats.py builds the JSON ones through them) -----
