@@ -28,7 +28,8 @@
 #   docker build -t minisgl --build-arg BASE_IMAGE=debian:12.12-slim \
 #     --build-arg RUNTIME_IMAGE=debian:12.12-slim --build-arg TORCH_INDEX_URL= \
 #     --build-arg CUDA_PIP="nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 \
-#       nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-curand==10.4.0.35" .
+#       nvidia-cuda-runtime==13.0.96 nvidia-cuda-cccl==13.0.85 nvidia-curand==10.4.0.35 \
+#       nvidia-cublas==13.0.0.19" .
 # CUDA 12's PyPI packages hold no nvcc (nvidia-cuda-nvcc-cu12 is ptxas and libNVVM only), so the
 # kernels compile with CUDA 13.0's and link torch's CUDA 12.8 runtime: the host needs a driver for
 # CUDA 13.0 (R580 or newer). sgl-kernel 0.3.21, built with CUDA 12.9, runs on torch's 12.8 runtime
@@ -77,11 +78,11 @@ RUN if [ -n "$TORCH_INDEX_URL" ]; then export PIP_INDEX_URL="$TORCH_INDEX_URL"; 
 
 # CUDA's compiler and headers, for FlashInfer's kernels below. The nvidia/cuda devel base has them in
 # CUDA_HOME already. CUDA_PIP instead names NVIDIA's PyPI packages of a toolkit (nvcc, crt, nvvm,
-# the runtime's headers, CCCL, cuRAND, whose header FA3's sources include): their folders are
-# merged into one CUDA_HOME tree laid out as the toolkit's, in the builder only. FlashInfer links
-# its modules with -L$CUDA_HOME/lib64 -lcudart -lcuda: lib64 gets the CUDA runtime torch loads
-# (one runtime in the process, the one the runtime stage has in the venv), and a stub of the
-# driver's libcuda.so.1 (the driver's resolves it).
+# the runtime's headers, CCCL; cuRAND and cuBLAS, whose headers FA3 and norm include): their
+# folders are merged into one CUDA_HOME tree laid out as the toolkit's, in the builder only.
+# FlashInfer links its modules with -L$CUDA_HOME/lib64 -lcudart -lcuda: lib64 gets the CUDA
+# runtime torch loads (one runtime in the process, the one the runtime stage has in the venv), and
+# a stub of the driver's libcuda.so.1 (the driver's resolves it).
 ARG CUDA_PIP=""
 ARG CUDA_HOME=/usr/local/cuda
 RUN if [ -n "$CUDA_PIP" ]; then \

@@ -31,9 +31,10 @@ TAG = "localhost/minisgl-cuda:local"
 # torch 2.9.1 (the Dockerfile's pin, sgl-kernel 0.3.21's) on PyPI is its CUDA 12.8 build. CUDA 12's
 # PyPI packages have no nvcc (nvidia-cuda-nvcc-cu12 is ptxas and libNVVM): the compiler is CUDA
 # 13.0's, the oldest whole one on PyPI; the modules link torch's 12.8 runtime (the Dockerfile).
-# cuRAND for its headers: FA3's sources include CUTLASS's utilities, which include curand_kernel.h.
+# cuRAND and cuBLAS for their headers: FA3's sources include CUTLASS's utilities (curand_kernel.h),
+# the norm module TensorRT-LLM's CUDA utilities (cublasLt.h).
 CUDA_PIP = ("nvidia-cuda-nvcc==13.0.88 nvidia-cuda-crt==13.0.88 nvidia-nvvm==13.0.88 nvidia-cuda-runtime==13.0.96 "
-            "nvidia-cuda-cccl==13.0.85 nvidia-curand==10.4.0.35")
+            "nvidia-cuda-cccl==13.0.85 nvidia-curand==10.4.0.35 nvidia-cublas==13.0.0.19")
 KERNEL_ARCHS = "9.0a"
 # bf16 at head size 128 (Qwen3, Llama 3), no FP8 KV: the compile is most of the build.
 PREBUILD_FLAGS = "--dtypes bfloat16 --head-dims 128 --fp8-kv-dtypes ''"
