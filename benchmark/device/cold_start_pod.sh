@@ -26,7 +26,7 @@ restore_aot_kernels || true  # .device-kit/aot.tgz.part-* when carried: prebuild
 python -m minisgl.prebuild --archs "${ARCHS:-9.0a}" --dtypes bfloat16 --head-dims 128 --fp8-kv-dtypes '' 2>&1 \
     | tail -n 3 | tee -a "$summary"
 
-cubins() { find "$1" -name '*.cubin' 2>/dev/null | wc -l; }
+cubins() { find "$1" -name '*.cubin' | wc -l; }
 
 for spec in "$@"; do
     model=${spec%%:*}
@@ -34,6 +34,7 @@ for spec in "$@"; do
     [ "$spec" != "$model" ] && tp=${spec##*:}
     name=$(basename "$model")-tp$tp
     cache=$(mktemp -d)/triton  # the cache volume, empty as a new model's is
+    mkdir -p "$cache"  # (find fails on a missing folder, and set -e would end the script there)
     for pod in 1 2; do
         dir="$out/$name-pod$pod"
         mkdir -p "$dir"
