@@ -14,8 +14,8 @@ between: for tokens x [T, in] and a one-hot slot mask M [T, slots],
 The shapes do not depend on which adapters a batch uses, so the same kernels replay in a CUDA
 graph with only the mask changed, and there is no host synchronisation or gather. The cost grows
 with max_loras * max_lora_rank (the width of the skinny GEMMs), which is small beside the base
-GEMM for a handful of rank-16 adapters. On the GPU, batches of up to GATHER_MAX_TOKENS tokens (decode,
-in its CUDA graphs) run minisgl.kernels.lora instead: each token reads only its own adapter's rows.
+GEMM for a handful of rank-16 adapters. On the GPU, batches of up to GATHER_MAX_TOKENS tokens (small decode
+graphs) run minisgl.kernels.lora instead: each token reads only its own adapter's rows.
 
 Under tensor parallelism the weights are sharded as the base layer: a column-parallel layer's B on
 its output rows, a row-parallel layer's A on its input columns (its delta is a partial sum, added
@@ -26,7 +26,10 @@ from __future__ import annotations
 
 import torch
 
-GATHER_MAX_TOKENS = 256  # the largest decode graph by default; prefill chunks take the dense GEMMs
+# Up to this many tokens (small decode graphs) each token gathers its own adapter's rows; from
+# there on the masked dense GEMMs, which read every slot's weights once for the whole batch, are
+# faster (benchmark/NOTES.md, "Multi-LoRA on one H100").
+GATHER_MAX_TOKENS = 16
 
 
 class LoraBatchState:
