@@ -233,9 +233,10 @@ def test_names_types_and_labels_follow_prometheus_conventions(server, traffic):
         assert family.documentation, f"{family.name} has no help text"
         assert ("_seconds" in family.name) == (family.type == "histogram"), f"{family.name}: time in seconds"
         for s in family.samples:
-            # Bounded labels only: the model, a finish reason, a histogram bucket; the info metric
-            # carries the configuration, one series per server.
-            allowed = set(s.labels) if family.name.endswith("_info") else {"model_name", "finished_reason", "le"}
+            # Bounded labels only: the model, a finish reason, a histogram bucket, a loaded LoRA
+            # adapter's name; the info metric carries the configuration, one series per server.
+            allowed = (set(s.labels) if family.name.endswith("_info")
+                       else {"model_name", "finished_reason", "le", "lora_name"})
             assert set(s.labels) <= allowed and s.labels["model_name"] == MODEL, s
             if family.type == "counter":
                 assert s.name == family.name + "_total"
