@@ -41,3 +41,13 @@ save_aot_kernels() {
     rm -f "${OUT:-.}"/aot.tgz.part-*
     (cd "$data" && tar czf - aot) | split -b 15M - "${OUT:-.}/aot.tgz.part-"
 }
+
+# A measuring script's start: results collected in $RES (default /tmp/results) and packed into
+# $OUT/results.tgz on exit, whatever the exit; the carried kernel caches restored first.
+start_results() {
+    RES=${RES:-/tmp/results}
+    mkdir -p "$RES"
+    restore_jit_cache
+    restore_aot_kernels
+    trap 'tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .' EXIT
+}

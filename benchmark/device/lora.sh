@@ -16,12 +16,8 @@
 # Results: $OUT/results.tgz.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
-RES=${RES:-/tmp/results}
-mkdir -p "$RES"
 . benchmark/device/lib.sh
-restore_jit_cache
-restore_aot_kernels
-trap 'tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .' EXIT
+start_results
 MODEL=.bench-models/qwen3-8b
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
