@@ -12,14 +12,20 @@ from minisgl.message import TextParams
 from minisgl.server.http.chat import chat_jobs
 from minisgl.server.http.completions import completion_jobs
 from minisgl.server.http.protocol import APIError, ChatCompletionRequest, CompletionRequest
+from minisgl.server.parsers.chat_output import ChatOutputFormat
 
 CHAT = [{"role": "user", "content": "hi"}]
+
+
+def chat_jobs_of(body: ChatCompletionRequest) -> list:
+    """chat_jobs on a server started with no parser flags (its output read back as plain text)."""
+    return chat_jobs(body, ChatOutputFormat())
 
 
 def test_stop_strings_and_template_options_travel_apart_from_the_sampling_params():
     body = ChatCompletionRequest(messages=CHAT, stop="END", skip_special_tokens=False, max_tokens=8, stop_token_ids=[3],
                                  logit_bias={"7": -100}, chat_template_kwargs={"enable_thinking": False})
-    ((index, params, kw),) = chat_jobs(body)
+    ((index, params, kw),) = chat_jobs_of(body)
     assert index == 0 and kw["messages"] == CHAT
     assert params == SamplingParams(max_tokens=8, stop_token_ids=(3,), logit_bias=((7, -100.0),))
     assert params.stop == ()  # the scheduler keeps its params for the request's life: no stop strings there
@@ -35,7 +41,7 @@ def test_a_completion_without_text_options_gets_the_defaults_and_no_template():
 
 def test_max_tokens_left_unset_in_a_chat_stays_none_for_the_scheduler():
     """Only the scheduler knows the context left: it resolves None (Scheduler.resolve)."""
-    ((_, params, _),) = chat_jobs(ChatCompletionRequest(messages=CHAT, min_tokens=40))
+    ((_, params, _),) = chat_jobs_of(ChatCompletionRequest(messages=CHAT, min_tokens=40))
     assert params.max_tokens is None and params.min_tokens == 40
 
 
@@ -52,5 +58,5 @@ def test_each_of_n_choices_gets_its_own_seed_and_every_prompt_all_n():
                                          ({"guided_json": "{not json"}, "JSON")])
 def test_an_impossible_combination_is_a_400_naming_the_field(body, field):
     with pytest.raises(APIError) as refused:
-        chat_jobs(ChatCompletionRequest(messages=CHAT, **body))
+        chat_jobs_of(ChatCompletionRequest(messages=CHAT, **body))
     assert refused.value.status == 400 and refused.value.code == "invalid_request" and field in refused.value.message
