@@ -118,7 +118,7 @@ def test_connections_in_use_beyond_max_connections_get_503_json_but_the_probes_a
     with server.stopped("scheduler"):
         for t in busy:
             t.start()
-        wait_for(lambda: httpx.get(server.url + "/v1/models", timeout=5).status_code == 503, 30,
+        wait_for(lambda: httpx.get(server.url + "/v1/models", timeout=5).status_code == 503, 120,
                  "the 65th connection in use to be refused")
         resp = httpx.get(server.url + "/v1/models", timeout=5)
         assert resp.json()["error"]["code"] == "service_unavailable" and resp.headers["retry-after"]
