@@ -80,7 +80,7 @@ def test_langchain_bind_tools_and_with_structured_output_at_their_defaults(serve
 
 
 @pytest.mark.parametrize("kind", ["chat", "responses"])
-def test_openai_agents_runs_its_tool_then_answers_in_the_output_type(server, kind):
+def test_openai_agents_runs_its_tool_then_answers_in_the_output_type(server, model_dir, kind):
     from agents import (
         Agent,
         MaxTurnsExceeded,
@@ -121,9 +121,21 @@ def test_openai_agents_runs_its_tool_then_answers_in_the_output_type(server, kin
                     output = None
                 return output, len(ran) - before
 
-            return await final(forced, "Weather in Paris?"), await final(default, "Weather in Oslo?")
+            # On the chat model, the same named first turn (a JSON arguments object) with "<", a Hermes
+            # call's first character, barred from then on: the tool runs once, then the answer is
+            # the output type. (Responses refuses logit_bias.)
+            steered = Agent(name="weather", tools=[get_weather], output_type=Weather, model=model,
+                            model_settings=ModelSettings(tool_choice="get_weather", **SETTINGS,
+                                                         extra_body={"logit_bias": {angle: -100}}))
+            return (await final(forced, "Weather in Paris?"), await final(default, "Weather in Oslo?"),
+                    await final(steered, "Weather in Paris?") if kind == "chat" else None)
 
-    (forced, forced_runs), (default, default_runs) = asyncio.run(runs())
+    from transformers import AutoTokenizer
+
+    angle = str(AutoTokenizer.from_pretrained(model_dir).convert_tokens_to_ids("<"))
+    (forced, forced_runs), (default, default_runs), steered = asyncio.run(runs())
+    if steered is not None:
+        assert isinstance(steered[0], Weather) and steered[1] == 1, steered
     assert ran and set(ran) <= {"Paris", "Oslo"}
     # Named first: the tool runs; then tool_choice auto beside the output_type, as at the defaults,
     # ends in an answer of the output type, or in the SDK running every call until max_turns.
