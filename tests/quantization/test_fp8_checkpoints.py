@@ -1,8 +1,9 @@
 """FP8 checkpoints serve the model their scaled weights define: minisgl's greedy tokens on each
 published FP8 layout (quant_method fp8 with 128x128 block scales; compressed-tensors with
 per-tensor or per-channel scales, static or dynamic activations) equal HF transformers' on the
-same model with the dequantized weights in float32, also split over two tensor-parallel ranks;
-`--quantization fp8` equals HF with per-channel FP8-rounded weights; unknown quantization
+same model with the dequantized weights in float32, also split over two tensor-parallel ranks,
+and with LoRA adapters (one batch mixing three ranks and the base model) peft's tokens on those
+weights; `--quantization fp8` equals HF with per-channel FP8-rounded weights; unknown quantization
 methods are refused at start, naming the supported ones."""
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
 from minisgl.quantization import QUANT_METHODS
 from tests.helpers import EngineDriver, cpu_engine, hf_greedy
+from tests.lora.peft_adapters import build_adapters, peft_greedy
 from tests.quantization.fp8_checkpoints import (
     LINEAR,
     QUANT_CONFIGS,
@@ -69,6 +71,30 @@ def test_fp8_block_checkpoint_split_over_two_ranks_gives_the_same_tokens(base_di
     finally:
         llm.shutdown()
     assert [o["token_ids"] for o in outs] == [hf_greedy(ref_dir, p, NEW_TOKENS)[0] for p in PROMPTS]
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_lora_adapters_over_an_fp8_checkpoint_give_peft_tokens_on_the_dequantized_weights(base_dir, tmp_path, tp):
+    """The adapters add to the FP8 layers' output as to any other: peft on HF's model of the
+    dequantized weights (weight * scale) is the reference, for a batch mixing three adapters of
+    different ranks and the base model, chunked (max_prefill_length 8); with two ranks the block
+    scales and the adapters' A and B are sharded as their layers."""
+    fp8_dir, ref_dir = write_fp8_checkpoint(base_dir, str(tmp_path), "fp8-block")
+    adapters = build_adapters(ref_dir, tmp_path / "lora")
+    names = ["r4", "r8", None, "r16"]
+    prompts = [*PROMPTS, [7] * 12 + [250, 251]]
+    llm = LLM(fp8_dir, tp=tp, device="cpu", dtype=torch.float32, page_size=4, num_pages=256, max_prefill_length=8,
+              lora_modules=adapters, max_lora_rank=16)
+    try:
+        outs = llm.generate(prompts, SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True),
+                            use_tqdm=False, lora=names)
+    finally:
+        llm.shutdown()
+    for prompt, name, out in zip(prompts, names, outs):
+        assert out["token_ids"] == peft_greedy(ref_dir, adapters.get(name), prompt, NEW_TOKENS), name
+    # The adapters and the quantization are both real: peft over the plain weights differs somewhere.
+    assert [out["token_ids"] for out in outs] != [peft_greedy(base_dir, adapters.get(name), prompt, NEW_TOKENS)
+                                                  for prompt, name in zip(prompts, names)]
 
 
 def test_quantization_fp8_flag_rounds_plain_weights_per_channel(base_dir, tmp_path):
