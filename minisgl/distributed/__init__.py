@@ -1,7 +1,15 @@
 """Tensor-parallel identity of this process and the collectives the layers use."""
 
-from .comm import all_gather, all_reduce, all_reduce_min, broadcast_objects, destroy, init_process_group
+from .comm import (
+    all_gather,
+    all_gather_objects,
+    all_reduce,
+    all_reduce_min,
+    broadcast_objects,
+    destroy,
+    init_process_group,
+)
 from .info import DistributedInfo
 
-__all__ = ["DistributedInfo", "all_reduce", "all_gather", "all_reduce_min", "broadcast_objects", "init_process_group",
-           "destroy"]
+__all__ = ["DistributedInfo", "all_reduce", "all_gather", "all_gather_objects", "all_reduce_min", "broadcast_objects",
+           "init_process_group", "destroy"]

@@ -80,6 +80,15 @@ def broadcast_objects(objs: list, src: int = 0) -> list:
     return objs
 
 
+def all_gather_objects(obj) -> list:
+    """Every rank's `obj`, in rank order, on every rank."""
+    if not _active():
+        return [obj]
+    out = [None] * dist.get_world_size()
+    dist.all_gather_object(out, obj, group=cpu_group())
+    return out
+
+
 def all_reduce_min(value: int) -> int:
     """The smallest `value` over all ranks (so every rank sizes its KV pool the same)."""
     if not _active():

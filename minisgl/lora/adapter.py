@@ -157,7 +157,8 @@ def load_adapter(name: str, path: str, cfg: ModelConfig, max_rank: int) -> LoraA
     config_file = os.path.join(path, "adapter_config.json")
     weights_file = os.path.join(path, "adapter_model.safetensors")
     for file in (config_file, weights_file):
-        if not os.path.isfile(file):
+        # Any path that is not a folder: a FIFO or a slow filesystem's file is read as any other.
+        if not os.path.exists(file) or os.path.isdir(file):
             raise refuse(f"{os.path.basename(file)} not found (a PEFT adapter directory has adapter_config.json "
                          "and adapter_model.safetensors)")
     with open(config_file) as f:

@@ -54,14 +54,16 @@ class LoraLinear:
 
     def write(self, slot: int, sub: int, a: torch.Tensor, b: torch.Tensor) -> None:
         """Slot `slot`'s sub-projection `sub`: A [r, in] and B [out, r] (this rank's shards, the
-        scaling already in B); the rows and columns beyond r stay zero."""
+        scaling already in B), on the host or the device; the rows and columns beyond r stay zero.
+        The copies are queued behind the forward pass in flight without waiting for it (from pinned
+        host memory, LoraPool.read's), which never reads this slot: no request uses it yet."""
         r = a.shape[0]
         rows = self._a_rows(slot, sub)
         self.a[rows].zero_()
-        self.a[rows][:r].copy_(a)
+        self.a[rows][:r].copy_(a, non_blocking=True)
         cols = self._b_cols(slot)
         self.b[sub][:, cols].zero_()
-        self.b[sub][:, cols][:, :r].copy_(b)
+        self.b[sub][:, cols][:, :r].copy_(b, non_blocking=True)
 
     def clear(self, slot: int) -> None:
         for sub in range(len(self.subs)):

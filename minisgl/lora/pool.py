@@ -5,11 +5,16 @@ adapter holds which slot.
 Each forward pass sets the slot mask of its tokens (`prepare` on the host's slot list; in a CUDA
 graph, `graph_mask` from a static buffer of slot ids), which every LoRA layer reads.
 An adapter is unloaded only when no request uses it (`acquire`/`release` count them).
+
+A load has three parts, so that the slow one can run off the scheduler's loop (lora.loader):
+`reserve` holds a free slot for the name, `read` reads, checks and shards the adapter on the host
+(touching no slot), and `install` copies it into the reserved slot between two steps.
 """
 
 from __future__ import annotations
 
 import itertools
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,6 +25,15 @@ from minisgl.models import ModelConfig
 
 from .adapter import TARGET_MODULES, LoraAdapter, load_adapter
 from .linear import LoraBatchState, LoraLinear
+
+
+@dataclass
+class ReadAdapter:
+    """An adapter read and checked, cut to this rank's shards in the pool's dtype on the host (B
+    already scaled): (its LoraLinear, sub-projection, A, B) per target, what `install` copies."""
+
+    adapter: LoraAdapter
+    writes: list[tuple[LoraLinear, int, torch.Tensor, torch.Tensor]]
 
 
 class LoraPool:
@@ -37,6 +51,7 @@ class LoraPool:
         for i, layer in enumerate(model.model.layers):
             self._attach(i, layer)
         self.names: dict[str, int] = {}  # adapter name -> slot
+        self.reserved: dict[str, int] = {}  # adapter name -> slot, for loads in flight
         self.adapters: list[LoraAdapter | None] = [None] * self.slots
         self.users = [0] * self.slots
         # A number per load, never reused: the prefix cache's namespace for the adapter's KV.
@@ -67,21 +82,60 @@ class LoraPool:
     # -- adapters -----------------------------------------------------------------------------
 
     def load(self, name: str, path: str) -> int:
-        """Read, check and place the adapter in a free slot; its slot. A ValueError with the
-        reason when it cannot be served (see lora.adapter) or no slot is free."""
+        """Reserve, read and install at once (the adapters named at start, before serving): the
+        adapter's slot. A ValueError with the reason when it cannot be served (see lora.adapter) or no
+        slot is free."""
+        self.reserve(name)
+        try:
+            read = self.read(name, path)
+        except BaseException:
+            self.unreserve(name)
+            raise
+        return self.install(name, read)
+
+    def reserve(self, name: str) -> int:
+        """Hold a free slot for `name` until `install` or `unreserve`: a ValueError when the name is
+        loaded or loading already, or every slot is taken."""
         if name in self.names:
             raise ValueError(f"LoRA adapter {name!r} is already loaded")
-        free = next((s for s in range(1, self.slots) if self.adapters[s] is None), None)
+        if name in self.reserved:
+            raise ValueError(f"LoRA adapter {name!r} is already being loaded")
+        held = set(self.reserved.values())
+        free = next((s for s in range(1, self.slots) if self.adapters[s] is None and s not in held), None)
         if free is None:
             raise ValueError(f"cannot load LoRA adapter {name!r}: all {self.max_loras} slots are taken (--max-loras)")
+        self.reserved[name] = free
+        return free
+
+    def unreserve(self, name: str) -> None:
+        self.reserved.pop(name, None)
+
+    def read(self, name: str, path: str) -> ReadAdapter:
+        """Read and check the adapter and cut this rank's shards. It reads only what is fixed at start
+        (the targets, the sharding, the dtype), so it may run in another thread while the loop serves."""
         adapter = load_adapter(name, path, self.cfg, self.max_rank)
+        writes = []
         for key, (a, b, scaling) in adapter.weights.items():
             lora, sub, linear = self.targets[key]
             a, b = self._shard(linear, key[1], a, b)
-            lora.write(free, sub, a.to(self.device, self.dtype), (b.float() * scaling).to(self.device, self.dtype))
-        self.adapters[free], self.names[name] = adapter, free
-        self.load_ids[free] = next(self._next_id)
-        return free
+            writes.append((lora, sub, self._staged(a.to(self.dtype)), self._staged((b.float() * scaling).to(self.dtype))))
+        return ReadAdapter(adapter, writes)
+
+    def _staged(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.contiguous()
+        # In pinned memory the copy into the slot is an asynchronous DMA: `install` does not wait for
+        # the forward pass in flight.
+        return x.pin_memory() if self.device.type == "cuda" else x
+
+    def install(self, name: str, read: ReadAdapter) -> int:
+        """Copy a read adapter into the slot reserved for it (a few device copies, between two steps:
+        no request uses a reserved slot); its slot."""
+        slot = self.reserved.pop(name)
+        for lora, sub, a, b in read.writes:
+            lora.write(slot, sub, a, b)
+        self.adapters[slot], self.names[name] = read.adapter, slot
+        self.load_ids[slot] = next(self._next_id)
+        return slot
 
     def _shard(self, linear: nn.Module, module: str, a: torch.Tensor, b: torch.Tensor):
         """This rank's A and B, split as the base linear is."""

@@ -26,6 +26,7 @@ from minisgl.message import StepOutput
 from minisgl.utils import env
 from minisgl.utils.logger import get_logger
 
+from .adapters import AdapterUpdates
 from .cache import CacheManager
 from .config import SchedulerConfig
 from .decode import DecodeManager
@@ -80,6 +81,7 @@ class Scheduler:
         limits = CompileLimits(budget, config.grammar_compile_workers, config.grammar_cache_bytes)
         self.grammars = GrammarCompilerPool(config.model_path, e.model_config.vocab_size, list(self.eos_ids), limits)
         self.compiling: list[tuple[Req, Future]] = []
+        self.adapters = AdapterUpdates(e.lora, self.cache)  # LoRA adapters loaded and unloaded while serving
 
     # -- requests in and out ------------------------------------------------------------------
 
@@ -162,26 +164,12 @@ class Scheduler:
 
     def update_lora(self, uid: int, name: str, path: str | None) -> None:
         """Load the adapter at `path` under `name` (path None: unload it), answering request `uid` with
-        its outcome: an adapter that cannot be served, no free slot, or one still in use is an error
-        with the reason, and nothing changes (a running request never loses its adapter)."""
-        pool = self.engine.lora
-        try:
-            if pool is None:
-                raise ValueError("LoRA is off on this server (start it with --max-loras or --lora-modules)")
-            if path is None:
-                if name not in pool.names:
-                    raise ValueError(f"unknown LoRA adapter {name!r}")
-                load_id = pool.load_ids[pool.slot(name)]
-                pool.unload(name)
-                # Its cached KV can never match again (a reload is a new namespace): free it now.
-                self.cache.free_pages += self.prefix_cache.drop_namespace(load_id)
-            else:
-                pool.load(name, path)
-        except ValueError as e:
-            self._early.append(StepOutput(uid, None, "error", str(e)))
-            return
-        logger.info("LoRA adapter %r %s", name, "unloaded" if path is None else f"loaded from {path}")
-        self._early.append(StepOutput(uid, None, "stop"))
+        its outcome (scheduler.adapters): a load is read off the loop and answered in the step that
+        installs it; one that cannot be served, no free slot, or an unload of an adapter in use or
+        still loading is an error with the reason, and nothing changes."""
+        answer = self.adapters.update(uid, name, path)
+        if answer is not None:
+            self._early.append(answer)
 
     def abort(self, uid: int) -> None:
         req = self.reqs.get(uid)
@@ -210,7 +198,8 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.prefill.has_work or self.decode.has_work or self._in_flight or self._early or self.compiling)
+        return bool(self.prefill.has_work or self.decode.has_work or self._in_flight or self._early or self.compiling
+                    or self.adapters.pending)
 
     @property
     def num_running(self) -> int:
@@ -268,6 +257,8 @@ class Scheduler:
 
     def step(self) -> list[StepOutput]:
         self._admit_compiled()
+        self._early += self.adapters.finished(idle=not (self.prefill.has_work or self.decode.has_work
+                                                        or self._in_flight or self.compiling))
         previous, self._in_flight = self._in_flight, None
         processed: list[StepOutput] = []
 

@@ -52,6 +52,11 @@ class ApiDeps:
         return dict(self.args.lora_adapters)
 
     @cached_property
+    def loading_adapters(self) -> set[str]:
+        """The LoRA adapters whose runtime load is under way (http/lora.py): not served yet."""
+        return set()
+
+    @cached_property
     def client(self) -> ObservedClient:
         """The client of the OpenAI routes: their requests are timed and counted (/metrics)."""
         return ObservedClient(self.frontend, self.metrics)

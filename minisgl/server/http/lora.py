@@ -1,10 +1,14 @@
 """POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's names and bodies): LoRA adapters
 loaded and unloaded while serving, only with --allow-runtime-lora-updating (without it the routes do
-not exist). The scheduler applies each between two steps, so decoding goes on around it; an
-adapter in use is never unloaded (400 with the count), nor one the engine cannot serve loaded (400
-with the reason). The names the API answers to change with them."""
+not exist). A load is read off the scheduler's loop and installed between two steps, so decoding
+goes on around it; its route returns once requests may name the adapter (until then they get the
+404 of an unknown model), or with the reason it cannot be served (400). An adapter in use is never
+unloaded (400 with the count), nor one still loading (400). The names the API answers to change
+with them."""
 
 from __future__ import annotations
+
+import asyncio
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
@@ -42,16 +46,33 @@ def router(deps: ApiDeps) -> APIRouter:
     @api.post("/v1/load_lora_adapter", tags=["lora"], response_class=PlainTextResponse)
     async def load(body: LoadLoraAdapterRequest):
         deps.check_serving()
-        if body.lora_name in deps.adapters or body.lora_name in deps.args.model_names:
-            raise APIError(400, f"the LoRA adapter '{body.lora_name}' has already been loaded", param="lora_name",
+        name = body.lora_name
+        if name in deps.adapters or name in deps.args.model_names:
+            raise APIError(400, f"the LoRA adapter '{name}' has already been loaded", param="lora_name",
                            code="invalid_request")
-        await update(body.lora_name, body.lora_path)
-        deps.adapters[body.lora_name] = body.lora_path
+        if name in deps.loading_adapters:
+            raise APIError(400, f"the LoRA adapter '{name}' is already being loaded", param="lora_name",
+                           code="invalid_request")
+
+        async def load_and_serve() -> None:
+            deps.loading_adapters.add(name)
+            try:
+                await update(name, body.lora_path)
+            finally:
+                deps.loading_adapters.discard(name)
+            deps.adapters[name] = body.lora_path
+
+        # Shielded: the scheduler installs the adapter whether or not the client waits for it, so
+        # the API must serve it then too (else its slot would be held by a name nobody can use).
+        await asyncio.shield(load_and_serve())
         return f"Success: LoRA adapter '{body.lora_name}' added successfully."
 
     @api.post("/v1/unload_lora_adapter", tags=["lora"], response_class=PlainTextResponse)
     async def unload(body: UnloadLoraAdapterRequest):
         deps.check_serving()
+        if body.lora_name in deps.loading_adapters:
+            raise APIError(400, f"the LoRA adapter '{body.lora_name}' is still loading; unload it once its load has "
+                           "finished", param="lora_name", code="invalid_request")
         if body.lora_name not in deps.adapters:
             raise APIError(404, f"the LoRA adapter '{body.lora_name}' cannot be found", param="lora_name",
                            code="model_not_found")

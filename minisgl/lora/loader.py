@@ -1,0 +1,82 @@
+"""Adapter loads off the scheduler's loop, so that loading one never stalls the requests decoding.
+
+A load reserves its slot at once (LoraPool.reserve: refused there when the name is taken or no slot
+is free); its slow part, reading the PEFT directory, checking it against the base model and
+--max-lora-rank, converting and sharding it (LoraPool.read), runs in a thread of its own; the loop
+then installs it into the slot between two steps (LoraPool.install: a few device copies).
+
+Under tensor parallelism every rank reads its own shards, at its own pace. A load is installed, or
+refused, once every rank has finished reading it: while any load is in flight the ranks exchange
+which they have finished, once per step, so every rank puts the same adapter in the same slot in the
+same step, and a reason found by any rank refuses it on all.
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
+
+from minisgl.distributed import all_gather_objects
+
+from .pool import LoraPool, ReadAdapter
+
+
+@dataclass
+class _Load:
+    name: str
+    path: str
+    read: Future  # of a ReadAdapter
+
+
+class AdapterLoads:
+    def __init__(self, pool: LoraPool):
+        self.pool = pool
+        self.pending: dict[int, _Load] = {}  # by the id of the request that asked for the load
+
+    def start(self, uid: int, name: str, path: str) -> None:
+        """Begin loading `path` as `name`: a ValueError now when no slot can take it."""
+        self.pool.reserve(name)
+        read: Future = Future()
+        # A daemon thread: a read that never ends (a hung network filesystem) must not keep the
+        # process from exiting.
+        threading.Thread(target=self._read, args=(read, name, path), name=f"lora-load-{name}", daemon=True).start()
+        self.pending[uid] = _Load(name, path, read)
+
+    def _read(self, read: Future, name: str, path: str) -> None:
+        try:
+            read.set_result(self.pool.read(name, path))
+        except ValueError as e:  # the adapter cannot be served here: the reason, as load_adapter words it
+            read.set_exception(e)
+        except Exception as e:  # noqa: BLE001 - e.g. a corrupt safetensors file: the load fails, not the loop
+            read.set_exception(ValueError(f"LoRA adapter {name!r} ({path}): cannot be read: {e}"))
+
+    def loading(self, name: str) -> bool:
+        return any(load.name == name for load in self.pending.values())
+
+    def wait(self, timeout: float) -> None:
+        """Until a read finishes or `timeout` seconds pass (an idle loop waits here, not spinning)."""
+        wait([load.read for load in self.pending.values()], timeout=timeout, return_when=FIRST_COMPLETED)
+
+    def finish(self) -> list[tuple[int, str, str, str | None]]:
+        """Install the loads that every rank has read (or give their slots back, for one that any rank
+        refused): (uid, name, path, None or the reason) of each, in the same order on every rank."""
+        mine = {uid: _reason(load.read) for uid, load in self.pending.items() if load.read.done()}
+        ranks = all_gather_objects(mine)
+        done = sorted(set.intersection(*(set(r) for r in ranks)))
+        results = []
+        for uid in done:
+            load = self.pending.pop(uid)
+            reason = next((r[uid] for r in ranks if r[uid] is not None), None)
+            if reason is None:
+                read: ReadAdapter = load.read.result()
+                self.pool.install(load.name, read)
+            else:
+                self.pool.unreserve(load.name)
+            results.append((uid, load.name, load.path, reason))
+        return results
+
+
+def _reason(read: Future) -> str | None:
+    error = read.exception()
+    return None if error is None else str(error)
