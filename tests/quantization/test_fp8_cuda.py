@@ -1,7 +1,8 @@
 """FP8 on the GPU: FlashInfer reads an FP8 KV cache (FA2 prefill, CUDA-core and tensor-core decode,
 eagerly and inside CUDA graphs, with per-tensor scales) as a float32 reference over the same
 rounded values does; the fused Triton store writes what the torch store writes; the FP8 GEMM
-equals a float32 GEMM of its quantized operands; an engine with FP8 weights and FP8 KV runs with
+equals a float32 GEMM of its quantized operands, and with LoRA adapters attached it gains exactly
+their deltas (peft's, in float32) at decode and prefill sizes; an engine with FP8 weights and FP8 KV runs with
 CUDA graphs close to bf16. Needs CUDA (and flashinfer for attention): skipped elsewhere.
 
     python -m pytest tests/quantization/test_fp8_cuda.py -q
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 
+import numpy as np
 import pytest
 import torch
 
@@ -190,3 +192,76 @@ def test_qkv_gemv_that_rotates_and_stores_decodes_as_the_separate_kernels_do(tin
         if got_tokens != want_tokens:
             break
     assert min(cos) > 0.998, cos
+
+
+
+@pytest.mark.skipif(not HOPPER, reason="FP8 GEMMs run on Hopper")
+def test_lora_over_fp8_linears_adds_the_adapters_float32_deltas_to_the_fp8_output(tiny_model_dir, tmp_path):
+    """Each FP8 linear of a Llama layer (q/k/v, o, gate/up with the activation, down) with the adapter
+    pool attached: the rows of each adapter's tokens are the FP8 GEMM's output plus peft's delta for
+    that adapter computed in float32, the base model's rows what they are with no adapter in the
+    batch; at decode sizes (the weight-streaming GEMV and the gathered LoRA kernels, <= 16 rows) and
+    prefill sizes (_scaled_mm and the masked dense LoRA GEMMs). The fused FP8 epilogues (silu(gate) *
+    up, the q/k/v rotary + KV store) are off with a pool: the deltas must land before them."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from minisgl.engine import Engine, EngineConfig
+    from tests.lora.peft_adapters import build_adapters
+
+    model = tiny_model_dir("LlamaForCausalLM", head_dim=128, hidden_size=256, intermediate_size=512)
+    adapters = build_adapters(model, tmp_path)
+    peft_layers = {}  # adapter -> layer 0 of peft's model, whose LoRA modules give the reference deltas
+    for name, path in adapters.items():
+        hf = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
+        peft_layers[name] = PeftModel.from_pretrained(hf, path).base_model.model.model.layers[0]
+
+    def want(name: str, modules: str, base: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The FP8 output `base` plus peft's float32 deltas of `modules` (their outputs side by side)."""
+        deltas = []
+        for module in modules.split():
+            lora = peft_layers[name].get_submodule(module)
+            deltas.append(lora.lora_B["default"](lora.lora_A["default"](x)) * lora.scaling["default"])
+        return base + torch.cat(deltas, dim=-1)
+
+    def silu_and_mul(y: torch.Tensor) -> torch.Tensor:
+        gate, up = y.chunk(2, dim=-1)
+        return torch.nn.functional.silu(gate) * up
+
+    e = Engine(EngineConfig(model, dtype=torch.bfloat16, page_size=16, max_running_requests=8, num_pages=64,
+                            cuda_graph_max_bs=0, attn="torch", quantization="fp8", lora_modules=adapters))
+    try:
+        pool, attn, mlp = e.lora, e.model.model.layers[0].self_attn, e.model.model.layers[0].mlp
+        # (linear, peft's modules in its output, how the model runs it, what follows the sum)
+        linears = [(attn.qkv_proj, "self_attn.q_proj self_attn.k_proj self_attn.v_proj", False),
+                   (attn.o_proj, "self_attn.o_proj", False),
+                   (mlp.gate_up_proj, "mlp.gate_proj mlp.up_proj", True),
+                   (mlp.down_proj, "mlp.down_proj", False)]
+        cycle = ["r4", "r8", "r16", None]  # one row alone uses r4; from 7 rows on all four take part
+        torch.manual_seed(0)
+        with torch.no_grad():
+            for rows in (1, 7, 16, 17, 256):  # the GEMV and gathered LoRA up to 16 rows, the GEMMs above
+                names = [cycle[i % 4] for i in range(rows)]
+                for linear, modules, gated in linears:
+                    assert linear.weight.dtype == torch.float8_e4m3fn and linear.lora is not None
+                    run = linear.silu_and_mul if gated else linear
+                    x = torch.randn(rows, linear.weight.shape[1], device="cuda", dtype=torch.bfloat16)
+                    base = linear.gemm(x, linear.weight, linear.bias).float().cpu()  # the FP8 GEMM (GEMV) alone
+                    pool.prepare([0] * rows, np.ones(rows, dtype=np.int64))  # no adapter in the batch
+                    alone = run(x).float().cpu()
+                    pool.prepare([0 if n is None else pool.slot(n) for n in names], np.ones(rows, dtype=np.int64))
+                    got = run(x).float().cpu()
+                    for name in set(names):
+                        idx = [i for i, n in enumerate(names) if n == name]
+                        if name is None:  # the base model's rows: as if no adapter were in the batch
+                            assert torch.equal(got[idx], alone[idx]), (rows, modules)
+                            continue
+                        ref = want(name, modules, base[idx], x[idx].float().cpu())
+                        ref = silu_and_mul(ref) if gated else ref
+                        err = ((got[idx] - ref).norm() / ref.norm()).item()
+                        without = ((alone[idx] - ref).norm() / ref.norm()).item()  # the delta left out
+                        assert err < 1e-2 < without, (rows, modules, name, err, without)
+            hidden = torch.randn(1, attn.qkv_proj.weight.shape[1], device="cuda", dtype=torch.bfloat16)
+            assert attn.attn.project(attn.qkv_proj, hidden, None, attn.rotary) is None  # no rotary + store epilogue
+    finally:
+        e.shutdown()
