@@ -133,7 +133,10 @@ class GateUpParallelLinear(ColumnParallelLinear):
         self.gated_gemm = None
 
     def silu_and_mul(self, x: torch.Tensor) -> torch.Tensor:
-        if self.gated_gemm is not None and self.lora is None:  # the fused kernel has no room for adapters
+        # Not with an adapter pool: the deltas belong to gate and up before the activation, which the
+        # fused kernel applies in its epilogue. (Fusing when no request uses an adapter would help
+        # eager passes only: the decode graphs, captured with the pool, always run the LoRA apply.)
+        if self.gated_gemm is not None and self.lora is None:
             return self.gated_gemm(x, self.weight, self.bias)
         return silu_and_mul(self(x))
 
