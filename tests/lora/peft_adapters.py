@@ -1,7 +1,12 @@
 """Random PEFT LoRA adapters on the tiny test models, made by peft itself (get_peft_model +
-save_pretrained), and peft's own greedy continuation as the reference."""
+save_pretrained), and peft's own greedy continuation as the reference; an adapter whose reading
+blocks until the test lets it go (GatedAdapter)."""
 
 from __future__ import annotations
+
+import errno
+import os
+import shutil
 
 import torch
 from peft import LoraConfig, PeftModel, get_peft_model
@@ -40,3 +45,42 @@ def peft_greedy(model_dir: str, adapter_dir: str | None, prompt: list[int], new_
     out = model.generate(torch.tensor([prompt]), max_new_tokens=new_tokens, do_sample=False, pad_token_id=0,
                          eos_token_id=None, attention_mask=torch.ones(1, len(prompt), dtype=torch.long))
     return out[0, len(prompt):].tolist()
+
+
+class GatedAdapter:
+    """A copy of an adapter whose adapter_config.json is a named pipe: a load of it blocks reading
+    the config (the first thing a load reads) until `release` writes it."""
+
+    def __init__(self, src: str, dst: str):
+        shutil.copytree(src, dst)
+        self.path = dst
+        self.fifo = os.path.join(dst, "adapter_config.json")
+        with open(self.fifo, "rb") as f:
+            self.config = f.read()
+        os.unlink(self.fifo)
+        os.mkfifo(self.fifo)
+        self._writer: int | None = None
+
+    def reader_blocked(self) -> bool:
+        """Whether a load is reading the config now (and blocked there): a pipe's write end opens
+        without blocking only while a reader holds it open."""
+        if self._writer is None:
+            try:
+                self._writer = os.open(self.fifo, os.O_WRONLY | os.O_NONBLOCK)
+            except OSError as e:
+                if e.errno != errno.ENXIO:  # ENXIO: nobody reads it yet
+                    raise
+                return False
+        return True
+
+    def release(self) -> None:
+        """The reader gets the whole config, then its end."""
+        assert self._writer is not None, "nobody reads the config yet"
+        os.write(self._writer, self.config)  # a pipe holds far more than one adapter_config.json
+        self.close()
+
+    def close(self) -> None:
+        """A reader still waiting gets the end of the file (and refuses the adapter), never a hang."""
+        if self._writer is not None:
+            os.close(self._writer)
+            self._writer = None
