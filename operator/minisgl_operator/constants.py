@@ -90,6 +90,20 @@ LOADER_COMMAND = (
     "python", "-c", "import sys; from minisgl.engine.engine import _local_path; print(_local_path(sys.argv[1]))",
 )  # fmt: skip
 LOADER_BACKOFF_LIMIT = 4
+# LoRA adapters (spec.adapters). The server reads a local PEFT directory (adapter_config.json +
+# adapter_model.safetensors) and downloads none, so a Hub adapter is fetched first into the model
+# cache, each into a directory of its own named by its id: the loader Job does it for a shared created
+# cache (as for the model), elsewhere an init container of each server pod (as the server does the
+# model at its start). huggingface_hub is the server image's own (the engine downloads with it).
+ADAPTER_CACHE = f"{CACHE_MOUNT}/lora"
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+ADAPTER_CONTAINER = "adapters"
+ADAPTER_DOWNLOAD_COMMAND = (
+    "python", "-c",
+    "import sys; from huggingface_hub import snapshot_download\n"
+    "for repo, local_dir in zip(sys.argv[1::2], sys.argv[2::2]):\n"
+    f"    print(snapshot_download(repo, local_dir=local_dir, allow_patterns={list(ADAPTER_FILES)!r}))",
+)  # fmt: skip
 # Environment of the server container. Downloads (HF_HOME), FlashInfer's JIT-compiled kernels and
 # Triton's compiled kernels (minisgl's own, compiled by the first start on a GPU: the image cannot
 # ship them, see the Dockerfile's header) go to the model cache volume, so a restarted pod, and on

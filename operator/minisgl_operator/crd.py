@@ -38,6 +38,19 @@ QUANTITY_MAX_LENGTH = 64
 RESOURCE_NAMES_MAX = 32
 DNS_1123_SUBDOMAIN_MAX = 253
 ACCESS_MODES = ("ReadWriteOnce", "ReadWriteOncePod", "ReadWriteMany", "ReadOnlyMany")  # a PVC's, each at most once
+# LoRA adapters: a name is what a request's model field selects the adapter by, so it is safe in an
+# OpenAI model name, a URL path and a metric label (no '/': never a Hub id or a path, the forms the
+# base model's name takes); a source is a Hub id (it becomes a directory of the model cache, so no
+# segment may be '.' or '..') or an absolute path in the pod.
+ADAPTERS_MAX_ITEMS = 64
+ADAPTER_NAME_MAX = 63
+ADAPTER_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
+_HUB_PART = r"[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?"
+ADAPTER_SOURCE_PATTERN = rf"^(/.*|{_HUB_PART}(/{_HUB_PART})?)$"
+# A Hub id or a path, for the model or an adapter; bounded so that the API server can price the
+# rule comparing adapter names with the model's.
+SOURCE_MAX_LENGTH = 1024
+MAX_LORA_RANK = 1024
 
 # CEL rules (x-kubernetes-validations): what a JSON schema cannot say. spec.py checks each of them
 # again in Python (CEL_TWINS), so the operator and the render command catch the same mistakes.
@@ -58,11 +71,21 @@ GPU_RESOURCES_RULE = (
 )
 # argparse takes any unambiguous prefix of a flag (--t is --tp): refuse every prefix of the owned
 # and forbidden flags, not only their full spelling, with or without "=value".
-_GUARDED_PREFIXES = sorted(
-    {flag[2:i] for flag in (*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS) for i in range(3, len(flag) + 1)}
-)
-assert all(p.replace("-", "").isalnum() for p in _GUARDED_PREFIXES), "flag names need no regex escaping"
-ARGS_RULE = "self.all(a, !a.matches('^--(" + "|".join(_GUARDED_PREFIXES) + ")(=.*)?$'))"
+_GUARDED = sorted(flag[2:] for flag in (*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS))
+assert all(name.replace("-", "").isalnum() for name in _GUARDED), "flag names need no regex escaping"
+
+
+def _prefix_regex(words: list[str]) -> str:
+    """A regex of every non-empty prefix of ``words``, as a trie (t(p)?|h(o(s(t)?)?)?): the API
+    server prices a regex by its length, and listing each prefix would grow with the square of a name's."""
+    parts = []
+    for first in sorted({w[0] for w in words}):
+        rest = _prefix_regex([w[1:] for w in words if w[0] == first and len(w) > 1])
+        parts.append(first + (f"({rest})?" if rest else ""))
+    return "|".join(parts)
+
+
+ARGS_RULE = "self.all(a, !a.matches('^--(" + _prefix_regex(_GUARDED) + ")(=.*)?$'))"
 ROLLOUT_RULE = (
     f"has(self.strategy) && self.strategy == '{c.ROLLOUT_RECREATE}' "
     "? !has(self.maxSurge) && !has(self.maxUnavailable) "
@@ -102,6 +125,10 @@ EXCLUSIVE_TOPOLOGY_RULE = (
     f"!has(self.exclusiveTopology) || (has(self.gpusPerNode) && (has(self.tp) ? self.tp : {c.DEFAULT_TP}) > self.gpusPerNode)"
 )
 KEDA_TARGET_RULE = "!has(self.keda) || !has(self.targetWaitingRequests)"
+# A request's model field selects an adapter or the base model: an adapter named like the base
+# model could never be reached. (A name in spec.args' --served-model-name is the server's parser's
+# to refuse: the operator runs it, spec.py.)
+ADAPTER_BASE_NAME_RULE = "!has(self.adapters) || self.adapters.all(a, a.name != self.model)"
 CANARY_NAME_RULE = (
     "!has(self.spec.router) || !has(self.spec.router.canary) || "
     "self.spec.router.canary.inferenceService != self.metadata.name"
@@ -242,6 +269,59 @@ def _keda_schema() -> dict[str, Any]:
     }
 
 
+def _adapters_schema() -> dict[str, Any]:
+    return {
+        "type": "array",
+        "maxItems": ADAPTERS_MAX_ITEMS,
+        "description": (
+            "LoRA adapters served beside the base model (the server's --lora-modules), each in its own slot of "
+            "GPU memory (--max-loras: one per adapter unless spec.args sets it). A request selects one by its "
+            "model field; /v1/models lists them. Each is a PEFT adapter directory (adapter_config.json and "
+            "adapter_model.safetensors) trained on the base model."
+        ),
+        # Keyed by name, as the API server checks it: each name once.
+        "x-kubernetes-list-type": "map",
+        "x-kubernetes-list-map-keys": ["name"],
+        "items": {
+            "type": "object",
+            "required": ["name", "source"],
+            "properties": {
+                "name": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": ADAPTER_NAME_MAX,
+                    "pattern": ADAPTER_NAME_PATTERN,
+                    "description": (
+                        "The model name requests select the adapter by: letters, digits, '.', '_' and '-', "
+                        "starting and ending with a letter or digit; unique, and not the base model's name."
+                    ),
+                },
+                "source": {
+                    "type": "string",
+                    "minLength": 1,
+                    "maxLength": SOURCE_MAX_LENGTH,
+                    "pattern": ADAPTER_SOURCE_PATTERN,
+                    "description": (
+                        "Hugging Face adapter id (org/name; downloaded into the model cache at "
+                        f"{c.ADAPTER_CACHE}/ID before the server starts, with the pods' environment: HF_TOKEN) "
+                        f"or an absolute path in the pod, e.g. inside the model cache at {c.CACHE_MOUNT}."
+                    ),
+                },
+                "rank": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": MAX_LORA_RANK,
+                    "description": (
+                        "The adapter's LoRA rank (r, or its largest per module): the slots are sized for the "
+                        "largest rank given (--max-lora-rank; the server's default without one). An adapter "
+                        "above the slots' rank is refused when the server starts."
+                    ),
+                },
+            },
+        },
+    }
+
+
 def spec_schema() -> dict[str, Any]:
     return {
         "type": "object",
@@ -254,6 +334,7 @@ def spec_schema() -> dict[str, Any]:
             "model": {
                 "type": "string",
                 "minLength": 1,
+                "maxLength": SOURCE_MAX_LENGTH,
                 "description": (
                     "Hugging Face model id (downloaded into the model cache) or a path inside the "
                     f"model cache, which is mounted at {c.CACHE_MOUNT}."
@@ -286,6 +367,7 @@ def spec_schema() -> dict[str, Any]:
                 ),
             },
             "router": _router_schema(),
+            "adapters": _adapters_schema(),
             "replicas": {
                 "type": "integer",
                 "format": "int32",
@@ -572,6 +654,10 @@ def spec_schema() -> dict[str, Any]:
             },
             {"rule": PROGRESS_RULE, "message": "rollout.progressDeadlineSeconds must exceed startupTimeoutSeconds"},
             {"rule": MULTI_NODE_RULE, "message": f"tp above {c.MAX_SINGLE_POD_TP} spans several nodes: set gpusPerNode"},
+            {
+                "rule": ADAPTER_BASE_NAME_RULE,
+                "message": "an adapter's name must differ from the base model's (spec.model): requests select either by it",
+            },
             {"rule": EXCLUSIVE_TOPOLOGY_RULE, "message": "exclusiveTopology places multi-node groups: it needs tp above gpusPerNode"},
             {
                 "rule": SCALE_TO_ZERO_RULE,

@@ -227,6 +227,12 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
     }
     template = {"metadata": {"labels": pod_labels, "annotations": annotations}, "spec": pod_spec}
     template = merge.strategic_merge(template, dict(isvc.pod_template))
+    if isvc.hub_adapters and not isvc.loads_model:
+        # The server reads adapters from local directories only: each pod fetches the Hub ones into
+        # its cache first, as the server fetches the model (on a shared created cache, the loader Job
+        # has, once). After the podTemplate merge: with the server container's final environment.
+        server_ctr = next(ctr for ctr in template["spec"]["containers"] if ctr["name"] == c.CONTAINER_NAME)
+        template["spec"].setdefault("initContainers", []).insert(0, adapter_downloader(isvc, server_ctr))
     reserve_disk(template["spec"], c.CONTAINER_NAME)
     # The Deployment and Service select the pods by these: an override must not change them.
     template["metadata"]["labels"].update(pod_labels)
@@ -384,39 +390,56 @@ def loader_selector(isvc: InferenceService) -> dict[str, str]:
     return {c.LABEL_NAME: f"{c.APP_NAME}{c.LOADER_SUFFIX}", c.LABEL_INSTANCE: isvc.name}
 
 
+def _downloader(isvc: InferenceService, name: str, command: list[str], server_ctr: Obj) -> Obj:
+    """A container that downloads into the model cache with the server container's image,
+    environment (HF_TOKEN...) and security context. No GPU."""
+    container: Obj = {
+        "name": name,
+        "image": isvc.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "env": copy.deepcopy(server_ctr["env"]),
+        "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
+        "securityContext": copy.deepcopy(server_ctr["securityContext"]),
+        "volumeMounts": [{"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT}, {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT}],
+    }
+    if "envFrom" in server_ctr:
+        container["envFrom"] = copy.deepcopy(server_ctr["envFrom"])
+    return container
+
+
+def adapter_downloader(isvc: InferenceService, server_ctr: Obj) -> Obj:
+    """Downloads each Hub adapter into its directory of the model cache (``Adapter.path``)."""
+    pairs = [arg for a in isvc.hub_adapters for arg in (a.source, a.path)]
+    return _downloader(isvc, c.ADAPTER_CONTAINER, [*c.ADAPTER_DOWNLOAD_COMMAND, *pairs], server_ctr)
+
+
 def model_loader(isvc: InferenceService) -> Obj | None:
     """A Job that downloads the model into a shared created cache once, with the server's own
     download function and the server pods' environment (HF_TOKEN...), before any server pod starts:
-    the reconciler applies the workload only once it has succeeded. No GPU."""
+    the reconciler applies the workload only once it has succeeded. The Hub adapters too, beside it."""
     if not isvc.loads_model:
         return None
     server_pod = pod_template(isvc)["spec"]
     server_ctr = server_pod["containers"][0]
     pod_labels = {**labels(isvc), **loader_selector(isvc), c.LABEL_COMPONENT: c.LOADER_COMPONENT}
-    container: Obj = {
-        "name": c.LOADER_CONTAINER,
-        "image": isvc.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": [*c.LOADER_COMMAND, isvc.model],
-        "env": server_ctr["env"],
-        "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
-        "securityContext": server_ctr["securityContext"],
-        "volumeMounts": [{"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT}, {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT}],
-    }
-    if "envFrom" in server_ctr:
-        container["envFrom"] = server_ctr["envFrom"]
+    containers = [] if isvc.model.startswith("/") else [
+        _downloader(isvc, c.LOADER_CONTAINER, [*c.LOADER_COMMAND, isvc.model], server_ctr)
+    ]
+    if isvc.hub_adapters:
+        containers.append(adapter_downloader(isvc, server_ctr))
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": server_pod["securityContext"],
-        "containers": [container],
+        "containers": containers,
         "volumes": [{"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": c.TMP_SIZE_LIMIT}}, _cache_volume(isvc)],
     }
     for key in ("imagePullSecrets", "nodeSelector", "tolerations"):
         if key in server_pod:
             pod_spec[key] = server_pod[key]
-    reserve_disk(pod_spec, c.LOADER_CONTAINER)
+    reserve_disk(pod_spec, containers[0]["name"])
     meta = child_metadata(isvc, loader_name(isvc))
     meta["labels"] = pod_labels
     return {

@@ -25,7 +25,11 @@ from .spec import InferenceService
 POOL_GROUP = c.INFERENCE_POOL_API_VERSION.split("/")[0]
 
 # minisgl's /metrics, under the names the EPP's core-metrics-extractor reads (one engineConfigs
-# entry). minisgl has no LoRA adapters: no LoRA spec.
+# entry). No LoRA spec: the EPP's LoRA affinity reads a gauge of the adapters each pod holds now
+# (vLLM's lora_requests_info: max_lora, running/waiting adapters), which minisgl does not export;
+# and spec.adapters are resident in every pod of the pool (--max-loras holds them all), so any pod
+# serves any adapter. Nor does an adapter need an object of its own: an InferencePool serves every
+# model name its pods answer to (InferenceObjective and InferenceModelRewrite are optional policy).
 ENGINE_METRICS = {
     "name": c.EPP_ENGINE_NAME,
     "queuedRequestsSpec": c.WAITING_REQUESTS_METRIC,

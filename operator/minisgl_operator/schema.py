@@ -3,7 +3,8 @@
 A CRD schema is OpenAPI v3.0 with Kubernetes extensions; JSON Schema needs a few of them spelled
 out: ``x-kubernetes-int-or-string`` is the ``anyOf`` next to it, ``x-kubernetes-preserve-unknown-
 fields`` allows unknown keys, and every other ``x-kubernetes-*`` key (CEL rules, list types) is not
-JSON Schema at all. The CEL rules are mirrored in Python in ``spec.py``.
+JSON Schema at all. The CEL rules are mirrored in Python in ``spec.py``; a list keyed by
+``x-kubernetes-list-map-keys`` is checked for repeated keys here (``duplicate_keys``).
 
 With ``strict`` (the default), objects reject unknown fields, as ``kubectl apply`` does with its
 default ``--validate=strict``; the API server would otherwise prune them silently.
@@ -76,7 +77,34 @@ def _message(error: jsonschema.ValidationError) -> str:
 def errors(obj: dict[str, Any], *, strict: bool = True) -> list[str]:
     """Every schema violation of an InferenceService object, as 'path: problem' lines."""
     found: Iterable[jsonschema.ValidationError] = validator(strict=strict).iter_errors(obj)
-    return sorted(_message(e) for e in found)
+    problems = sorted(_message(e) for e in found)
+    return problems or duplicate_keys(crd.openapi_schema(), obj)
+
+
+def duplicate_keys(node: dict[str, Any], value: Any, path: str = "") -> list[str]:
+    """Items of an ``x-kubernetes-list-type: map`` list that repeat another's keys
+    (x-kubernetes-list-map-keys), as the API server refuses them (Duplicate value): JSON Schema's
+    uniqueItems compares whole items. ``value`` is of the schema's shape (``errors`` checks that first)."""
+    problems: list[str] = []
+    if isinstance(value, dict):
+        for name, sub in (node.get("properties") or {}).items():
+            if name in value:
+                problems += duplicate_keys(sub, value[name], f"{path}.{name}" if path else name)
+        extra = node.get("additionalProperties")
+        if isinstance(extra, dict):
+            for name, item in value.items():
+                problems += duplicate_keys(extra, item, f"{path}.{name}" if path else name)
+    if isinstance(value, list) and isinstance(node.get("items"), dict):
+        keys = node.get("x-kubernetes-list-map-keys") if node.get("x-kubernetes-list-type") == "map" else None
+        seen: set[str] = set()
+        for i, item in enumerate(value):
+            if keys is not None and isinstance(item, dict):
+                key = ", ".join(f"{k}={item.get(k)!r}" for k in keys)
+                if key in seen:
+                    problems.append(f"{path}[{i}]: Duplicate value: {key} (each {' + '.join(keys)} at most once)")
+                seen.add(key)
+            problems += duplicate_keys(node["items"], item, f"{path}[{i}]")
+    return problems
 
 
 def cel_rules_at() -> list[tuple[tuple[str, ...], str]]:

@@ -39,9 +39,14 @@ FLAG_SHELL = flag("shell")
 FLAG_NNODES = flag("nnodes")
 FLAG_NODE_RANK = flag("node_rank")
 FLAG_DIST_INIT_ADDR = flag("dist_init_addr")
+FLAG_LORA_MODULES = flag("lora_modules")
+FLAG_MAX_LORAS = flag("max_loras")
+FLAG_MAX_LORA_RANK = flag("max_lora_rank")
 
-# Flags the operator sets from the spec; spec.args may not set them again.
-OWNED_FLAGS = (FLAG_MODEL, FLAG_TP, FLAG_HOST, FLAG_PORT, FLAG_NNODES, FLAG_NODE_RANK, FLAG_DIST_INIT_ADDR)
+# Flags the operator sets from the spec; spec.args may not set them again (the adapters come from
+# spec.adapters; their slots' count and rank from there too, unless spec.args sets them).
+OWNED_FLAGS = (FLAG_MODEL, FLAG_TP, FLAG_HOST, FLAG_PORT, FLAG_NNODES, FLAG_NODE_RANK, FLAG_DIST_INIT_ADDR,
+               FLAG_LORA_MODULES)
 # Flags that make no sense in a pod (no HTTP server to probe).
 FORBIDDEN_FLAGS = (FLAG_SHELL,)
 # Inside a pod the server must listen on every interface.
@@ -66,7 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _dests_set_by(extra: Sequence[str]) -> set[str]:
+def fields_set_by(extra: Sequence[str]) -> set[str]:
     """The ServerArgs fields that ``extra`` sets, as the server's parser resolves them: argparse
     accepts any unambiguous prefix (``--t`` is ``--tp``, ``--por`` is ``--port``), so comparing
     the spelled flag names would let an abbreviation through."""
@@ -80,7 +85,7 @@ def _dests_set_by(extra: Sequence[str]) -> set[str]:
 def check_extra_args(extra: Sequence[str]) -> None:
     """Reject spec.args that set a flag the operator owns or that the pod cannot use (spelled out
     or abbreviated), or that the server's parser refuses on their own."""
-    dests = _dests_set_by(extra)
+    dests = fields_set_by(extra)
     for flag_name in OWNED_FLAGS:
         if _dest(flag_name) in dests:
             raise ServerArgsError(f"{flag_name} comes from the InferenceService spec; do not repeat it in spec.args")
@@ -107,6 +112,19 @@ def parse_command_line(argv: Sequence[str]) -> server_args.ServerArgs:
 def command_line(model: str, tp: int, port: int, extra: Sequence[str]) -> list[str]:
     """The server's arguments in a pod: the spec's model, TP size and port, then spec.args."""
     return [FLAG_MODEL, model, FLAG_TP, str(tp), FLAG_HOST, POD_HOST, FLAG_PORT, str(port), *extra]
+
+
+def adapter_flags(modules: Sequence[tuple[str, str]], max_loras: int | None, max_rank: int | None) -> list[str]:
+    """The flags that serve LoRA adapters (name, path), in slots for ``max_loras`` adapters of rank up
+    to ``max_rank`` (None: the server's default or spec.args' value)."""
+    if not modules:
+        return []
+    flags = [FLAG_LORA_MODULES, *(f"{name}={path}" for name, path in modules)]
+    if max_loras is not None:
+        flags += [FLAG_MAX_LORAS, str(max_loras)]
+    if max_rank is not None:
+        flags += [FLAG_MAX_LORA_RANK, str(max_rank)]
+    return flags
 
 
 def node_flags(nnodes: int, node_rank: str, dist_init_addr: str) -> list[str]:

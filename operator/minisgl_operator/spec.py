@@ -105,6 +105,25 @@ class Router:
 
 
 @dataclass(frozen=True)
+class Adapter:
+    """A LoRA adapter served beside the base model (spec.adapters[])."""
+
+    name: str
+    source: str
+    rank: int | None = None
+
+    @property
+    def from_hub(self) -> bool:
+        """A Hugging Face id, downloaded into the model cache (as spec.model is), not a path in the pod."""
+        return not self.source.startswith("/")
+
+    @property
+    def path(self) -> str:
+        """Where the server reads it: the path, or the Hub adapter's directory in the model cache."""
+        return f"{c.ADAPTER_CACHE}/{self.source}" if self.from_hub else self.source
+
+
+@dataclass(frozen=True)
 class InferenceService:
     name: str
     namespace: str
@@ -130,6 +149,7 @@ class InferenceService:
     gpus_per_node: int | None = None
     exclusive_topology: str | None = None
     router: Router | None = None
+    adapters: tuple[Adapter, ...] = ()
 
     @property
     def nodes(self) -> int:
@@ -161,8 +181,15 @@ class InferenceService:
     @property
     def loads_model(self) -> bool:
         """A loader Job fills the cache before any server pod starts: a created cache that pods on
-        several nodes share (each would download the same files at once) and a Hugging Face id."""
-        return self.model_cache is not None and self.model_cache.shared and not self.model.startswith("/")
+        several nodes share (each would download the same files at once) and a Hugging Face id, for
+        the model or an adapter."""
+        shared = self.model_cache is not None and self.model_cache.shared
+        return shared and (not self.model.startswith("/") or bool(self.hub_adapters))
+
+    @property
+    def hub_adapters(self) -> tuple[Adapter, ...]:
+        """The adapters to download, each source once."""
+        return tuple({a.source: a for a in self.adapters if a.from_hub}.values())
 
     @property
     def pvc_name(self) -> str:
@@ -172,7 +199,7 @@ class InferenceService:
 
     @property
     def server_command_line(self) -> list[str]:
-        return server.command_line(self.model, self.tp, self.port, self.args)
+        return server.command_line(self.model, self.tp, self.port, [*_adapter_flags(self.adapters, self.args), *self.args])
 
     @property
     def termination_grace_seconds(self) -> int:
@@ -354,6 +381,15 @@ def _check_keda_target(obj: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _check_adapter_base_name(obj: Mapping[str, Any]) -> list[str]:
+    spec = _spec(obj)
+    return [
+        f"spec.adapters[{i}].name: {a.get('name')!r} is the base model's name (spec.model): requests select either by it"
+        for i, a in enumerate(spec.get("adapters") or [])
+        if a.get("name") == spec.get("model")
+    ]
+
+
 def _check_canary_name(obj: Mapping[str, Any]) -> list[str]:
     canary = (_spec(obj).get("router") or {}).get("canary") or {}
     if canary.get("inferenceService") == obj.get("metadata", {}).get("name"):
@@ -380,6 +416,7 @@ CEL_TWINS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     crd.HOSTNAMES_RULE: _check_hostnames,
     crd.EXCLUSIVE_TOPOLOGY_RULE: _check_exclusive_topology,
     crd.KEDA_TARGET_RULE: _check_keda_target,
+    crd.ADAPTER_BASE_NAME_RULE: _check_adapter_base_name,
 }
 
 
@@ -438,15 +475,49 @@ def _check_pod_template(spec: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _adapter_flags(adapters: tuple[Adapter, ...], args: tuple[str, ...] | list[str]) -> list[str]:
+    """--lora-modules, and slots for every adapter (--max-loras) of the largest rank given
+    (--max-lora-rank), each unless spec.args sets it (e.g. spare slots for runtime loading)."""
+    set_by_args = server.fields_set_by(list(args)) if adapters else set()
+    ranks = [a.rank for a in adapters if a.rank is not None]
+    return server.adapter_flags(
+        [(a.name, a.path) for a in adapters],
+        None if "max_loras" in set_by_args else len(adapters),
+        None if "max_lora_rank" in set_by_args or not ranks else max(ranks),
+    )
+
+
+def _adapters(spec: Mapping[str, Any]) -> tuple[Adapter, ...]:
+    return tuple(Adapter(a["name"], a["source"], a.get("rank")) for a in spec.get("adapters") or [])
+
+
+def _slot_problems(adapters: tuple[Adapter, ...], parsed: Any) -> list[str]:
+    """spec.args' own --max-loras or --max-lora-rank too small for spec.adapters: the server would
+    fail at its start, loading them (a crash loop, not a refusal)."""
+    problems = []
+    if adapters and parsed.max_loras is not None and parsed.max_loras < len(adapters):
+        problems.append(f"spec.args: --max-loras {parsed.max_loras} is fewer slots than the {len(adapters)} spec.adapters")
+    for i, a in enumerate(adapters):
+        if a.rank is not None and a.rank > parsed.max_lora_rank:
+            problems.append(
+                f"spec.adapters[{i}].rank: {a.rank} is above spec.args' --max-lora-rank {parsed.max_lora_rank}"
+            )
+    return problems
+
+
 def _parse_server_args(spec: Mapping[str, Any]) -> tuple[list[str], float]:
     extra = list(spec.get("args", []))
+    adapters = _adapters(spec)
     try:
         server.check_extra_args(extra)
-        argv = server.command_line(spec["model"], spec.get("tp", c.DEFAULT_TP), spec.get("port", server.DEFAULT_PORT), extra)
+        argv = server.command_line(spec["model"], spec.get("tp", c.DEFAULT_TP), spec.get("port", server.DEFAULT_PORT),
+                                   [*_adapter_flags(adapters, extra), *extra])
         parsed = server.parse_command_line(argv)
     except server.ServerArgsError as exc:
+        if adapters and server.FLAG_LORA_MODULES in str(exc):  # e.g. a name in --served-model-name
+            return [f"spec.adapters: the server would refuse them: {exc}"], server.DEFAULT_DRAIN_TIMEOUT
         return [f"spec.args: the server would refuse {extra!r}: {exc}"], server.DEFAULT_DRAIN_TIMEOUT
-    return [], float(parsed.drain_timeout)
+    return _slot_problems(adapters, parsed), float(parsed.drain_timeout)
 
 
 def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -> InferenceService:
@@ -525,6 +596,7 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
         gpus_per_node=spec.get("gpusPerNode"),
         exclusive_topology=spec.get("exclusiveTopology"),
         router=None if router is None else _router(router),
+        adapters=_adapters(spec),
     )
 
 
