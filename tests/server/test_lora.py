@@ -3,12 +3,16 @@
 model as its `parent`, an unknown name is a 404 naming it, /metrics counts each adapter's requests,
 and an adapter the engine cannot serve stops the server at start with the reason. With
 --allow-runtime-lora-updating, adapters load and unload while requests run (vLLM's routes): one in
-use is never unloaded, a running request's output is what it is on an idle server."""
+use is never unloaded, a running request's output is what it is on an idle server, requests stream
+while an adapter is read, and its load route returns once it is served (until then it is an
+unknown model, and can be neither unloaded nor loaded again)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -16,7 +20,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from minisgl.server.args import parse_args
-from tests.lora.peft_adapters import build_adapters, peft_greedy
+from tests.lora.peft_adapters import GatedAdapter, build_adapters, peft_greedy
 from tests.server.serving import ServerProcess
 
 PROMPT = [5, 17, 42, 99, 3, 250, 251]
@@ -149,6 +153,45 @@ def test_adapters_load_and_unload_under_load_without_touching_running_requests(r
     with pytest.raises(openai.NotFoundError):
         client.completions.create(model="r4", prompt=PROMPT, max_tokens=2)
     assert post("/v1/unload_lora_adapter", lora_name="r4").status_code == 404
+
+
+def test_requests_stream_while_an_adapter_loads_and_its_route_returns_once_it_is_served(runtime_server, model_dir,
+                                                                                       adapters, tmp_path):
+    url = runtime_server.url
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
+    gated = GatedAdapter(adapters["r8"], str(tmp_path / "slow"))  # its config is read when the test says
+    base = {"model": "base", "prompt": PROMPT, "max_tokens": 16, "temperature": 0, "extra_body": {"ignore_eos": True}}
+
+    def post(path: str, **body) -> httpx.Response:
+        return httpx.post(url + path, json=body, timeout=600)
+
+    with ThreadPoolExecutor(1) as background:
+        try:
+            loading = background.submit(post, "/v1/load_lora_adapter", lora_name="slow", lora_path=gated.path)
+            while not gated.reader_blocked():
+                time.sleep(0.05)
+            # The load is blocked reading the adapter: a stream runs to its end meanwhile.
+            chunks = list(client.completions.create(stream=True, **base))
+            assert chunks[-1].choices[0].finish_reason == "length"
+            streamed = "".join(c.choices[0].text for c in chunks)
+            with pytest.raises(openai.NotFoundError, match="the model 'slow' does not exist"):
+                client.completions.create(model="slow", prompt=PROMPT, max_tokens=2)
+            r = post("/v1/unload_lora_adapter", lora_name="slow")
+            assert r.status_code == 400 and "'slow' is still loading" in r.json()["error"]["message"]
+            r = post("/v1/load_lora_adapter", lora_name="slow", lora_path=adapters["r8"])
+            assert r.status_code == 400 and "'slow' is already being loaded" in r.json()["error"]["message"]
+            assert not loading.done()
+            gated.release()
+            r = loading.result()
+        finally:
+            gated.close()
+    assert r.status_code == 200 and r.text == "Success: LoRA adapter 'slow' added successfully."
+    reply = client.completions.create(model="slow", prompt=PROMPT, max_tokens=8, temperature=0,
+                                      extra_body={"ignore_eos": True, "skip_special_tokens": False})
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    assert reply.choices[0].text == tokenizer.decode(peft_greedy(model_dir, adapters["r8"], PROMPT, 8))
+    assert streamed == client.completions.create(**base).choices[0].text
+    assert post("/v1/unload_lora_adapter", lora_name="slow").status_code == 200
 
 
 def test_a_runtime_load_the_engine_cannot_serve_is_refused_with_the_reason(runtime_server, tiny_model_dir, tmp_path):
