@@ -7,7 +7,9 @@ goes through (minisgl_operator.schema.to_json_schema), strict: an unknown field 
 ``kubectl apply --validate=strict`` makes it; then the CRD's CEL rules (x-kubernetes-validations)
 run in cel-python on the object with the schema's defaults filled in, as the API server runs them.
 Core kinds go to kubernetes-validate (the official OpenAPI schemas of Kubernetes), so
-:func:`validate` covers every object the operator renders.
+:func:`validate` covers every object the operator renders. The chart's own CRD (the
+InferenceService's, generated from minisgl_operator.crd) is read the same way, so that the fake API
+server refuses an InferenceService as a real one would (operator_fake_kube.submit_inferenceservice).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import yaml
 from minisgl_operator import schema
 
 CRDS = Path(__file__).resolve().parent / "crds"
+CHART_CRDS = Path(__file__).resolve().parents[2] / "charts" / "minisgl-operator" / "crds"
 K8S_VERSION = kubernetes_validate.latest_version()
 
 
@@ -30,7 +33,7 @@ K8S_VERSION = kubernetes_validate.latest_version()
 def published() -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> that version's openAPIV3Schema, for every served version of every vendored CRD."""
     out = {}
-    for path in sorted(CRDS.glob("*/*.yaml")):
+    for path in [*sorted(CRDS.glob("*/*.yaml")), *sorted(CHART_CRDS.glob("*.yaml"))]:
         crd = yaml.safe_load(path.read_text())
         group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
         for version in crd["spec"]["versions"]:
@@ -51,13 +54,15 @@ def is_custom(obj: dict[str, Any]) -> bool:
 
 
 def custom_errors(obj: dict[str, Any]) -> list[str]:
-    """Every violation of its published CRD's schema and CEL rules, as 'path: problem' lines."""
+    """Every violation of its published CRD's schema, list keys (x-kubernetes-list-map-keys: each
+    key once) and CEL rules, as 'path: problem' lines."""
     found = _validator(obj["apiVersion"], obj["kind"]).iter_errors(obj)
     problems = sorted(f"{'.'.join(str(p) for p in e.absolute_path) or '<root>'}: {e.message}" for e in found)
     if problems:  # the API server runs the CEL rules only on an object of the right shape
         return problems
     node = published()[(obj["apiVersion"], obj["kind"])]
-    return _cel_problems(node, defaulted(node, obj), obj["kind"])
+    value = defaulted(node, obj)
+    return schema.duplicate_keys(node, value) + _cel_problems(node, value, obj["kind"])
 
 
 def defaulted(node: dict[str, Any], value: Any) -> Any:
@@ -82,6 +87,8 @@ def _cel_problems(node: dict[str, Any], value: Any, path: str) -> list[str]:
 
     problems = []
     for rule in node.get("x-kubernetes-validations", []):
+        if "oldSelf" in rule["rule"]:
+            continue  # a transition rule: the API server runs it only on an update, against the stored value
         try:
             env = celpy.Environment()
             ok = env.program(env.compile(rule["rule"])).evaluate({"self": celpy.json_to_cel(value)})

@@ -10,7 +10,8 @@ It behaves like an API server where it matters to the reconciler:
   (kube_names.py), a change to a PVC's spec other than growing its storage request (the spec is
   immutable), a change to a Deployment's selector, a custom resource (LeaderWorkerSet,
   ScaledObject, InferencePool, HTTPRoute) that its published CRD's schema refuses (operator_crds.py,
-  the vendored CRDs), and (``apply_crd``) a CRD whose CEL rules cost too much (cel_cost.py);
+  the vendored CRDs), an InferenceService that the chart's CRD refuses (``submit_inferenceservice``),
+  and (``apply_crd``) a CRD whose CEL rules cost too much (cel_cost.py);
 - it runs the admission webhooks of KEDA (a ScaledObject whose target an HPA already scales) and
   LWS (defaulting, validation), answering 403 as they do (kube_webhooks.py);
 - it fills in defaults the way the API server does (restartPolicy, terminationMessagePath,
@@ -291,6 +292,18 @@ class FakeKube:
         }
         self.objects[(c.KIND, namespace, name)] = body
         return copy.deepcopy(body)
+
+    def submit_inferenceservice(self, name: str, spec: Obj, namespace: str = "llm") -> Obj:
+        """`kubectl apply` of a new InferenceService to an API server with the chart's CRD: 422
+        Invalid for what the CRD's schema, list keys or CEL rules refuse (operator_crds), else what
+        ``create_inferenceservice`` stores. (That one stores any spec, as a CRD of an older
+        operator would let through: the operator's own checks are what those tests exercise.)"""
+        obj = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name, "namespace": namespace},
+               "spec": copy.deepcopy(spec)}
+        problems = operator_crds.custom_errors(obj)
+        if problems:
+            raise ApiError(422, "Invalid", f'{c.KIND}.{c.GROUP} "{name}" is invalid: ' + "; ".join(problems))
+        return self.create_inferenceservice(name, spec, namespace)
 
     def inferenceservice(self, name: str, namespace: str = "llm") -> Obj:
         return copy.deepcopy(self.objects[(c.KIND, namespace, name)])

@@ -182,6 +182,20 @@ def with_spec(**changes) -> dict:
         (with_spec(args=["--x"] * (crd.ARGS_MAX_ITEMS + 1)), "spec.args: ['--x'"),
         (with_spec(modelCache={"size": "1Gi", "accessModes": ["ReadWriteMany"] * 5}), "spec.modelCache.accessModes: ['ReadWriteMany'"),
         ({k: v for k, v in MINIMAL.items() if k != "spec"}, "<root>: 'spec' is a required property"),
+        # LoRA adapters: a name a request's model field can carry, a source that is a Hub id or a path.
+        (with_spec(adapters=[{"name": "org/sql", "source": "org/sql-lora"}]), "spec.adapters[0].name: 'org/sql' does not match"),
+        (with_spec(adapters=[{"name": "-sql", "source": "org/sql-lora"}]), "spec.adapters[0].name: '-sql' does not match"),
+        (with_spec(adapters=[{"name": "sql lora", "source": "org/sql-lora"}]), "spec.adapters[0].name: 'sql lora' does not match"),
+        (with_spec(adapters=[{"name": "a" * (crd.ADAPTER_NAME_MAX + 1), "source": "x"}]), "spec.adapters[0].name: 'aaaa"),
+        (with_spec(adapters=[{"name": "sql"}]), "spec.adapters[0]: 'source' is a required property"),
+        (with_spec(adapters=[{"name": "sql", "source": "org/../etc"}]), "spec.adapters[0].source: 'org/../etc' does not match"),
+        (with_spec(adapters=[{"name": "sql", "source": "a/b/c"}]), "spec.adapters[0].source: 'a/b/c' does not match"),
+        (with_spec(adapters=[{"name": "sql", "source": "org/sql-lora", "rank": 0}]), "spec.adapters[0].rank: 0 is less than"),
+        (with_spec(adapters=[{"name": "sql", "source": "org/sql-lora", "path": "/x"}]), "spec.adapters[0]: Additional properties"),
+        (with_spec(adapters=[{"name": f"a{i}", "source": "org/a"} for i in range(crd.ADAPTERS_MAX_ITEMS + 1)]),
+         "spec.adapters: [{'name': 'a0'"),
+        (with_spec(adapters=[{"name": "sql", "source": "org/a"}, {"name": "sql", "source": "org/b"}]),
+         "spec.adapters[1]: Duplicate value: name='sql'"),
     ],
 )
 def test_bad_specs_are_rejected_with_the_field_named(obj, problem):
@@ -249,6 +263,8 @@ REJECTED = [
         (with_spec(tp=8, gpusPerNode=8, exclusiveTopology="rack"), crd.EXCLUSIVE_TOPOLOGY_RULE, "needs tp above gpusPerNode"),
         (with_spec(exclusiveTopology="rack"), crd.EXCLUSIVE_TOPOLOGY_RULE, "needs tp above gpusPerNode"),
         (with_spec(autoscaling={"maxReplicas": 2, "targetWaitingRequests": 3, "keda": KEDA}), crd.KEDA_TARGET_RULE, "set keda.target"),
+        (with_spec(model="gpt2", adapters=[{"name": "sql", "source": "org/sql"}, {"name": "gpt2", "source": "org/gpt2-lora"}]),
+         crd.ADAPTER_BASE_NAME_RULE, "'gpt2' is the base model's name"),
 ]
 
 
@@ -272,6 +288,7 @@ ACCEPTED = [
         with_spec(router={"gateway": {"name": "gw"}, "canary": {"inferenceService": "other", "weight": 5}},
                   autoscaling={"minReplicas": 0, "maxReplicas": 2, "keda": KEDA}),
         with_spec(router={}),
+        with_spec(model="gpt2", adapters=[{"name": "gpt2-sql", "source": "org/sql", "rank": 64}, {"name": "c", "source": "/m/c"}]),
 ]
 
 
@@ -377,3 +394,36 @@ def test_the_readme_example_is_the_one_it_tells_you_to_apply():
     readme_example, *_ = _yaml_blocks(REPO / "README.md")
     shipped = yaml.safe_load((REPO / "operator" / "examples" / "inferenceservice.yaml").read_text())
     assert readme_example == shipped
+
+
+# --- the fake API server refuses what the CRD refuses --------------------------------------------
+
+
+@pytest.mark.parametrize("adapters, model, refusal", [
+    ([{"name": "sql", "source": "org/a"}, {"name": "sql", "source": "org/b"}], "org/base", "spec.adapters[1]: Duplicate value"),
+    ([{"name": "sql/v2", "source": "org/a"}], "org/base", "spec.adapters.0.name: 'sql/v2' does not match"),
+    ([{"name": f"a{i}", "source": "org/a"} for i in range(crd.ADAPTERS_MAX_ITEMS + 1)], "org/base", "is too long"),
+    ([{"name": "gpt2", "source": "org/gpt2-lora"}], "gpt2", "an adapter's name must differ from the base model's"),
+])  # fmt: skip
+def test_the_api_server_refuses_bad_adapters_with_422(fake, adapters, model, refusal):
+    from minisgl_operator.kube import ApiError
+
+    with pytest.raises(ApiError) as refused:
+        fake.submit_inferenceservice("chat", {"model": model, "adapters": adapters})
+    assert refused.value.status == 422 and refusal in refused.value.message, refused.value.message
+    assert (c.KIND, "llm", "chat") not in fake.objects
+    with pytest.raises(spec.SpecError):  # and the operator's own checks, for a file the API server never saw
+        spec.parse(with_spec(model=model, adapters=adapters))
+
+
+def test_the_api_server_stores_good_adapters(fake):
+    adapters = [{"name": "sql", "source": "org/sql-lora", "rank": 16}, {"name": "chat", "source": "/models/chat"}]
+    stored = fake.submit_inferenceservice("chat", {"model": "org/base", "adapters": adapters})
+    assert stored["spec"]["adapters"] == adapters
+    assert spec.parse(stored).adapters == (spec.Adapter("sql", "org/sql-lora", 16), spec.Adapter("chat", "/models/chat"))
+
+
+def test_the_adapters_list_is_keyed_by_name_as_the_api_server_merges_it():
+    adapters = _at(".spec.adapters")
+    assert (adapters["x-kubernetes-list-type"], adapters["x-kubernetes-list-map-keys"]) == ("map", ["name"])
+    assert "name" in adapters["items"]["required"]  # a map list's keys must be required (or defaulted)

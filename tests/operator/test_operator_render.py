@@ -143,6 +143,11 @@ MATRIX = {
                                                            "activationTarget": "0.1"}}},
     "keda-waiting": {"model": "m", "autoscaling": {"minReplicas": 1, "maxReplicas": 3,
                                                    "keda": {"prometheusAddress": "http://prom:9090", "target": "4"}}},
+    "adapters-shared-cache": {"model": "org/base", "replicas": 2, "modelCache": {"size": "100Gi", "accessModes": ["ReadWriteMany"]},
+                              "adapters": [{"name": "sql", "source": "org/sql-lora", "rank": 32},
+                                           {"name": "local", "source": "/models/mine/chat-lora"}]},
+    "adapters-multi-node": {"model": "m", "tp": 16, "gpusPerNode": 8, "modelCache": {"claimName": "models"},
+                            "args": ["--max-loras", "8"], "adapters": [{"name": "sql", "source": "org/sql-lora"}]},
 }  # fmt: skip
 
 
@@ -703,3 +708,149 @@ def test_well_formed_affinity_and_value_from_pass_through_unchanged():
     assert pod(spec)["affinity"] == spec["affinity"]
     divisor = {"name": "MEM", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": 1}}}
     assert parse(isvc({"model": "m", "env": [divisor]})).env == (divisor,)  # a quantity: int or string
+
+
+# --- LoRA adapters (spec.adapters) ---------------------------------------------------------------
+
+ADAPTERS = [
+    {"name": "sql", "source": "org/sql-lora", "rank": 32},
+    {"name": "chat.v2", "source": "/models/mine/chat-lora", "rank": 8},
+    {"name": "Summarize_1", "source": "summarize-lora"},
+]
+
+
+def test_adapters_become_the_servers_lora_flags_with_a_slot_each_of_the_largest_rank():
+    args = container({"model": "org/base", "adapters": ADAPTERS})["args"]
+    assert args[args.index("--lora-modules"):] == [
+        "--lora-modules", "sql=/models/lora/org/sql-lora", "chat.v2=/models/mine/chat-lora",
+        "Summarize_1=/models/lora/summarize-lora", "--max-loras", "3", "--max-lora-rank", "32",
+    ]  # fmt: skip
+    # Parsed and checked by minisgl's own parser, exactly as the server will.
+    parsed = server.parse_command_line(args)
+    assert parsed.lora_adapters == {"sql": "/models/lora/org/sql-lora", "chat.v2": "/models/mine/chat-lora",
+                                    "Summarize_1": "/models/lora/summarize-lora"}  # fmt: skip
+    assert (parsed.max_loras, parsed.max_lora_rank) == (3, 32)
+
+
+def test_without_adapters_or_rank_hints_the_servers_defaults_stand():
+    assert not any(a.startswith("--lora") or a.startswith("--max-lora") for a in container({"model": "m"})["args"])
+    args = container({"model": "m", "adapters": [{"name": "a", "source": "/models/a"}]})["args"]
+    parsed = server.parse_command_line(args)
+    assert "--max-lora-rank" not in args and parsed.max_lora_rank == server_args.ServerArgs.max_lora_rank
+
+
+def test_spec_args_may_size_the_slots_themselves_and_the_operator_adds_no_second_flag():
+    # Spare slots for adapters loaded at runtime (vLLM's --allow-runtime-lora-updating API).
+    args = container({"model": "m", "adapters": ADAPTERS,
+                      "args": ["--max-loras", "8", "--max-lora-r=64", "--allow-runtime-lora-updating"]})["args"]
+    assert args.count("--max-loras") == 1 and "--max-lora-rank" not in args
+    parsed = server.parse_command_line(args)
+    assert (parsed.max_loras, parsed.max_lora_rank, parsed.allow_runtime_lora_updating) == (8, 64, True)
+
+
+@pytest.mark.parametrize("args, complaint", [
+    (["--max-loras", "2"], "spec.args: --max-loras 2 is fewer slots than the 3 spec.adapters"),
+    (["--max-lora-rank", "16"], "spec.adapters[0].rank: 32 is above spec.args' --max-lora-rank 16"),
+    (["--served-model-name", "base", "sql"], "spec.adapters: the server would refuse them: --lora-modules: 'sql' is already"),
+    (["--lora-modules", "x=/models/x"], "--lora-modules comes from the InferenceService spec"),
+    (["--lora", "x=/models/x"], "--lora-modules comes from the InferenceService spec"),  # argparse's prefix
+])  # fmt: skip
+def test_adapters_the_server_would_not_start_with_are_a_spec_error(args, complaint):
+    # Each would be a crash loop at the server's start (a full pool, a rank above the slots', a name
+    # the base model answers to), or a second list of adapters that argparse would let win silently.
+    with pytest.raises(SpecError) as info:
+        render.render(isvc({"model": "org/base", "adapters": ADAPTERS, "args": args}))
+    assert any(complaint in p for p in info.value.problems), info.value.problems
+
+
+def _init(template: dict) -> dict:
+    (only,) = template["spec"].get("initContainers", [])
+    return only
+
+
+def test_hub_adapters_are_downloaded_into_the_model_cache_before_the_server_starts():
+    spec = {"model": "org/base", "adapters": ADAPTERS, "env": [{"name": "HF_TOKEN", "value": "t"}],
+            "envFrom": [{"secretRef": {"name": "hub"}}], "modelCache": {"claimName": "models"}}
+    template = objects(spec)["Deployment"]["spec"]["template"]
+    init, server_ctr = _init(template), template["spec"]["containers"][0]
+    assert init["name"] == c.ADAPTER_CONTAINER and init["image"] == server_ctr["image"]
+    # Each Hub id once, into the directory the server's --lora-modules names; the local path is not fetched.
+    assert init["command"] == [*c.ADAPTER_DOWNLOAD_COMMAND, "org/sql-lora", "/models/lora/org/sql-lora",
+                               "summarize-lora", "/models/lora/summarize-lora"]  # fmt: skip
+    assert {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT} in init["volumeMounts"]
+    # The server container's environment (HF_TOKEN, HF_HOME) and lockdown.
+    assert (init["env"], init["envFrom"]) == (server_ctr["env"], server_ctr["envFrom"])
+    assert init["securityContext"] == server_ctr["securityContext"]
+    assert "nvidia.com/gpu" not in str(init["resources"])
+
+
+def test_adapters_from_paths_alone_need_no_download():
+    assert "initContainers" not in pod({"model": "m", "adapters": [{"name": "a", "source": "/models/a"}]})
+
+
+def test_a_podtemplate_environment_reaches_the_adapter_download_too():
+    override = {"spec": {"containers": [{"name": c.CONTAINER_NAME, "env": [{"name": "HF_ENDPOINT", "value": "https://hub.example"}]}]}}
+    init = _init(objects({"model": "m", "adapters": ADAPTERS, "podTemplate": override})["Deployment"]["spec"]["template"])
+    assert {"name": "HF_ENDPOINT", "value": "https://hub.example"} in init["env"]
+
+
+def test_every_pod_of_a_multi_node_group_fetches_the_adapters_its_ranks_load():
+    lws = objects(MATRIX["adapters-multi-node"])["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
+    for role in ("leaderTemplate", "workerTemplate"):
+        template = lws[role]
+        assert _init(template)["command"][-2:] == ["org/sql-lora", "/models/lora/org/sql-lora"]
+        args = template["spec"]["containers"][0]["args"]  # a worker's node rank is the kubelet's to expand
+        assert args[args.index("--lora-modules") + 1] == "sql=/models/lora/org/sql-lora"
+        assert args.count("--max-loras") == 1  # spec.args' 8
+
+
+def test_on_a_shared_created_cache_the_loader_job_fetches_the_adapters_once_beside_the_model():
+    rendered = objects(MATRIX["adapters-shared-cache"])
+    assert "initContainers" not in rendered["Deployment"]["spec"]["template"]["spec"]
+    job_pod = rendered["Job"]["spec"]["template"]["spec"]
+    assert [ctr["name"] for ctr in job_pod["containers"]] == [c.LOADER_CONTAINER, c.ADAPTER_CONTAINER]
+    assert job_pod["containers"][1]["command"][-2:] == ["org/sql-lora", "/models/lora/org/sql-lora"]
+    # A model from a path has nothing to load; its Hub adapters still do.
+    local_model = objects({**MATRIX["adapters-shared-cache"], "model": "/models/base"})
+    assert [ctr["name"] for ctr in local_model["Job"]["spec"]["template"]["spec"]["containers"]] == [c.ADAPTER_CONTAINER]
+    assert "Job" not in objects({**MATRIX["adapters-shared-cache"], "model": "/models/base",
+                                 "adapters": [{"name": "a", "source": "/models/a"}]})  # fmt: skip
+
+
+def test_the_download_command_runs_and_fails_on_an_adapter_it_cannot_fetch(tmp_path):
+    command = _init(objects({"model": "m", "adapters": ADAPTERS})["Deployment"]["spec"]["template"])["command"]
+    env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    nothing = subprocess.run([sys.executable, *command[1:3]], capture_output=True, text=True, env=env, timeout=120)
+    assert nothing.returncode == 0, nothing.stderr  # valid Python; huggingface_hub is there
+    missing = subprocess.run([sys.executable, *command[1:3], "org/sql-lora", str(tmp_path / "lora" / "org" / "sql-lora")],
+                             capture_output=True, text=True, env=env, timeout=120)  # fmt: skip
+    assert missing.returncode != 0 and "LocalEntryNotFoundError" in missing.stderr
+
+
+def test_a_downloaded_hub_adapter_is_where_the_server_loads_it_from(tiny_model_dir, tmp_path):
+    """peft writes an adapter; the files the download keeps (its allow_patterns) are the ones the
+    server's loader reads, at the path its --lora-modules names (the cache mount mapped to tmp_path)."""
+    import shutil
+
+    from minisgl.lora import load_adapter
+    from minisgl.models import load_model_config
+    from tests.lora.peft_adapters import build_adapter
+
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    written = build_adapter(model_dir, str(tmp_path / "peft"), rank=8, alpha=16)
+    template = objects({"model": "m", "adapters": [ADAPTERS[0]]})["Deployment"]["spec"]["template"]
+    parsed = server.parse_command_line(template["spec"]["containers"][0]["args"])
+    in_pod = parsed.lora_adapters["sql"]
+    assert _init(template)["command"][-1] == in_pod and in_pod.startswith(c.CACHE_MOUNT + "/")
+    local = tmp_path / "cache" / in_pod.removeprefix(c.CACHE_MOUNT + "/")
+    local.mkdir(parents=True)
+    for name in c.ADAPTER_FILES:
+        shutil.copy(f"{written}/{name}", local / name)
+    # The download itself, offline: huggingface_hub finds the directory filled and keeps it.
+    command = _init(template)["command"]
+    env = {"PATH": "/usr/bin:/bin", "HF_HOME": str(tmp_path / "hf"), "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run([sys.executable, *command[1:3], command[-2], str(local)], capture_output=True, text=True,
+                          env=env, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    adapter = load_adapter("sql", str(local), load_model_config(model_dir), max_rank=parsed.max_lora_rank)
+    assert adapter.rank == 8
