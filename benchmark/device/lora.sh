@@ -6,7 +6,9 @@
 # one process: throughput ratio and the decode steps replayed from CUDA graphs
 # (benchmark/offline/lora.py); then the serving workload (benchmark/online/bench.py, chat API) against
 # the base model's server and against one serving the 8 adapters, requests spread over them in turn
-# (--spread-models), one after the other in the same call, and the ratio per rate.
+# (--spread-models), one after the other in the same call, and the ratio per rate. Step "load" (not
+# in the default): a batch of 32 decoding while rank-16 adapters load, off the scheduler's loop and
+# then in it (benchmark/offline/lora_load.py): the longest step a running request sees with each.
 #
 #   bash benchmark/device/lora.sh            # nvidia-h100-x1
 #
@@ -26,7 +28,8 @@ for part in ${STEPS:-tests bench online}; do
     case "$part" in
     tests)
         step "LoRA GPU tests"
-        timeout 300 python -m pytest tests/llm/test_lora_cuda.py tests/kernels/test_lora.py -q -p no:cacheprovider \
+        timeout 300 python -m pytest tests/llm/test_lora_cuda.py tests/kernels/test_lora.py tests/lora/test_loader_cuda.py \
+            -q -p no:cacheprovider \
             "tests/quantization/test_fp8_cuda.py::test_lora_over_fp8_linears_adds_the_adapters_float32_deltas_to_the_fp8_output" \
             2>&1 | tail -5 ;;
     bench)
@@ -36,6 +39,12 @@ for part in ${STEPS:-tests bench online}; do
             --out "$RES/lora.json" > "$RES/lora.log" 2>&1
         echo "exit $?"
         grep -vE "it/s\]|s/it\]" "$RES/lora.log" | tail -8 ;;
+    load)
+        step "decoding while adapters load: off the loop, then in it"
+        timeout 480 python benchmark/offline/lora_load.py --model "$MODEL" --dummy-weight --loads 4 --lora-rank 16 \
+            --out "$RES/lora_load.json" > "$RES/lora_load.log" 2>&1
+        echo "exit $?"
+        tail -5 "$RES/lora_load.log" ;;
     online)
         step "online: the base model's server, then one with 8 adapters of rank 16"
         MODS=$(python -m minisgl.benchmark.lora_adapters "$MODEL" /tmp/adapters --num 8 --rank 16)
