@@ -14,7 +14,8 @@ operator's applies meet.
   ``.spec.template.spec.containers[name="server"].image``.
 - Ownership: a field another manager set to another value is a conflict (409) unless the apply
   forces, which takes it over; a field the applier set before and omits now is removed unless
-  another manager owns it too; everyone else's fields stay. An update (``kubectl edit``) takes the
+  another manager owns it too (an item of a map list whole, with its defaulted fields, once nobody
+  holds a field of it); everyone else's fields stay. An update (``kubectl edit``) takes the
   fields it changed.
 Not modelled: managedFields in the returned object (the fake keeps them beside it), field
 validation of non-apply writes, and ownership of the items of an atomic list one by one.
@@ -242,6 +243,11 @@ def delete(obj: Obj, path: FieldPath) -> None:
     _prune(obj, path)
 
 
+def _is_key_field(path: FieldPath) -> bool:
+    """Whether ``path`` is a key field of a map list's item (``containers[name="x"].name``)."""
+    return len(path) >= 2 and path[-2][0] == "k" and path[-1][0] == "f" and path[-1][1] in dict(path[-2][1])
+
+
 class Conflict(Exception):
     def __init__(self, conflicts: list[tuple[str, FieldPath]], api_version: str):
         self.conflicts = conflicts
@@ -271,8 +277,15 @@ def apply(live: Obj | None, applied: Obj, managed: dict[str, set[FieldPath]], ma
     for other, path in conflicts:
         managed[other].discard(path)
     others = set().union(*(owned for m, owned in managed.items() if m != manager)) if managed else set()
-    for path in managed.get(manager, set()) - set(new_fields) - others:
-        delete(result, path)
+    kept = others | set(new_fields)
+    # Key fields last: the item of a map list is found by its key. An item whose key the applier
+    # dropped and nobody else holds a field of goes whole, the fields defaulted into it with it.
+    for path in sorted(managed.get(manager, set()) - kept, key=_is_key_field):
+        item = path[:-1]
+        if _is_key_field(path) and not any(p[: len(item)] == item for p in kept):
+            delete(result, item)
+        else:
+            delete(result, path)
     for path, value in new_fields.items():
         set_(result, path, value)
     result["apiVersion"] = applied["apiVersion"]

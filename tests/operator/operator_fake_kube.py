@@ -73,7 +73,7 @@ def _default_pod_spec(pod: Obj) -> None:
     pod.setdefault("restartPolicy", "Always")
     pod.setdefault("dnsPolicy", "ClusterFirst")
     pod.setdefault("schedulerName", "default-scheduler")
-    for container in pod.get("containers", []):
+    for container in [*pod.get("initContainers", []), *pod.get("containers", [])]:
         container.setdefault("terminationMessagePath", "/dev/termination-log")
         container.setdefault("terminationMessagePolicy", "File")
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):

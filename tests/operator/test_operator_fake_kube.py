@@ -99,6 +99,23 @@ def test_fields_the_operator_stops_applying_are_removed_unless_someone_else_owns
     assert stored["metadata"]["labels"]["shared"] == "1"
 
 
+def test_a_keyed_item_the_operator_stops_applying_goes_whole_with_its_defaulted_fields(fake):
+    # structured-merge-diff removes the item (its key path) once its applier drops it and nobody else
+    # holds a field of it: the defaults the API server filled in (terminationMessagePath) go with it.
+    adapters = {"model": "m", "modelCache": {"claimName": "models"}, "adapters": [{"name": "a", "source": "org/a"}]}
+    stored = fake.apply(child("Deployment", adapters))
+    (init,) = stored["spec"]["template"]["spec"]["initContainers"]
+    assert init["terminationMessagePath"] == "/dev/termination-log"  # defaulted, owned by no manager
+    stored = fake.apply(child("Deployment", {"model": "m", "modelCache": {"claimName": "models"}}))
+    assert "initContainers" not in stored["spec"]["template"]["spec"]
+    # An item another manager holds a field of stays, with that field.
+    fake.apply(child("Deployment", adapters))
+    fake.edit("Deployment", "chat", lambda d: d["spec"]["template"]["spec"]["initContainers"][0].update(workingDir="/tmp"))
+    stored = fake.apply(child("Deployment", {"model": "m", "modelCache": {"claimName": "models"}}))
+    (init,) = stored["spec"]["template"]["spec"]["initContainers"]
+    assert init["workingDir"] == "/tmp" and "command" not in init
+
+
 def test_a_conflicting_apply_without_force_is_refused_with_the_api_servers_409(fake):
     # A real 409 (khuedoan/homelab#161): "Apply failed with 1 conflict: conflict with
     # \"kubectl-client-side-apply\" using apiextensions.k8s.io/v1: .spec.versions"

@@ -725,3 +725,77 @@ def test_with_indexes_what_the_spec_drops_is_still_deleted(fake):
     fake.update_spec("chat", lambda spec: spec.pop("autoscaling"))
     reconcile_with_indexes(fake)
     assert ("HorizontalPodAutoscaler", "chat") not in fake.children()
+
+
+# --- LoRA adapters (spec.adapters) ---------------------------------------------------------------
+
+ADAPTER = {"name": "sql", "source": "org/sql-lora", "rank": 32}
+
+
+def _server_args(fake) -> list[str]:
+    return fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def test_adapters_the_api_server_stored_are_loaded_with_the_model_then_served(fake):
+    body = fake.submit_inferenceservice("chat", {**SHARED_CACHE, "adapters": [ADAPTER]})
+    handlers.on_create(body=body, logger=LOG)
+    job = fake.objects[("Job", "llm", "chat-load")]["spec"]["template"]["spec"]
+    assert [ctr["name"] for ctr in job["containers"]] == [c.LOADER_CONTAINER, c.ADAPTER_CONTAINER]
+    assert ("Deployment", "chat") not in fake.children()  # the adapter is not in the cache yet
+    finish_loader(fake)
+    args = _server_args(fake)
+    assert args[args.index("--lora-modules"):] == [
+        "--lora-modules", "sql=/models/lora/org/sql-lora", "--max-loras", "1", "--max-lora-rank", "32"]
+    assert "initContainers" not in fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]
+
+
+def test_a_new_adapter_is_downloaded_before_the_pods_roll_to_serve_it(fake):
+    create(fake, spec=SHARED_CACHE)
+    old_args = _server_args(fake)
+    body = fake.update_spec("chat", lambda spec: spec.update(adapters=[ADAPTER]))
+    handlers.on_update(body=body, logger=LOG)
+    # The Job's pod template is immutable: a new Job, with the adapter, replaced the finished one.
+    job = fake.objects[("Job", "llm", "chat-load")]
+    assert job["spec"]["template"]["spec"]["containers"][1]["command"][-2:] == ["org/sql-lora", "/models/lora/org/sql-lora"]
+    assert _server_args(fake) == old_args  # the pods keep serving the model alone meanwhile
+    progressing = condition(fake.inferenceservice("chat"), c.CONDITION_PROGRESSING)
+    assert (progressing["status"], progressing["reason"]) == ("True", "LoadingModel")
+    finish_loader(fake)
+    assert "sql=/models/lora/org/sql-lora" in _server_args(fake)
+
+
+def test_removing_every_adapter_rolls_the_pods_back_to_the_base_model(fake):
+    spec = {"model": "Qwen/Qwen3-8B", "modelCache": {"claimName": "models"}, "adapters": [ADAPTER]}
+    create(fake, spec=spec)
+    assert "initContainers" in fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]
+    body = fake.update_spec("chat", lambda spec: spec.pop("adapters"))
+    handlers.on_update(body=body, logger=LOG)
+    dep = fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]
+    assert "--lora-modules" not in dep["containers"][0]["args"] and "initContainers" not in dep
+
+
+@pytest.mark.parametrize("spec", [
+    {**SHARED_CACHE, "adapters": [ADAPTER]},  # the loader Job fetches it
+    {"model": "Qwen/Qwen3-8B", "modelCache": {"claimName": "models"}, "adapters": [ADAPTER]},  # an init container
+], ids=["loader", "init-container"])  # fmt: skip
+def test_with_adapters_reconciling_again_writes_nothing(fake, clock, spec):
+    # The API server defaults the init container's fields too: none of that may read as drift.
+    body = create(fake, spec=spec)
+    fake.reset_calls()
+    clock.now = "2026-01-01T00:05:00Z"
+    resync(body)
+    handlers.on_update(body=fake.inferenceservice("chat"), logger=LOG)
+    assert fake.writes() == []
+
+
+def test_adapters_the_server_would_refuse_are_degraded_and_the_running_pods_stay(fake):
+    create(fake, spec={"model": "Qwen/Qwen3-8B", "modelCache": {"claimName": "models"}})
+    before = copy.deepcopy(fake.objects[("Deployment", "llm", "chat")])
+    # A name the base model answers to (spec.args' --served-model-name): only the server's parser sees it.
+    body = fake.update_spec("chat", lambda spec: spec.update(adapters=[{"name": "qwen", "source": "org/q-lora"}],
+                                                             args=["--served-model-name", "qwen"]))
+    handlers.on_update(body=body, logger=LOG)
+    assert fake.objects[("Deployment", "llm", "chat")] == before
+    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
+    assert "spec.adapters" in degraded["message"] and "'qwen' is already the base model's name" in degraded["message"]

@@ -155,6 +155,28 @@ def test_the_picker_reads_minisgls_metric_names_from_its_engine_config():
     assert "featureGates" not in config  # flow control only where it holds requests for scale-from-zero
 
 
+def test_adapters_change_the_server_pods_only_since_every_pod_of_the_pool_serves_every_adapter():
+    # An InferencePool serves every model name its pods answer to, so an adapter needs no object of
+    # its own; and with all of spec.adapters resident in every pod (--max-loras holds them all), the
+    # picker's LoRA affinity (a gauge of the adapters each pod holds, which minisgl does not export:
+    # loraSpec stays empty) would have nothing to choose between.
+    adapters = [{"name": "sql", "source": "org/sql-lora"}, {"name": "chat", "source": "/models/chat"}]
+    plain, served = rendered(), rendered({**SPEC, "adapters": adapters})
+    assert set(served) == set(plain)
+    for key in served:
+        if key != ("Deployment", "chat"):
+            assert served[key] == plain[key], key
+    config = json.loads(served[("ConfigMap", "chat-epp")]["data"][c.EPP_CONFIG_FILE])
+    (engine,) = next(p for p in config["plugins"] if p["type"] == "core-metrics-extractor")["parameters"]["engineConfigs"]
+    assert engine["loraSpec"] == ""
+    pool = served[("InferencePool", "chat")]["spec"]["selector"]["matchLabels"]
+    template = served[("Deployment", "chat")]["spec"]["template"]
+    assert matches(pool, template["metadata"]["labels"])
+    args = template["spec"]["containers"][0]["args"]
+    assert args[args.index("--lora-modules") + 1:][:2] == ["sql=/models/lora/org/sql-lora", "chat=/models/chat"]
+    assert args[args.index("--max-loras") + 1] == "2"
+
+
 def test_the_chart_passes_the_endpoint_picker_image_to_the_operator(monkeypatch):
     from operator_chart_tools import helm_template
 
