@@ -17,6 +17,8 @@ import threading
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
+import torch
+
 from minisgl.distributed import all_gather_objects
 
 from .pool import LoraPool, ReadAdapter
@@ -44,6 +46,10 @@ class AdapterLoads:
         self.pending[uid] = _Load(name, path, read)
 
     def _read(self, read: Future, name: str, path: str) -> None:
+        if self.pool.device.type == "cuda":
+            # A new thread's current CUDA device is the first GPU: pinning the shards there would open
+            # a CUDA context (and take memory) on a GPU that another rank owns.
+            torch.cuda.set_device(self.pool.device)
         try:
             read.set_result(self.pool.read(name, path))
         except ValueError as e:  # the adapter cannot be served here: the reason, as load_adapter words it

@@ -81,7 +81,7 @@ class Scheduler:
         limits = CompileLimits(budget, config.grammar_compile_workers, config.grammar_cache_bytes)
         self.grammars = GrammarCompilerPool(config.model_path, e.model_config.vocab_size, list(self.eos_ids), limits)
         self.compiling: list[tuple[Req, Future]] = []
-        self.adapters = AdapterUpdates(e.lora, self.cache)  # LoRA adapters loaded and unloaded while serving
+        self.lora_updates = AdapterUpdates(e.lora, self.cache)  # adapters loaded and unloaded while serving
 
     # -- requests in and out ------------------------------------------------------------------
 
@@ -164,10 +164,10 @@ class Scheduler:
 
     def update_lora(self, uid: int, name: str, path: str | None) -> None:
         """Load the adapter at `path` under `name` (path None: unload it), answering request `uid` with
-        its outcome (scheduler.adapters): a load is read off the loop and answered in the step that
+        its outcome (scheduler/adapters.py): a load is read off the loop and answered in the step that
         installs it; one that cannot be served, no free slot, or an unload of an adapter in use or
         still loading is an error with the reason, and nothing changes."""
-        answer = self.adapters.update(uid, name, path)
+        answer = self.lora_updates.update(uid, name, path)
         if answer is not None:
             self._early.append(answer)
 
@@ -199,7 +199,7 @@ class Scheduler:
     @property
     def has_work(self) -> bool:
         return bool(self.prefill.has_work or self.decode.has_work or self._in_flight or self._early or self.compiling
-                    or self.adapters.pending)
+                    or self.lora_updates.pending)
 
     @property
     def num_running(self) -> int:
@@ -257,8 +257,8 @@ class Scheduler:
 
     def step(self) -> list[StepOutput]:
         self._admit_compiled()
-        self._early += self.adapters.finished(idle=not (self.prefill.has_work or self.decode.has_work
-                                                        or self._in_flight or self.compiling))
+        idle = not (self.prefill.has_work or self.decode.has_work or self._in_flight or self.compiling)
+        self._early += self.lora_updates.finished(idle)
         previous, self._in_flight = self._in_flight, None
         processed: list[StepOutput] = []
 
