@@ -1,7 +1,8 @@
-"""The adapter pool: adapters take free slots of a pool sized at start and give them back; one in
-use by a request is never unloaded under it; a reload is a new prefix-cache namespace; a CUDA graph's
-slot mask is the eager pass's; and under tensor parallelism (gloo, 2 ranks) A and B are sharded as
-their base linears, giving TP=1's tokens, which are peft's."""
+"""The adapter pool: adapters take free slots of a pool sized at start and give them back; a load in
+flight holds its slot from its start to its install; one in use by a request is never unloaded
+under it; a reload is a new prefix-cache namespace; a CUDA graph's slot mask is the eager pass's;
+and under tensor parallelism (gloo, 2 ranks) A and B are sharded as their base linears, giving
+TP=1's tokens, which are peft's."""
 
 from __future__ import annotations
 
@@ -49,6 +50,22 @@ def test_adapters_fill_free_slots_and_give_them_back(scheduler, adapters):
     pool.unload("r4")
     assert pool.load("r16", adapters["r16"]) == 1
     assert pool.load_ids[1] != first_load, "a new adapter in a slot must not see the old one's cached KV"
+
+
+def test_a_slot_reserved_for_a_load_in_flight_is_nobody_elses_and_serves_once_installed(scheduler, adapters):
+    pool = scheduler.engine.lora
+    assert pool.reserve("r8") == 2
+    with pytest.raises(ValueError, match="cannot load LoRA adapter 'r16': all 2 slots are taken"):
+        pool.reserve("r16")
+    with pytest.raises(ValueError, match="LoRA adapter 'r8' is already being loaded"):
+        pool.load("r8", adapters["r8"])
+    read = pool.read("r8", adapters["r8"])  # what a load's thread does: no slot changes
+    assert "r8" not in pool.names and pool.adapters[2] is None
+    assert pool.install("r8", read) == 2 and pool.slot("r8") == 2 and not pool.reserved
+    pool.unload("r8")
+    pool.reserve("r16")
+    pool.unreserve("r16")  # a load refused after its reservation gives the slot back
+    assert pool.load("r16", adapters["r16"]) == 2
 
 
 def test_an_adapter_in_use_is_not_unloaded_until_its_requests_end(scheduler):
