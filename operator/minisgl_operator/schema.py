@@ -77,14 +77,13 @@ def _message(error: jsonschema.ValidationError) -> str:
 def errors(obj: dict[str, Any], *, strict: bool = True) -> list[str]:
     """Every schema violation of an InferenceService object, as 'path: problem' lines."""
     found: Iterable[jsonschema.ValidationError] = validator(strict=strict).iter_errors(obj)
-    problems = sorted(_message(e) for e in found)
-    return problems or duplicate_keys(crd.openapi_schema(), obj)
+    return sorted([*(_message(e) for e in found), *duplicate_keys(crd.openapi_schema(), obj)])
 
 
 def duplicate_keys(node: dict[str, Any], value: Any, path: str = "") -> list[str]:
     """Items of an ``x-kubernetes-list-type: map`` list that repeat another's keys
     (x-kubernetes-list-map-keys), as the API server refuses them (Duplicate value): JSON Schema's
-    uniqueItems compares whole items. ``value`` is of the schema's shape (``errors`` checks that first)."""
+    uniqueItems compares whole items. Parts of ``value`` not of the schema's shape are skipped."""
     problems: list[str] = []
     if isinstance(value, dict):
         for name, sub in (node.get("properties") or {}).items():
