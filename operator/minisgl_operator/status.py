@@ -52,7 +52,9 @@ def _pod_problems(pod: Mapping[str, Any]) -> list[Problem]:
     for cond in pod_status.get("conditions") or []:
         if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
             found.append(Problem("Unschedulable", f"pod {name} cannot be scheduled: {cond.get('message', '')}".rstrip(": ")))
-    for container in pod_status.get("containerStatuses") or []:
+    # Init containers first: one that fails (an adapter download without its token) keeps the server
+    # container from ever starting.
+    for container in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
         state, last = container.get("state") or {}, container.get("lastState") or {}
         waiting = state.get("waiting") or {}
         terminated = last.get("terminated") or state.get("terminated") or {}

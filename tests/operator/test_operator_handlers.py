@@ -799,3 +799,20 @@ def test_adapters_the_server_would_refuse_are_degraded_and_the_running_pods_stay
     degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
     assert "spec.adapters" in degraded["message"] and "'qwen' is already the base model's name" in degraded["message"]
+
+
+def test_a_failing_adapter_download_says_so_in_the_status():
+    from minisgl_operator import status
+
+    # A private adapter without HF_TOKEN: the init container exits 1 again and again, and the kubelet
+    # reports it under initContainerStatuses (the server container waits in PodInitializing).
+    pod = {"metadata": {"name": "chat-7d9f-abcde"}, "status": {
+        "initContainerStatuses": [{"name": c.ADAPTER_CONTAINER, "ready": False, "restartCount": 3,
+                                   "state": {"waiting": {"reason": "CrashLoopBackOff",
+                                                         "message": "back-off 40s restarting failed container=adapters"}},
+                                   "lastState": {"terminated": {"reason": "Error", "exitCode": 1}}}],
+        "containerStatuses": [{"name": c.CONTAINER_NAME, "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}],
+    }}  # fmt: skip
+    problem = status.pod_problem([pod])
+    assert problem is not None and problem.reason == "CrashLoopBackOff"
+    assert f"container {c.ADAPTER_CONTAINER}" in problem.message
