@@ -212,6 +212,19 @@ def test_booleans_are_not_numbers():
 # --- the CEL rules and their Python twins -------------------------------------------------------
 
 
+def test_the_args_rule_refuses_every_prefix_of_a_guarded_flag_and_no_other_flag():
+    from minisgl.server import args as server_args
+    from minisgl_operator import server
+
+    pattern = re.compile(crd.ARGS_RULE.split("'")[1])
+    guarded = [flag[2:] for flag in (*server.OWNED_FLAGS, *server.FORBIDDEN_FLAGS)]
+    prefixes = {name[:i] for name in guarded for i in range(1, len(name) + 1)}
+    for prefix in prefixes:
+        assert pattern.match(f"--{prefix}") and pattern.match(f"--{prefix}=x"), prefix
+    for flag in (o for action in server_args.build_parser()._actions for o in action.option_strings if o.startswith("--")):
+        assert bool(pattern.match(flag)) == (flag[2:] in prefixes), flag
+
+
 def test_every_cel_rule_has_a_python_twin():
     assert sorted(schema.cel_rules()) == sorted([*spec.CEL_TWINS, *spec.TRANSITION_TWINS])
     # Transition rules (oldSelf) have twins that take the old and the new value.
