@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from typing import Any
 
 import zmq
 import zmq.asyncio
 
 from .base import decode, encode
-
-
-def ipc_addresses(names: list[str]) -> dict[str, str]:
-    """Fresh ipc:// endpoints, one per name, in a private temp directory."""
-    root = tempfile.mkdtemp(prefix="minisgl-")
-    return {n: f"ipc://{os.path.join(root, n)}" for n in names}
 
 
 class PushSocket:

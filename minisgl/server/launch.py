@@ -20,29 +20,30 @@ from minisgl.utils.logger import get_logger
 
 from .args import ServerArgs
 from .runtime.nodes import NodePlacement
-from .runtime.workers import resolve_model, start_workers
+from .runtime.workers import launch_workers
 
 logger = get_logger(__name__)
 
 
 def serve(args: ServerArgs) -> int:
     """Run the HTTP server until SIGTERM/SIGINT or a child's death; return the exit code."""
-    import uvicorn
-
-    from .http.app import create_app
-    from .http.metrics import ServerMetrics
     from .runtime.connections import connection_limit, raise_open_file_limit, uvicorn_http_protocol
-    from .runtime.frontend import FrontendClient
-    from .runtime.state import ServerState
-    from .runtime.supervisor import Supervisor
 
     if not NodePlacement.of(args).is_head:
         return serve_engine_ranks(args)
 
-    args, model_path = resolve_model(args)
     open_files = raise_open_file_limit()  # before the workers start: they inherit it
     args = dataclasses.replace(args, max_connections=connection_limit(args.max_connections, open_files))
-    workers = start_workers(args, model_path)
+    args, model_path, workers = launch_workers(args)
+    # The app's imports (torch's among them) run while the workers load the model.
+    import uvicorn
+
+    from .http.app import create_app
+    from .http.metrics import ServerMetrics
+    from .runtime.frontend import FrontendClient
+    from .runtime.state import ServerState
+    from .runtime.supervisor import Supervisor
+
     state = ServerState()
     client = FrontendClient(workers.addrs)
     metrics = ServerMetrics(args.model_name, args.model or model_path, args.tp)
@@ -109,11 +110,10 @@ def serve_engine_ranks(args: ServerArgs) -> int:
     their next collective fails and they exit, and so does this node, non-zero (a LeaderWorkerSet
     then restarts the whole group)."""
     placement = NodePlacement.of(args)
-    args, model_path = resolve_model(args)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    workers = start_workers(args, model_path)
+    args, _, workers = launch_workers(args)
     try:
         logger.info("node %d of %d: engine ranks %s, joining node 0 at %s", placement.node_rank, placement.nnodes,
                     list(placement.local_ranks), args.dist_init_addr)
@@ -147,8 +147,7 @@ def run_shell(args: ServerArgs) -> int:
     from .runtime.frontend import FrontendClient
     from .shell import chat_shell
 
-    args, model_path = resolve_model(args)
-    workers = start_workers(args, model_path)
+    args, _, workers = launch_workers(args)
     try:
         print("loading the model ...", file=sys.stderr)
         workers.wait_ready()

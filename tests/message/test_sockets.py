@@ -1,16 +1,14 @@
 """Messages cross processes over ZMQ PUSH/PULL sockets (minisgl.message.sockets): what is sent
-arrives as an equal typed message, in order; a receive that waits too long gives None; each run
-gets fresh, private ipc addresses."""
+arrives as an equal typed message, in order; a receive that waits too long gives None."""
 
 from __future__ import annotations
 
 import asyncio
-import os
-import stat
 
 from minisgl.core import SamplingParams
 from minisgl.message import AbortMsg, ExitMsg, UserMsg
-from minisgl.message.sockets import AsyncPullSocket, AsyncPushSocket, PullSocket, PushSocket, ipc_addresses
+from minisgl.message.sockets import AsyncPullSocket, AsyncPushSocket, PullSocket, PushSocket
+from minisgl.utils.net import ipc_addresses
 
 WAIT_MS = 10_000  # a bound for a message already sent, never reached when the test passes
 
@@ -71,9 +69,3 @@ def test_the_async_sockets_carry_messages_too():
 
     assert asyncio.run(exchange()) == [AbortMsg(3), AbortMsg(4)]
 
-
-def test_ipc_addresses_are_fresh_and_in_a_private_directory():
-    first, second = ipc_addresses(["a", "b"]), ipc_addresses(["a"])
-    assert set(first) == {"a", "b"} and first["a"] != first["b"] and first["a"] != second["a"]
-    directory = os.path.dirname(first["a"].removeprefix("ipc://"))
-    assert stat.S_IMODE(os.stat(directory).st_mode) == 0o700

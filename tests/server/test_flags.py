@@ -1,4 +1,4 @@
-"""The flags users look for (vLLM's names too), each validated before any worker starts, and the
+"""The flags users look for (vLLM's names too), each validated before any worker loads the model, and the
 extension routes: /tokenize, /detokenize, several served names, CORS, the model's sampling
 defaults."""
 
@@ -40,7 +40,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     (["--allowed-origins", "[oops"], "--allowed-origins"),
     (["--port", "70000"], "--port"),
 ])
-def test_bad_flags_exit_2_with_one_line_before_any_worker(argv, says):
+def test_bad_flags_exit_2_with_one_line_before_any_worker_loads(argv, says):
     run = _run(*argv)
     assert run.returncode == 2, run.stderr
     lines = [line for line in run.stderr.splitlines() if line.strip() and "WARNING" not in line]

@@ -1,9 +1,12 @@
 """One name per setting: a scheduler/engine config field and the server flag that sets it have the
 same name, and `scheduler_config` copies each such flag by that name. Only the fields the launcher
-computes (where the model is, which rank, the rendezvous) have no flag."""
+computes (where the model is, which rank, the rendezvous) have no flag. And the launcher starts its
+workers before it imports torch."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import fields, replace
 
 import pytest
@@ -71,3 +74,14 @@ def test_launcher_fields_come_from_the_model_path_the_rank_and_the_rendezvous():
     config = scheduler_config(ServerArgs(tp=4), "/models/m", rank=3, distributed_addr="tcp://h:29500")
     assert (config.model_path, config.tp_info, config.distributed_addr) == (
         "/models/m", DistributedInfo(3, 4), "tcp://h:29500")
+
+
+def test_the_launcher_imports_no_torch_before_it_spawns_the_workers():
+    """The workers import torch and the engine while the launcher checks the model: a pod's start
+    waits for the slower of the two, not for both one after the other."""
+    run = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                          "import minisgl.server.launch, minisgl.server.runtime.connections"],
+                         capture_output=True, text=True, timeout=120)
+    imported = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+    assert run.returncode == 0 and "minisgl.server.runtime.workers" in imported, run.stderr[-2000:]
+    assert "torch" not in imported and "transformers" not in imported

@@ -12,6 +12,11 @@ server and watches them all (supervisor.py):
   --drain-timeout; then the rest are aborted (their KV pages freed), each stream still gets a final
   error event and [DONE], each waiting client a 503, and the server exits 0 with every child gone.
   A second signal exits at once, non-zero.
+
+Start-up runs in parallel: the launcher spawns the children before it imports torch, and each
+child imports its own heavy modules (torch, transformers, the engine) while the launcher checks the
+model; they touch the model or a GPU only once the check has passed (`Workers.proceed`). A
+model that cannot be served is refused with the check's message and no child's traceback.
 """
 
 from __future__ import annotations
@@ -22,18 +27,17 @@ import queue
 import shutil
 import time
 from dataclasses import dataclass, fields
+from multiprocessing.synchronize import Event
+from typing import TYPE_CHECKING
 
-import torch
-
-from minisgl.distributed import DistributedInfo
-from minisgl.engine.config import resolve_dtype
-from minisgl.scheduler import SchedulerConfig
-from minisgl.scheduler.io import run_scheduler
 from minisgl.utils.liveness import Heartbeats, WorkerLink
 from minisgl.utils.logger import get_logger
 
 from ..args import ServerArgs, load_chat_template
 from .nodes import NodePlacement
+
+if TYPE_CHECKING:  # this module is imported before torch: the launcher spawns the workers first
+    from minisgl.scheduler import SchedulerConfig
 
 logger = get_logger(__name__)
 # "stats": scheduler -> API process, the numbers /metrics exports (minisgl.server.metrics).
@@ -45,6 +49,10 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
                      distributed_addr: str = "tcp://127.0.0.1:23333") -> SchedulerConfig:
     """The scheduler's config from the flags. A config field takes the value of the flag of the same
     name (so a new setting needs no line here); only the computed fields are written out."""
+    from minisgl.distributed import DistributedInfo
+    from minisgl.engine.config import resolve_dtype
+    from minisgl.scheduler import SchedulerConfig
+
     computed = dict(
         model_path=model_path,
         tp_info=DistributedInfo(rank, args.tp),
@@ -61,25 +69,27 @@ def scheduler_config(args: ServerArgs, model_path: str, rank: int = 0,
 
 
 def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
-    """The model directory to load (with no --model, the built-in demo on the CPU), checked for
-    what can be known before any process starts: a ValueError names the problem."""
-    check_runtime_flags(args)
+    """The model directory to load: --model, or with none the built-in demo on the CPU. Checked by
+    `check_model`, which the launcher runs while the workers import."""
     if args.model:
-        check_model(args, args.model)
-        return args, args.model
+        path = args.model
+        if path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(path)):
+            raise ValueError(f"model directory {path} does not exist")
+        return args, path
     from minisgl.models.demo import demo_model_dir
 
     logger.warning("no --model given: serving the built-in DEMO model (tiny, random weights, on the CPU); "
                    "its output is random text. Pass --model to serve a real model.")
     if args.device == "auto":
         args = type(args)(**{**args.__dict__, "device": "cpu"})
-    check_model(args, demo_model_dir())
     return args, demo_model_dir()
 
 
 def check_runtime_flags(args: ServerArgs) -> None:
     """Flags whose check needs the packages args.py may not import (it is standard library only,
     for the operator): the attention and MoE backends' names, a CUDA device. Raise ValueError."""
+    import torch
+
     from minisgl.attention import ATTN_BACKENDS
     from minisgl.layers.moe import BACKENDS as MOE_BACKENDS
 
@@ -96,12 +106,12 @@ def check_runtime_flags(args: ServerArgs) -> None:
 
 
 def check_model(args: ServerArgs, model_path: str) -> None:
-    """Problems visible before any process starts (architecture, --tp split): raise ValueError."""
+    """Problems visible before the model is loaded (the runtime flags, the architecture, the --tp
+    split): raise ValueError."""
     from minisgl.engine.config import resolve_device, validate_tp
     from minisgl.models import load_model_config
 
-    if model_path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(model_path)):
-        raise ValueError(f"model directory {model_path} does not exist")
+    check_runtime_flags(args)
     config = load_model_config(model_path)
     validate_tp(config, args.tp, resolve_device(args.device), NodePlacement.of(args).ranks_per_node)
     if args.max_seq_len and args.max_seq_len > config.max_position_embeddings:
@@ -124,6 +134,13 @@ class Workers:
     addrs: dict[str, str]
     status: mp.Queue
     heartbeats: Heartbeats
+    checked: Event  # set once the launcher's check of the model passed: the children go on
+
+    def proceed(self) -> None:
+        """The model is checked: let the children load it."""
+        self.checked.set()
+        for p in self.procs:
+            logger.info("started worker %s (pid %d)", p.name, p.pid)
 
     def wait_ready(self, should_stop=lambda: False) -> None:
         """Block until every child reported start-up; raise if one failed or died."""
@@ -170,11 +187,24 @@ class Workers:
         shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
 
 
+def launch_workers(args: ServerArgs) -> tuple[ServerArgs, str, Workers]:
+    """The model resolved, the workers spawned, the model checked while they import (a ValueError,
+    with every child stopped, if it cannot be served), and the workers let go on to load it."""
+    args, model_path = resolve_model(args)
+    workers = start_workers(args, model_path)
+    try:
+        check_model(args, model_path)
+    except BaseException:
+        workers.stop(grace=1.0)
+        raise
+    workers.proceed()
+    return args, model_path, workers
+
+
 def start_workers(args: ServerArgs, model_path: str) -> Workers:
-    """Spawn every worker."""
-    from minisgl.message.sockets import ipc_addresses
+    """Spawn every worker. Each imports its modules, then waits for `Workers.proceed`."""
     from minisgl.tokenizer.routing import tokenizer_name
-    from minisgl.tokenizer.worker import run_detokenizer, run_tokenizer
+    from minisgl.utils.net import ipc_addresses
 
     ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
     placement = NodePlacement.of(args)
@@ -182,6 +212,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)] if placement.is_head else []
     addrs = ipc_addresses(ADDRESS_NAMES + tokenizers)
     status = ctx.Queue()
+    checked = ctx.Event()
     dist_addr = placement.rendezvous()  # rendezvous of the tensor-parallel ranks
     schedulers = {rank: "scheduler" if rank == 0 else f"scheduler-rank{rank}" for rank in placement.local_ranks}
     local = list(schedulers.values()) + tokenizers + (["detokenizer"] if placement.is_head else [])
@@ -191,21 +222,55 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
         return WorkerLink(name, status, heartbeats.of(name))
 
     procs = [
-        ctx.Process(target=run_scheduler, name=name,
-                    args=(scheduler_config(args, model_path, rank, dist_addr), addrs, link(name)))
+        ctx.Process(target=_scheduler_main, name=name, args=(args, model_path, rank, dist_addr, addrs, link(name), checked))
         for rank, name in schedulers.items()
     ]
     if placement.is_head:
         chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
         procs += [
-            ctx.Process(target=run_tokenizer, name=name,
-                        args=(model_path, addrs, link(name), chat_template, prompt_token_limit(args, model_path)))
+            ctx.Process(target=_tokenizer_main, name=name,
+                        args=(args, model_path, addrs, link(name), chat_template, checked))
             for name in tokenizers
         ] + [
-            ctx.Process(target=run_detokenizer, name="detokenizer", args=(model_path, addrs, link("detokenizer"))),
+            ctx.Process(target=_detokenizer_main, name="detokenizer",
+                        args=(model_path, addrs, link("detokenizer"), checked)),
         ]
     for p in procs:
         p.daemon = True
-        p.start()
-        logger.info("started worker %s (pid %d)", p.name, p.pid)
-    return Workers(procs, addrs, status, heartbeats)
+        p.start()  # logged by `proceed`: a refused model should print its reason alone
+    return Workers(procs, addrs, status, heartbeats, checked)
+
+
+# The children's entry points: import (in parallel with the launcher's check), wait, then run.
+
+
+def _scheduler_main(args: ServerArgs, model_path: str, rank: int, dist_addr: str, addrs: dict[str, str],
+                    link: WorkerLink, checked: Event) -> None:
+    from minisgl.scheduler.io import run_scheduler
+
+    _wait_for_check(checked)
+    run_scheduler(scheduler_config(args, model_path, rank, dist_addr), addrs, link)
+
+
+def _tokenizer_main(args: ServerArgs, model_path: str, addrs: dict[str, str], link: WorkerLink,
+                    chat_template: str | None, checked: Event) -> None:
+    from minisgl.tokenizer.worker import run_tokenizer
+
+    _wait_for_check(checked)
+    run_tokenizer(model_path, addrs, link, chat_template, prompt_token_limit(args, model_path))
+
+
+def _detokenizer_main(model_path: str, addrs: dict[str, str], link: WorkerLink, checked: Event) -> None:
+    from minisgl.tokenizer.worker import run_detokenizer
+
+    _wait_for_check(checked)
+    run_detokenizer(model_path, addrs, link)
+
+
+def _wait_for_check(checked: Event) -> None:
+    """Until the launcher's check passed. A failed check ends this process with SIGTERM; a launcher
+    gone without a word (killed) ends it here."""
+    parent = os.getppid()
+    while not checked.wait(0.5):
+        if os.getppid() != parent:
+            raise SystemExit(0)
