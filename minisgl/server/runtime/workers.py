@@ -1,4 +1,4 @@
-"""The server's worker processes: the model checked before they start, then started and stopped.
+"""The server's worker processes: started, the model checked by the schedulers, stopped.
 
 Children: tokenizer, detokenizer and the scheduler (rank 0, with its engine), plus one engine
 process per further tensor-parallel rank. The API process (minisgl.server.launch) runs the HTTP
@@ -13,10 +13,12 @@ server and watches them all (supervisor.py):
   error event and [DONE], each waiting client a 503, and the server exits 0 with every child gone.
   A second signal exits at once, non-zero.
 
-Start-up runs in parallel: the launcher spawns the children before it imports torch, and each
-child imports its own heavy modules (torch, transformers, the engine) while the launcher checks the
-model; they touch the model or a GPU only once the check has passed (`Workers.proceed`). A
-model that cannot be served is refused with the check's message and no child's traceback.
+Start-up runs in parallel: the launcher spawns the children before it imports anything heavy, and
+each imports its own (torch, transformers, the engine: most of a start on a fresh machine). The
+model's check (`check_model`) runs in each scheduler child, which imports what it needs anyway,
+before it loads anything; the first local rank's verdict goes to the launcher, which refuses a model
+that cannot be served with the check's message alone (no child's traceback) and otherwise imports
+the HTTP app while the engine loads.
 """
 
 from __future__ import annotations
@@ -27,7 +29,6 @@ import queue
 import shutil
 import time
 from dataclasses import dataclass, fields
-from multiprocessing.synchronize import Event
 from typing import TYPE_CHECKING
 
 from minisgl.utils.liveness import Heartbeats, WorkerLink
@@ -134,11 +135,20 @@ class Workers:
     addrs: dict[str, str]
     status: mp.Queue
     heartbeats: Heartbeats
-    checked: Event  # set once the launcher's check of the model passed: the children go on
+    verdict: mp.Queue  # the first local scheduler's check of the model: its refusal, or "" for none
 
-    def proceed(self) -> None:
-        """The model is checked: let the children load it."""
-        self.checked.set()
+    def wait_checked(self) -> None:
+        """Block until the model is checked (ValueError: refused), or a child died before (that
+        death is reported as any start-up failure is: `wait_ready`, the supervisor)."""
+        while True:
+            try:
+                refusal = self.verdict.get(timeout=0.25)
+                break
+            except queue.Empty:
+                if self.dead():
+                    return
+        if refusal:
+            raise ValueError(refusal)
         for p in self.procs:
             logger.info("started worker %s (pid %d)", p.name, p.pid)
 
@@ -182,27 +192,27 @@ class Workers:
                 p.join()
         # Closed and its feeder thread joined, the queue's semaphores are released before exit
         # (else multiprocessing's resource tracker warns of a leaked semaphore).
-        self.status.close()
-        self.status.join_thread()
+        for q in (self.status, self.verdict):
+            q.close()
+            q.join_thread()
         shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
 
 
 def launch_workers(args: ServerArgs) -> tuple[ServerArgs, str, Workers]:
-    """The model resolved, the workers spawned, the model checked while they import (a ValueError,
-    with every child stopped, if it cannot be served), and the workers let go on to load it."""
+    """The model resolved, the workers spawned and the model checked by them: a ValueError, with
+    every child stopped, if it cannot be served."""
     args, model_path = resolve_model(args)
     workers = start_workers(args, model_path)
     try:
-        check_model(args, model_path)
+        workers.wait_checked()
     except BaseException:
         workers.stop(grace=1.0)
         raise
-    workers.proceed()
     return args, model_path, workers
 
 
 def start_workers(args: ServerArgs, model_path: str) -> Workers:
-    """Spawn every worker. Each imports its modules, then waits for `Workers.proceed`."""
+    """Spawn every worker."""
     from minisgl.tokenizer.routing import tokenizer_name
     from minisgl.utils.net import ipc_addresses
 
@@ -212,7 +222,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)] if placement.is_head else []
     addrs = ipc_addresses(ADDRESS_NAMES + tokenizers)
     status = ctx.Queue()
-    checked = ctx.Event()
+    verdict = ctx.Queue()
     dist_addr = placement.rendezvous()  # rendezvous of the tensor-parallel ranks
     schedulers = {rank: "scheduler" if rank == 0 else f"scheduler-rank{rank}" for rank in placement.local_ranks}
     local = list(schedulers.values()) + tokenizers + (["detokenizer"] if placement.is_head else [])
@@ -222,55 +232,52 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
         return WorkerLink(name, status, heartbeats.of(name))
 
     procs = [
-        ctx.Process(target=_scheduler_main, name=name, args=(args, model_path, rank, dist_addr, addrs, link(name), checked))
-        for rank, name in schedulers.items()
+        ctx.Process(target=_scheduler_main, name=name,
+                    args=(args, model_path, rank, dist_addr, addrs, link(name), verdict if i == 0 else None))
+        for i, (rank, name) in enumerate(schedulers.items())
     ]
     if placement.is_head:
         chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
         procs += [
             ctx.Process(target=_tokenizer_main, name=name,
-                        args=(args, model_path, addrs, link(name), chat_template, checked))
+                        args=(args, model_path, addrs, link(name), chat_template))
             for name in tokenizers
         ] + [
             ctx.Process(target=_detokenizer_main, name="detokenizer",
-                        args=(model_path, addrs, link("detokenizer"), checked)),
+                        args=(model_path, addrs, link("detokenizer"))),
         ]
     for p in procs:
         p.daemon = True
-        p.start()  # logged by `proceed`: a refused model should print its reason alone
-    return Workers(procs, addrs, status, heartbeats, checked)
+        p.start()  # logged once the model is checked: a refused model prints its reason alone
+    return Workers(procs, addrs, status, heartbeats, verdict)
 
 
-# The children's entry points: import (in parallel with the launcher's check), wait, then run.
+# The children's entry points: the imports first (the launcher has none of them).
 
 
 def _scheduler_main(args: ServerArgs, model_path: str, rank: int, dist_addr: str, addrs: dict[str, str],
-                    link: WorkerLink, checked: Event) -> None:
+                    link: WorkerLink, verdict: mp.Queue | None) -> None:
     from minisgl.scheduler.io import run_scheduler
 
-    _wait_for_check(checked)
+    try:
+        check_model(args, model_path)
+    except ValueError as e:  # every rank checks, and a refused one exits quietly: the launcher says why
+        if verdict is not None:
+            verdict.put(str(e))
+        raise SystemExit(2) from None
+    if verdict is not None:
+        verdict.put("")
     run_scheduler(scheduler_config(args, model_path, rank, dist_addr), addrs, link)
 
 
 def _tokenizer_main(args: ServerArgs, model_path: str, addrs: dict[str, str], link: WorkerLink,
-                    chat_template: str | None, checked: Event) -> None:
+                    chat_template: str | None) -> None:
     from minisgl.tokenizer.worker import run_tokenizer
 
-    _wait_for_check(checked)
     run_tokenizer(model_path, addrs, link, chat_template, prompt_token_limit(args, model_path))
 
 
-def _detokenizer_main(model_path: str, addrs: dict[str, str], link: WorkerLink, checked: Event) -> None:
+def _detokenizer_main(model_path: str, addrs: dict[str, str], link: WorkerLink) -> None:
     from minisgl.tokenizer.worker import run_detokenizer
 
-    _wait_for_check(checked)
     run_detokenizer(model_path, addrs, link)
-
-
-def _wait_for_check(checked: Event) -> None:
-    """Until the launcher's check passed. A failed check ends this process with SIGTERM; a launcher
-    gone without a word (killed) ends it here."""
-    parent = os.getppid()
-    while not checked.wait(0.5):
-        if os.getppid() != parent:
-            raise SystemExit(0)
