@@ -10,12 +10,9 @@ between: for tokens x [T, in] and a one-hot slot mask M [T, slots],
     y[:, sub] += h[:, sub] @ B_sub^T   B_sub [out, slots * r_max]
 
 (A_all's rows are grouped by sub-projection, so each h[:, sub] is a strided view, not a copy.)
-
-The shapes do not depend on which adapters a batch uses, so the same kernels replay in a CUDA
-graph with only the mask changed, and there is no host synchronisation or gather. The cost grows
-with max_loras * max_lora_rank (the width of the skinny GEMMs), which is small beside the base
-GEMM for a handful of rank-16 adapters. On the GPU, batches of up to GATHER_MAX_TOKENS tokens (small decode
-graphs) run minisgl.kernels.lora instead: each token reads only its own adapter's rows.
+That is the CPU's apply: shapes that do not depend on which adapters a batch uses. On the GPU,
+minisgl.kernels.lora multiplies each run of one adapter's tokens with that adapter alone (a
+prefill's requests, or a decode graph's tokens sorted by slot), two launches a layer.
 
 Under tensor parallelism the weights are sharded as the base layer: a column-parallel layer's B on
 its output rows, a row-parallel layer's A on its input columns (its delta is a partial sum, added
@@ -26,20 +23,16 @@ from __future__ import annotations
 
 import torch
 
-# Up to this many tokens (small decode graphs) each token gathers its own adapter's rows; from
-# there on the masked dense GEMMs, which read every slot's weights once for the whole batch, are
-# faster (benchmark/NOTES.md, "Multi-LoRA on one H100").
-GATHER_MAX_TOKENS = 16
-
 
 class LoraBatchState:
     """What every LoRA layer of the model reads in a forward pass: the one-hot slot mask of its
-    tokens [T, slots] in the model dtype, or None when no token of the batch uses an adapter, and the
-    tokens' slot ids [T] (the GPU kernels')."""
+    tokens [T, slots] in the model dtype, or None when no token of the batch uses an adapter (the
+    CPU's apply); on the GPU the runs of one adapter's tokens, minisgl.kernels.lora.add_lora's
+    (segments, longest, tokens)."""
 
     def __init__(self) -> None:
         self.mask: torch.Tensor | None = None
-        self.slots: torch.Tensor | None = None
+        self.runs: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
 
 
 class LoraLinear:
@@ -50,7 +43,10 @@ class LoraLinear:
         self.slots, self.max_rank = slots, max_rank
         self.state = state
         self.a = torch.zeros(slots * len(subs) * max_rank, in_features, dtype=dtype, device=device)
-        self.b = [torch.zeros(rows, slots * max_rank, dtype=dtype, device=device) for _, rows in subs]
+        # Every sub-projection's B in one buffer, rows at the sub-projection's offset in the output
+        # (the GPU's expand covers them all in one launch); self.b[sub] are views of it.
+        self.b_all = torch.zeros(max(o + rows for o, rows in subs), slots * max_rank, dtype=dtype, device=device)
+        self.b = [self.b_all[offset : offset + rows] for offset, rows in subs]
 
     def write(self, slot: int, sub: int, a: torch.Tensor, b: torch.Tensor) -> None:
         """Slot `slot`'s sub-projection `sub`: A [r, in] and B [out, r] (this rank's shards, the
@@ -79,15 +75,15 @@ class LoraLinear:
 
     def add(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y (the base layer's output for x) plus each token's adapter delta, in place."""
+        if self.state.runs is not None:  # the GPU's
+            from minisgl.kernels.lora import add_lora
+
+            return add_lora(x.contiguous(), y, self.a, self.b_all, self.subs, self.slots, self.max_rank,
+                            *self.state.runs)
         mask = self.state.mask
         if mask is None:
             return y
         t = x.shape[0]
-        if x.is_cuda and t <= GATHER_MAX_TOKENS:
-            from minisgl.kernels.lora import add_lora
-
-            return add_lora(x.contiguous(), y, self.a, self.b, self.subs, self.slots, self.max_rank,
-                            self.state.slots[:t])
         h = (x @ self.a.t()).view(t, len(self.subs), self.slots, self.max_rank) * mask[:t, None, :, None]
         for i, (offset, rows) in enumerate(self.subs):
             y[:, offset : offset + rows] += h[:, i].reshape(t, -1) @ self.b[i].t()
