@@ -28,12 +28,13 @@ def _tokens(tok_ptr, start, offs_m, INDIRECT: tl.constexpr):
 
 
 @triton.jit
-def _shrink_kernel(x_ptr, a_ptr, seg_ptr, tok_ptr, h_ptr, stride_x, stride_h, K, SLOTS, R: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, INDIRECT: tl.constexpr,
-                   IEEE: tl.constexpr):
+def _shrink_kernel(x_ptr, a_ptr, seg_ptr, tok_ptr, h_ptr, stride_x, stride_h, stride_part, K, K_PART, SLOTS,
+                   R: tl.constexpr, SPLITS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr,
+                   BLOCK_K: tl.constexpr, INDIRECT: tl.constexpr, IEEE: tl.constexpr):
     seg = tl.program_id(0)
     m0 = tl.program_id(1) * BLOCK_M
-    sub = tl.program_id(2)
+    sub = tl.program_id(2) // SPLITS
+    part = tl.program_id(2) % SPLITS  # this program's share of K: its partial sum goes to h[part]
     length = tl.load(seg_ptr + seg * 3 + 1)
     if m0 < length:
         start = tl.load(seg_ptr + seg * 3)
@@ -44,7 +45,7 @@ def _shrink_kernel(x_ptr, a_ptr, seg_ptr, tok_ptr, h_ptr, stride_x, stride_h, K,
         offs_r = tl.arange(0, BLOCK_R)
         rows = ((sub * SLOTS + slot) * R + offs_r).to(tl.int64)
         acc = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
+        for k0 in range(part * K_PART, tl.minimum(K, (part + 1) * K_PART), BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             x = tl.load(x_ptr + tokens[:, None] * stride_x + offs_k[None, :],
                         mask=in_m[:, None] & (offs_k[None, :] < K), other=0.0)
@@ -54,13 +55,13 @@ def _shrink_kernel(x_ptr, a_ptr, seg_ptr, tok_ptr, h_ptr, stride_x, stride_h, K,
                 acc = tl.dot(x, a, acc, input_precision="ieee")
             else:
                 acc = tl.dot(x, a, acc)
-        tl.store(h_ptr + tokens[:, None] * stride_h + sub * R + offs_r[None, :], acc,
+        tl.store(h_ptr + part * stride_part + tokens[:, None] * stride_h + sub * R + offs_r[None, :], acc,
                  mask=in_m[:, None] & (offs_r[None, :] < R))
 
 
 @triton.jit
-def _expand_kernel(h_ptr, b_ptr, seg_ptr, tok_ptr, y_ptr, stride_h, stride_y, stride_b,
-                   OFF0, OFF1, OFF2, ROWS0, ROWS1, ROWS2, TILES0, TILES1, R: tl.constexpr,
+def _expand_kernel(h_ptr, b_ptr, seg_ptr, tok_ptr, y_ptr, stride_h, stride_part, stride_y, stride_b,
+                   OFF0, OFF1, OFF2, ROWS0, ROWS1, ROWS2, TILES0, TILES1, R: tl.constexpr, SPLITS: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_N: tl.constexpr, INDIRECT: tl.constexpr,
                    IEEE: tl.constexpr):
     seg = tl.program_id(0)
@@ -83,8 +84,10 @@ def _expand_kernel(h_ptr, b_ptr, seg_ptr, tok_ptr, y_ptr, stride_h, stride_y, st
         in_m = offs_m < length
         tokens = _tokens(tok_ptr, start, tl.where(in_m, offs_m, 0), INDIRECT)
         offs_r = tl.arange(0, BLOCK_R)
-        h = tl.load(h_ptr + tokens[:, None] * stride_h + sub * R + offs_r[None, :],
-                    mask=in_m[:, None] & (offs_r[None, :] < R), other=0.0)
+        h = tl.zeros([BLOCK_M, BLOCK_R], dtype=tl.float32)
+        for part in tl.static_range(SPLITS):  # the shrink's partial sums over K
+            h += tl.load(h_ptr + part * stride_part + tokens[:, None] * stride_h + sub * R + offs_r[None, :],
+                         mask=in_m[:, None] & (offs_r[None, :] < R), other=0.0)
         b = tl.load(b_ptr + offs_n[None, :].to(tl.int64) * stride_b + slot * R + offs_r[:, None],
                     mask=in_n[None, :] & (offs_r[:, None] < R), other=0.0)
         if IEEE:
@@ -107,17 +110,24 @@ def add_lora(x: torch.Tensor, y: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
     if len(subs) > 3:
         raise ValueError(f"add_lora takes up to 3 sub-projections, not {len(subs)}")
     t, k = x.shape
-    h = torch.empty(t, len(subs) * rank, dtype=torch.float32, device=x.device)
+    decode = longest <= 256
+    block_m = 16 if decode else 64  # decode's runs are short; a prefill's are long
+    # The shrink's output is narrow (r per token) and its K long: split K among programs, or a
+    # decode batch's few tiles would each walk all of it alone (the GPU mostly idle).
+    k_part = triton.cdiv(k, triton.cdiv(k, 512 if decode else 2048))
+    k_part = triton.cdiv(k_part, 128) * 128
+    splits = triton.cdiv(k, k_part)
+    h = torch.empty(splits, t, len(subs) * rank, dtype=torch.float32, device=x.device)
     block_r = max(16, triton.next_power_of_2(rank))  # tensor-core tiles are at least 16 wide
-    block_m = 16 if longest <= 256 else 64  # decode's runs are short; a prefill's are long
-    flags = dict(R=rank, BLOCK_M=block_m, BLOCK_R=block_r, INDIRECT=tokens is not None,
+    flags = dict(R=rank, SPLITS=splits, BLOCK_M=block_m, BLOCK_R=block_r, INDIRECT=tokens is not None,
                  IEEE=x.dtype == torch.float32)  # else Triton multiplies float32 as tf32
     tokens = segments if tokens is None else tokens  # (not read when direct)
     n_seg, m_tiles = segments.shape[0], triton.cdiv(longest, block_m)
-    _shrink_kernel[(n_seg, m_tiles, len(subs))](x, a, segments, tokens, h, x.stride(0), h.stride(0), k, slots,
-                                                BLOCK_K=128, **flags)
+    _shrink_kernel[(n_seg, m_tiles, len(subs) * splits)](x, a, segments, tokens, h, x.stride(0), h.stride(1),
+                                                         h.stride(0), k, k_part, slots, BLOCK_K=128, **flags)
     offsets, rows = [o for o, _ in subs] + [0] * (3 - len(subs)), [r for _, r in subs] + [0] * (3 - len(subs))
     tiles = [triton.cdiv(r, 128) for r in rows]
-    _expand_kernel[(n_seg, m_tiles, sum(tiles))](h, b, segments, tokens, y, h.stride(0), y.stride(0), b.stride(0),
+    _expand_kernel[(n_seg, m_tiles, sum(tiles))](h, b, segments, tokens, y, h.stride(1), h.stride(0), y.stride(0),
+                                                 b.stride(0),
                                                  *offsets, *rows, tiles[0], tiles[1], BLOCK_N=128, **flags)
     return y

@@ -39,7 +39,7 @@ def _pool(dtype, subs, rank, k, slots=4):
     for slot in range(1, slots):
         for sub, (_, rows) in enumerate(subs):
             r = rank - slot + 1
-            written[slot, sub] = (torch.randn(r, k) / k**0.5, torch.randn(rows, r))
+            written[slot, sub] = (torch.randn(r, k) / k**0.5, torch.randn(rows, r) / r**0.5)
             lora.write(slot, sub, *written[slot, sub])
     return lora, written
 
@@ -63,8 +63,9 @@ def _check(lora, written, subs, token_slots, dtype, runs):
 @pytest.mark.parametrize("dtype, subs, rank", CASES)
 def test_a_prefills_runs_add_their_adapters_delta(dtype, subs, rank):
     """Each request's tokens in place: runs longer than a tile (300 > 64 tokens), two runs of one
-    adapter, and base-model runs, which are not passed."""
-    lora, written = _pool(dtype, subs, rank, k=72)
+    adapter, and base-model runs, which are not passed; the inputs' width shared by two programs
+    (2,100 > 2,048)."""
+    lora, written = _pool(dtype, subs, rank, k=2100)
     requests = [(5, 0), (300, 2), (3, 1), (9, 0), (1, 3), (20, 2)]  # (tokens, slot) in batch order
     token_slots = [slot for n, slot in requests for _ in range(n)]
     starts = [sum(n for n, _ in requests[:i]) for i in range(len(requests))]
@@ -76,8 +77,9 @@ def test_a_prefills_runs_add_their_adapters_delta(dtype, subs, rank):
 @pytest.mark.parametrize("dtype, subs, rank", CASES)
 def test_a_decode_batchs_rows_sorted_by_slot_add_their_adapters_delta(dtype, subs, rank):
     """Mixed rows, sorted by slot: a run per adapter slot, one of them longer than a tile (20 > 16),
-    one empty (slot 3 unused), bounded by the batch size."""
-    lora, written = _pool(dtype, subs, rank, k=72)
+    one empty (slot 3 unused), bounded by the batch size; the inputs' width shared by three programs
+    (1,100 > 2 x 512)."""
+    lora, written = _pool(dtype, subs, rank, k=1100)
     token_slots = [0, 2, 1, 2, 0, 2] * 4 + [1, 2, 2, 2, 2, 0, 0, 2]
     order = sorted(range(len(token_slots)), key=lambda i: token_slots[i])
     counts = [token_slots.count(s) for s in range(4)]
