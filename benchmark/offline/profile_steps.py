@@ -6,12 +6,14 @@ Admits `--requests` prompts of `--prompt-len` tokens, runs until every request d
 records `--steps` decode steps with torch.profiler (CUDA kernels, graph replays included) and,
 separately, one prefill step of `--prefill-tokens` tokens. Prints, per step, the GPU time of
 each kernel category, the GPU-busy share of the wall time, and the top kernels; writes JSON.
+With `--num-adapters N` the requests are spread over N random LoRA adapters of `--lora-rank`.
 """
 
 from __future__ import annotations
 
 import argparse
 import random
+import tempfile
 import time
 from collections import defaultdict
 
@@ -19,12 +21,14 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from minisgl.benchmark.flags import llm_kwargs
+from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.server.args import add_flags
 
 CATEGORIES = [  # first match wins; lower-case substrings of kernel names
+    ("lora", ("_shrink_kernel", "_expand_kernel")),
     ("moe routing", ("_route_kernel", "_align_kernel")),
     ("moe experts", ("_gate_up_kernel", "_down_kernel", "_expert_gemm_kernel", "grouped")),
     ("attention decode", ("batchdecode",)),
@@ -87,18 +91,23 @@ def main() -> None:
     p.add_argument("--prompt-len", type=int, default=800)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--prefill-tokens", type=int, default=8192)
+    p.add_argument("--num-adapters", type=int, default=0, help="spread the requests over this many LoRA adapters")
+    p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--cprofile", action="store_true", help="also print the host-side (Python) profile of decode steps")
     p.add_argument("--out", default="results/profile.json")
     args = p.parse_args()
 
-    llm = LLM(args.model, dtype=torch.bfloat16, max_running_requests=args.requests,
-              **llm_kwargs(args, SERVER_FLAGS))
+    adapters = (random_adapters(args.model, tempfile.mkdtemp(), args.num_adapters, args.lora_rank)
+                if args.num_adapters else None)
+    names = list(adapters or [None])
+    llm = LLM(args.model, dtype=torch.bfloat16, max_running_requests=args.requests, lora_modules=adapters,
+              max_lora_rank=args.lora_rank, **llm_kwargs(args, SERVER_FLAGS))
     s = llm.scheduler
     vocab = s.engine.model_config.vocab_size
     rng = random.Random(0)
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
-    params = SamplingParams(temperature=0.6, max_tokens=200, ignore_eos=True)
     for uid in range(args.requests):
+        params = SamplingParams(temperature=0.6, max_tokens=200, ignore_eos=True, lora=names[uid % len(names)])
         s.add_request(uid, [rng.randrange(vocab) for _ in range(args.prompt_len)], params)
     t0 = time.perf_counter()
     while s.prefill.has_work:
@@ -155,7 +164,7 @@ def main() -> None:
     n = max(1, args.prefill_tokens // args.prompt_len)
     for uid in range(n):
         s.add_request(10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
-                      SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True))
+                      SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True, lora=names[uid % len(names)]))
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
