@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Multi-LoRA on one GPU (issue 40): the LoRA GPU tests (mixed adapters in decode CUDA graphs equal
-# the CPU; the gathered kernels equal the torch apply; over FP8 linears the adapters add peft's
-# deltas to the FP8 output), then the offline workload on Qwen3-8B shapes
+# the CPU; over FP8 linears the adapters add peft's deltas to the FP8 output), then the offline workload on Qwen3-8B shapes
 # with dummy weights, base model and then its requests spread over 8 random adapters of rank 16, in
 # one process: throughput ratio and the decode steps replayed from CUDA graphs
 # (benchmark/offline/lora.py); then the serving workload (benchmark/online/bench.py, chat API) against
@@ -28,7 +27,7 @@ for part in ${STEPS:-tests bench online}; do
     case "$part" in
     tests)
         step "LoRA GPU tests"
-        timeout 300 python -m pytest tests/llm/test_lora_cuda.py tests/kernels/test_lora.py tests/lora/test_loader_cuda.py \
+        timeout 300 python -m pytest tests/llm/test_lora_cuda.py tests/lora/test_loader_cuda.py \
             -q -p no:cacheprovider \
             "tests/quantization/test_fp8_cuda.py::test_lora_over_fp8_linears_adds_the_adapters_float32_deltas_to_the_fp8_output" \
             2>&1 | tail -5 ;;

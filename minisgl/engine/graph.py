@@ -145,8 +145,8 @@ class GraphRunner:
         self.gather_inputs(self.step_inputs[: 2 * bs], e.token_pool, e.page_table, self.positions[:bs],
                            self.input_ids[:bs], self.out_loc[:bs], self.next_token_index[:bs],
                            e.attn_backend.graph_rows_lens(bs))
-        if e.lora is not None:  # the adapters' runs of rows, from the slots replay() copied in
-            e.lora.graph_runs(bs)
+        if e.lora is not None:  # the adapters' slot mask, from the slots replay() copied in
+            e.lora.graph_mask(bs)
         model = e.model
         if not self.split_model:
             self.logits[:bs].copy_(model.forward())

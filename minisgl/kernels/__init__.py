@@ -12,6 +12,5 @@ engine call them.
   bf16 lm_head), the q/k/v one that rotates and stores into the KV cache, and FP8 activations;
 - `decode_attention`: split-KV decode attention at small batch;
 - `fused_moe`: mixture-of-experts routing, alignment and expert GEMMs; `moe_decode`: the same
-  feed-forward for decode's few tokens as weight-streaming GEMVs;
-- `lora`: LoRA deltas gathered by each token's adapter slot (decode's batches, in its CUDA graphs).
+  feed-forward for decode's few tokens as weight-streaming GEMVs.
 """

@@ -9,10 +9,16 @@ between: for tokens x [T, in] and a one-hot slot mask M [T, slots],
     h = (x @ A_all^T) * M          A_all [subs * slots * r_max, in]
     y[:, sub] += h[:, sub] @ B_sub^T   B_sub [out, slots * r_max]
 
-(A_all's rows are grouped by sub-projection, so each h[:, sub] is a strided view, not a copy.)
-That is the CPU's apply: shapes that do not depend on which adapters a batch uses. On the GPU,
-minisgl.kernels.lora multiplies each run of one adapter's tokens with that adapter alone (a
-prefill's requests, or a decode graph's tokens sorted by slot), two launches a layer.
+(A_all's rows are grouped by sub-projection, so each h[:, sub] is a strided view, not a copy, and
+the expand accumulates into y's columns in place: one GEMM that reads and writes y once.)
+
+The shapes do not depend on which adapters a batch uses, so the same kernels replay in a CUDA
+graph with only the mask changed, and there is no host synchronisation or gather. The cost grows
+with max_loras * max_lora_rank (the width of the skinny GEMMs), which is small beside the base
+GEMM for a handful of rank-16 adapters. Kernels that read only each token's own adapter (gathered
+per token, or segmented per request) were slower on an H100 (benchmark/NOTES.md, "Multi-LoRA"):
+cuBLAS's skinny GEMMs beat them, and at a prefill's thousands of tokens the cost is y's traffic,
+the same either way.
 
 Under tensor parallelism the weights are sharded as the base layer: a column-parallel layer's B on
 its output rows, a row-parallel layer's A on its input columns (its delta is a partial sum, added
@@ -26,13 +32,10 @@ import torch
 
 class LoraBatchState:
     """What every LoRA layer of the model reads in a forward pass: the one-hot slot mask of its
-    tokens [T, slots] in the model dtype, or None when no token of the batch uses an adapter (the
-    CPU's apply); on the GPU the runs of one adapter's tokens, minisgl.kernels.lora.add_lora's
-    (segments, longest, tokens)."""
+    tokens [T, slots] in the model dtype, or None when no token of the batch uses an adapter."""
 
     def __init__(self) -> None:
         self.mask: torch.Tensor | None = None
-        self.runs: tuple[torch.Tensor, int, torch.Tensor | None] | None = None
 
 
 class LoraLinear:
@@ -43,10 +46,7 @@ class LoraLinear:
         self.slots, self.max_rank = slots, max_rank
         self.state = state
         self.a = torch.zeros(slots * len(subs) * max_rank, in_features, dtype=dtype, device=device)
-        # Every sub-projection's B in one buffer, rows at the sub-projection's offset in the output
-        # (the GPU's expand covers them all in one launch); self.b[sub] are views of it.
-        self.b_all = torch.zeros(max(o + rows for o, rows in subs), slots * max_rank, dtype=dtype, device=device)
-        self.b = [self.b_all[offset : offset + rows] for offset, rows in subs]
+        self.b = [torch.zeros(rows, slots * max_rank, dtype=dtype, device=device) for _, rows in subs]
 
     def write(self, slot: int, sub: int, a: torch.Tensor, b: torch.Tensor) -> None:
         """Slot `slot`'s sub-projection `sub`: A [r, in] and B [out, r] (this rank's shards, the
@@ -75,16 +75,11 @@ class LoraLinear:
 
     def add(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """y (the base layer's output for x) plus each token's adapter delta, in place."""
-        if self.state.runs is not None:  # the GPU's
-            from minisgl.kernels.lora import add_lora
-
-            return add_lora(x.contiguous(), y, self.a, self.b_all, self.subs, self.slots, self.max_rank,
-                            *self.state.runs)
         mask = self.state.mask
         if mask is None:
             return y
         t = x.shape[0]
         h = (x @ self.a.t()).view(t, len(self.subs), self.slots, self.max_rank) * mask[:t, None, :, None]
         for i, (offset, rows) in enumerate(self.subs):
-            y[:, offset : offset + rows] += h[:, i].reshape(t, -1) @ self.b[i].t()
+            y[:, offset : offset + rows].addmm_(h[:, i].reshape(t, -1), self.b[i].t())
         return y

@@ -174,29 +174,20 @@ class LoraPool:
     def prepare(self, slots: list[int], extend_lens: np.ndarray) -> None:
         """Each request's slot and token count, in batch order: what this eager pass's LoRA layers
         read (minisgl.lora.linear.LoraBatchState)."""
-        self.state.mask = self.state.runs = None
         if not any(slots):
-            return
-        if self.device.type == "cuda":  # each request's tokens are a run of one adapter already
-            starts = np.cumsum(extend_lens) - extend_lens
-            runs = [(start, n, slot) for start, n, slot in zip(starts, extend_lens, slots) if slot and n]
-            segments = torch.tensor(runs, dtype=torch.int32).to(self.device, non_blocking=True)
-            self.state.runs = (segments, max(n for _, n, _ in runs), None)
+            self.state.mask = None
             return
         per_token = torch.from_numpy(np.repeat(np.asarray(slots, dtype=np.int64), extend_lens)).to(self.device)
         self.state.mask = (per_token[:, None] == self.slot_ids).to(self.dtype)
 
     def graph_buffers(self, max_bs: int) -> None:
-        """The static buffer of CUDA graphs: the slot of each padded decode row, copied in before a
-        replay."""
+        """Static buffers for CUDA graphs: the slot of each padded decode row, copied in before a
+        replay, and the mask the graph computes from it."""
         self.graph_slots = torch.zeros(max_bs, dtype=torch.int64, device=self.device)
+        self.graph_mask_buf = torch.zeros(max_bs, self.slots, dtype=self.dtype, device=self.device)
 
-    def graph_runs(self, bs: int) -> None:
-        """Inside the graph: its bs rows sorted by slot, and each adapter slot's run of them (empty
-        for a slot no row uses; the padding rows are the base model's, slot 0, in no run)."""
-        slots = self.graph_slots[:bs]
-        order = torch.sort(slots, stable=True).indices
-        counts = (slots[:, None] == self.slot_ids).sum(0)
-        starts = counts.cumsum(0) - counts
-        segments = torch.stack([starts[1:], counts[1:], self.slot_ids[1:]], dim=1).to(torch.int32)
-        self.state.mask, self.state.runs = None, (segments, bs, order)
+    def graph_mask(self, bs: int) -> None:
+        """Inside the graph: the mask of its bs rows, from graph_slots."""
+        mask = self.graph_mask_buf[:bs]
+        mask.copy_(self.graph_slots[:bs, None] == self.slot_ids)
+        self.state.mask = mask

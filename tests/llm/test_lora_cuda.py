@@ -1,5 +1,5 @@
 """LoRA on a GPU: decode batches mixing adapters and the base model run in CUDA graphs (padded to a
-captured size, the rows sorted into runs of one adapter inside the graph) and give the CPU's tokens, which are peft's
+captured size, the slot mask computed inside the graph) and give the CPU's tokens, which are peft's
 (tests/llm/test_lora.py). Needs CUDA; skipped without it (CI has no GPU); on the device machine:
 python -m pytest tests/llm/test_lora_cuda.py"""
 
@@ -18,8 +18,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 
 
 def _run(model_dir, adapters, prompts, params, names, **kwargs):
-    # Prefill runs each request's tokens in place, decode graphs (up to 32 rows here, more than one
-    # tile of a run) their rows sorted by slot: minisgl.kernels.lora either way.
     llm = LLM(model_dir, dtype=torch.float32, page_size=4, max_prefill_length=512, max_running_requests=32,
               num_pages=1024, lora_modules=adapters, **kwargs)
     graphs = llm.scheduler.engine.graph_runner

@@ -88,27 +88,24 @@ def test_an_aborted_request_gives_its_adapter_back(scheduler):
     pool.unload("r4")
 
 
-def test_a_decode_graphs_runs_hold_each_adapter_row_once(scheduler, adapters):
-    """Inside a decode graph the rows are sorted by slot on the device: each adapter slot's run
-    (minisgl.kernels.lora's segments) is exactly its rows; the padding rows are the base model's."""
+def test_the_graph_mask_is_the_eager_one(scheduler, adapters):
     pool = scheduler.engine.lora
-    slots = [1, 0, 2, 1, 2, 1]
+    slots = [1, 0, 2, 1]
+    pool.prepare(slots, np.ones(4, dtype=np.int64))
+    eager = pool.state.mask.clone()
     pool.graph_buffers(8)
-    pool.graph_slots[:8] = torch.tensor(slots + [0, 0])  # padded to a captured size
-    pool.graph_runs(8)
-    segments, longest, order = pool.state.runs
-    assert pool.state.mask is None and longest == 8
-    runs = {slot: order[start : start + n].tolist() for start, n, slot in segments.tolist()}
-    assert runs == {s: [i for i, t in enumerate(slots) if t == s] for s in range(1, pool.slots)}
+    pool.graph_slots[:6] = torch.tensor(slots + [0, 0])  # padded to a captured size
+    pool.graph_mask(6)
+    assert torch.equal(pool.state.mask[:4], eager)
+    assert not pool.state.mask[4:, 1:].any()  # padding rows are the base model's
 
 
-def test_an_eager_pass_is_masked_per_token_on_the_cpu(scheduler, adapters):
+def test_an_eager_pass_is_masked_per_token(scheduler, adapters):
     pool = scheduler.engine.lora
     pool.prepare([1, 0, 2], np.array([2, 1, 3]))
-    assert pool.state.runs is None
     assert pool.state.mask.argmax(1).tolist() == [1, 1, 0, 2, 2, 2]
     pool.prepare([0, 0], np.array([4, 1]))
-    assert pool.state.mask is None and pool.state.runs is None  # no adapter: the layers skip it
+    assert pool.state.mask is None  # no adapter: the layers skip it
 
 
 def test_tensor_parallel_adapters_match_tp1_and_peft(model_dir, adapters):
