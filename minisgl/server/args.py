@@ -339,6 +339,8 @@ def validate(args: ServerArgs) -> str | None:
         return f"--lora-modules: {clash[0]!r} is already the base model's name"
     if args.max_loras is not None and args.max_loras < 1:
         return "--max-loras must be >= 1"
+    if args.max_loras is not None and len(args.lora_adapters) > args.max_loras:
+        return f"--max-loras {args.max_loras} is fewer slots than the {len(args.lora_adapters)} adapters of --lora-modules"
     if args.max_lora_rank < 1:
         return "--max-lora-rank must be >= 1"
     if args.allow_runtime_lora_updating and not (args.max_loras or args.lora_modules):

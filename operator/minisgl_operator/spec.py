@@ -492,11 +492,9 @@ def _adapters(spec: Mapping[str, Any]) -> tuple[Adapter, ...]:
 
 
 def _slot_problems(adapters: tuple[Adapter, ...], parsed: Any) -> list[str]:
-    """spec.args' own --max-loras or --max-lora-rank too small for spec.adapters: the server would
-    fail at its start, loading them (a crash loop, not a refusal)."""
+    """spec.args' own --max-lora-rank below a rank hint of spec.adapters: the server would fail at its
+    start, loading them (a crash loop, not a refusal). Too few --max-loras its parser refuses."""
     problems = []
-    if adapters and parsed.max_loras is not None and parsed.max_loras < len(adapters):
-        problems.append(f"spec.args: --max-loras {parsed.max_loras} is fewer slots than the {len(adapters)} spec.adapters")
     for i, a in enumerate(adapters):
         if a.rank is not None and a.rank > parsed.max_lora_rank:
             problems.append(

@@ -749,7 +749,7 @@ def test_spec_args_may_size_the_slots_themselves_and_the_operator_adds_no_second
 
 
 @pytest.mark.parametrize("args, complaint", [
-    (["--max-loras", "2"], "spec.args: --max-loras 2 is fewer slots than the 3 spec.adapters"),
+    (["--max-loras", "2"], "spec.adapters: the server would refuse them: --max-loras 2 is fewer slots than the 3 adapters"),
     (["--max-lora-rank", "16"], "spec.adapters[0].rank: 32 is above spec.args' --max-lora-rank 16"),
     (["--served-model-name", "base", "sql"], "spec.adapters: the server would refuse them: --lora-modules: 'sql' is already"),
     (["--lora-modules", "x=/models/x"], "--lora-modules comes from the InferenceService spec"),

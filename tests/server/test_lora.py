@@ -94,6 +94,7 @@ def test_metrics_count_each_adapters_requests(server, client):
     (["--lora-modules", "a=/x", "a=/y"], "--lora-modules names 'a' twice"),
     (["--served-model-name", "m", "--lora-modules", "m=/x"], "'m' is already the base model's name"),
     (["--allow-runtime-lora-updating"], "--allow-runtime-lora-updating needs adapter slots: --max-loras N"),
+    (["--lora-modules", "a=/x", "b=/y", "--max-loras", "1"], "--max-loras 1 is fewer slots than the 2 adapters"),
 ])
 def test_bad_lora_flags_are_refused(argv, says, capsys):
     with pytest.raises(SystemExit) as e:
