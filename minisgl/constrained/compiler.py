@@ -88,6 +88,11 @@ class GrammarCompilerPool:
         """Workers started and waiting for (or running) a compile."""
         return sum(w.ready for w in list(self._workers))
 
+    @property
+    def compiling(self) -> int:
+        """Workers running a compile now (a queued one waits for a free worker)."""
+        return sum(w.job is not None for w in list(self._workers))
+
     def submit(self, constraint: Key) -> Future:
         """A future of the Grammar to start requests from; it raises ValueError when the constraint
         cannot be compiled (an invalid schema or regex, or one over the time budget)."""

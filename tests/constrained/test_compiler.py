@@ -71,6 +71,9 @@ def test_cancelling_a_compile_kills_its_worker_and_resolves_nothing(make_pool):
     _warm(pool)
     (worker,) = compile_workers()
     slow = pool.submit(("json_schema", SLOW_SCHEMA))
+    # Running on the worker, not still queued (a queued compile is dropped, its worker kept): the
+    # pool's thread hands it over soon after the submit, later on a busy machine.
+    wait_until(lambda: pool.compiling == 1, "the slow compile running")
     pool.cancel(slow)
     assert slow.cancelled()
     wait_until(lambda: worker not in compile_workers(), "the cancelled compile's worker gone")
