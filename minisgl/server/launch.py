@@ -34,8 +34,7 @@ def serve(args: ServerArgs) -> int:
 
     open_files = raise_open_file_limit()  # before the workers start: they inherit it
     args = dataclasses.replace(args, max_connections=connection_limit(args.max_connections, open_files))
-    args, model_path, workers = launch_workers(args)
-    # The app's imports (torch's among them) run while the workers load the model.
+    args, model_path, workers = launch_workers(args, meanwhile=_import_http)
     import uvicorn
 
     from .http.app import create_app
@@ -81,12 +80,19 @@ def serve(args: ServerArgs) -> int:
             loop.add_signal_handler(sig, supervisor.on_signal, sig)
         watcher = loop.create_task(supervisor.watch(announce))
         stats = loop.create_task(metrics.follow_scheduler(workers.addrs["stats"]))
+        listening = loop.create_task(proceed_once_listening())
         try:
             await server.serve()
         finally:
             supervisor.stopping.set()
-            watcher.cancel()
-            stats.cancel()
+            for task in (watcher, stats, listening):
+                task.cancel()
+
+    async def proceed_once_listening() -> None:
+        # The probes answer from here on ("loading" until the engine is ready); then the model loads.
+        while not server.started:
+            await asyncio.sleep(0.01)
+        workers.proceed()
 
     exit_code = 0
     try:
@@ -103,6 +109,14 @@ def serve(args: ServerArgs) -> int:
     return exit_code
 
 
+def _import_http() -> None:
+    """The HTTP side's modules (torch among them), imported while the workers import theirs."""
+    import uvicorn  # noqa: F401
+
+    from .http import app  # noqa: F401
+    from .runtime import frontend, supervisor  # noqa: F401
+
+
 def serve_engine_ranks(args: ServerArgs) -> int:
     """A node other than node 0: run this node's engine ranks until they end or SIGTERM/SIGINT.
 
@@ -114,6 +128,7 @@ def serve_engine_ranks(args: ServerArgs) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     args, _, workers = launch_workers(args)
+    workers.proceed()
     try:
         logger.info("node %d of %d: engine ranks %s, joining node 0 at %s", placement.node_rank, placement.nnodes,
                     list(placement.local_ranks), args.dist_init_addr)
@@ -148,6 +163,7 @@ def run_shell(args: ServerArgs) -> int:
     from .shell import chat_shell
 
     args, _, workers = launch_workers(args)
+    workers.proceed()
     try:
         print("loading the model ...", file=sys.stderr)
         workers.wait_ready()

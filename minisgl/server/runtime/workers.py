@@ -14,11 +14,12 @@ server and watches them all (supervisor.py):
   A second signal exits at once, non-zero.
 
 Start-up runs in parallel: the launcher spawns the children before it imports anything heavy, and
-each imports its own (torch, transformers, the engine: most of a start on a fresh machine). The
-model's check (`check_model`) runs in each scheduler child, which imports what it needs anyway,
-before it loads anything; the first local rank's verdict goes to the launcher, which refuses a model
-that cannot be served with the check's message alone (no child's traceback) and otherwise imports
-the HTTP app while the engine loads.
+each imports its own (torch, transformers, the engine: most of a start on a fresh machine) while
+the launcher imports the HTTP side. The model's check (`check_model`) runs in each scheduler child,
+which imports what it needs anyway; the first local rank's verdict goes to the launcher, which
+refuses a model that cannot be served with the check's message alone (no child's traceback), or
+starts listening and then lets the schedulers load the model (`Workers.proceed`): the probes answer
+("loading") before the engine can be ready.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ import os
 import queue
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, fields
+from multiprocessing.synchronize import Event
 from typing import TYPE_CHECKING
 
 from minisgl.utils.liveness import Heartbeats, WorkerLink
@@ -136,6 +139,10 @@ class Workers:
     status: mp.Queue
     heartbeats: Heartbeats
     verdict: mp.Queue  # the first local scheduler's check of the model: its refusal, or "" for none
+    go: Event  # set by `proceed`: the schedulers load the model
+
+    def proceed(self) -> None:
+        self.go.set()
 
     def wait_checked(self) -> None:
         """Block until the model is checked (ValueError: refused), or a child died before (that
@@ -198,12 +205,15 @@ class Workers:
         shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
 
 
-def launch_workers(args: ServerArgs) -> tuple[ServerArgs, str, Workers]:
-    """The model resolved, the workers spawned and the model checked by them: a ValueError, with
-    every child stopped, if it cannot be served."""
+def launch_workers(args: ServerArgs, meanwhile: Callable[[], object] = lambda: None
+                   ) -> tuple[ServerArgs, str, Workers]:
+    """The model resolved, the workers spawned (`meanwhile` run as they import) and the model
+    checked by them: a ValueError, with every child stopped, if it cannot be served. The schedulers
+    then wait for `Workers.proceed` to load it."""
     args, model_path = resolve_model(args)
     workers = start_workers(args, model_path)
     try:
+        meanwhile()
         workers.wait_checked()
     except BaseException:
         workers.stop(grace=1.0)
@@ -222,7 +232,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)] if placement.is_head else []
     addrs = ipc_addresses(ADDRESS_NAMES + tokenizers)
     status = ctx.Queue()
-    verdict = ctx.Queue()
+    verdict, go = ctx.Queue(), ctx.Event()
     dist_addr = placement.rendezvous()  # rendezvous of the tensor-parallel ranks
     schedulers = {rank: "scheduler" if rank == 0 else f"scheduler-rank{rank}" for rank in placement.local_ranks}
     local = list(schedulers.values()) + tokenizers + (["detokenizer"] if placement.is_head else [])
@@ -233,7 +243,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
 
     procs = [
         ctx.Process(target=_scheduler_main, name=name,
-                    args=(args, model_path, rank, dist_addr, addrs, link(name), verdict if i == 0 else None))
+                    args=(args, model_path, rank, dist_addr, addrs, link(name), verdict if i == 0 else None, go))
         for i, (rank, name) in enumerate(schedulers.items())
     ]
     if placement.is_head:
@@ -249,14 +259,14 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
     for p in procs:
         p.daemon = True
         p.start()  # logged once the model is checked: a refused model prints its reason alone
-    return Workers(procs, addrs, status, heartbeats, verdict)
+    return Workers(procs, addrs, status, heartbeats, verdict, go)
 
 
 # The children's entry points: the imports first (the launcher has none of them).
 
 
 def _scheduler_main(args: ServerArgs, model_path: str, rank: int, dist_addr: str, addrs: dict[str, str],
-                    link: WorkerLink, verdict: mp.Queue | None) -> None:
+                    link: WorkerLink, verdict: mp.Queue | None, go: Event) -> None:
     from minisgl.scheduler.io import run_scheduler
 
     try:
@@ -267,6 +277,10 @@ def _scheduler_main(args: ServerArgs, model_path: str, rank: int, dist_addr: str
         raise SystemExit(2) from None
     if verdict is not None:
         verdict.put("")
+    parent = os.getppid()
+    while not go.wait(0.25):
+        if os.getppid() != parent:  # the launcher is gone (killed) before it let us go on
+            raise SystemExit(0)
     run_scheduler(scheduler_config(args, model_path, rank, dist_addr), addrs, link)
 
 
