@@ -22,6 +22,9 @@
 #
 #   bash benchmark/device/tp.sh scale-8b    # nvidia-h200-x4: TP=1, 2 and 4 (those the GPUs allow) in one
 #   bash benchmark/device/tp.sh scale-30b   # call: all-reduce per step, offline tok/s, start-up, batch-1 TPOT
+#   bash benchmark/device/tp.sh profile     # nvidia-h100-x4 (issue 43): Qwen3-30B-A3B batch-1 TPOT and its step's
+#                                           # kernels and host time at TP=2 and 4; Qwen3-8B offline at TP=1 and 4
+#                                           # and its batch-256 decode and prefill steps profiled at TP=4
 #
 # Run after the kit preamble (../shared/device/kit.sh) with carry [".device-kit", ".bench-models"],
 # the model configs staged by
@@ -98,7 +101,35 @@ scale() {  # $1 name, $2 model dir: TP = 1, 2, 4 (as many as there are GPUs), cu
     done
 }
 
+profile_tp() {  # $1 name, $2 model dir, $3 tp, $4 requests, $5 prompt length, $6 prefill tokens: rank 0's kernels
+    step "$1: the step profiled at TP=$3, batch $4"
+    timeout 200 python benchmark/offline/profile_steps.py --model "$2" --dummy-weight --tp "$3" --requests "$4" \
+        --prompt-len "$5" --steps 20 --prefill-tokens "$6" --cprofile --out "$RES/profile-$1-tp$3-b$4.json" \
+        > "$RES/profile-$1-tp$3-b$4.log" 2>&1
+    grep -vE "Warn|warn|INFO|Loading" "$RES/profile-$1-tp$3-b$4.log" | head -75
+}
+
 case "$mode" in
+profile)
+    m30=.bench-models/qwen3-30b-a3b m8=.bench-models/qwen3-8b
+    step "all-reduce per decode step at TP=4, Qwen3-30B-A3B shapes"
+    timeout 90 python benchmark/offline/allreduce.py --config "$m30" --tp 4 --batches 1,8,256 \
+        --out "$RES/allreduce-qwen3-30b-a3b-tp4.json" 2>&1 | grep -vE "Warn|warn" | tail -5
+    for tp in 2 4; do
+        step "qwen3-30b-a3b: batch-1 TPOT at TP=$tp"
+        timeout 150 python benchmark/offline/latency.py --model "$m30" --dummy-weight --tp "$tp" \
+            --out "$RES/latency-qwen3-30b-a3b-tp$tp.json" > "$RES/latency-qwen3-30b-a3b-tp$tp.log" 2>&1
+        summary "$RES/latency-qwen3-30b-a3b-tp$tp.log"; pack
+    done
+    for tp in 2 4; do profile_tp qwen3-30b-a3b "$m30" "$tp" 1 128 128; pack; done
+    for tp in 1 4; do
+        step "qwen3-8b: offline throughput at TP=$tp"
+        timeout 170 python benchmark/offline/bench.py --model "$m8" --dummy-weight --tp "$tp" --dtype bfloat16 \
+            "${SIZE[@]}" --out "$RES/offline-qwen3-8b-tp$tp.json" > "$RES/offline-qwen3-8b-tp$tp.log" 2>&1
+        summary "$RES/offline-qwen3-8b-tp$tp.log"; pack
+    done
+    profile_tp qwen3-8b "$m8" 4 256 512 16384
+    ;;
 compact)  # nvidia-h200-x2, ~9.5 min: the bf16 TP runs, then both models' TP=2 vs TP=1 in one call
     step "bf16 TP=2 runs complete (graphs; grouped-GEMM MoE inside them)"
     timeout "${TESTS_TIMEOUT:-200}" python -m pytest -q -rA --tb=short -p no:cacheprovider \

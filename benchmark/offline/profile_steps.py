@@ -7,6 +7,9 @@ records `--steps` decode steps with torch.profiler (CUDA kernels, graph replays 
 separately, one prefill step of `--prefill-tokens` tokens. Prints, per step, the GPU time of
 each kernel category, the GPU-busy share of the wall time, and the top kernels; writes JSON.
 With `--num-adapters N` the requests are spread over N random LoRA adapters of `--lora-rank`.
+With `--tp N` the requests and steps go through the scheduler server, as in serving (rank 0
+broadcasts each turn's messages to the other ranks, whose steps run beside its own); the kernels
+profiled are rank 0's.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
+from minisgl.message import AbortMsg, UserMsg
 from minisgl.server.args import add_flags
 
 CATEGORIES = [  # first match wins; lower-case substrings of kernel names
@@ -45,7 +49,8 @@ CATEGORIES = [  # first match wins; lower-case substrings of kernel names
 ]
 
 
-SERVER_FLAGS = ("dummy_weight", "attn", "quantization", "kv_cache_dtype")  # the server's flags, same names (minisgl.benchmark.flags)
+# The server's flags, same names (minisgl.benchmark.flags).
+SERVER_FLAGS = ("dummy_weight", "attn", "quantization", "kv_cache_dtype", "tp", "disable_custom_all_reduce")
 
 
 def category(name: str) -> str:
@@ -106,15 +111,21 @@ def main() -> None:
     vocab = s.engine.model_config.vocab_size
     rng = random.Random(0)
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
+
+    def add(uid: int, ids: list[int], params: SamplingParams) -> None:
+        llm.inbox.put(UserMsg(uid, ids, params))  # received (and broadcast to the other ranks) by the next step
+
+    step = llm.server.run_once
     for uid in range(args.requests):
         params = SamplingParams(temperature=0.6, max_tokens=200, ignore_eos=True, lora=names[uid % len(names)])
-        s.add_request(uid, [rng.randrange(vocab) for _ in range(args.prompt_len)], params)
+        add(uid, [rng.randrange(vocab) for _ in range(args.prompt_len)], params)
     t0 = time.perf_counter()
+    step()
     while s.prefill.has_work:
-        s.step()
+        step()
     print(f"prefilled {args.requests} x {args.prompt_len} tokens in {time.perf_counter() - t0:.2f} s", flush=True)
     for _ in range(5):
-        s.step()
+        step()
     torch.cuda.synchronize()
     waited = [0.0]  # host time spent waiting for the GPU (events): the rest of the wall is host work
     sync = torch.cuda.Event.synchronize
@@ -127,7 +138,7 @@ def main() -> None:
     torch.cuda.Event.synchronize = timed_sync
     start = time.perf_counter()
     for _ in range(args.steps):
-        s.step()
+        step()
     torch.cuda.synchronize()
     decode_wall = (time.perf_counter() - start) * 1e6 / args.steps  # without the profiler
     torch.cuda.Event.synchronize = sync
@@ -135,7 +146,7 @@ def main() -> None:
           f"{waited[0] * 1e3 / args.steps:.2f} ms/step")
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(args.steps):
-            s.step()
+            step()
         torch.cuda.synchronize()
     decode = kernel_table(prof, args.steps)
     show(f"decode, batch {args.requests}, context ~{args.prompt_len + 10}", decode_wall, *decode)
@@ -146,7 +157,7 @@ def main() -> None:
         cp = cProfile.Profile()
         cp.enable()
         for _ in range(args.steps):
-            s.step()
+            step()
         torch.cuda.synchronize()
         cp.disable()
         print(f"\n== host profile of {args.steps} decode steps (tottime, ms per step)")
@@ -156,36 +167,36 @@ def main() -> None:
             print(f"  {tt * 1e3 / args.steps:7.3f} tot {ct * 1e3 / args.steps:7.3f} cum  {nc // args.steps:6d}x  "
                   f"{fn} ({file.split('/')[-1]}:{line})")
     for uid in list(s.reqs):
-        s.abort(uid)
+        llm.inbox.put(AbortMsg(uid))
     while s.has_work:
-        s.step()
+        step()
 
     # One prefill step of fresh prompts (no decode batch alternating with it).
     n = max(1, args.prefill_tokens // args.prompt_len)
     for uid in range(n):
-        s.add_request(10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
+        add(10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
                       SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True, lora=names[uid % len(names)]))
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
-        s.step()  # launches the prefill batch
+        step()  # launches the prefill batch
         torch.cuda.synchronize()
         prefill_wall = (time.perf_counter() - start) * 1e6
     prefill = kernel_table(prof, 1)
     show(f"prefill, {n} prompts x {args.prompt_len} tokens", prefill_wall, *prefill)
     while s.has_work:
-        s.step()
+        step()
     if args.cprofile:
         import cProfile
         import pstats
 
         for uid in range(n):
-            s.add_request(2 * 10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
+            add(2 * 10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
                           SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True))
         torch.cuda.synchronize()
         cp = cProfile.Profile()
         cp.enable()
-        s.step()
+        step()
         torch.cuda.synchronize()
         cp.disable()
         print("\n== host profile of the prefill step (tottime, ms)")
@@ -193,7 +204,7 @@ def main() -> None:
         for (file, line, fn), (cc, nc, tt, ct, _) in sorted(stats.stats.items(), key=lambda kv: -kv[1][2])[:22]:
             print(f"  {tt * 1e3:7.3f} tot {ct * 1e3:7.3f} cum {nc:6d}x  {fn} ({file.split('/')[-1]}:{line})")
     while s.has_work:
-        s.step()
+        step()
     llm.shutdown()
     write_json(args.out, {"benchmark": "profile", "device": device_name(), "model": args.model,
                           "decode": {"batch": args.requests, "wall_us_per_step": decode_wall, "categories_us": decode[0],
