@@ -5,6 +5,12 @@
 # kernel profile of the decode step (profile_steps.py).
 #
 #   bash benchmark/device/moe_decode.sh            # nvidia-h100-x1, ~8 min
+#   STEPS="tests layer4 tp2 tp4 dense1" bash benchmark/device/moe_decode.sh   # nvidia-h100-x4 / h200-x4
+#
+# Parts: tests; layer (the MoE layer, TP=1 shapes) or layerN (one rank's share at TP=N); bN (batch-N
+# TPOT and profile at TP=1); tpN (batch-1 TPOT at TP=N, base then new); denseN (Qwen3-8B batch-N
+# TPOT at TP=1, base then new). A part that would start after DEADLINE seconds (default 540) is
+# skipped, so the call returns what it has within the device's 10 minutes.
 #
 # The baseline: a copy of minisgl/ with the files under test as in an earlier commit, in an ignored
 # folder carried with the call, e.g.
@@ -13,7 +19,7 @@
 # the model staged by `python benchmark/prepare_model.py ../shared/models/qwen3-30b-a3b .bench-models/qwen3-30b-a3b`.
 # STEPS picks parts (default: tests layer b1 b8). Results: $OUT/results.tgz.
 set -uo pipefail
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 . benchmark/device/lib.sh
 start_results
 MODEL=.bench-models/qwen3-30b-a3b
@@ -22,17 +28,30 @@ NEW=$PYTHONPATH
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 summary() { grep -hE "TPOT|== decode|moe |gemm|attention|rmsnorm|kernels per|Error|error:|Traceback" "$@" | grep -v Warn; }
 
+begin=$SECONDS
+tpot() {  # $1 tree (base|new), $2 model dir, $3 tp, $4 batch, $5 result name: TPOT of that tree
+    local path=$NEW; [ "$1" = base ] && path="$BASE:$NEW"
+    step "$5, $1: batch-$4 TPOT at TP=$3"
+    PYTHONPATH=$path timeout 150 python benchmark/offline/latency.py --model "$2" --dummy-weight --tp "$3" \
+        --batch "$4" --out "$RES/latency-$5-$1.json" > "$RES/latency-$5-$1.log" 2>&1
+    summary "$RES/latency-$5-$1.log"
+}
 for part in ${STEPS:-tests layer b1 b8}; do
+    if [ $((SECONDS - begin)) -gt "${DEADLINE:-540}" ]; then echo "skipped $part: past the deadline"; continue; fi
     case "$part" in
     tests)
         step "MoE kernels and layer on the GPU against the per-expert loop"
-        timeout 300 python -m pytest -q -x -p no:cacheprovider tests/kernels/test_moe_decode.py \
-            tests/kernels/test_fused_moe.py tests/layers/test_moe.py > "$RES/tests.log" 2>&1
+        timeout "${TESTS_TIMEOUT:-300}" python -m pytest -q -x -p no:cacheprovider tests/kernels/test_moe_decode.py \
+            tests/kernels/test_fused_moe.py tests/layers/test_moe.py tests/layers/test_linear.py \
+            tests/layers/test_embedding.py > "$RES/tests.log" 2>&1
         tail -3 "$RES/tests.log" ;;
-    layer)
-        step "MoE layer at decode's token counts: GEMV path vs block-aligned, tile sweep"
-        timeout 200 python benchmark/offline/moe_decode.py --config "$MODEL" --sweep --out "$RES/moe_decode.json" 2>&1 \
-            | grep -vi warn ;;
+    layer*)
+        tp=${part#layer}; tp=${tp:-1}
+        step "MoE layer at decode's token counts (TP=$tp share): GEMV path vs block-aligned, tile sweep"
+        timeout 200 python benchmark/offline/moe_decode.py --config "$MODEL" --tp "$tp" --tokens "${TOKENS:-1,2,3,4,6,8,16}" \
+            --sweep --out "$RES/moe_decode-tp$tp.json" 2>&1 | grep -vi warn ;;
+    tp*) for tree in base new; do tpot "$tree" "$MODEL" "${part#tp}" 1 "tp${part#tp}-b1"; done ;;
+    dense*) for tree in base new; do tpot "$tree" .bench-models/qwen3-8b 1 "${part#dense}" "8b-b${part#dense}"; done ;;
     b*)
         batch=${part#b}
         for tree in base new; do

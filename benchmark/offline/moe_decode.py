@@ -88,9 +88,11 @@ def main() -> None:
     sweep = []
     if args.sweep:
         gate_ups = [gu] + [GemvConfig(bn, bk, 4, st, False) for bn, bk, st in
-                           ((4, 512, 4), (4, 512, 8), (2, 512, 6), (8, 512, 6), (4, 256, 8))]
+                           ((4, 512, 4), (4, 512, 8), (2, 512, 6), (8, 512, 6), (4, 256, 8), (2, 1024, 4), (1, 1024, 6))]
         downs = [dn] + [GemvConfig(bn, bk, 4, st, False) for bn, bk, st in
-                        ((4, 256, 4), (2, 256, 6), (4, 128, 8), (8, 128, 6), (2, 512, 4))
+                        ((4, 256, 4), (2, 256, 6), (4, 128, 8), (8, 128, 6), (2, 512, 4),
+                         # a tensor-parallel share's narrow experts (192 wide at TP=4): wider tiles
+                         (8, 64, 4), (16, 64, 3), (32, 64, 2), (16, 128, 3))
                         if inter % bk == 0]
         x1 = [torch.randn(1, hidden, device=dev, dtype=dt) for _ in range(args.calls)]
         for cfg in (moe_decode.ROUTER_TILES, GemvConfig(4, 1024, 4, 6, False), GemvConfig(2, 1024, 4, 4, False),

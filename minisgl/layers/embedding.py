@@ -8,7 +8,7 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 from minisgl.distributed import all_gather, all_reduce
-from minisgl.kernels.dispatch import head_gemv
+from minisgl.kernels.dispatch import dense_gemv
 
 
 class VocabParallelEmbedding(nn.Module):
@@ -51,7 +51,7 @@ class ParallelLMHead(VocabParallelEmbedding):
         """This rank's slice of the logits for hidden [rows, H], into `out` when given. Decode's few
         rows on a GPU take the weight-streaming GEMV, which reads the head faster than cuBLAS
         (benchmark/NOTES.md)."""
-        logits = head_gemv(hidden, self.weight, out)
+        logits = dense_gemv(hidden, self.weight, out)
         if logits is None:
             logits = F.linear(hidden, self.weight) if out is None else torch.mm(hidden, self.weight.t(), out=out)
         return logits

@@ -2,8 +2,8 @@
 
 Each parameter carries a `weight_loader(param, loaded, shard_id)` that copies this rank's slice
 of a full HF checkpoint tensor into it, so the weight loader never needs to know the layout.
-The parallel layers multiply through their `gemm` (F.linear; minisgl.quantization swaps in an
-FP8 GEMM for FP8 weights), the MLP's gate/up layer with the activation through its `gated_gemm`.
+The parallel layers multiply through their `gemm` (`dense_linear`; minisgl.quantization swaps in
+an FP8 GEMM for FP8 weights), the MLP's gate/up layer with the activation through its `gated_gemm`.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 from minisgl.distributed import DistributedInfo, all_reduce
+from minisgl.kernels.dispatch import dense_gemv
 
 from .activation import silu_and_mul
 
@@ -36,6 +37,17 @@ def _load_rows(dst: torch.Tensor, src: torch.Tensor, start: int, rows: int) -> N
         raise ValueError(f"shape mismatch: checkpoint has {tuple(src.shape)}, the model expects a "
                          f"shard of {tuple(dst.shape)} at rows {start}..{start + rows}")
     dst.copy_(src.narrow(0, start, rows))
+
+
+def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear, but decode's few bf16 rows on a Hopper GPU through the weight-streaming GEMV (the
+    lm_head's, minisgl.kernels.dispatch.dense_gemv). Why: at one token a layer's q/k/v and o
+    projections are a few MB each (less under tensor parallelism), and cuBLAS took ~10 us a GEMM
+    there, its launch and tile set-up rather than the read (benchmark/NOTES.md, issue 43)."""
+    y = dense_gemv(x, weight)
+    if y is None:
+        return F.linear(x, weight, bias)
+    return y if bias is None else y + bias
 
 
 class ReplicatedLinear(nn.Module):
@@ -65,7 +77,7 @@ class ColumnParallelLinear(nn.Module):
         out = sum(self.local_sizes)
         self.weight = nn.Parameter(torch.empty(out, in_features), requires_grad=False)
         self.bias = nn.Parameter(torch.empty(out), requires_grad=False) if bias else None
-        self.gemm = F.linear
+        self.gemm = dense_linear
         self.lora = None  # minisgl.lora.LoraLinear once an adapter pool is attached: adds the adapters' deltas
         for param in (self.weight, self.bias):
             if param is not None:
@@ -153,7 +165,7 @@ class RowParallelLinear(nn.Module):
         self.weight = nn.Parameter(torch.empty(out_features, self.local_in), requires_grad=False)
         self.weight.weight_loader = self.weight_loader
         self.bias = nn.Parameter(torch.empty(out_features), requires_grad=False) if bias else None
-        self.gemm = F.linear
+        self.gemm = dense_linear
         self.lora = None  # as ColumnParallelLinear's; its delta is a partial sum, reduced with the output
 
     def weight_loader(self, param: nn.Parameter, loaded: torch.Tensor, shard_id=None) -> None:

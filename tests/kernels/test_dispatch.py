@@ -15,13 +15,13 @@ import sys
 import pytest
 import torch
 
-from minisgl.kernels.dispatch import fused_ops, gemv_for, head_gemv, triton_for
+from minisgl.kernels.dispatch import dense_gemv, fused_ops, gemv_for, triton_for
 
 
 def test_no_fused_kernel_is_offered_to_cpu_or_float32_tensors():
     for x in (torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(2, 8)):
         assert fused_ops(x) is None and triton_for(x) is None
-    assert head_gemv(torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(4, 8, dtype=torch.bfloat16)) is None
+    assert dense_gemv(torch.zeros(2, 8, dtype=torch.bfloat16), torch.zeros(4, 8, dtype=torch.bfloat16)) is None
 
 
 def test_the_gemv_takes_up_to_16_bf16_rows():

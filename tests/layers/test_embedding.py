@@ -1,5 +1,5 @@
 """The LM head's logits: on the CPU and above 16 rows the library GEMM; at decode's few bf16 rows on a
-Hopper GPU the weight-streaming GEMV (minisgl.quantization.gemm.head_gemv), which reads the head
+Hopper GPU the weight-streaming GEMV (minisgl.kernels.dispatch.dense_gemv), which reads the head
 faster than cuBLAS. Either way the logits are x @ W^T of the head's weight, into `out` when given.
 
     python -m pytest tests/layers/test_embedding.py -q

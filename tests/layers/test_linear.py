@@ -1,0 +1,66 @@
+"""The parallel linear layers multiply through `dense_linear`: on the CPU and above 16 rows the
+library GEMM; at decode's few bf16 rows on a Hopper GPU the weight-streaming GEMV (the lm_head's),
+whose launch costs a few microseconds where cuBLAS took ~10 per projection. Either way the result
+is x @ W^T + b.
+
+    python -m pytest tests/layers/test_linear.py -q
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.profiler import ProfilerActivity, profile
+
+from minisgl.core import Context, set_global_ctx
+from minisgl.distributed import DistributedInfo
+from minisgl.layers.linear import QKVParallelLinear, RowParallelLinear
+
+HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
+
+
+@pytest.fixture
+def layers():
+    """layers(device, dtype, bias) -> (a q/k/v layer of 8 + 2 + 2 heads of 64, an o layer), random."""
+    set_global_ctx(Context(device=torch.device("cpu"), tp=DistributedInfo()))
+
+    def make(device: str, dtype: torch.dtype, bias: bool):
+        torch.manual_seed(0)
+        qkv, o = QKVParallelLinear(512, 64, 8, 2, bias), RowParallelLinear(512, 512, bias)
+        for layer in (qkv, o):
+            for param in (layer.weight, layer.bias):
+                if param is not None:
+                    param.data = (torch.randn(param.shape) / 16).to(device=device, dtype=dtype)
+        return qkv, o
+
+    yield make
+    set_global_ctx(None)
+
+
+def _reference(layer, x: torch.Tensor) -> torch.Tensor:
+    bias = None if layer.bias is None else layer.bias.float()
+    return F.linear(x.float(), layer.weight.float(), bias)
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_cpu_layers_are_the_linear_projection(layers, bias):
+    for layer in layers("cpu", torch.float32, bias):
+        x = torch.randn(3, 512)
+        assert torch.equal(layer(x), F.linear(x, layer.weight, layer.bias))
+
+
+@pytest.mark.skipif(not HOPPER, reason="the weight-streaming GEMV runs on Hopper GPUs")
+@pytest.mark.parametrize("rows", [1, 3, 4, 8, 16, 17])
+@pytest.mark.parametrize("bias", [False, True])
+def test_decode_rows_on_hopper_go_through_the_gemv(layers, rows, bias):
+    for layer in layers("cuda", torch.bfloat16, bias):
+        x = torch.randn(rows, 512, device="cuda", dtype=torch.bfloat16)
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            got = layer(x)
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+        assert any("_gemv_kernel" in n for n in names) == (rows <= 16), names  # above 16 rows: cuBLAS
+        want = _reference(layer, x)
+        # float32 sums of exact products: the bf16 output's rounding (2^-9 relative) is the error.
+        assert torch.allclose(got.float(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
