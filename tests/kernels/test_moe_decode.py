@@ -95,6 +95,14 @@ def test_down_steps_divide_the_expert_width_where_they_can():
     assert moe_decode.decode_tiles(40, 64, 8, 4)[1].block_k == 16  # none divides 40: masked last step
 
 
+def test_a_tensor_parallel_share_s_narrow_experts_take_wide_down_tiles():
+    # Qwen3-30B-A3B's 768-wide experts at TP=2 and TP=4: 16 and 32 hidden features a program in
+    # 64-element steps (a one-row tile's steps there were a few hundred bytes); whole, as before.
+    assert [(d.block_n, d.block_k) for _, d in (moe_decode.decode_tiles(i, 2048, 8, 2) for i in (384, 192))] == [
+        (16, 64), (32, 64)]
+    assert moe_decode.decode_tiles(768, 2048, 8, 2)[1].block_n == 4
+
+
 HOPPER_BUILD = r"""
 import inspect, torch, triton
 from triton.backends.compiler import GPUTarget

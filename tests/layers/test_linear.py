@@ -1,5 +1,5 @@
-"""The parallel linear layers multiply through `dense_linear`: on the CPU and above 16 rows the
-library GEMM; at decode's few bf16 rows on a Hopper GPU the weight-streaming GEMV (the lm_head's),
+"""The parallel linear layers multiply through `dense_linear`: on the CPU and above two rows the
+library GEMM; at decode's one or two bf16 rows on a Hopper GPU the weight-streaming GEMV (the lm_head's),
 whose launch costs a few microseconds where cuBLAS took ~10 per projection. Either way the result
 is x @ W^T + b.
 
@@ -15,7 +15,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from minisgl.core import Context, set_global_ctx
 from minisgl.distributed import DistributedInfo
-from minisgl.layers.linear import QKVParallelLinear, RowParallelLinear
+from minisgl.layers.linear import LINEAR_GEMV_MAX_ROWS, QKVParallelLinear, RowParallelLinear
 
 HOPPER = torch.cuda.is_available() and torch.cuda.get_device_capability() >= (9, 0)
 
@@ -51,7 +51,7 @@ def test_cpu_layers_are_the_linear_projection(layers, bias):
 
 
 @pytest.mark.skipif(not HOPPER, reason="the weight-streaming GEMV runs on Hopper GPUs")
-@pytest.mark.parametrize("rows", [1, 3, 4, 8, 16, 17])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
 @pytest.mark.parametrize("bias", [False, True])
 def test_decode_rows_on_hopper_go_through_the_gemv(layers, rows, bias):
     for layer in layers("cuda", torch.bfloat16, bias):
@@ -60,7 +60,7 @@ def test_decode_rows_on_hopper_go_through_the_gemv(layers, rows, bias):
             got = layer(x)
             torch.cuda.synchronize()
         names = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-        assert any("_gemv_kernel" in n for n in names) == (rows <= 16), names  # above 16 rows: cuBLAS
+        assert any("_gemv_kernel" in n for n in names) == (rows <= LINEAR_GEMV_MAX_ROWS), names  # above: cuBLAS
         want = _reference(layer, x)
         # float32 sums of exact products: the bf16 output's rounding (2^-9 relative) is the error.
         assert torch.allclose(got.float(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
