@@ -9,7 +9,8 @@
 #
 # Parts: tests; layer (the MoE layer, TP=1 shapes) or layerN (one rank's share at TP=N); bN (batch-N
 # TPOT and profile at TP=1); tpN (batch-1 TPOT at TP=N, base then new); denseN (Qwen3-8B batch-N
-# TPOT at TP=1, base then new). A part that would start after DEADLINE seconds (default 540) is
+# TPOT at TP=1, base then new); profN / prof8b (profile_steps.py of this tree: Qwen3-30B-A3B's batch-1
+# step at TP=N, Qwen3-8B's batch-256 step at TP=1). A part that would start after DEADLINE seconds (default 540) is
 # skipped, so the call returns what it has within the device's 10 minutes.
 #
 # The baseline: a copy of minisgl/ with the files under test as in an earlier commit, in an ignored
@@ -51,6 +52,13 @@ for part in ${STEPS:-tests layer b1 b8}; do
         timeout 200 python benchmark/offline/moe_decode.py --config "$MODEL" --tp "$tp" --tokens "${TOKENS:-1,2,3,4,6,8,16}" \
             --sweep --out "$RES/moe_decode-tp$tp.json" 2>&1 | grep -vi warn ;;
     tp*) for tree in base new; do tpot "$tree" "$MODEL" "${part#tp}" 1 "tp${part#tp}-b1"; done ;;
+    prof*)  # profN: this tree's batch-1 step at TP=N; prof8b: Qwen3-8B's batch-256 decode and 16k-token prefill at TP=1
+        args=(--model "$MODEL" --tp "${part#prof}" --requests 1 --prompt-len 128 --prefill-tokens 128)
+        [ "$part" = prof8b ] && args=(--model .bench-models/qwen3-8b --tp 1 --requests 256 --prompt-len 512 --prefill-tokens 16384)
+        step "$part: the step's kernels and host time"
+        timeout 200 python benchmark/offline/profile_steps.py "${args[@]}" --dummy-weight --steps 20 --cprofile \
+            --out "$RES/profile-$part.json" > "$RES/profile-$part.log" 2>&1
+        grep -vE "Warn|warn|INFO|Loading|Capturing" "$RES/profile-$part.log" | head -60 ;;
     dense*) for tree in base new; do tpot "$tree" .bench-models/qwen3-8b 1 "${part#dense}" "8b-b${part#dense}"; done ;;
     b*)
         batch=${part#b}
