@@ -15,7 +15,7 @@ if not torch.cuda.is_available():
 
 from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model
 
-pytest_plugins = ["tests.reaper"]  # no process a test starts outlives the session
+pytest_plugins = ["tests.reaper", "tests.lora.fixtures"]  # no process a test starts outlives the session; the LoRA fixtures
 
 ARCHITECTURES = list(ARCH_CONFIGS)
 

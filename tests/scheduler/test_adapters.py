@@ -6,12 +6,9 @@ peft's tokens. A load refused in the background answers with the reason and give
 
 from __future__ import annotations
 
-import pytest
-import torch
-
 from minisgl.core import SamplingParams
-from minisgl.scheduler import Scheduler, SchedulerConfig
-from tests.lora.peft_adapters import GatedAdapter, build_adapter, build_adapters, peft_greedy
+from minisgl.scheduler import Scheduler
+from tests.lora.peft_adapters import GatedAdapter, build_adapter, peft_greedy
 
 PROMPT = [5, 17, 42, 99, 3, 250, 251]
 NEW_TOKENS = 8
@@ -21,29 +18,11 @@ def greedy(lora: str | None = None) -> SamplingParams:
     return SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True, lora=lora)
 
 
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("Qwen3ForCausalLM")
-
-
-@pytest.fixture(scope="module")
-def adapters(model_dir, tmp_path_factory):
-    return build_adapters(model_dir, tmp_path_factory.mktemp("lora"))
-
-
-@pytest.fixture
-def scheduler(model_dir, adapters):
-    s = Scheduler(SchedulerConfig(model_dir, device="cpu", dtype=torch.float32, page_size=4, num_pages=128,
-                                  lora_modules={"r4": adapters["r4"]}, max_loras=2))
-    yield s
-    s.shutdown()
-
-
 class Outputs:
     """Every output the scheduler gave, by request."""
 
-    def __init__(self, scheduler: Scheduler):
-        self.scheduler = scheduler
+    def __init__(self, lora_scheduler: Scheduler):
+        self.scheduler = lora_scheduler
         self.all = []
 
     def step(self) -> None:
@@ -61,28 +40,28 @@ class Outputs:
         return [o.token_id for o in self.all if o.uid == uid and o.token_id is not None]
 
 
-def test_requests_decode_while_an_adapter_is_read_and_then_it_serves_peft_tokens(scheduler, model_dir, adapters,
-                                                                                 tmp_path):
-    gated = GatedAdapter(adapters["r8"], str(tmp_path / "r8"))
-    out = Outputs(scheduler)
+def test_requests_decode_while_an_adapter_is_read_and_then_it_serves_peft_tokens(lora_scheduler, lora_model_dir,
+                                                                                 lora_adapters, tmp_path):
+    gated = GatedAdapter(lora_adapters["r8"], str(tmp_path / "r8"))
+    out = Outputs(lora_scheduler)
     try:
-        scheduler.update_lora(1, "r8", gated.path)
+        lora_scheduler.update_lora(1, "r8", gated.path)
         while not gated.reader_blocked():
             out.step()
         # The load is blocked reading its config: requests of the base model and of r4 run to the end.
-        scheduler.add_request(2, PROMPT, greedy())
-        scheduler.add_request(3, PROMPT, greedy("r4"))
+        lora_scheduler.add_request(2, PROMPT, greedy())
+        lora_scheduler.add_request(3, PROMPT, greedy("r4"))
         assert out.until_finished(2) == ("length", None) and out.until_finished(3) == ("length", None)
-        assert out.tokens(2) == peft_greedy(model_dir, None, PROMPT, NEW_TOKENS)
-        assert out.tokens(3) == peft_greedy(model_dir, adapters["r4"], PROMPT, NEW_TOKENS)
+        assert out.tokens(2) == peft_greedy(lora_model_dir, None, PROMPT, NEW_TOKENS)
+        assert out.tokens(3) == peft_greedy(lora_model_dir, lora_adapters["r4"], PROMPT, NEW_TOKENS)
         assert out.finish(1) is None and gated.reader_blocked(), "the load finished without its config"
 
-        scheduler.add_request(4, PROMPT, greedy("r8"))
+        lora_scheduler.add_request(4, PROMPT, greedy("r8"))
         assert out.until_finished(4) == ("error", "unknown LoRA adapter 'r8' (loaded: r4)")
-        scheduler.update_lora(5, "r8", None)
+        lora_scheduler.update_lora(5, "r8", None)
         assert out.until_finished(5) == ("error", "LoRA adapter 'r8' is still loading; unload it once its load "
                                                   "has finished")
-        scheduler.update_lora(6, "r8", adapters["r8"])
+        lora_scheduler.update_lora(6, "r8", lora_adapters["r8"])
         assert out.until_finished(6) == ("error", "LoRA adapter 'r8' is already being loaded")
         assert out.finish(1) is None
 
@@ -90,31 +69,31 @@ def test_requests_decode_while_an_adapter_is_read_and_then_it_serves_peft_tokens
         assert out.until_finished(1) == ("stop", None)
     finally:
         gated.close()
-    scheduler.add_request(7, PROMPT, greedy("r8"))
+    lora_scheduler.add_request(7, PROMPT, greedy("r8"))
     assert out.until_finished(7) == ("length", None)
-    assert out.tokens(7) == peft_greedy(model_dir, adapters["r8"], PROMPT, NEW_TOKENS)
+    assert out.tokens(7) == peft_greedy(lora_model_dir, lora_adapters["r8"], PROMPT, NEW_TOKENS)
 
 
 def test_a_load_refused_in_the_background_answers_with_the_reason_and_gives_its_slot_back(
-        scheduler, tiny_model_dir, model_dir, adapters, tmp_path):
-    corrupt = build_adapter(model_dir, str(tmp_path / "corrupt"), 4, 8)
+        lora_scheduler, tiny_model_dir, lora_model_dir, lora_adapters, tmp_path):
+    corrupt = build_adapter(lora_model_dir, str(tmp_path / "corrupt"), 4, 8)
     with open(f"{corrupt}/adapter_model.safetensors", "wb") as f:
         f.write(b"not a safetensors file")
     refused = {
-        build_adapter(model_dir, str(tmp_path / "big"), 32, 32): "rank 32 exceeds max_lora_rank 16 (--max-lora-rank)",
-        build_adapter(model_dir, str(tmp_path / "head"), 4, 8, target_modules=["q_proj", "lm_head"]):
+        build_adapter(lora_model_dir, str(tmp_path / "big"), 32, 32): "rank 32 exceeds max_lora_rank 16 (--max-lora-rank)",
+        build_adapter(lora_model_dir, str(tmp_path / "head"), 4, 8, target_modules=["q_proj", "lm_head"]):
             "target modules lm_head are not supported",
         build_adapter(tiny_model_dir("Qwen3ForCausalLM", hidden_size=32), str(tmp_path / "other"), 4, 8):
             "(base-model mismatch)",
         str(tmp_path / "missing"): "adapter_config.json not found",
         corrupt: "cannot be read: ",
     }
-    out = Outputs(scheduler)
+    out = Outputs(lora_scheduler)
     for uid, (path, reason) in enumerate(refused.items()):
-        scheduler.update_lora(uid, "bad", path)
+        lora_scheduler.update_lora(uid, "bad", path)
         finish, error = out.until_finished(uid)
         assert finish == "error" and error.startswith(f"LoRA adapter 'bad' ({path}): ") and reason in error
     # Each gave its slot back: the one free slot takes an adapter still.
-    scheduler.update_lora(10, "r8", adapters["r8"])
+    lora_scheduler.update_lora(10, "r8", lora_adapters["r8"])
     assert out.until_finished(10) == ("stop", None)
-    assert scheduler.engine.lora.slot("r8") == 2 and not scheduler.engine.lora.reserved
+    assert lora_scheduler.engine.lora.slot("r8") == 2 and not lora_scheduler.engine.lora.reserved

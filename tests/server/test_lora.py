@@ -20,26 +20,16 @@ import pytest
 from transformers import AutoTokenizer
 
 from minisgl.server.args import parse_args
-from tests.lora.peft_adapters import GatedAdapter, build_adapters, peft_greedy
+from tests.lora.peft_adapters import GatedAdapter, peft_greedy
 from tests.server.serving import ServerProcess
 
 PROMPT = [5, 17, 42, 99, 3, 250, 251]
 
 
 @pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("Qwen3ForCausalLM")
-
-
-@pytest.fixture(scope="module")
-def adapters(model_dir, tmp_path_factory):
-    return build_adapters(model_dir, tmp_path_factory.mktemp("lora"))
-
-
-@pytest.fixture(scope="module")
-def server(model_dir, adapters):
-    srv = ServerProcess("--model", model_dir, "--served-model-name", "base", "--dtype", "float32", "--page-size", "4",
-                        "--num-pages", "256", "--lora-modules", f"r4={adapters['r4']}", f"r16={adapters['r16']}"
+def server(lora_model_dir, lora_adapters):
+    srv = ServerProcess("--model", lora_model_dir, "--served-model-name", "base", "--dtype", "float32", "--page-size", "4",
+                        "--num-pages", "256", "--lora-modules", f"r4={lora_adapters['r4']}", f"r16={lora_adapters['r16']}"
                         ).wait_ready()
     yield srv
     assert srv.stop() == 0
@@ -50,22 +40,22 @@ def client(server):
     return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
 
 
-def test_the_model_field_selects_the_adapter_and_the_response_names_it(client, model_dir, adapters):
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    for model, adapter in (("r4", adapters["r4"]), ("r16", adapters["r16"]), ("base", None)):
+def test_the_model_field_selects_the_adapter_and_the_response_names_it(client, lora_model_dir, lora_adapters):
+    tokenizer = AutoTokenizer.from_pretrained(lora_model_dir)
+    for model, adapter in (("r4", lora_adapters["r4"]), ("r16", lora_adapters["r16"]), ("base", None)):
         reply = client.completions.create(model=model, prompt=PROMPT, max_tokens=8, temperature=0,
                                           extra_body={"ignore_eos": True, "skip_special_tokens": False})
         assert reply.model == model
-        assert reply.choices[0].text == tokenizer.decode(peft_greedy(model_dir, adapter, PROMPT, 8)), model
+        assert reply.choices[0].text == tokenizer.decode(peft_greedy(lora_model_dir, adapter, PROMPT, 8)), model
     chat = client.chat.completions.create(model="r16", messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     assert chat.model == "r16"
 
 
-def test_models_lists_each_adapter_with_its_parent(client, adapters):
+def test_models_lists_each_adapter_with_its_parent(client, lora_adapters):
     cards = {m.id: m.model_dump() for m in client.models.list().data}
     assert list(cards) == ["base", "r4", "r16"]
     assert cards["r4"]["parent"] == cards["r16"]["parent"] == "base" and cards["base"]["parent"] is None
-    assert cards["r4"]["root"] == adapters["r4"]
+    assert cards["r4"]["root"] == lora_adapters["r4"]
 
 
 def test_an_unknown_adapter_is_a_404_naming_it(client):
@@ -102,18 +92,18 @@ def test_bad_lora_flags_are_refused(argv, says, capsys):
     assert e.value.code == 2 and says in capsys.readouterr().err
 
 
-def test_an_adapter_above_max_lora_rank_stops_the_server_with_the_reason(model_dir, adapters):
-    run = subprocess.run([sys.executable, "-m", "minisgl", "--model", model_dir, "--num-pages", "64",
-                          "--lora-modules", f"r16={adapters['r16']}", "--max-lora-rank", "8"],
+def test_an_adapter_above_max_lora_rank_stops_the_server_with_the_reason(lora_model_dir, lora_adapters):
+    run = subprocess.run([sys.executable, "-m", "minisgl", "--model", lora_model_dir, "--num-pages", "64",
+                          "--lora-modules", f"r16={lora_adapters['r16']}", "--max-lora-rank", "8"],
                          capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert "LoRA adapter 'r16'" in run.stderr and "rank 16 exceeds max_lora_rank 8 (--max-lora-rank)" in run.stderr
 
 
 @pytest.fixture(scope="module")
-def runtime_server(model_dir, adapters):
-    srv = ServerProcess("--model", model_dir, "--served-model-name", "base", "--dtype", "float32", "--page-size", "4",
-                        "--num-pages", "512", "--lora-modules", f"r4={adapters['r4']}", "--max-loras", "2",
+def runtime_server(lora_model_dir, lora_adapters):
+    srv = ServerProcess("--model", lora_model_dir, "--served-model-name", "base", "--dtype", "float32", "--page-size", "4",
+                        "--num-pages", "512", "--lora-modules", f"r4={lora_adapters['r4']}", "--max-loras", "2",
                         "--allow-runtime-lora-updating").wait_ready()
     yield srv
     assert srv.stop() == 0
@@ -124,7 +114,7 @@ def test_runtime_routes_exist_only_when_allowed(server):
     assert r.status_code == 404
 
 
-def test_adapters_load_and_unload_under_load_without_touching_running_requests(runtime_server, model_dir, adapters):
+def test_adapters_load_and_unload_under_load_without_touching_running_requests(runtime_server, lora_model_dir, lora_adapters):
     url = runtime_server.url
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
     long = {"model": "r4", "prompt": PROMPT, "max_tokens": 300, "temperature": 0, "extra_body": {"ignore_eos": True}}
@@ -137,14 +127,14 @@ def test_adapters_load_and_unload_under_load_without_touching_running_requests(r
     # r4 is in use by the stream: refused, and the stream goes on untouched.
     r = post("/v1/unload_lora_adapter", lora_name="r4")
     assert r.status_code == 400 and "LoRA adapter 'r4' is in use by 1 request(s)" in r.json()["error"]["message"]
-    r = post("/v1/load_lora_adapter", lora_name="r8", lora_path=adapters["r8"])
+    r = post("/v1/load_lora_adapter", lora_name="r8", lora_path=lora_adapters["r8"])
     assert r.status_code == 200 and r.text == "Success: LoRA adapter 'r8' added successfully."
     reply = client.completions.create(model="r8", prompt=PROMPT, max_tokens=8, temperature=0,
                                       extra_body={"ignore_eos": True, "skip_special_tokens": False})
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    assert reply.choices[0].text == tokenizer.decode(peft_greedy(model_dir, adapters["r8"], PROMPT, 8))
+    tokenizer = AutoTokenizer.from_pretrained(lora_model_dir)
+    assert reply.choices[0].text == tokenizer.decode(peft_greedy(lora_model_dir, lora_adapters["r8"], PROMPT, 8))
     assert [m.id for m in client.models.list().data] == ["base", "r4", "r8"]
-    r = post("/v1/load_lora_adapter", lora_name="r16", lora_path=adapters["r16"])
+    r = post("/v1/load_lora_adapter", lora_name="r16", lora_path=lora_adapters["r16"])
     assert r.status_code == 400 and "all 2 slots are taken (--max-loras)" in r.json()["error"]["message"]
     text += "".join(chunk.choices[0].text for chunk in stream)
     assert text == client.completions.create(**long).choices[0].text, "the load changed a running request"
@@ -156,11 +146,11 @@ def test_adapters_load_and_unload_under_load_without_touching_running_requests(r
     assert post("/v1/unload_lora_adapter", lora_name="r4").status_code == 404
 
 
-def test_requests_stream_while_an_adapter_loads_and_its_route_returns_once_it_is_served(runtime_server, model_dir,
-                                                                                       adapters, tmp_path):
+def test_requests_stream_while_an_adapter_loads_and_its_route_returns_once_it_is_served(runtime_server, lora_model_dir,
+                                                                                       lora_adapters, tmp_path):
     url = runtime_server.url
     client = openai.OpenAI(base_url=url + "/v1", api_key="unused")
-    gated = GatedAdapter(adapters["r8"], str(tmp_path / "slow"))  # its config is read when the test says
+    gated = GatedAdapter(lora_adapters["r8"], str(tmp_path / "slow"))  # its config is read when the test says
     base = {"model": "base", "prompt": PROMPT, "max_tokens": 16, "temperature": 0, "extra_body": {"ignore_eos": True}}
 
     def post(path: str, **body) -> httpx.Response:
@@ -179,7 +169,7 @@ def test_requests_stream_while_an_adapter_loads_and_its_route_returns_once_it_is
                 client.completions.create(model="slow", prompt=PROMPT, max_tokens=2)
             r = post("/v1/unload_lora_adapter", lora_name="slow")
             assert r.status_code == 400 and "'slow' is still loading" in r.json()["error"]["message"]
-            r = post("/v1/load_lora_adapter", lora_name="slow", lora_path=adapters["r8"])
+            r = post("/v1/load_lora_adapter", lora_name="slow", lora_path=lora_adapters["r8"])
             assert r.status_code == 400 and "'slow' is already being loaded" in r.json()["error"]["message"]
             assert not loading.done()
             gated.release()
@@ -189,8 +179,8 @@ def test_requests_stream_while_an_adapter_loads_and_its_route_returns_once_it_is
     assert r.status_code == 200 and r.text == "Success: LoRA adapter 'slow' added successfully."
     reply = client.completions.create(model="slow", prompt=PROMPT, max_tokens=8, temperature=0,
                                       extra_body={"ignore_eos": True, "skip_special_tokens": False})
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    assert reply.choices[0].text == tokenizer.decode(peft_greedy(model_dir, adapters["r8"], PROMPT, 8))
+    tokenizer = AutoTokenizer.from_pretrained(lora_model_dir)
+    assert reply.choices[0].text == tokenizer.decode(peft_greedy(lora_model_dir, lora_adapters["r8"], PROMPT, 8))
     assert streamed == client.completions.create(**base).choices[0].text
     assert post("/v1/unload_lora_adapter", lora_name="slow").status_code == 200
 
