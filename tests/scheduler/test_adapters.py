@@ -21,8 +21,8 @@ def greedy(lora: str | None = None) -> SamplingParams:
 class Outputs:
     """Every output the scheduler gave, by request."""
 
-    def __init__(self, lora_scheduler: Scheduler):
-        self.scheduler = lora_scheduler
+    def __init__(self, scheduler: Scheduler):
+        self.scheduler = scheduler
         self.all = []
 
     def step(self) -> None:
