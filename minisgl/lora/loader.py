@@ -9,11 +9,15 @@ Under tensor parallelism every rank reads its own shards, at its own pace. A loa
 refused, once every rank has finished reading it: while any load is in flight the ranks exchange
 which they have finished, once per step, so every rank puts the same adapter in the same slot in the
 same step, and a reason found by any rank refuses it on all.
+
+A read still under way after `read_timeout_s` (a hung network filesystem) refuses the load and gives
+its slot back; the thread cannot be stopped, and what it reads if it ever ends is dropped.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass
 
@@ -23,17 +27,23 @@ from minisgl.distributed import all_gather_objects
 
 from .pool import LoraPool, ReadAdapter
 
+# Reading an adapter from a local disk takes well under a second for ranks up to 64; a read not done
+# in this long is stuck (a hung filesystem), not slow, and would hold its slot for good.
+READ_TIMEOUT_S = 300.0
+
 
 @dataclass
 class _Load:
     name: str
     path: str
     read: Future  # of a ReadAdapter
+    started: float  # time.monotonic() at the start
 
 
 class AdapterLoads:
-    def __init__(self, pool: LoraPool):
+    def __init__(self, pool: LoraPool, read_timeout_s: float = READ_TIMEOUT_S):
         self.pool = pool
+        self.read_timeout_s = read_timeout_s
         self.pending: dict[int, _Load] = {}  # by the id of the request that asked for the load
 
     def start(self, uid: int, name: str, path: str) -> None:
@@ -43,7 +53,7 @@ class AdapterLoads:
         # A daemon thread: a read that never ends (a hung network filesystem) must not keep the
         # process from exiting.
         threading.Thread(target=self._read, args=(read, name, path), name=f"lora-load-{name}", daemon=True).start()
-        self.pending[uid] = _Load(name, path, read)
+        self.pending[uid] = _Load(name, path, read, time.monotonic())
 
     def _read(self, read: Future, name: str, path: str) -> None:
         if self.pool.device.type == "cuda":
@@ -67,13 +77,14 @@ class AdapterLoads:
     def finish(self) -> list[tuple[int, str, str, str | None]]:
         """Install the loads that every rank has read (or give their slots back, for one that any rank
         refused): (uid, name, path, None or the reason) of each, in the same order on every rank."""
-        mine = {uid: _reason(load.read) for uid, load in self.pending.items() if load.read.done()}
-        ranks = all_gather_objects(mine)
-        done = sorted(set.intersection(*(set(r) for r in ranks)))
+        mine = {uid: self._outcome(load) for uid, load in self.pending.items()}
+        ranks = all_gather_objects({uid: outcome for uid, outcome in mine.items() if outcome is not _READING})
+        # Done: read by every rank, or refused by any (the others' reads are then dropped).
+        done = set.intersection(*(set(r) for r in ranks)) | {uid for r in ranks for uid, why in r.items() if why}
         results = []
-        for uid in done:
+        for uid in sorted(done):
             load = self.pending.pop(uid)
-            reason = next((r[uid] for r in ranks if r[uid] is not None), None)
+            reason = next((r[uid] for r in ranks if r.get(uid)), None)
             if reason is None:
                 read: ReadAdapter = load.read.result()
                 self.pool.install(load.name, read)
@@ -81,6 +92,18 @@ class AdapterLoads:
                 self.pool.unreserve(load.name)
             results.append((uid, load.name, load.path, reason))
         return results
+
+    def _outcome(self, load: _Load) -> str | None | object:
+        """None once read, the reason once refused (a timeout is one), else _READING."""
+        if load.read.done():
+            return _reason(load.read)
+        if time.monotonic() - load.started > self.read_timeout_s:
+            return (f"LoRA adapter {load.name!r} ({load.path}): not read within {self.read_timeout_s:g} s "
+                    "(a hung filesystem?); the load is abandoned")
+        return _READING
+
+
+_READING = object()  # a read still under way
 
 
 def _reason(read: Future) -> str | None:

@@ -97,3 +97,23 @@ def test_a_load_refused_in_the_background_answers_with_the_reason_and_gives_its_
     lora_scheduler.update_lora(10, "r8", lora_adapters["r8"])
     assert out.until_finished(10) == ("stop", None)
     assert lora_scheduler.engine.lora.slot("r8") == 2 and not lora_scheduler.engine.lora.reserved
+
+
+def test_a_read_that_never_ends_is_abandoned_and_its_slot_given_back(lora_scheduler, lora_adapters, tmp_path):
+    gated = GatedAdapter(lora_adapters["r8"], str(tmp_path / "hung"))  # never released: a hung filesystem
+    lora_scheduler.lora_updates.loads.read_timeout_s = 0.5
+    out = Outputs(lora_scheduler)
+    try:
+        lora_scheduler.update_lora(1, "hung", gated.path)
+        while not gated.reader_blocked():
+            out.step()
+        assert out.until_finished(1) == ("error", f"LoRA adapter 'hung' ({gated.path}): not read within 0.5 s "
+                                                  "(a hung filesystem?); the load is abandoned")
+        # Its slot is free again, and the name too.
+        lora_scheduler.update_lora(2, "r8", lora_adapters["r8"])
+        assert out.until_finished(2) == ("stop", None)
+        assert lora_scheduler.engine.lora.slot("r8") == 2 and not lora_scheduler.engine.lora.reserved
+        lora_scheduler.add_request(3, PROMPT, greedy("hung"))
+        assert out.until_finished(3) == ("error", "unknown LoRA adapter 'hung' (loaded: r4, r8)")
+    finally:
+        gated.close()  # the stuck read gets the end of its file and ends; what it read is dropped
