@@ -51,3 +51,12 @@ start_results() {
     restore_aot_kernels
     trap 'tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .' EXIT
 }
+
+# One step shape profiled (benchmark/offline/profile_steps.py, with its host profile) into
+# $RES/profile-$1.json and .log, its tables printed: $1 a name, then profile_steps.py's flags.
+profile_step() {
+    local name=$1; shift
+    timeout 200 python benchmark/offline/profile_steps.py "$@" --dummy-weight --steps 20 --cprofile \
+        --out "$RES/profile-$name.json" > "$RES/profile-$name.log" 2>&1
+    grep -vE "Warn|warn|INFO|Loading|Capturing" "$RES/profile-$name.log" | head -75
+}

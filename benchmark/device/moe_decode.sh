@@ -56,21 +56,17 @@ for part in ${STEPS:-tests layer b1 b8}; do
         args=(--model "$MODEL" --tp "${part#prof}" --requests 1 --prompt-len 128 --prefill-tokens 128)
         [ "$part" = prof8b ] && args=(--model .bench-models/qwen3-8b --tp 1 --requests 256 --prompt-len 512 --prefill-tokens 16384)
         step "$part: the step's kernels and host time"
-        timeout 200 python benchmark/offline/profile_steps.py "${args[@]}" --dummy-weight --steps 20 --cprofile \
-            --out "$RES/profile-$part.json" > "$RES/profile-$part.log" 2>&1
-        grep -vE "Warn|warn|INFO|Loading|Capturing" "$RES/profile-$part.log" | head -60 ;;
+        profile_step "$part" "${args[@]}" ;;
     dense*) for tree in base new; do tpot "$tree" .bench-models/qwen3-8b 1 "${part#dense}" "8b-b${part#dense}"; done ;;
     b*)
         batch=${part#b}
         for tree in base new; do
+            tpot "$tree" "$MODEL" 1 "$batch" "b$batch"
             path=$NEW; [ "$tree" = base ] && path="$BASE:$NEW"
-            step "batch $batch, $tree: TPOT, then the decode step's kernels"
-            PYTHONPATH=$path timeout 120 python benchmark/offline/latency.py --model "$MODEL" --dummy-weight \
-                --batch "$batch" --out "$RES/latency-b$batch-$tree.json" > "$RES/latency-b$batch-$tree.log" 2>&1
+            step "batch $batch, $tree: the decode step's kernels"
             PYTHONPATH=$path timeout 150 python benchmark/offline/profile_steps.py --model "$MODEL" --dummy-weight \
                 --requests "$batch" --prompt-len 128 --steps 20 --prefill-tokens 128 \
                 --out "$RES/profile-b$batch-$tree.json" > "$RES/profile-b$batch-$tree.log" 2>&1
-            summary "$RES/latency-b$batch-$tree.log"
             sed -n '/== decode/,/== prefill/p' "$RES/profile-b$batch-$tree.log" | head -32
         done ;;
     esac

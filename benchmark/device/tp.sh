@@ -103,10 +103,7 @@ scale() {  # $1 name, $2 model dir: TP = 1, 2, 4 (as many as there are GPUs), cu
 
 profile_tp() {  # $1 name, $2 model dir, $3 tp, $4 requests, $5 prompt length, $6 prefill tokens: rank 0's kernels
     step "$1: the step profiled at TP=$3, batch $4"
-    timeout 200 python benchmark/offline/profile_steps.py --model "$2" --dummy-weight --tp "$3" --requests "$4" \
-        --prompt-len "$5" --steps 20 --prefill-tokens "$6" --cprofile --out "$RES/profile-$1-tp$3-b$4.json" \
-        > "$RES/profile-$1-tp$3-b$4.log" 2>&1
-    grep -vE "Warn|warn|INFO|Loading" "$RES/profile-$1-tp$3-b$4.log" | head -75
+    profile_step "$1-tp$3-b$4" --model "$2" --tp "$3" --requests "$4" --prompt-len "$5" --prefill-tokens "$6"
 }
 
 case "$mode" in

@@ -32,7 +32,6 @@ from minisgl.message import AbortMsg, UserMsg
 from minisgl.server.args import add_flags
 
 CATEGORIES = [  # first match wins; lower-case substrings of kernel names
-    ("lora", ("_shrink_kernel", "_expand_kernel")),
     ("moe routing", ("_route_kernel", "_align_kernel")),
     ("moe experts", ("_gate_up_kernel", "_down_kernel", "_expert_gemm_kernel", "grouped")),
     ("attention decode", ("batchdecode",)),
@@ -175,7 +174,7 @@ def main() -> None:
     n = max(1, args.prefill_tokens // args.prompt_len)
     for uid in range(n):
         add(10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
-                      SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True, lora=names[uid % len(names)]))
+            SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True, lora=names[uid % len(names)]))
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         start = time.perf_counter()
@@ -192,7 +191,7 @@ def main() -> None:
 
         for uid in range(n):
             add(2 * 10**6 + uid, [rng.randrange(vocab) for _ in range(args.prompt_len)],
-                          SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True))
+                SamplingParams(temperature=0.6, max_tokens=1, ignore_eos=True))
         torch.cuda.synchronize()
         cp = cProfile.Profile()
         cp.enable()
