@@ -107,12 +107,14 @@ def gemv_for(x: torch.Tensor) -> SimpleNamespace | None:
 
 
 def dense_gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-               max_rows: int = 16) -> torch.Tensor | None:
+               max_rows: int | None = None) -> torch.Tensor | None:
     """x [rows, K] @ weight^T for an unquantized weight in x's dtype (the lm_head and the linear
     layers), into `out` when given, by the weight-streaming GEMV where it was measured faster than
-    the library GEMM: up to `max_rows` (at most 16) bf16 rows on a Hopper GPU (benchmark/NOTES.md).
-    None elsewhere: the caller multiplies as usual."""
-    if not x.is_cuda or x.dim() != 2 or x.stride(-1) != 1 or weight.dtype != x.dtype or x.shape[0] > max_rows:
+    the library GEMM: bf16 rows on a Hopper GPU, up to `max_rows` or the GEMV's own limit of 16
+    (benchmark/NOTES.md). None elsewhere: the caller multiplies as usual."""
+    if not x.is_cuda or x.dim() != 2 or x.stride(-1) != 1 or weight.dtype != x.dtype:
+        return None
+    if max_rows is not None and x.shape[0] > max_rows:
         return None
     if torch.cuda.get_device_capability(x.device) < (9, 0):
         return None

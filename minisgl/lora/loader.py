@@ -77,8 +77,8 @@ class AdapterLoads:
     def finish(self) -> list[tuple[int, str, str, str | None]]:
         """Install the loads that every rank has read (or give their slots back, for one that any rank
         refused): (uid, name, path, None or the reason) of each, in the same order on every rank."""
-        mine = {uid: self._outcome(load) for uid, load in self.pending.items()}
-        ranks = all_gather_objects({uid: outcome for uid, outcome in mine.items() if outcome is not _READING})
+        mine = {uid: outcome for uid, load in self.pending.items() if (outcome := self._outcome(load)) is not _READING}
+        ranks = all_gather_objects(mine)
         # Done: read by every rank, or refused by any (the others' reads are then dropped).
         done = set.intersection(*(set(r) for r in ranks)) | {uid for r in ranks for uid, why in r.items() if why}
         results = []
