@@ -18,7 +18,10 @@ What minisgl's defaults run (`--attn auto`, minisgl/attention/):
     the page size, the batch and the sequence lengths are run-time arguments of these kernels,
     so every --page-size uses the same ones;
   - RMSNorm and add+RMSNorm, SiLU-and-mul, rotary embedding (minisgl/kernels/dispatch.py);
-  - sampling from logits, top-k/top-p (minisgl/engine/sample.py).
+  - sampling from logits, top-k/top-p (minisgl/engine/sample.py);
+  - under tensor parallelism, the all-reduce fused with the residual add and RMSNorm
+    (TensorRT-LLM's kernels, `trtllm_comm`; minisgl/distributed/fused_norm.py), built by FlashInfer
+    for 9.x and 10.x only (150 s on an H100 machine's host).
 minisgl passes no sliding window, logits soft-cap or position encoding to FlashInfer, and its K
 and V pages have equal strides, so those variants are not built.
 
@@ -47,7 +50,11 @@ ATTENTION_FP8_KV_DTYPES = ("float8_e4m3fn", "float8_e5m2")
 # 9.0a is H100/H200 and 10.0a B200/GB200, each only there ("a": architecture-specific).
 DEFAULT_ARCHS = ("8.0", "9.0a", "10.0a")
 OTHER_KERNELS = ("norm", "silu_and_mul", "rope", "sampling")
-_BUILD_ORDER = ("prefill-fa3", "prefill-fa2", "sampling", "decode", "rope", "norm", "silu_and_mul")  # longest first
+# The fused all-reduce + RMSNorm (minisgl/distributed/fused_norm.py): FlashInfer builds it for these
+# major architectures only, and minisgl uses it there only.
+ALLREDUCE_FUSION_MAJORS = (9, 10)
+_BUILD_ORDER = ("prefill-fa3", "allreduce-fusion", "prefill-fa2", "sampling", "decode", "rope", "norm",
+                "silu_and_mul")  # longest first
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,8 @@ def kernels(archs=DEFAULT_ARCHS, dtypes=ATTENTION_DTYPES, head_dims=ATTENTION_HE
     """The modules minisgl needs on GPUs of `archs` for models of these dtypes and head sizes."""
     hopper = any(arch.startswith("9.") for arch in archs)
     out = [Kernel(kind) for kind in OTHER_KERNELS]
+    if any(int(arch.split(".")[0]) in ALLREDUCE_FUSION_MAJORS for arch in archs):
+        out.append(Kernel("allreduce-fusion"))
     for dtype in dtypes:
         for head_dim in head_dims:
             out += [Kernel("decode", dtype, head_dim), Kernel("prefill-fa2", dtype, head_dim)]
@@ -85,11 +94,12 @@ def kernels(archs=DEFAULT_ARCHS, dtypes=ATTENTION_DTYPES, head_dims=ATTENTION_HE
 def jit_spec(kernel: Kernel):
     """FlashInfer's build spec of a kernel, made by the same functions its wrappers call."""
     import torch
-    from flashinfer.jit import activation, norm, rope, sampling
+    from flashinfer.jit import activation, comm, norm, rope, sampling
     from flashinfer.jit.attention import modules
 
     others = {"norm": norm.gen_norm_module, "rope": rope.gen_rope_module, "sampling": sampling.gen_sampling_module,
-              "silu_and_mul": lambda: activation.gen_act_and_mul_module("silu")}
+              "silu_and_mul": lambda: activation.gen_act_and_mul_module("silu"),
+              "allreduce-fusion": comm.gen_trtllm_comm_module}
     if kernel.kind in others:
         return others[kernel.kind]()
     dtype = getattr(torch, kernel.dtype)

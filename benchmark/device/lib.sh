@@ -2,18 +2,19 @@
 # between calls as .device-kit/fiws.tgz.part-* (pieces under the 16 MiB a returned file may have).
 
 # Unpack the carried cache to /tmp/fiws. ninja rebuilds an object older than its sources, and pip
-# just gave FlashInfer's headers fresh times: date the installed package back instead. (Dating the
-# workspace ahead, as before, dated its generated sources ahead too, so every process rebuilt
-# every kernel it used: 20-90 s each.)
+# just gave FlashInfer's headers fresh times: date the installed packages back instead, FlashInfer
+# and TVM FFI, whose headers every module includes (with FlashInfer's alone dated back, every
+# module was rebuilt on each fresh machine). (Dating the workspace ahead, as before, dated its
+# generated sources ahead too, so every process rebuilt every kernel it used: 20-90 s each.)
 restore_jit_cache() {
     if ls .device-kit/fiws.tgz.part-* > /dev/null 2>&1; then cat .device-kit/fiws.tgz.part-* | tar xzf - -C /; fi
     mkdir -p /tmp/fiws
-    find "$(_flashinfer_dir)" -exec touch -h -d 2001-01-01 {} +
+    find "$(_package_dir flashinfer)" "$(_package_dir tvm_ffi)" -exec touch -h -d 2001-01-01 {} +
     export FLASHINFER_WORKSPACE_BASE=/tmp/fiws TRITON_CACHE_DIR=/tmp/fiws/triton
 }
 
-_flashinfer_dir() {
-    python -c 'import importlib.util as u, os; print(os.path.dirname(u.find_spec("flashinfer").origin))'
+_package_dir() {  # $1 an importable package
+    python -c "import importlib.util as u, os; print(os.path.dirname(u.find_spec('$1').origin))"
 }
 
 # Pack /tmp/fiws into $OUT, to be carried back as .device-kit/fiws.tgz.part-*.
@@ -29,7 +30,7 @@ step() { echo; echo "=== $* ($(date +%T))"; }
 # a fresh machine its compiles: each process rebuilt decode and prefill, 20-90 s.)
 restore_aot_kernels() {
     local data
-    data=$(_flashinfer_dir)/data
+    data=$(_package_dir flashinfer)/data
     if ls .device-kit/aot.tgz.part-* > /dev/null 2>&1; then cat .device-kit/aot.tgz.part-* | tar xzf - -C "$data"; fi
     ls "$data/aot" 2>/dev/null | sed 's/^/aot module: /'
 }
@@ -37,7 +38,7 @@ restore_aot_kernels() {
 # Pack the installed AOT modules into $OUT, to be carried back as .device-kit/aot.tgz.part-*.
 save_aot_kernels() {
     local data
-    data=$(_flashinfer_dir)/data
+    data=$(_package_dir flashinfer)/data
     rm -f "${OUT:-.}"/aot.tgz.part-*
     (cd "$data" && tar czf - aot) | split -b 15M - "${OUT:-.}/aot.tgz.part-"
 }

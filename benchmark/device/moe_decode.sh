@@ -7,8 +7,11 @@
 #   bash benchmark/device/moe_decode.sh            # nvidia-h100-x1, ~8 min
 #   STEPS="tests layer4 tp2 tp4 dense1" bash benchmark/device/moe_decode.sh   # nvidia-h100-x4 / h200-x4
 #
-# Parts: tests; layer (the MoE layer, TP=1 shapes) or layerN (one rank's share at TP=N); bN (batch-N
-# TPOT and profile at TP=1); tpN (batch-1 TPOT at TP=N, base then new); denseN (Qwen3-8B batch-N
+# Parts: tests; fused (the all-reduce + RMSNorm fusion's GPU tests on 2 and 4 GPUs); layer (the MoE
+# layer, TP=1 shapes) or layerN (one rank's share at TP=N); bN (batch-N
+# TPOT and profile at TP=1); tpN (batch-1 TPOT at TP=N, base then new); step8bN (Qwen3-8B's batch-256
+# decode step profiled at TP=N, base then new); arN (all-reduce microbenchmark at TP=N, Qwen3-8B shapes);
+# off8bN (Qwen3-8B offline throughput at TP=N, this tree); denseN (Qwen3-8B batch-N
 # TPOT at TP=1, base then new); profN / prof8b (profile_steps.py of this tree: Qwen3-30B-A3B's batch-1
 # step at TP=N, Qwen3-8B's batch-256 step at TP=1). A part that would start after DEADLINE seconds (default 540) is
 # skipped, so the call returns what it has within the device's 10 minutes.
@@ -51,7 +54,29 @@ for part in ${STEPS:-tests layer b1 b8}; do
         step "MoE layer at decode's token counts (TP=$tp share): GEMV path vs block-aligned, tile sweep"
         timeout 200 python benchmark/offline/moe_decode.py --config "$MODEL" --tp "$tp" --tokens "${TOKENS:-1,2,3,4,6,8,16}" \
             --sweep --out "$RES/moe_decode-tp$tp.json" 2>&1 | grep -vi warn ;;
+    fused)
+        step "all-reduce + add + RMSNorm fused, against NCCL then the norm; bf16 TP runs through it"
+        timeout 420 python -m pytest -q -x -p no:cacheprovider tests/distributed/test_fused_norm_cuda.py \
+            tests/distributed/test_tensor_parallel_cuda.py -k "fused or bf16" > "$RES/fused.log" 2>&1
+        grep -E "passed|failed|Error" "$RES/fused.log" | tail -5 ;;
     tp*) for tree in base new; do tpot "$tree" "$MODEL" "${part#tp}" 1 "tp${part#tp}-b1"; done ;;
+    ar*)  # the all-reduce microbenchmark at TP=N on Qwen3-8B's shapes, with the fused all-reduce + RMSNorm
+        step "all-reduce per call at TP=${part#ar}: NCCL, custom one/two-shot, fused with add + RMSNorm"
+        timeout 120 python benchmark/offline/allreduce.py --config .bench-models/qwen3-8b --tp "${part#ar}" \
+            --batches 1,8,32,64,128,256 --out "$RES/allreduce-8b-tp${part#ar}.json" 2>&1 | grep -E "^batch|^fused" ;;
+    off8b*)  # Qwen3-8B offline at TP=N (issue 43, item 2's workload), this tree
+        step "Qwen3-8B offline, 256 requests <= 1024 in / <= 256 out, TP=${part#off8b}"
+        timeout 200 python benchmark/offline/bench.py --model .bench-models/qwen3-8b --dummy-weight --tp "${part#off8b}" \
+            --dtype bfloat16 --num-requests 256 --max-input-len 1024 --max-output-len 256 \
+            --out "$RES/offline-8b-tp${part#off8b}.json" > "$RES/offline-8b-tp${part#off8b}.log" 2>&1
+        grep -E "tok/s|Error|error:" "$RES/offline-8b-tp${part#off8b}.log" | grep -v Warn | tail -4 ;;
+    step8b*)  # Qwen3-8B's batch-256 decode step at TP=N (issue 43, item 2), base then new
+        for tree in base new; do
+            step "step8b, $tree: Qwen3-8B batch-256 decode at TP=${part#step8b}"
+            path=$NEW; [ "$tree" = base ] && path="$BASE:$NEW"
+            PYTHONPATH=$path profile_step "8b-tp${part#step8b}-$tree" --model .bench-models/qwen3-8b \
+                --tp "${part#step8b}" --requests 256 --prompt-len 512 --prefill-tokens 2048 | sed -n '/== decode/,/== prefill/p' | head -24
+        done ;;
     prof*)  # profN: this tree's batch-1 step at TP=N; prof8b: Qwen3-8B's batch-256 decode and 16k-token prefill at TP=1
         args=(--model "$MODEL" --tp "${part#prof}" --requests 1 --prompt-len 128 --prefill-tokens 128)
         [ "$part" = prof8b ] && args=(--model .bench-models/qwen3-8b --tp 1 --requests 256 --prompt-len 512 --prefill-tokens 16384)

@@ -1,5 +1,7 @@
 """All-reduce time per decode step under tensor parallelism: NCCL against the custom all-reduce
-(PyTorch symmetric memory, one-shot and two-shot; minisgl/distributed/custom_allreduce.py).
+(PyTorch symmetric memory, one-shot and two-shot; minisgl/distributed/custom_allreduce.py), and the
+all-reduce fused with the residual add and RMSNorm (FlashInfer's one-shot and two-shot kernels;
+minisgl/distributed/fused_norm.py), which the decoder's norms call in its place.
 
     python benchmark/offline/allreduce.py --config ../shared/models/qwen3-8b --tp 2
 
@@ -60,6 +62,11 @@ def worker(rank: int, tp: int, addr: str, hidden: int, layers: int, batches: lis
     methods = {"nccl": lambda x: dist.all_reduce(x)}
     if custom is not None:
         methods.update({"one_shot": custom.one_shot, "two_shot": custom.two_shot})
+    fused = None
+    if custom is not None:
+        from minisgl.distributed import fused_norm
+
+        fused = fused_norm.create(rank, tp, max(batches), hidden, torch.bfloat16, device)
     rows = []
     for bs in batches:
         row = {"batch": bs, "bytes": bs * hidden * 2}
@@ -71,6 +78,12 @@ def worker(rank: int, tp: int, addr: str, hidden: int, layers: int, batches: lis
                 raise AssertionError(f"{name} at batch {bs}: got {x.flatten()[:4].tolist()}, want {want}")
             row[f"{name}_us"] = graph_us(fn, x.zero_())
         best = min((k for k in row if k.endswith("_us")), key=row.get)
+        if fused is not None:  # all-reduce + add + RMSNorm in one kernel (two-shot needs more rows than ranks)
+            weight = torch.ones(hidden, dtype=torch.bfloat16, device=device)
+            residual = torch.zeros(bs, hidden, dtype=torch.bfloat16, device=device)
+            for shot in (True, False) if bs > tp else (True,):
+                row[f"fused_{'one' if shot else 'two'}_shot_us"] = graph_us(
+                    lambda x, shot=shot: fused(x, residual, weight, 1e-6, one_shot=shot), x)
         row["best"] = best.removesuffix("_us")
         row.update({f"{k.removesuffix('_us')}_per_step_ms": 2 * layers * row[k] / 1000 for k in list(row)
                     if k.endswith("_us")})
@@ -80,10 +93,16 @@ def worker(rank: int, tp: int, addr: str, hidden: int, layers: int, batches: lis
                 f"{k.removesuffix('_us')} {row[k]:.1f} us" for k in row if k.endswith("_us"))
                 + f"; per decode step {row['nccl_per_step_ms']:.2f} ms NCCL -> "
                 f"{row[row['best'] + '_per_step_ms']:.2f} ms {row['best']}")
+    if rank == 0 and fused is not None:
+        print("fused: " + ", ".join(k.removesuffix("_us") for k in rows[-1] if k.startswith("fused_") and k.endswith("_us"))
+              + " include the residual add and RMSNorm")
+    if fused is not None:
+        fused.destroy()
     if rank == 0:
         write_json(out, {"benchmark": "allreduce", "device": device_name(), "tp": tp, "hidden": hidden,
                          "layers": layers, "custom_all_reduce": custom is not None, "rows": rows})
-        plot(out, rows, list(methods))
+        plot(out, rows, list(methods) + [k.removesuffix("_us") for k in rows[-1] if k.startswith("fused_")
+                                         and k.endswith("_us")])
     dist.destroy_process_group()
 
 
@@ -95,7 +114,8 @@ def plot(out: str, rows: list[dict], methods: list[str]) -> None:
 
     fig, ax = plt.subplots(figsize=(6, 4))
     for m in methods:
-        ax.plot([r["bytes"] / 1024 for r in rows], [r[f"{m}_us"] for r in rows], "o-", label=m)
+        has = [r for r in rows if f"{m}_us" in r]  # (fused two-shot only above one row a rank)
+        ax.plot([r["bytes"] / 1024 for r in has], [r[f"{m}_us"] for r in has], "o-", label=m)
     ax.set(xscale="log", yscale="log", xlabel="message (KiB)", ylabel="µs per all-reduce",
            title=f"All-reduce on {device_name()}")
     ax.legend()

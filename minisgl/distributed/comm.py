@@ -17,6 +17,9 @@ FOLLOWER_WAIT = timedelta(days=365)
 
 # The custom all-reduce for small messages (minisgl.distributed.custom_allreduce), on CUDA only.
 _CUSTOM = None
+# The all-reduce fused with the residual add and RMSNorm (minisgl.distributed.fused_norm), on CUDA
+# with the custom all-reduce, once the engine knows the model's width (enable_fused_norm).
+_FUSED_NORM = None
 
 
 def init_process_group(tp: DistributedInfo, addr: str, device: torch.device, custom_all_reduce: bool = True) -> None:
@@ -49,6 +52,26 @@ def all_reduce(x: torch.Tensor) -> torch.Tensor:
     if _active():
         dist.all_reduce(x)
     return x
+
+
+def enable_fused_norm(hidden: int, max_tokens: int, dtype: torch.dtype, device: torch.device) -> None:
+    """Set up all_reduce_add_rmsnorm's fused kernel for up to `max_tokens` rows of `hidden`
+    (collective; where the custom all-reduce runs, so not with --disable-custom-all-reduce)."""
+    global _FUSED_NORM
+    if _CUSTOM is None or max_tokens < 1 or dtype not in (torch.float16, torch.bfloat16):
+        return
+    from . import fused_norm
+
+    _FUSED_NORM = fused_norm.create(dist.get_rank(), dist.get_world_size(), max_tokens, hidden, dtype, device)
+
+
+def all_reduce_add_rmsnorm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float
+                           ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """(RMSNorm(sum of x over the ranks + residual) * weight, sum + residual) in one fused kernel,
+    or None where it does not take x (then all_reduce and the norm's own kernel do it)."""
+    if _FUSED_NORM is None or not _FUSED_NORM.takes(x, residual):
+        return None
+    return _FUSED_NORM(x, residual, weight, eps)
 
 
 def all_gather(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -99,7 +122,9 @@ def all_reduce_min(value: int) -> int:
 
 
 def destroy() -> None:
-    global _CPU_GROUP, _CUSTOM
-    _CPU_GROUP = _CUSTOM = None
+    global _CPU_GROUP, _CUSTOM, _FUSED_NORM
+    if _FUSED_NORM is not None:
+        _FUSED_NORM.destroy()
+    _CPU_GROUP = _CUSTOM = _FUSED_NORM = None
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()

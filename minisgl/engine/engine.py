@@ -15,7 +15,7 @@ import torch
 from minisgl.attention import AttnShape, create_attention_backend
 from minisgl.attention.paging import batch_arrays, ragged_arange, to_device
 from minisgl.core import Batch, Context, set_global_ctx
-from minisgl.distributed import all_reduce_min, destroy, init_process_group
+from minisgl.distributed import all_reduce_min, destroy, enable_fused_norm, init_process_group
 from minisgl.kvcache import MHAKVCache, kv_storage_dtype
 from minisgl.lora import LoraPool, parse_lora_modules
 from minisgl.models import create_model, init_dummy_weights, load_model_config, load_weights
@@ -147,6 +147,8 @@ class Engine:
         if sizes and not self.attn_backend.supports_cuda_graph:
             logger.info("CUDA graphs off: the %s attention backend cannot be captured", self.attn_backend.label)
             sizes = []
+        if sizes and self.tp.size > 1:  # decode batches' all-reduces fused with the add + RMSNorm after them
+            enable_fused_norm(cfg.hidden_size, max(sizes), self.dtype, self.device)
         if sizes:
             self.graph_runner = GraphRunner(self, sizes)
             self.timings["graph_capture_s"] = self.graph_runner.capture_seconds

@@ -159,11 +159,15 @@ class GateUpParallelLinear(ColumnParallelLinear):
 
 
 class RowParallelLinear(nn.Module):
-    """Splits the input features across ranks and all-reduces the partial outputs."""
+    """Splits the input features across ranks and all-reduces the partial outputs; with
+    reduce=False it returns this rank's partial sum (the bias on rank 0 only) for the layer after it
+    to reduce (the decoder's next RMSNorm, which fuses the all-reduce where it can)."""
 
-    def __init__(self, in_features: int, out_features: int, bias: bool = False):
+    def __init__(self, in_features: int, out_features: int, bias: bool = False, reduce: bool = True):
         super().__init__()
         tp = _tp()
+        self.reduce = reduce
+        self.adds_bias = reduce or tp.rank == 0  # a partial sum carries the bias once over the ranks
         if in_features % tp.size:
             raise ValueError(f"input size {in_features} is not divisible by tensor-parallel size {tp.size}")
         self.local_in = in_features // tp.size
@@ -184,5 +188,6 @@ class RowParallelLinear(nn.Module):
         y = self.gemm(x, self.weight, None)
         if self.lora is not None:
             y = self.lora.add(x, y)
-        y = all_reduce(y)
-        return y if self.bias is None else y + self.bias
+        if self.reduce:
+            y = all_reduce(y)
+        return y if self.bias is None or not self.adds_bias else y + self.bias

@@ -36,8 +36,10 @@ BACKENDS = ("loop", "grouped", "fused", "auto")
 
 
 class MoELayer(nn.Module):
-    def __init__(self, hidden: int, intermediate: int, num_experts: int, top_k: int, norm_topk_prob: bool):
+    def __init__(self, hidden: int, intermediate: int, num_experts: int, top_k: int, norm_topk_prob: bool,
+                 reduce: bool = True):
         super().__init__()
+        self.reduce = reduce  # False: return this rank's partial sum, as RowParallelLinear(reduce=False)
         tp = get_global_ctx().tp
         if intermediate % tp.size:
             raise ValueError(f"MoE intermediate size {intermediate} is not divisible by tensor-parallel size {tp.size}")
@@ -88,6 +90,11 @@ class MoELayer(nn.Module):
         return weights.to(x.dtype), experts
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = self.experts(x)
+        return all_reduce(out) if self.reduce else out
+
+    def experts(self, x: torch.Tensor) -> torch.Tensor:
+        """This rank's share of the layer's output (its slice of every expert's intermediate)."""
         backend = get_global_ctx().moe_backend
         if backend == "auto":
             backend = "grouped" if x.shape[0] > FUSED_MAX_TOKENS and x.dtype == torch.bfloat16 else "fused"
@@ -100,14 +107,14 @@ class MoELayer(nn.Module):
 
             if x.shape[0] <= DECODE_MAX_TOKENS:
                 logits = router_logits(x, self.gate.weight)
-                return all_reduce(decode_experts(x, logits, self.w13, self.w2, self.top_k, self.norm_topk_prob))
+                return decode_experts(x, logits, self.w13, self.w2, self.top_k, self.norm_topk_prob)
             from minisgl.kernels.fused_moe import fused_experts
 
-            return all_reduce(fused_experts(x, self.gate(x), self.w13, self.w2, self.top_k, self.norm_topk_prob))
+            return fused_experts(x, self.gate(x), self.w13, self.w2, self.top_k, self.norm_topk_prob)
         weights, experts = self.route(x)
         if backend == "grouped":
-            return all_reduce(self.grouped_experts(x, weights, experts))
-        return all_reduce(self.loop_experts(x, weights, experts))
+            return self.grouped_experts(x, weights, experts)
+        return self.loop_experts(x, weights, experts)
 
     def grouped_experts(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
         top_k = experts.shape[1]

@@ -3,6 +3,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from minisgl.distributed import all_reduce, all_reduce_add_rmsnorm
 from minisgl.kernels.dispatch import fused_ops, triton_for
 
 
@@ -14,6 +15,11 @@ class RMSNorm(nn.Module):
     half precision both are one kernel that works in place on `x` and `residual`: minisgl's
     Triton one where programmatic dependent launch exists (Hopper; it lets the next GEMM launch
     while it runs, see minisgl.kernels.rmsnorm), FlashInfer's elsewhere.
+
+    With `reduce`, x is this rank's partial sum of a row-parallel layer's output (the layer left the
+    all-reduce to the norm): under tensor parallelism the all-reduce, the add and the norm are one
+    fused kernel where it takes the batch (minisgl.distributed.fused_norm), else the all-reduce runs
+    first. Without tensor parallelism the all-reduce is nothing.
     """
 
     def __init__(self, dim: int, eps: float):
@@ -27,7 +33,12 @@ class RMSNorm(nn.Module):
         xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * xf.to(dtype)
 
-    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None):
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, reduce: bool = False):
+        if reduce:
+            fused = all_reduce_add_rmsnorm(x, residual, self.weight, self.eps) if residual is not None else None
+            if fused is not None:
+                return fused
+            x = all_reduce(x)
         ops = fused_ops(x)
         if ops is not None and x.dim() in (2, 3) and x.stride(-1) == 1:
             if residual is None:

@@ -30,7 +30,9 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer_id: int, rotary: RotaryEmbedding):
         super().__init__()
         self.qkv_proj = QKVParallelLinear(cfg.hidden_size, cfg.head_dim, cfg.num_heads, cfg.num_kv_heads, cfg.qkv_bias)
-        self.o_proj = RowParallelLinear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, cfg.o_bias)
+        # Partial sums out of o_proj and the MLP: the next RMSNorm all-reduces them, fused with the
+        # residual add and the norm where it can (one launch instead of two, no barrier).
+        self.o_proj = RowParallelLinear(cfg.num_heads * cfg.head_dim, cfg.hidden_size, cfg.o_bias, reduce=False)
         self.heads, self.kv_heads = self.qkv_proj.local_heads, self.qkv_proj.local_kv_heads
         self.head_dim = cfg.head_dim
         if cfg.qk_norm:
@@ -64,7 +66,7 @@ class MLP(nn.Module):
     def __init__(self, hidden: int, intermediate: int):
         super().__init__()
         self.gate_up_proj = GateUpParallelLinear(hidden, intermediate)
-        self.down_proj = RowParallelLinear(intermediate, hidden)
+        self.down_proj = RowParallelLinear(intermediate, hidden, reduce=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.down_proj(self.gate_up_proj.silu_and_mul(x))
@@ -76,19 +78,21 @@ class DecoderLayer(nn.Module):
         self.self_attn = Attention(cfg, layer_id, rotary)
         if cfg.is_moe_layer(layer_id):
             self.mlp = MoELayer(cfg.hidden_size, cfg.moe_intermediate_size, cfg.num_experts,
-                                cfg.num_experts_per_tok, cfg.norm_topk_prob)
+                                cfg.num_experts_per_tok, cfg.norm_topk_prob, reduce=False)
         else:
             self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
     def forward(self, positions, x, residual):
+        """x: the embeddings (residual None) or the last layer's MLP output as this rank's partial
+        sum; returns this layer's, with the residual stream."""
         if residual is None:
             residual, x = x, self.input_layernorm(x)
         else:
-            x, residual = self.input_layernorm(x, residual)
+            x, residual = self.input_layernorm(x, residual, reduce=True)
         x = self.self_attn(positions, x)
-        x, residual = self.post_attention_layernorm(x, residual)
+        x, residual = self.post_attention_layernorm(x, residual, reduce=True)
         return self.mlp(x), residual
 
 
@@ -106,7 +110,7 @@ class DecoderModel(nn.Module):
         x, residual = self.embed_tokens(input_ids), None
         for layer in self.layers:
             x, residual = layer(positions, x, residual)
-        return self.norm(x, residual)[0]
+        return self.norm(x, residual, reduce=True)[0]
 
 
 class DecoderForCausalLM(nn.Module):

@@ -89,7 +89,7 @@ class ServerArgs:
     cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
     disable_custom_all_reduce: bool = _flag(
         "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
-        "(PyTorch symmetric memory) for small messages.", False)
+        "(PyTorch symmetric memory) for small messages and its fusion with the add + RMSNorm after it.", False)
     memory_ratio: float = _flag("Fraction of device memory for weights, graphs and KV cache.", 0.9,
                                 aliases=["--gpu-memory-utilization"])
     num_pages: int | None = _flag("Fix the number of KV pages instead of sizing from memory.")

@@ -51,6 +51,12 @@ def test_the_fused_layer_and_sampling_kernels_are_always_listed():
     assert kinds == ["norm", "silu_and_mul", "rope", "sampling"]
 
 
+def test_the_all_reduce_fusion_is_listed_where_flashinfer_builds_it():
+    """TensorRT-LLM's all-reduce + RMSNorm kernels exist for 9.x and 10.x, where fused_norm uses them."""
+    for archs, listed in ((("8.0",), False), (("9.0a",), True), (("10.0a",), True), (prebuild.DEFAULT_ARCHS, True)):
+        assert ("allreduce-fusion" in {k.kind for k in prebuild.kernels(archs)}) is listed, archs
+
+
 def test_default_architectures_name_ampere_hopper_and_blackwell():
     assert prebuild.DEFAULT_ARCHS == ("8.0", "9.0a", "10.0a")
 
@@ -59,7 +65,8 @@ def test_list_prints_the_set_without_compiling():
     out = run_cli("--list", "--archs", "9.0a", "--dtypes", "bfloat16", "--head-dims", "128", "--fp8-kv-dtypes",
                   "float8_e4m3fn")
     assert out.returncode == 0, out.stderr
-    assert out.stdout.splitlines() == ["norm", "silu_and_mul", "rope", "sampling", "decode bfloat16 head_dim=128",
+    assert out.stdout.splitlines() == ["norm", "silu_and_mul", "rope", "sampling", "allreduce-fusion",
+                                       "decode bfloat16 head_dim=128",
                                        "prefill-fa2 bfloat16 head_dim=128", "prefill-fa3 bfloat16 head_dim=128",
                                        "decode bfloat16 kv=float8_e4m3fn head_dim=128",
                                        "prefill-fa2 bfloat16 kv=float8_e4m3fn head_dim=128"]

@@ -85,3 +85,23 @@ def session_members(sid: int) -> list[int]:
         if fields[0] != "Z" and int(fields[3]) == sid:
             members.append(int(entry))
     return members
+
+
+def failures_of_ranks(rank_main, world: int) -> list[str]:
+    """Spawn `world` ranks running rank_main(rank, world, addr, failures) over one fresh rendezvous
+    (rank_main importable; it puts "rank R: error" into `failures` before it raises). Returns what
+    they put there: [] when every rank passed. Call it through run_isolated, so that ranks left in a
+    collective by a failed peer die with the case."""
+    import torch.multiprocessing as tmp
+
+    from minisgl.utils.net import rendezvous_addr
+
+    failures = tmp.get_context("spawn").SimpleQueue()
+    try:
+        tmp.spawn(rank_main, args=(world, rendezvous_addr(), failures), nprocs=world)
+    except Exception:
+        pass  # the ranks' own reports say what failed
+    found = []
+    while not failures.empty():
+        found.append(failures.get())
+    return found

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.distributed.isolation import run_isolated
+from tests.distributed.isolation import failures_of_ranks, run_isolated
 
 pytestmark = pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs 2 CUDA devices")
 
@@ -61,21 +61,5 @@ def _rank(rank: int, world: int, addr: str, failures) -> None:
         destroy()
 
 
-def sums_on_every_rank(world: int) -> list[str]:
-    import torch.multiprocessing as mp
-
-    from minisgl.utils.net import rendezvous_addr
-
-    failures = mp.get_context("spawn").SimpleQueue()
-    try:
-        mp.spawn(_rank, args=(world, rendezvous_addr(), failures), nprocs=world)
-    except Exception:
-        pass
-    found = []
-    while not failures.empty():
-        found.append(failures.get())
-    return found
-
-
 def test_custom_all_reduce_sums_like_nccl_eagerly_and_in_cuda_graphs():
-    assert run_isolated(sums_on_every_rank, 2, timeout=300) == []
+    assert run_isolated(failures_of_ranks, _rank, 2, timeout=300) == []
