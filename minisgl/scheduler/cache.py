@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from minisgl.attention.paging import to_device
 from minisgl.core import Req
 from minisgl.kvcache import BasePrefixCache
 
@@ -36,6 +37,9 @@ class CacheManager:
         self.free_pages = list(range(num_pages - 1, -1, -1))
         self.reserved = 0
         self.owned: dict[int, ReqPages] = {}
+        # Page-table rows to write, (row, first page, pages), until write_table(): a batch's writes
+        # go to the device together.
+        self.unwritten: list[tuple[int, int, list[int]]] = []
 
     # -- capacity -----------------------------------------------------------------------------
 
@@ -67,11 +71,12 @@ class CacheManager:
         self.owned[req.uid] = ReqPages(pages=list(shared), shared=len(shared), reserved=need, handle=handle)
         req.cached_len = len(shared) * self.page_size
         if shared:
-            self._write_table(req.table_idx, 0, shared)
+            self.unwritten.append((req.table_idx, 0, list(shared)))
         return True
 
     def allocate(self, req: Req) -> None:
-        """Give `req` pages up to its device_len, from its reservation."""
+        """Give `req` pages up to its device_len, from its reservation (in the page table once
+        write_table runs)."""
         state = self.owned[req.uid]
         need = self.pages_for(req.device_len) - len(state.pages)
         if need <= 0:
@@ -81,7 +86,7 @@ class CacheManager:
         if len(self.free_pages) < need:
             self.free_pages += self.prefix_cache.evict(need - len(self.free_pages))
         new = [self.free_pages.pop() for _ in range(need)]
-        self._write_table(req.table_idx, len(state.pages), new)
+        self.unwritten.append((req.table_idx, len(state.pages), new))
         state.pages += new
         state.reserved -= need
         self.reserved -= need
@@ -97,11 +102,21 @@ class CacheManager:
         self.free_pages += state.pages[state.shared : already] + state.pages[full:]
         self.prefix_cache.unlock(state.handle)
 
-    def _write_table(self, row: int, first_page: int, pages: list[int]) -> None:
-        p = self.page_size
-        slots = torch.from_numpy((np.asarray(pages, dtype=np.int32)[:, None] * p + np.arange(p, dtype=np.int32)).ravel())
-        dst = self.page_table[row, first_page * p : first_page * p + slots.numel()]
-        if self.page_table.is_cuda:  # pinned and asynchronous: a plain copy would wait for the GPU
-            dst.copy_(slots.pin_memory(), non_blocking=True)
-        else:
-            dst.copy_(slots)
+    def write_table(self) -> None:
+        """Put the pages given since the last call into the page table (row r's token t at slot
+        page_table[r, t]): one copy of positions and slots and one scatter, where a copy a request
+        cost ~75 µs of host time on CUDA (a pinned buffer and a launch each; at batch 256 with
+        16-token pages ~16 requests a step cross into a new page). The schedulers call it once a
+        batch is picked, before it runs."""
+        if not self.unwritten:
+            return
+        p, width = self.page_size, self.page_table.shape[1]
+        starts = np.array([row * width + (first + k) * p for row, first, pages in self.unwritten
+                           for k in range(len(pages))], dtype=np.int64)  # each page's first position
+        pages = np.array([page for _, _, pages in self.unwritten for page in pages], dtype=np.int64)
+        self.unwritten = []
+        offsets = np.arange(p, dtype=np.int64)
+        n = starts.size * p
+        both = to_device(np.concatenate([(starts[:, None] + offsets).ravel(), (pages[:, None] * p + offsets).ravel()]),
+                         self.page_table.device)
+        self.page_table.view(-1)[both[:n]] = both[n:].to(self.page_table.dtype)

@@ -27,4 +27,5 @@ class DecodeManager:
         for r in reqs:
             r.device_len = r.seq_len
             self.cache.allocate(r)
+        self.cache.write_table()
         return reqs

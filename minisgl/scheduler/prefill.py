@@ -56,6 +56,7 @@ class PrefillManager:
             self.chunked.append(req)
             budget -= self._advance(req, budget)
             picked.append(req)
+        self.cache.write_table()
         return picked
 
     def _advance(self, req: Req, budget: int) -> int:
