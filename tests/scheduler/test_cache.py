@@ -1,0 +1,75 @@
+"""The KV page bookkeeping (minisgl/scheduler/cache.py): the pages a request is given reach the page
+table, where the attention reads them, when the scheduler calls write_table once the batch is picked
+(one copy for the whole batch): row r's token t at slot page * page_size + t % page_size."""
+
+from __future__ import annotations
+
+import torch
+
+from minisgl.core import Req, SamplingParams
+from minisgl.kvcache import create_prefix_cache
+from minisgl.scheduler.cache import CacheManager
+
+PAGE = 4
+
+
+def manager(pages: int = 64, rows: int = 4, width: int = 64) -> CacheManager:
+    return CacheManager(pages, PAGE, create_prefix_cache("radix", PAGE), torch.full((rows, width), -1, dtype=torch.int32),
+                        width // PAGE)
+
+
+def admitted(cache: CacheManager, uid: int, row: int, prompt: list[int], max_tokens: int = 8) -> Req:
+    req = Req(uid=uid, prompt_ids=prompt, sampling_params=SamplingParams(max_tokens=max_tokens))
+    req.table_idx = row
+    assert cache.try_admit(req)
+    return req
+
+
+def slots_of(cache: CacheManager, req: Req) -> list[int]:
+    """Where the request's tokens go, by its pages (what the table must say)."""
+    pages = cache.owned[req.uid].pages
+    return [pages[t // PAGE] * PAGE + t % PAGE for t in range(len(pages) * PAGE)]
+
+
+def test_pages_reach_the_table_at_write_table_for_every_request_at_once():
+    cache = manager()
+    a, b = admitted(cache, 1, 0, list(range(10))), admitted(cache, 2, 2, list(range(5)))
+    for req in (a, b):
+        req.device_len = req.prompt_len
+        cache.allocate(req)
+    assert torch.all(cache.page_table == -1), "nothing is written before write_table"
+    cache.write_table()
+    for req in (a, b):
+        want = slots_of(cache, req)
+        assert cache.page_table[req.table_idx, : len(want)].tolist() == want
+    assert torch.all(cache.page_table[1] == -1) and torch.all(cache.page_table[3] == -1)
+    assert cache.unwritten == []
+
+
+def test_a_decode_step_adds_only_the_new_page_after_the_old_ones():
+    cache = manager()
+    req = admitted(cache, 1, 1, list(range(PAGE)))  # the prompt fills one page exactly
+    req.device_len = PAGE
+    cache.allocate(req)
+    cache.write_table()
+    first = cache.page_table[1, :PAGE].tolist()
+    req.device_len = PAGE + 1  # the next token starts a second page
+    cache.allocate(req)
+    cache.write_table()
+    assert cache.page_table[1, :PAGE].tolist() == first
+    assert cache.page_table[1, : 2 * PAGE].tolist() == slots_of(cache, req)
+
+
+def test_prefix_pages_shared_at_admission_are_written_too():
+    cache = manager()
+    prompt = list(range(3 * PAGE + 1))
+    first = admitted(cache, 1, 0, prompt)
+    first.device_len = first.prompt_len
+    cache.allocate(first)
+    cache.write_table()
+    first.cached_len = first.prompt_len
+    cache.release(first)  # its full pages go to the prefix cache
+    again = admitted(cache, 2, 3, prompt)
+    assert again.cached_len == 3 * PAGE
+    cache.write_table()
+    assert cache.page_table[3, : 3 * PAGE].tolist() == slots_of(cache, again)[: 3 * PAGE]
