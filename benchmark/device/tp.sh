@@ -9,7 +9,8 @@
 #                                      # all-reduce NCCL vs custom, MoE layer fused vs grouped)
 #   bash benchmark/device/tp.sh test   # nvidia-h200-x2 (or -x4): TP vs TP=1 greedy-equal, every
 #                                      # architecture, float32; bf16 TP runs; fused MoE kernels vs the loop;
-#                                      # the custom all-reduce vs NCCL, eager and in CUDA graphs
+#                                      # the custom all-reduce vs NCCL and the all-reduce + RMSNorm fusion
+#                                      # vs NCCL then the norm, eager and in CUDA graphs
 #   bash benchmark/device/tp.sh 8b     # nvidia-h200-x2: Qwen3-8B shapes, TP=2 vs TP=1
 #   bash benchmark/device/tp.sh 30b    # nvidia-h200-x2: Qwen3-30B-A3B shapes, TP=2 vs TP=1
 #   bash benchmark/device/tp.sh moe    # one H200 (GPU 0 of any kind): Qwen3-30B-A3B against its floors,
@@ -157,7 +158,7 @@ test)
     tail -4 "$RES/moe_test.log"
     step "TP vs TP=1 greedy-equal, every architecture (each case in its own process session)"
     timeout 450 python -m pytest -q -rA --tb=short -p no:cacheprovider tests/distributed/test_custom_allreduce_cuda.py \
-        tests/distributed/test_tensor_parallel_cuda.py \
+        tests/distributed/test_fused_norm_cuda.py tests/distributed/test_tensor_parallel_cuda.py \
         > "$RES/tp_cuda_test.log" 2>&1
     echo "exit $?"; grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|passed|failed" "$RES/tp_cuda_test.log" | tail -40
     grep -E "custom all-reduce" "$RES/tp_cuda_test.log" | sort | uniq -c | head -5
