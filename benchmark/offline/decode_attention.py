@@ -2,6 +2,10 @@
 split-KV decode (minisgl/kernels/decode_attention.py), per layer, at small batches.
 
     python benchmark/offline/decode_attention.py            # Llama-3.1-8B heads, GPU only
+    python benchmark/offline/decode_attention.py --heads 8 --kv-heads 1 --layers 48 --batches 1 \
+        --contexts 138,384,2048,8192 --max-splits 8,16,32,64  # Qwen3-30B-A3B's share at TP=4
+
+Triton columns are named triton<loop step>/<most slices>.
 
 For each batch size and context length, one CUDA graph runs the attention of every layer of a
 model-sized KV cache through FlashInferBackend's decode graph path, with and without the
@@ -42,6 +46,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float8_e4m3fn"],
                    help="what the KV cache stores (queries stay bf16)")
     p.add_argument("--block-ns", default=str(triton_decode.BLOCK_N), help="the Triton kernel's loop steps to try")
+    p.add_argument("--max-splits", default=str(triton_decode.MAX_SPLITS),
+                   help="caps on the split kernel's slices a (request, KV head) to try (its merge holds them all)")
     p.add_argument("--out", default="results/decode_attention.json")
     return p.parse_args()
 
@@ -105,8 +111,9 @@ def main() -> None:
             us = {"flashinfer": time_layer(args, bs, context, False)}
             triton_decode.MAX_BATCH = max(triton_decode.MAX_BATCH, bs)  # the Triton kernels at this batch too
             for block_n in (int(b) for b in args.block_ns.split(",")):
-                triton_decode.BLOCK_N = block_n
-                us[f"triton{block_n}"] = time_layer(args, bs, context, True)
+                for max_splits in (int(m) for m in args.max_splits.split(",")):
+                    triton_decode.BLOCK_N, triton_decode.MAX_SPLITS = block_n, max_splits
+                    us[f"triton{block_n}/{max_splits}"] = time_layer(args, bs, context, True)
             gbs = {name: bs * context * kv_bytes_token / (t * 1e-6) / 1e9 for name, t in us.items()}
             rows.append(dict(batch=bs, context=context, us=us, gb_per_s=gbs))
             print(f"batch {bs:2d}, context {context:5d}, us a layer (KV GB/s): "
