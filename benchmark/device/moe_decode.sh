@@ -33,10 +33,12 @@ nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 summary() { grep -hE "TPOT|== decode|moe |gemm|attention|rmsnorm|kernels per|Error|error:|Traceback" "$@" | grep -v Warn; }
 
 begin=$SECONDS
+tree_path() {  # $1 tree (base|new): its PYTHONPATH (the base tree's minisgl/ ahead of this one's)
+    if [ "$1" = base ]; then echo "$BASE:$NEW"; else echo "$NEW"; fi
+}
 tpot() {  # $1 tree (base|new), $2 model dir, $3 tp, $4 batch, $5 result name: TPOT of that tree
-    local path=$NEW; [ "$1" = base ] && path="$BASE:$NEW"
     step "$5, $1: batch-$4 TPOT at TP=$3"
-    PYTHONPATH=$path timeout 150 python benchmark/offline/latency.py --model "$2" --dummy-weight --tp "$3" \
+    PYTHONPATH=$(tree_path "$1") timeout 150 python benchmark/offline/latency.py --model "$2" --dummy-weight --tp "$3" \
         --batch "$4" --out "$RES/latency-$5-$1.json" > "$RES/latency-$5-$1.log" 2>&1
     summary "$RES/latency-$5-$1.log"
 }
@@ -73,8 +75,7 @@ for part in ${STEPS:-tests layer b1 b8}; do
     step8b*)  # Qwen3-8B's batch-256 decode step at TP=N (issue 43, item 2), base then new
         for tree in base new; do
             step "step8b, $tree: Qwen3-8B batch-256 decode at TP=${part#step8b}"
-            path=$NEW; [ "$tree" = base ] && path="$BASE:$NEW"
-            PYTHONPATH=$path profile_step "8b-tp${part#step8b}-$tree" --model .bench-models/qwen3-8b \
+            PYTHONPATH=$(tree_path "$tree") profile_step "8b-tp${part#step8b}-$tree" --model .bench-models/qwen3-8b \
                 --tp "${part#step8b}" --requests 256 --prompt-len 512 --prefill-tokens 2048 | sed -n '/== decode/,/== prefill/p' | head -24
         done ;;
     prof*)  # profN: this tree's batch-1 step at TP=N; prof8b: Qwen3-8B's batch-256 decode and 16k-token prefill at TP=1
@@ -87,12 +88,9 @@ for part in ${STEPS:-tests layer b1 b8}; do
         batch=${part#b}
         for tree in base new; do
             tpot "$tree" "$MODEL" 1 "$batch" "b$batch"
-            path=$NEW; [ "$tree" = base ] && path="$BASE:$NEW"
             step "batch $batch, $tree: the decode step's kernels"
-            PYTHONPATH=$path timeout 150 python benchmark/offline/profile_steps.py --model "$MODEL" --dummy-weight \
-                --requests "$batch" --prompt-len 128 --steps 20 --prefill-tokens 128 \
-                --out "$RES/profile-b$batch-$tree.json" > "$RES/profile-b$batch-$tree.log" 2>&1
-            sed -n '/== decode/,/== prefill/p' "$RES/profile-b$batch-$tree.log" | head -32
+            PYTHONPATH=$(tree_path "$tree") profile_step "b$batch-$tree" --model "$MODEL" --requests "$batch" \
+                --prompt-len 128 --prefill-tokens 128 | sed -n '/== decode/,/== prefill/p' | head -32
         done ;;
     esac
     tar czf "${OUT:-/tmp}/results.tgz" -C "$RES" .
