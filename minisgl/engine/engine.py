@@ -147,9 +147,10 @@ class Engine:
         if sizes and not self.attn_backend.supports_cuda_graph:
             logger.info("CUDA graphs off: the %s attention backend cannot be captured", self.attn_backend.label)
             sizes = []
-        if sizes and self.tp.size > 1:  # decode batches' all-reduces fused with the add + RMSNorm after them
-            enable_fused_norm(cfg.hidden_size, max(sizes), self.dtype, self.device)
         if sizes:
+            # Decode batches' all-reduces fused with the add + RMSNorm after them (under tensor
+            # parallelism where the custom all-reduce runs; enable_fused_norm decides).
+            enable_fused_norm(cfg.hidden_size, max(sizes), self.dtype, self.device)
             self.graph_runner = GraphRunner(self, sizes)
             self.timings["graph_capture_s"] = self.graph_runner.capture_seconds
         self.timings["init_s"] = time.perf_counter() - t_start
