@@ -7,6 +7,8 @@
 #      256 requests, prompts <= 1024, outputs <= 1024, ignore_eos), bf16 KV then FP8 (e4m3) KV,
 #      then Mini-SGLang's offline LLM (bf16, --attn fi, from the git-ignored .ref/mini-sglang) on the
 #      very same requests; one table with the ratios;
+#   1b. the same workload step by step (benchmark/offline/timeline.py): decode time by batch size
+#      against its floor, prefill's share, bf16 and FP8 KV;
 #   2. Llama-3.1-8B shapes, batch 1, `--quantization fp8` (dummy weights): TPOT against the FP8
 #      weight-read floor (benchmark/offline/latency.py), with minisgl's Triton kernels launched
 #      without programmatic dependent launch (MINISGL_DISABLE_PDL=1: FlashInfer's add + RMSNorm
@@ -23,7 +25,7 @@
 #   python benchmark/prepare_model.py ../shared/models/llama-3.1-8b .bench-models/llama-3.1-8b
 # New kernels: FlashInfer decode and FA2 prefill for bf16 queries over e4m3 pages, head_dim 128
 # (the first FP8 step compiles them unless the carried workspace has them). Sections can be
-# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_MICRO, SKIP_ATTN, SKIP_PROFILE, SKIP_KL
+# skipped with SKIP_TESTS, SKIP_OFFLINE, SKIP_REF, SKIP_LATENCY, SKIP_MICRO, SKIP_ATTN, SKIP_PROFILE, SKIP_KL, SKIP_TIMELINE
 # (e.g. to split the call).
 # Results (logs, JSON, PNG) go to /tmp/fp8-results, packed after every section into
 # $OUT/fp8-results.tgz (one file: a call returns at most 8); the FlashInfer JIT workspace is saved
@@ -89,6 +91,16 @@ if rows:
     json.dump({k: v["tokens_per_s"] for k, v in rows.items()}, open(os.path.join(res, "offline-summary.json"), "w"), indent=2)
 PY
 pack
+
+if [ -z "${SKIP_TIMELINE:-}" ]; then
+    for kv in auto fp8_e4m3; do
+        step "the same workload step by step (benchmark/offline/timeline.py), KV cache $kv"
+        timeout "${TIMELINE_TIMEOUT:-200}" python benchmark/offline/timeline.py --model "$QWEN" --dummy-weight \
+            "${SIZE[@]}" --kv-cache-dtype "$kv" --out "$RES/timeline-$kv.json" > "$RES/timeline-$kv.log" 2>&1
+        echo "exit $?"; quiet < "$RES/timeline-$kv.log" | grep -vE "INFO|Warn|warn" | tail -14
+    done
+    pack
+fi
 
 if [ -z "${SKIP_LATENCY:-}" ]; then
     for pdl_off in 1 0; do  # minisgl's Triton kernels without, then with, programmatic dependent launch

@@ -5,7 +5,11 @@ split-KV decode (minisgl/kernels/decode_attention.py), per layer, at small batch
     python benchmark/offline/decode_attention.py --heads 8 --kv-heads 1 --layers 48 --batches 1 \
         --contexts 138,384,2048,8192 --max-splits 8,16,32,64  # Qwen3-30B-A3B's share at TP=4
 
-Triton columns are named triton<loop step>/<most slices>.
+Triton columns are named triton<loop step>/<most slices>; with --splits and --warps, s<slices>w<warps>
+(each launch shape forced, at every batch and context).
+
+    python benchmark/offline/decode_attention.py --heads 16 --kv-heads 8 --layers 28 --kv-dtype float8_e4m3fn \
+        --pairs 256x700,128x1050,64x1370,32x1500 --splits 1,2,4,8 --warps 1,2,4  # Qwen3-0.6B, the field's workload
 
 For each batch size and context length, one CUDA graph runs the attention of every layer of a
 model-sized KV cache through FlashInferBackend's decode graph path, with and without the
@@ -42,6 +46,9 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--layers", type=int, default=32)
     p.add_argument("--batches", default="1,2,4,8")
     p.add_argument("--contexts", default="138,2048")
+    p.add_argument("--pairs", help="batch x context pairs (e.g. 256x700,64x1370) instead of --batches x --contexts")
+    p.add_argument("--splits", help="slices a request to force, a list (with --warps)")
+    p.add_argument("--warps", default="4", help="warps a program to force, a list (with --splits)")
     p.add_argument("--replays", type=int, default=50)
     p.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float8_e4m3fn"],
                    help="what the KV cache stores (queries stay bf16)")
@@ -106,18 +113,28 @@ def main() -> None:
     args = parse_args()
     rows = []
     kv_bytes_token = 2 * args.kv_heads * args.head_dim * getattr(torch, args.kv_dtype).itemsize
-    for context in (int(c) for c in args.contexts.split(",")):
-        for bs in (int(b) for b in args.batches.split(",")):
-            us = {"flashinfer": time_layer(args, bs, context, False)}
-            triton_decode.MAX_BATCH = max(triton_decode.MAX_BATCH, bs)  # the Triton kernels at this batch too
-            for block_n in (int(b) for b in args.block_ns.split(",")):
-                for max_splits in (int(m) for m in args.max_splits.split(",")):
-                    triton_decode.BLOCK_N, triton_decode.MAX_SPLITS = block_n, max_splits
-                    us[f"triton{block_n}/{max_splits}"] = time_layer(args, bs, context, True)
-            gbs = {name: bs * context * kv_bytes_token / (t * 1e-6) / 1e9 for name, t in us.items()}
-            rows.append(dict(batch=bs, context=context, us=us, gb_per_s=gbs))
-            print(f"batch {bs:2d}, context {context:5d}, us a layer (KV GB/s): "
-                  + ", ".join(f"{name} {t:.2f} ({gbs[name]:.0f})" for name, t in us.items()), flush=True)
+    if args.pairs:
+        pairs = [tuple(int(x) for x in pair.split("x")) for pair in args.pairs.split(",")]
+    else:
+        pairs = [(int(b), int(c)) for c in args.contexts.split(",") for b in args.batches.split(",")]
+    auto_splits, auto_warps = triton_decode.num_splits, triton_decode.num_warps
+    for bs, context in pairs:
+        us = {"flashinfer": time_layer(args, bs, context, False)}
+        triton_decode.MAX_BATCH = max(triton_decode.MAX_BATCH, bs)  # the Triton kernels at this batch too
+        for block_n in (int(b) for b in args.block_ns.split(",")):
+            for max_splits in (int(m) for m in args.max_splits.split(",")):
+                triton_decode.BLOCK_N, triton_decode.MAX_SPLITS = block_n, max_splits
+                us[f"triton{block_n}/{max_splits}"] = time_layer(args, bs, context, True)
+        for splits in (int(s) for s in args.splits.split(",")) if args.splits else ():
+            for warps in (int(w) for w in args.warps.split(",")):
+                triton_decode.num_splits = lambda *_, s=splits: s
+                triton_decode.num_warps = lambda *_, w=warps: w
+                us[f"s{splits}w{warps}"] = time_layer(args, bs, context, True)
+        triton_decode.num_splits, triton_decode.num_warps = auto_splits, auto_warps
+        gbs = {name: bs * context * kv_bytes_token / (t * 1e-6) / 1e9 for name, t in us.items()}
+        rows.append(dict(batch=bs, context=context, us=us, gb_per_s=gbs))
+        print(f"batch {bs:2d}, context {context:5d}, us a layer (KV GB/s): "
+              + ", ".join(f"{name} {t:.2f} ({gbs[name]:.0f})" for name, t in us.items()), flush=True)
     write_json(args.out, dict(benchmark="decode_attention", device=device_name(), kv_dtype=args.kv_dtype, heads=args.heads,
                               kv_heads=args.kv_heads, head_dim=args.head_dim, layers=args.layers, rows=rows))
     labels = [f"bs{r['batch']} ctx{r['context']} {name}" for r in rows for name in r["us"]]

@@ -88,13 +88,14 @@ def _load_q(q_ptr, b, h, stride_qt, stride_qh, G: tl.constexpr, G_P: tl.constexp
 def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, lse_ptr, out_ptr, arrivals_ptr,
                   stride_qt, stride_qh, table_width, qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr,
                   G_P: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
-                  DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
+                  DOT: tl.constexpr, PRESCALE: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
     """Program (request b, KV head h, slice s): the G query heads of h over tokens
     [s * chunk, (s + 1) * chunk) of b, chunk = the request's length / SPLITS rounded up to BLOCK.
     Writes o (normalized, times v_scale) and lse (log2-sum-exp2 of the scaled scores; -inf for an
     empty slice) at [b, h * G + g, s], then counts itself in at arrivals[b, h]; the last of the
     SPLITS merges them into out[b, h * G + g] and sets the count back to 0 for the next launch.
-    qk_scale = softmax scale * k_scale * log2(e)."""
+    qk_scale = softmax scale * k_scale * log2(e); with PRESCALE, q is scaled by it in float32 before
+    the cast to DOT (float16 dots, as _whole_kernel's), else the scores are."""
     b = tl.program_id(0)
     h = tl.program_id(1)
     s = tl.program_id(2)
@@ -108,8 +109,14 @@ def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, l
     g_ok = rg < G
     if PDL:  # q comes from the kernel before; the rows and lengths were copied before the graph ran
         tl.extra.cuda.gdc_wait()
-    q = _load_q(q_ptr, b, h, stride_qt, stride_qh, G, G_P, D).to(DOT)
-    acc, row_sum, m = _attend(q, kc_ptr, vc_ptr, slots_ptr, start, end, h, qk_scale, HK, G_P, D, BLOCK, DOT, IEEE)
+    q = _load_q(q_ptr, b, h, stride_qt, stride_qh, G, G_P, D)
+    if PRESCALE:
+        q = (q.to(tl.float32) * qk_scale).to(DOT)
+        score_scale = 1.0
+    else:
+        q = q.to(DOT)
+        score_scale = qk_scale
+    acc, row_sum, m = _attend(q, kc_ptr, vc_ptr, slots_ptr, start, end, h, score_scale, HK, G_P, D, BLOCK, DOT, IEEE)
     filled = row_sum > 0
     o = tl.where(filled[:, None], acc / tl.where(filled, row_sum, 1.0)[:, None] * v_scale, 0.0)
     lse = tl.where(filled, m + tl.log2(tl.where(filled, row_sum, 1.0)), float("-inf"))
@@ -175,16 +182,24 @@ def _arrivals(device: torch.device) -> torch.Tensor:
     return torch.zeros(MAX_ARRIVALS, dtype=torch.int32, device=device)
 
 
-def num_splits(batch: int, kv_heads: int, device: torch.device | None = None) -> int:
+def num_splits(batch: int, kv_heads: int, device: torch.device | None = None, fp8: bool = False) -> int:
     """Slices a request is cut into: about two programs an SM of `device` over the batch's KV heads
     (a power of two, at most MAX_SPLITS)."""
     want = max(1, 2 * sm_count(device) // max(1, batch * kv_heads))
     return min(MAX_SPLITS, 1 << int(math.log2(want)))
 
 
+def num_warps(splits: int, fp8: bool) -> int:
+    """Warps a program: over FP8 pages one a whole request (more programs resident an SM to hide
+    the conversions), else two; four a slice."""
+    if splits == 1:
+        return 1 if fp8 else 2
+    return 4
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
                      rows: torch.Tensor, lengths: torch.Tensor, sm_scale: float, k_scale: float = 1.0,
-                     v_scale: float = 1.0, splits: int | None = None) -> torch.Tensor:
+                     v_scale: float = 1.0, splits: int | None = None, warps: int | None = None) -> torch.Tensor:
     """q [batch, qo_heads, D] (last dim contiguous) attending over each request's cached tokens:
     k_cache / v_cache [slots, kv_heads, D] (q's dtype, or FP8 holding k / k_scale, v / v_scale),
     request i's token t at slot page_table[rows[i], t] for t < lengths[i] (int32 [batch] each,
@@ -196,25 +211,26 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         raise ValueError("decode_attention needs q's last dim contiguous, contiguous [slots, kv_heads, D] "
                          f"caches and a power-of-two head dim (got {d})")
     group = qo_heads // kv_heads
-    splits = splits or num_splits(batch, kv_heads, q.device)
+    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    splits = splits or num_splits(batch, kv_heads, q.device, fp8)
+    warps = warps or num_warps(splits, fp8)
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
     pdl = pdl_supported(q.device)
     g_p = max(16, triton.next_power_of_2(group))
     qk_scale = sm_scale * k_scale * math.log2(math.e)
-    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-    dot = tl.bfloat16 if q.dtype == torch.bfloat16 else tl.float16
+    # FP8 pages through float16 dots: e4m3 and e5m2 convert to it exactly in one step (to bf16
+    # they go through float32), q scaled first in float32 (float16 keeps no exponent to spare).
+    prescale = fp8 and q.is_cuda
+    dot = tl.bfloat16 if q.dtype == torch.bfloat16 and not prescale else tl.float16
     if not q.is_cuda:  # (Triton's CPU interpreter mishandles 16-bit dots)
         dot = tl.float32
     if splits == 1:
-        # FP8 pages through float16 dots (one conversion; to bf16 it goes through float32), one
-        # warp a program: more programs resident an SM to hide the conversions.
         _whole_kernel[(batch, kv_heads)](
             q, k_cache, v_cache, page_table, rows, lengths, out, q.stride(0), q.stride(1), page_table.stride(0),
-            qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N,
-            DOT=tl.float16 if fp8 and q.is_cuda else dot, IEEE=not q.is_cuda, PDL=pdl, num_warps=1 if fp8 else 2,
-            num_stages=3, **pdl_launch(pdl))
+            qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N, DOT=dot,
+            IEEE=not q.is_cuda, PDL=pdl, num_warps=warps, num_stages=3, **pdl_launch(pdl))
         return out
     if batch * kv_heads > MAX_ARRIVALS:
         raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs in slices, "
@@ -224,5 +240,6 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     _split_kernel[(batch, kv_heads, splits)](
         q, k_cache, v_cache, page_table, rows, lengths, o, lse, out, _arrivals(q.device), q.stride(0), q.stride(1),
         page_table.stride(0), qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, G_M=triton.next_power_of_2(group),
-        D=d, SPLITS=splits, BLOCK=BLOCK_N, DOT=dot, IEEE=not q.is_cuda, PDL=pdl, num_warps=4, **pdl_launch(pdl))
+        D=d, SPLITS=splits, BLOCK=BLOCK_N, DOT=dot, PRESCALE=prescale, IEEE=not q.is_cuda, PDL=pdl, num_warps=warps,
+        **pdl_launch(pdl))
     return out
