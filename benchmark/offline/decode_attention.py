@@ -1,5 +1,5 @@
 """Decode attention alone, in CUDA graphs: FlashInfer's graph wrapper against minisgl's Triton
-split-KV decode (minisgl/kernels/decode_attention.py), per layer, at small batches.
+decode (minisgl/kernels/decode_attention.py), per layer.
 
     python benchmark/offline/decode_attention.py            # Llama-3.1-8B heads, GPU only
     python benchmark/offline/decode_attention.py --heads 8 --kv-heads 1 --layers 48 --batches 1 \
@@ -12,8 +12,8 @@ Triton columns are named triton<loop step>/<most slices>; with --splits and --wa
         --pairs 256x700,128x1050,64x1370,32x1500 --splits 1,2,4,8 --warps 1,2,4  # Qwen3-0.6B, the field's workload
 
 For each batch size and context length, one CUDA graph runs the attention of every layer of a
-model-sized KV cache through FlashInferBackend's decode graph path, with and without the
-small-batch Triton kernels (allowed at every batch size here), the same requests for both.
+model-sized KV cache through FlashInferBackend's decode graph path, with FlashInfer's kernels and
+with the Triton ones, the same requests for both.
 Reports us a layer and the KV bytes read over that time. A short context's KV for all layers
 fits in L2 (Llama-3.1-8B heads, 138 tokens: 18 MB a request), so those figures are optimistic
 for both. Writes JSON and a PNG.
@@ -49,6 +49,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pairs", help="batch x context pairs (e.g. 256x700,64x1370) instead of --batches x --contexts")
     p.add_argument("--splits", help="slices a request to force, a list (with --warps)")
     p.add_argument("--warps", default="4", help="warps a program to force, a list (with --splits)")
+    p.add_argument("--whole-stages", default=str(triton_decode.WHOLE_STAGES),
+                   help="with --splits 1: the whole-request kernel's pipeline depths to try, a list (columns s1w<warps>n<depth>)")
     p.add_argument("--replays", type=int, default=50)
     p.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float8_e4m3fn"],
                    help="what the KV cache stores (queries stay bf16)")
@@ -59,7 +61,7 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def time_layer(args, bs: int, context: int, small_batch: bool) -> float:
+def time_layer(args, bs: int, context: int, triton: bool) -> float:
     """us a layer of one graph holding every layer's decode attention for `bs` requests."""
     dev = torch.device("cuda")
     pages_each = -(-context // PAGE)
@@ -75,7 +77,7 @@ def time_layer(args, bs: int, context: int, small_batch: bool) -> float:
         ctx.page_table[row] = (pages.repeat_interleave(PAGE) * PAGE + torch.arange(PAGE, device=dev).repeat(pages_each))
     ctx.page_table[bs, :PAGE] = torch.arange((total_pages - 1) * PAGE, total_pages * PAGE, device=dev)
     shape = AttnShape(args.heads, args.kv_heads, args.head_dim, torch.bfloat16, kv_dtype)
-    backend = FlashInferBackend(ctx, shape, small_batch_decode=small_batch)
+    backend = FlashInferBackend(ctx, shape, triton_decode=triton)
     reqs = [Req(uid=i, prompt_ids=[0] * context, sampling_params=SamplingParams(), table_idx=i, cached_len=context - 1,
                 device_len=context) for i in range(bs)]
     batch = Batch(reqs=reqs, phase="decode", out_loc=ctx.page_table[:bs, context - 1].long())
@@ -117,20 +119,21 @@ def main() -> None:
         pairs = [tuple(int(x) for x in pair.split("x")) for pair in args.pairs.split(",")]
     else:
         pairs = [(int(b), int(c)) for c in args.contexts.split(",") for b in args.batches.split(",")]
-    auto_splits, auto_warps = triton_decode.num_splits, triton_decode.num_warps
+    auto_shape, auto_stages = triton_decode.launch_shape, triton_decode.WHOLE_STAGES
     for bs, context in pairs:
         us = {"flashinfer": time_layer(args, bs, context, False)}
-        triton_decode.MAX_BATCH = max(triton_decode.MAX_BATCH, bs)  # the Triton kernels at this batch too
         for block_n in (int(b) for b in args.block_ns.split(",")):
             for max_splits in (int(m) for m in args.max_splits.split(",")):
                 triton_decode.BLOCK_N, triton_decode.MAX_SPLITS = block_n, max_splits
                 us[f"triton{block_n}/{max_splits}"] = time_layer(args, bs, context, True)
         for splits in (int(s) for s in args.splits.split(",")) if args.splits else ():
             for warps in (int(w) for w in args.warps.split(",")):
-                triton_decode.num_splits = lambda *_, s=splits: s
-                triton_decode.num_warps = lambda *_, w=warps: w
-                us[f"s{splits}w{warps}"] = time_layer(args, bs, context, True)
-        triton_decode.num_splits, triton_decode.num_warps = auto_splits, auto_warps
+                for stages in (int(n) for n in args.whole_stages.split(",")) if splits == 1 else (auto_stages,):
+                    triton_decode.launch_shape = lambda *_, s=splits, w=warps: (s, w)
+                    triton_decode.WHOLE_STAGES = stages
+                    name = f"s{splits}w{warps}" + (f"n{stages}" if "," in args.whole_stages and splits == 1 else "")
+                    us[name] = time_layer(args, bs, context, True)
+        triton_decode.launch_shape, triton_decode.WHOLE_STAGES = auto_shape, auto_stages
         gbs = {name: bs * context * kv_bytes_token / (t * 1e-6) / 1e9 for name, t in us.items()}
         rows.append(dict(batch=bs, context=context, us=us, gb_per_s=gbs))
         print(f"batch {bs:2d}, context {context:5d}, us a layer (KV GB/s): "

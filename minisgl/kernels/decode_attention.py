@@ -1,6 +1,6 @@
-"""Decode attention over the paged KV cache in Triton, for the FlashInfer backend's CUDA graphs of
-a few requests (split-KV, the last slice of each request and KV head merging the slices) and for
-every decode graph over an FP8 cache (one program a request and KV head once they fill the GPU).
+"""Decode attention over the paged KV cache in Triton, for the FlashInfer backend's CUDA decode
+graphs: split-KV (the last slice of each request and KV head merging the slices) while the batch
+leaves SMs idle, one program a request and KV head once it fills the GPU.
 
 Why, at small batch: at one request FlashInfer's decode is latency-bound, not bandwidth-bound. Its
 tensor-core kernel walks a request's KV in 128-token chunks, one dependent load after another, and
@@ -11,9 +11,11 @@ context, so a short one costs one load round trip, and a long one is spread over
 last program of a (request, KV head) to finish, counted by an atomic, merges its slices (a
 separate merge kernel cost mostly the gap between two kernels).
 
-Why, over FP8 at large batch: FlashInfer's decode converts FP8 pages well under the copy rate.
-`_whole_kernel` walks each request in one program and writes its output (no partials, no merge),
-with float16 dots, to which e4m3 and e5m2 convert exactly, and one warp a program.
+Why, at larger batch: `_whole_kernel` walks each request in one program and writes its output (no
+partials, no merge). Over bf16 pages it reads them as fast as FlashInfer's decode from 32 to 256
+requests, or faster (up to 1.14x), with no host-side plan a step. Over FP8 pages FlashInfer's
+decode converts them well under the copy rate; here FP8 goes through float16 dots, to which e4m3
+and e5m2 convert exactly, on one-warp programs, eight an SM (see launch_shape).
 The measurements behind both: benchmark/NOTES.md (and benchmark/offline/decode_attention.py).
 
 The KV cache is [slots, kv_heads, head_dim] per layer; a request's token t is at slot
@@ -34,11 +36,10 @@ import triton.language as tl
 
 from .device import pdl_launch, pdl_supported, sm_count
 
-# Graphs of up to this many requests decode here over a bf16 cache, larger ones with FlashInfer.
-MAX_BATCH = 8
 MAX_SPLITS = 64
 MAX_ARRIVALS = 4096  # (request, KV head) pairs a launch: the arrival counts' buffer
 WHOLE_BLOCK_N = 64  # tokens a loop step of _whole_kernel
+WHOLE_STAGES = 3  # its loads in flight a program
 BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
 
 
@@ -182,19 +183,21 @@ def _arrivals(device: torch.device) -> torch.Tensor:
     return torch.zeros(MAX_ARRIVALS, dtype=torch.int32, device=device)
 
 
-def num_splits(batch: int, kv_heads: int, device: torch.device | None = None, fp8: bool = False) -> int:
-    """Slices a request is cut into: about two programs an SM of `device` over the batch's KV heads
-    (a power of two, at most MAX_SPLITS)."""
-    want = max(1, 2 * sm_count(device) // max(1, batch * kv_heads))
-    return min(MAX_SPLITS, 1 << int(math.log2(want)))
+def launch_shape(batch: int, kv_heads: int, device: torch.device | None = None, fp8: bool = False
+                 ) -> tuple[int, int]:
+    """(slices a request is cut into, warps a program) over the batch's KV heads on `device`.
 
-
-def num_warps(splits: int, fp8: bool) -> int:
-    """Warps a program: over FP8 pages one a whole request (more programs resident an SM to hide
-    the conversions), else two; four a slice."""
-    if splits == 1:
-        return 1 if fp8 else 2
-    return 4
+    Slices: about two programs an SM, a power of two rounded down, at most MAX_SPLITS; a whole
+    request (one slice) runs on two warps, a slice on four. Over FP8 pages from a few requests on,
+    where that gives fewer than 8 slices, eight one-warp programs an SM instead (the power of two
+    nearest): the conversions, not the loads, bound a warp there, and two programs an SM read
+    Qwen3-0.6B's pages at 1.2-1.9 TB/s at 16-64 requests, eight at 1.9-2.5 from 16 to 256 requests
+    (benchmark/NOTES.md). At 1-4 requests long four-warp slices stay faster."""
+    pairs = max(1, batch * kv_heads)
+    splits = min(MAX_SPLITS, 1 << int(math.log2(max(1, 2 * sm_count(device) // pairs))))
+    if fp8 and splits < 8:
+        return min(MAX_SPLITS, 1 << max(0, round(math.log2(8 * sm_count(device) / pairs)))), 1
+    return splits, 2 if splits == 1 else 4
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
@@ -212,8 +215,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                          f"caches and a power-of-two head dim (got {d})")
     group = qo_heads // kv_heads
     fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-    splits = splits or num_splits(batch, kv_heads, q.device, fp8)
-    warps = warps or num_warps(splits, fp8)
+    auto_splits, auto_warps = launch_shape(batch, kv_heads, q.device, fp8)
+    splits, warps = splits or auto_splits, warps or auto_warps
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
@@ -230,7 +233,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         _whole_kernel[(batch, kv_heads)](
             q, k_cache, v_cache, page_table, rows, lengths, out, q.stride(0), q.stride(1), page_table.stride(0),
             qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N, DOT=dot,
-            IEEE=not q.is_cuda, PDL=pdl, num_warps=warps, num_stages=3, **pdl_launch(pdl))
+            IEEE=not q.is_cuda, PDL=pdl, num_warps=warps, num_stages=WHOLE_STAGES, **pdl_launch(pdl))
         return out
     if batch * kv_heads > MAX_ARRIVALS:
         raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs in slices, "

@@ -30,14 +30,14 @@ def test_prefill_with_cached_prefix_matches_float32_reference(heads, kv_heads, k
 
 @pytest.mark.parametrize("heads,kv_heads", [(16, 8), (32, 8)])
 @pytest.mark.parametrize("tensor_cores", [False, True])
-@pytest.mark.parametrize("small_batch_decode", [False, True])
-def test_decode_eager_and_graph_wrappers_match_float32_reference(heads, kv_heads, tensor_cores, small_batch_decode):
+@pytest.mark.parametrize("triton_decode", [False, True])
+def test_decode_eager_and_graph_wrappers_match_float32_reference(heads, kv_heads, tensor_cores, triton_decode):
     from minisgl.attention.flashinfer import FlashInferBackend
 
     errors = decode_errors(lambda ctx, shape: FlashInferBackend(ctx, shape, use_tensor_cores=tensor_cores,
-                                                                small_batch_decode=small_batch_decode),
+                                                                triton_decode=triton_decode),
                            heads, kv_heads)
     assert max(errors.values()) < 1e-2, errors
-    if small_batch_decode:  # the graphs' Triton kernels are as accurate as the eager FlashInfer ones
+    if triton_decode:  # the graphs' Triton kernels are as accurate as the eager FlashInfer ones
         # (H100: 0.93e-3 against 0.80-0.94e-3; the bf16 output's own rounding is ~1e-3)
         assert errors["graph"] < 1.3 * errors["eager"], errors

@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from minisgl.kernels.decode_attention import MAX_ARRIVALS, MAX_SPLITS, _arrivals, decode_attention, num_splits  # noqa: E402
+from minisgl.kernels.decode_attention import MAX_ARRIVALS, MAX_SPLITS, _arrivals, decode_attention, launch_shape  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 PAGE = 16
@@ -93,10 +93,10 @@ def test_one_slice_walks_the_whole_request():
 
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2])
 def test_a_batch_that_fills_the_gpu_walks_each_request_in_one_program(cache_dtype):
-    """64 requests x 8 KV heads: one slice each, so no partials and no merge (FP8 through float16
+    """128 requests x 8 KV heads: one slice each, so no partials and no merge (FP8 through float16
     dots on the GPU)."""
-    lengths = [1 + (37 * i) % 150 for i in range(64)]
-    assert num_splits(len(lengths), 8) == 1
+    lengths = [1 + (37 * i) % 90 for i in range(128)]
+    assert launch_shape(len(lengths), 8, fp8=cache_dtype != torch.bfloat16)[0] == 1
     run(lengths, heads=16, kv_heads=8, dim=64, cache_dtype=cache_dtype, scales=(0.5, 2.0))
     assert not _arrivals(DEVICE).any()
 
@@ -111,10 +111,20 @@ def test_an_fp8_cache_is_read_with_its_scales(cache_dtype):
 
 
 def test_slices_fill_the_gpu_and_stay_bounded():
-    assert num_splits(1, 8) == 32  # Llama-3.1-8B at one request: 256 programs for 132 SMs
-    assert num_splits(8, 8) == 4
-    assert num_splits(1, 1) == MAX_SPLITS
-    assert num_splits(64, 8) == 1
+    assert launch_shape(1, 8) == (32, 4)  # Llama-3.1-8B at one request: 256 four-warp programs for 132 SMs
+    assert launch_shape(8, 8) == (4, 4)
+    assert launch_shape(1, 1) == (MAX_SPLITS, 4)
+    assert launch_shape(64, 8) == (1, 2)  # a whole request a program
+
+
+def test_over_fp8_a_few_requests_keep_long_slices_and_more_get_eight_one_warp_programs_an_sm():
+    assert launch_shape(1, 8, fp8=True) == (32, 4)
+    assert launch_shape(4, 8, fp8=True) == (8, 4)
+    # 8 x 8 x 16 = 1,024 one-warp programs for 132 SMs (two an SM would be 4 slices of four warps)
+    assert launch_shape(8, 8, fp8=True) == (16, 1)
+    assert launch_shape(64, 8, fp8=True) == (2, 1)  # the nearer power of two to 8 x 132 / 512
+    assert launch_shape(96, 8, fp8=True) == (1, 1)
+    assert launch_shape(256, 8, fp8=True) == (1, 1)
 
 
 def test_each_launch_leaves_the_arrival_counts_at_zero_for_the_next():

@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from minisgl.kernels.decode_attention import num_splits  # noqa: E402
+from minisgl.kernels.decode_attention import launch_shape  # noqa: E402
 from minisgl.kernels.device import DEFAULT_SMS, sm_count  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -20,7 +20,7 @@ CPU = torch.device("cpu")
 
 def test_cpu_tensors_are_sized_for_an_h100():
     assert sm_count(CPU) == DEFAULT_SMS == 132
-    assert num_splits(1, 8, CPU) == 32  # two programs an SM: 256 programs for 8 KV heads
+    assert launch_shape(1, 8, CPU)[0] == 32  # two programs an SM: 256 programs for 8 KV heads
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="reads a GPU's SM count")
@@ -29,4 +29,4 @@ def test_a_gpu_is_sized_by_its_own_sm_count():
     assert sm_count(torch.device("cuda", 0)) == sms
     assert sm_count(torch.device("cuda")) == sm_count() == sms  # the current device
     want = min(64, 1 << (2 * sms // 8).bit_length() - 1)  # a power of two, at most MAX_SPLITS
-    assert num_splits(1, 8, torch.device("cuda", 0)) == want
+    assert launch_shape(1, 8, torch.device("cuda", 0))[0] == want

@@ -35,12 +35,12 @@ def test_fa2_prefill_reads_the_fp8_cache_like_the_float32_reference(heads, kv_he
 
 @needs_flashinfer
 @pytest.mark.parametrize("heads,kv_heads,tensor_cores", [(16, 8, False), (32, 8, True)])
-@pytest.mark.parametrize("small_batch_decode", [False, True])  # graphs: FlashInfer's or minisgl's Triton decode
-def test_decode_reads_the_fp8_cache_eagerly_padded_and_in_graphs(heads, kv_heads, tensor_cores, small_batch_decode):
+@pytest.mark.parametrize("triton_decode", [False, True])  # graphs: FlashInfer's or minisgl's Triton decode
+def test_decode_reads_the_fp8_cache_eagerly_padded_and_in_graphs(heads, kv_heads, tensor_cores, triton_decode):
     from minisgl.attention.flashinfer import FlashInferBackend
 
     errors = decode_errors(lambda ctx, shape: FlashInferBackend(ctx, shape, use_tensor_cores=tensor_cores,
-                                                                small_batch_decode=small_batch_decode),
+                                                                triton_decode=triton_decode),
                            heads, kv_heads, **FP8_KV)
     assert max(errors.values()) < 1e-2, errors
 
