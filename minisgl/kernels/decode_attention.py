@@ -34,7 +34,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .device import pdl_launch, pdl_supported, sm_count
+from .device import pdl_launch, pdl_supported, resident_programs, sm_count
 
 MAX_SPLITS = 64
 MAX_ARRIVALS = 4096  # (request, KV head) pairs a launch: the arrival counts' buffer
@@ -183,6 +183,19 @@ def _arrivals(device: torch.device) -> torch.Tensor:
     return torch.zeros(MAX_ARRIVALS, dtype=torch.int32, device=device)
 
 
+def _fullest_waves(programs: int, device: torch.device, compiled, choices=(1, 2)) -> int:
+    """Of the warps a program in `choices`, the one whose last wave of programs is the fullest, as
+    the compiled kernels (`compiled(warps)`) fit on an SM (the first on a tie). Over FP8 pages a
+    whole-request program's time is set by its conversions, so a part-empty last wave costs close
+    to a full one: at 96 and 192 requests two warps a program (six an SM) beat one (eight an SM) by
+    10-13%, at 128 one beats two by 15% (H100, Qwen3-0.6B; benchmark/NOTES.md)."""
+    def fill(warps: int) -> float:
+        slots = resident_programs(compiled(warps), device) * sm_count(device)
+        return programs / (math.ceil(programs / slots) * slots)
+
+    return max(choices, key=fill)
+
+
 def launch_shape(batch: int, kv_heads: int, device: torch.device | None = None, fp8: bool = False
                  ) -> tuple[int, int]:
     """(slices a request is cut into, warps a program) over the batch's KV heads on `device`.
@@ -216,6 +229,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     group = qo_heads // kv_heads
     fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
     auto_splits, auto_warps = launch_shape(batch, kv_heads, q.device, fp8)
+    pick_warps = warps is None and splits in (None, auto_splits) and auto_splits == 1 and fp8 and q.is_cuda
     splits, warps = splits or auto_splits, warps or auto_warps
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
     if batch == 0:
@@ -230,10 +244,14 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     if not q.is_cuda:  # (Triton's CPU interpreter mishandles 16-bit dots)
         dot = tl.float32
     if splits == 1:
-        _whole_kernel[(batch, kv_heads)](
-            q, k_cache, v_cache, page_table, rows, lengths, out, q.stride(0), q.stride(1), page_table.stride(0),
-            qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N, DOT=dot,
-            IEEE=not q.is_cuda, PDL=pdl, num_warps=warps, num_stages=WHOLE_STAGES, **pdl_launch(pdl))
+        args = (q, k_cache, v_cache, page_table, rows, lengths, out, q.stride(0), q.stride(1), page_table.stride(0),
+                qk_scale, v_scale)
+        kw = dict(HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N, DOT=dot, IEEE=not q.is_cuda, PDL=pdl,
+                  num_stages=WHOLE_STAGES, **pdl_launch(pdl))
+        if pick_warps:
+            warps = _fullest_waves(batch * kv_heads, q.device, lambda w: _whole_kernel.warmup(
+                *args, grid=(batch, kv_heads), num_warps=w, **kw))
+        _whole_kernel[(batch, kv_heads)](*args, num_warps=warps, **kw)
         return out
     if batch * kv_heads > MAX_ARRIVALS:
         raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs in slices, "
