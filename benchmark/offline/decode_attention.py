@@ -13,7 +13,7 @@ Triton columns are named triton<loop step>/<most slices>; with --splits and --wa
 
 For each batch size and context length, one CUDA graph runs the attention of every layer of a
 model-sized KV cache through FlashInferBackend's decode graph path, with FlashInfer's kernels and
-with the Triton ones, the same requests for both.
+with the Triton ones (at every batch size here), the same requests for both.
 Reports us a layer and the KV bytes read over that time. A short context's KV for all layers
 fits in L2 (Llama-3.1-8B heads, 138 tokens: 18 MB a request), so those figures are optimistic
 for both. Writes JSON and a PNG.
@@ -119,9 +119,10 @@ def main() -> None:
         pairs = [tuple(int(x) for x in pair.split("x")) for pair in args.pairs.split(",")]
     else:
         pairs = [(int(b), int(c)) for c in args.contexts.split(",") for b in args.batches.split(",")]
-    auto_shape, auto_stages = triton_decode.launch_shape, triton_decode.WHOLE_STAGES
+    auto_shape, auto_stages, auto_pick = triton_decode.launch_shape, triton_decode.WHOLE_STAGES, triton_decode._fullest_waves
     for bs, context in pairs:
         us = {"flashinfer": time_layer(args, bs, context, False)}
+        triton_decode.MAX_BATCH = max(triton_decode.MAX_BATCH, bs)  # the Triton kernels at this batch too
         for block_n in (int(b) for b in args.block_ns.split(",")):
             for max_splits in (int(m) for m in args.max_splits.split(",")):
                 triton_decode.BLOCK_N, triton_decode.MAX_SPLITS = block_n, max_splits
@@ -130,10 +131,12 @@ def main() -> None:
             for warps in (int(w) for w in args.warps.split(",")):
                 for stages in (int(n) for n in args.whole_stages.split(",")) if splits == 1 else (auto_stages,):
                     triton_decode.launch_shape = lambda *_, s=splits, w=warps: (s, w)
+                    triton_decode._fullest_waves = lambda *_, w=warps, **__: w
                     triton_decode.WHOLE_STAGES = stages
                     name = f"s{splits}w{warps}" + (f"n{stages}" if "," in args.whole_stages and splits == 1 else "")
                     us[name] = time_layer(args, bs, context, True)
-        triton_decode.launch_shape, triton_decode.WHOLE_STAGES = auto_shape, auto_stages
+        triton_decode.launch_shape, triton_decode.WHOLE_STAGES, triton_decode._fullest_waves = (auto_shape, auto_stages,
+                                                                                                auto_pick)
         gbs = {name: bs * context * kv_bytes_token / (t * 1e-6) / 1e9 for name, t in us.items()}
         rows.append(dict(batch=bs, context=context, us=us, gb_per_s=gbs))
         print(f"batch {bs:2d}, context {context:5d}, us a layer (KV GB/s): "

@@ -1,8 +1,8 @@
 """FlashInfer attention over the paged KV cache: paged prefill (FA2 or, on Hopper, FA3 kernels)
 and batch decode (CUDA-core kernel, or the tensor-core one for wide grouped-query attention),
-with fixed-buffer decode wrappers for CUDA graphs. The decode graphs run minisgl's Triton kernels
-instead (minisgl/kernels/decode_attention.py says why), unless MINISGL_TRITON_DECODE=0. An
-FP8 KV cache is read by FA2 prefill and the decode kernels with its per-layer scales (FA3's
+with fixed-buffer decode wrappers for CUDA graphs; graphs of a few requests, and every graph over
+an FP8 cache, decode with minisgl's Triton kernels instead (minisgl/kernels/decode_attention.py
+says why). An FP8 KV cache is read by FA2 prefill and the decode kernels with its per-layer scales (FA3's
 templates have no bf16-query/FP8-KV form).
 
 flashinfer is imported when the backend is created, never at package import, so minisgl runs
@@ -69,8 +69,9 @@ class TritonDecode:
 class FlashInferBackend(BaseAttnBackend):
     """`prefill_kernel`: "fa2" or "fa3" (Hopper). `use_tensor_cores`: decode with the prefill
     kernel (pays for GQA groups of 4 and more); None picks by group size, env
-    MINISGL_DECODE_TENSOR_CORES=0/1 overrides. `triton_decode`: the decode graphs run minisgl's Triton
-    kernels, not FlashInfer's (None: unless MINISGL_TRITON_DECODE=0)."""
+    MINISGL_DECODE_TENSOR_CORES=0/1 overrides. `triton_decode`: graphs of at most
+    decode_attention.MAX_BATCH requests, and every graph over an FP8 cache, decode with minisgl's
+    Triton kernels (None: unless MINISGL_TRITON_DECODE=0)."""
 
     supports_cuda_graph = True
     accepts_stored_kv = True
@@ -190,8 +191,14 @@ class FlashInferBackend(BaseAttnBackend):
         # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
         # and lengths at [bs:2 bs], which the graph runner's first kernel writes (graph_rows_lens).
         self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
+        triton_max_bs = 0  # graphs of at most this many requests decode with minisgl.kernels.decode_attention
+        if self.triton_decode:
+            from minisgl.kernels.decode_attention import MAX_BATCH
+
+            # Over an FP8 cache at every batch: FlashInfer's decode converts FP8 below the copy rate.
+            triton_max_bs = max_bs if self.ctx.kv_cache.is_fp8 else MAX_BATCH
         for bs in batch_sizes:
-            if self.triton_decode:
+            if bs <= triton_max_bs:
                 self.graph_wrappers[bs] = TritonDecode(bs)
                 continue
             self.graph_wrappers[bs] = self._share(self._decode_wrapper(

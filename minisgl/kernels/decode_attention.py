@@ -1,6 +1,7 @@
-"""Decode attention over the paged KV cache in Triton, for the FlashInfer backend's CUDA decode
-graphs: split-KV (the last slice of each request and KV head merging the slices) while the batch
-leaves SMs idle, one program a request and KV head once it fills the GPU.
+"""Decode attention over the paged KV cache in Triton, for the FlashInfer backend's CUDA graphs of
+a few requests and for every decode graph over an FP8 cache: split-KV (the last slice of each
+request and KV head merging the slices) while the batch leaves SMs idle, one program a request
+and KV head once it fills the GPU.
 
 Why, at small batch: at one request FlashInfer's decode is latency-bound, not bandwidth-bound. Its
 tensor-core kernel walks a request's KV in 128-token chunks, one dependent load after another, and
@@ -11,11 +12,10 @@ context, so a short one costs one load round trip, and a long one is spread over
 last program of a (request, KV head) to finish, counted by an atomic, merges its slices (a
 separate merge kernel cost mostly the gap between two kernels).
 
-Why, at larger batch: `_whole_kernel` walks each request in one program and writes its output (no
-partials, no merge). Over bf16 pages it reads them as fast as FlashInfer's decode from 32 to 256
-requests, or faster (up to 1.14x), with no host-side plan a step. Over FP8 pages FlashInfer's
-decode converts them well under the copy rate; here FP8 goes through float16 dots, to which e4m3
-and e5m2 convert exactly, on one-warp programs, eight an SM (see launch_shape).
+Why, over FP8 at larger batch: FlashInfer's decode converts FP8 pages well under the copy rate.
+Here FP8 goes through float16 dots, to which e4m3 and e5m2 convert exactly, on one-warp programs,
+eight an SM (launch_shape), and `_whole_kernel` walks each request in one program once they fill
+the GPU (no partials, no merge).
 The measurements behind both: benchmark/NOTES.md (and benchmark/offline/decode_attention.py).
 
 The KV cache is [slots, kv_heads, head_dim] per layer; a request's token t is at slot
@@ -34,9 +34,19 @@ import torch
 import triton
 import triton.language as tl
 
+from minisgl.utils.logger import get_logger
+
 from .device import pdl_launch, pdl_supported, resident_programs, sm_count
 
-MAX_SPLITS = 64
+logger = get_logger(__name__)
+
+# Graphs of up to this many requests decode here over a bf16 cache, larger ones with FlashInfer:
+# timed alone, these kernels matched or beat FlashInfer's at most batches from 32 to 256, but
+# Qwen3-8B's offline run at TP=4 was 2.5% slower with them there (benchmark/NOTES.md).
+MAX_BATCH = 8
+# At most 32 slices: merging 64 spilled registers (batch-1 attention over one KV head, Qwen3-30B-A3B's
+# TP=4 share: 11.6-23.8 us a layer at 64 slices, 5.1-14.5 at 32).
+MAX_SPLITS = 32
 MAX_ARRIVALS = 4096  # (request, KV head) pairs a launch: the arrival counts' buffer
 WHOLE_BLOCK_N = 64  # tokens a loop step of _whole_kernel
 WHOLE_STAGES = 3  # its loads in flight a program
@@ -188,12 +198,17 @@ def _fullest_waves(programs: int, device: torch.device, compiled, choices=(1, 2)
     the compiled kernels (`compiled(warps)`) fit on an SM (the first on a tie). Over FP8 pages a
     whole-request program's time is set by its conversions, so a part-empty last wave costs close
     to a full one: at 96 and 192 requests two warps a program (six an SM) beat one (eight an SM) by
-    10-13%, at 128 one beats two by 15% (H100, Qwen3-0.6B; benchmark/NOTES.md)."""
+    10-13%, at 128 one beats two by 15% (H100, Qwen3-0.6B; benchmark/NOTES.md). Where the
+    compiled kernel's resources cannot be read (another Triton), the first choice."""
     def fill(warps: int) -> float:
         slots = resident_programs(compiled(warps), device) * sm_count(device)
         return programs / (math.ceil(programs / slots) * slots)
 
-    return max(choices, key=fill)
+    try:
+        return max(choices, key=fill)
+    except (AttributeError, TypeError) as e:
+        logger.warning("decode attention: %s; its whole-request programs keep %d warp(s)", e, choices[0])
+        return choices[0]
 
 
 def launch_shape(batch: int, kv_heads: int, device: torch.device | None = None, fp8: bool = False

@@ -18,7 +18,14 @@ import torch
 
 pytest.importorskip("triton")
 
-from minisgl.kernels.decode_attention import MAX_ARRIVALS, MAX_SPLITS, _arrivals, decode_attention, launch_shape  # noqa: E402
+from minisgl.kernels.decode_attention import (  # noqa: E402
+    MAX_ARRIVALS,
+    MAX_SPLITS,
+    _arrivals,
+    _fullest_waves,
+    decode_attention,
+    launch_shape,
+)
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 PAGE = 16
@@ -125,6 +132,12 @@ def test_over_fp8_a_few_requests_keep_long_slices_and_more_get_eight_one_warp_pr
     assert launch_shape(64, 8, fp8=True) == (2, 1)  # the nearer power of two to 8 x 132 / 512
     assert launch_shape(96, 8, fp8=True) == (1, 1)
     assert launch_shape(256, 8, fp8=True) == (1, 1)
+
+
+def test_whole_request_warps_fall_back_to_one_where_the_compiled_kernel_cannot_be_read():
+    """The warps are picked by how the compiled kernels fit an SM; a kernel object without that
+    information (another Triton's) leaves one warp, not an error in the middle of a graph capture."""
+    assert _fullest_waves(1024, DEVICE, lambda warps: object()) == 1
 
 
 def test_each_launch_leaves_the_arrival_counts_at_zero_for_the_next():
