@@ -219,8 +219,9 @@ def launch_shape(batch: int, kv_heads: int, device: torch.device | None = None, 
     request (one slice) runs on two warps, a slice on four. Over FP8 pages from a few requests on,
     where that gives fewer than 8 slices, eight one-warp programs an SM instead (the power of two
     nearest): the conversions, not the loads, bound a warp there, and two programs an SM read
-    Qwen3-0.6B's pages at 1.2-1.9 TB/s at 16-64 requests, eight at 1.9-2.5 from 16 to 256 requests
-    (benchmark/NOTES.md). At 1-4 requests long four-warp slices stay faster."""
+    Qwen3-0.6B's pages at 1.2-1.9 TB/s at 16-64 requests, eight at 1.9-2.6 from 16 to 256 requests
+    (benchmark/NOTES.md). At 1-4 requests long four-warp slices stay faster. A whole request over
+    FP8 takes one or two warps, as decode_attention's _fullest_waves picks."""
     pairs = max(1, batch * kv_heads)
     splits = min(MAX_SPLITS, 1 << int(math.log2(max(1, 2 * sm_count(device) // pairs))))
     if fp8 and splits < 8:
@@ -230,7 +231,7 @@ def launch_shape(batch: int, kv_heads: int, device: torch.device | None = None, 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
                      rows: torch.Tensor, lengths: torch.Tensor, sm_scale: float, k_scale: float = 1.0,
-                     v_scale: float = 1.0, splits: int | None = None, warps: int | None = None) -> torch.Tensor:
+                     v_scale: float = 1.0, splits: int | None = None) -> torch.Tensor:
     """q [batch, qo_heads, D] (last dim contiguous) attending over each request's cached tokens:
     k_cache / v_cache [slots, kv_heads, D] (q's dtype, or FP8 holding k / k_scale, v / v_scale),
     request i's token t at slot page_table[rows[i], t] for t < lengths[i] (int32 [batch] each,
@@ -243,9 +244,8 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                          f"caches and a power-of-two head dim (got {d})")
     group = qo_heads // kv_heads
     fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-    auto_splits, auto_warps = launch_shape(batch, kv_heads, q.device, fp8)
-    pick_warps = warps is None and splits in (None, auto_splits) and auto_splits == 1 and fp8 and q.is_cuda
-    splits, warps = splits or auto_splits, warps or auto_warps
+    auto_splits, warps = launch_shape(batch, kv_heads, q.device, fp8)
+    splits = splits or auto_splits
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
@@ -263,7 +263,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
                 qk_scale, v_scale)
         kw = dict(HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N, DOT=dot, IEEE=not q.is_cuda, PDL=pdl,
                   num_stages=WHOLE_STAGES, **pdl_launch(pdl))
-        if pick_warps:
+        if fp8 and q.is_cuda and auto_splits == 1:
             warps = _fullest_waves(batch * kv_heads, q.device, lambda w: _whole_kernel.warmup(
                 *args, grid=(batch, kv_heads), num_warps=w, **kw))
         _whole_kernel[(batch, kv_heads)](*args, num_warps=warps, **kw)
