@@ -41,11 +41,12 @@ def parse_args() -> argparse.Namespace:
 
 class StepClock:
     """Times the scheduler's steps from the outside: each launched batch's shape is noted at launch,
-    and its time taken when its tokens reach the host."""
+    and its time taken when its tokens reach the host, from the previous batch's (the first from
+    `start()`)."""
 
     def __init__(self, scheduler):
         self.steps: list[dict] = []
-        self.last_done = None
+        self.last_done = 0.0
         self._shapes: dict[int, dict] = {}
         launch, process = scheduler._launch, scheduler._process
 
@@ -59,13 +60,16 @@ class StepClock:
         def timed_process(done):
             done.out.copy_done_event.synchronize()
             now = time.perf_counter()
-            shape = self._shapes.pop(id(done), None)  # None: launched before the clock started
-            if shape is not None and self.last_done is not None:
+            shape = self._shapes.pop(id(done), None)  # None: launched before the clock was set
+            if shape is not None:
                 self.steps.append({**shape, "seconds": now - self.last_done})
             self.last_done = now
             return process(done)
 
         scheduler._launch, scheduler._process = timed_launch, timed_process
+
+    def start(self) -> None:
+        self.last_done = time.perf_counter()
 
 
 def summarize(steps: list[dict], weight_bytes: float, kv_token_bytes: int, bandwidth: float | None) -> dict:
@@ -140,6 +144,7 @@ def main() -> None:
     llm.generate(prompts, params, use_tqdm=False)  # warm-up: the whole workload once
     clock = StepClock(llm.scheduler)
     start = time.perf_counter()
+    clock.start()
     outs = llm.generate(prompts, params, use_tqdm=False)
     seconds = time.perf_counter() - start
     llm.shutdown()
