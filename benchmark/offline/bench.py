@@ -19,7 +19,7 @@ import torch
 
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.report import bar_plot, device_name, write_json
-from minisgl.benchmark.workload import offline_workload
+from minisgl.benchmark.workload import add_workload_flags, workload_requests, workload_settings
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
@@ -30,10 +30,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model dir or HF id (default: the built-in demo model)")
     add_flags(p, ENGINE_FLAGS)  # the server's flags, under the same names
-    p.add_argument("--num-requests", type=int, default=256)
-    p.add_argument("--max-input-len", type=int, default=1024)
-    p.add_argument("--max-output-len", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=0.6)
+    add_workload_flags(p)
     p.add_argument("--dump-workload", help="also write the workload (prompt ids, max_tokens) to this JSON "
                                            "(benchmark/offline/reference_offline.py replays it)")
     p.add_argument("--floor", action="store_true",
@@ -84,12 +81,10 @@ def main() -> None:
     llm = LLM(model, **llm_kwargs(args))
     startup = {"llm_init_s": time.perf_counter() - start, **llm.scheduler.engine.timings}
     vocab = llm.scheduler.engine.model_config.vocab_size
-    workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
-    prompts = [r.prompt_ids for r in workload]
-    params = [SamplingParams(temperature=args.temperature, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+    prompts, params = workload_requests(args, vocab)
     if args.dump_workload:
         write_json(args.dump_workload, {"temperature": args.temperature, "prompts": prompts,
-                                        "max_tokens": [r.max_tokens for r in workload]})
+                                        "max_tokens": [p.max_tokens for p in params]})
 
     start = time.perf_counter()
     llm.generate(prompts[:2], params[:2], use_tqdm=False)  # warm-up
@@ -98,8 +93,7 @@ def main() -> None:
     result = {
         "benchmark": "offline", "device": device_name(), "model": model, "dummy_weight": args.dummy_weight,
         "dtype": str(llm.scheduler.engine.dtype), "kv_cache_dtype": args.kv_cache_dtype,
-        "quantization": args.quantization, "tp": args.tp, "workload": {k: getattr(args, k) for k in
-                                                               ("num_requests", "max_input_len", "max_output_len", "temperature")},
+        "quantization": args.quantization, "tp": args.tp, "workload": workload_settings(args),
         "runs": runs, "tokens_per_s": runs[1]["tokens_per_s"], "startup": startup,
         "memory": getattr(llm.scheduler.engine, "memory", None),
         "overlap": llm.scheduler.overlap, "attention": type(llm.scheduler.engine.attn_backend).__name__,

@@ -21,8 +21,7 @@ import torch
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
-from minisgl.benchmark.workload import offline_workload
-from minisgl.core import SamplingParams
+from minisgl.benchmark.workload import add_workload_flags, workload_requests, workload_settings
 from minisgl.llm import LLM
 from minisgl.models import load_model_config
 from minisgl.models.demo import demo_model_dir
@@ -35,9 +34,7 @@ def parse_args() -> argparse.Namespace:
     add_flags(p, ENGINE_FLAGS)
     p.add_argument("--num-adapters", type=int, default=8)
     p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument("--num-requests", type=int, default=256)
-    p.add_argument("--max-input-len", type=int, default=1024)
-    p.add_argument("--max-output-len", type=int, default=1024)
+    add_workload_flags(p)
     p.add_argument("--out", default="results/lora.json")
     return p.parse_args()
 
@@ -76,9 +73,7 @@ def main() -> None:
     model = args.model or demo_model_dir()
     kwargs = llm_kwargs(args)
     vocab = load_model_config(model).vocab_size
-    workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
-    prompts = [r.prompt_ids for r in workload]
-    params = [SamplingParams(temperature=0.6, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+    prompts, params = workload_requests(args, vocab)
     with tempfile.TemporaryDirectory() as tmp:
         adapters = random_adapters(model, tmp, args.num_adapters, args.lora_rank)
         names = [f"a{i % args.num_adapters}" for i in range(len(prompts))]
@@ -92,8 +87,7 @@ def main() -> None:
                    names)
     ratio = lora["tokens_per_s"] / base["tokens_per_s"]
     result = {"benchmark": "lora", "device": device_name(), "model": model, "num_adapters": args.num_adapters,
-              "lora_rank": args.lora_rank, "workload": {k: getattr(args, k) for k in
-                                                         ("num_requests", "max_input_len", "max_output_len")},
+              "lora_rank": args.lora_rank, "workload": workload_settings(args),
               "base": base, "lora": lora, "ratio": ratio}
     for name, r in (("base", base), (f"{args.num_adapters} adapters of rank {args.lora_rank}", lora)):
         last = r["runs"][1]

@@ -21,7 +21,7 @@ from dataclasses import replace
 
 from minisgl.benchmark.flags import llm_kwargs
 from minisgl.benchmark.report import bar_plot, device_name, write_json
-from minisgl.benchmark.workload import offline_workload
+from minisgl.benchmark.workload import add_workload_flags, workload_requests, workload_settings
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
@@ -52,10 +52,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model dir (default: the built-in demo model)")
     add_flags(p, SERVER_FLAGS)
-    p.add_argument("--num-requests", type=int, default=256)
-    p.add_argument("--max-input-len", type=int, default=1024)
-    p.add_argument("--max-output-len", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=0.6)
+    add_workload_flags(p)
     p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated subset of: " + ", ".join(VARIANTS))
     p.add_argument("--out", default="results/sampling_cost.json", help="JSON path; the PNG goes beside it")
     return p.parse_args()
@@ -74,9 +71,7 @@ def main() -> None:
         raise SystemExit(f"sampling_cost.py: error: unknown variant(s) {unknown}; known: {list(VARIANTS)}")
     llm = LLM(args.model or demo_model_dir(), **llm_kwargs(args, SERVER_FLAGS))
     vocab = llm.scheduler.engine.model_config.vocab_size
-    workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab)
-    prompts = [r.prompt_ids for r in workload]
-    base = [SamplingParams(temperature=args.temperature, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+    prompts, base = workload_requests(args, vocab)
     # Warm-up: kernels, graphs, and the grammars' compilation (cached by its text after this).
     llm.generate(prompts[:2], [base[0], replace(base[1], **VARIANTS["regex grammar (all)"][0])], use_tqdm=False)
     runs = []
@@ -96,7 +91,7 @@ def main() -> None:
     for run in runs:
         run["vs_none"] = run["tokens_per_s"] / baseline
     result = {"benchmark": "sampling_cost", "device": device_name(), "model": args.model, "runs": runs,
-              "workload": {k: getattr(args, k) for k in ("num_requests", "max_input_len", "max_output_len", "temperature")}}
+              "workload": workload_settings(args)}
     write_json(args.out, result)
     png = os.path.splitext(args.out)[0] + ".png"
     bar_plot(png, f"Sampling controls, offline workload on {result['device']}",

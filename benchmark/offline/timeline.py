@@ -18,8 +18,7 @@ import time
 
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.report import device_name, write_json
-from minisgl.benchmark.workload import offline_workload
-from minisgl.core import SamplingParams
+from minisgl.benchmark.workload import add_workload_flags, workload_requests
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
 from minisgl.server.args import add_flags
@@ -31,10 +30,7 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", help="model dir or HF id (default: the built-in demo model)")
     add_flags(p, ENGINE_FLAGS)
-    p.add_argument("--num-requests", type=int, default=256)
-    p.add_argument("--max-input-len", type=int, default=1024)
-    p.add_argument("--max-output-len", type=int, default=1024)
-    p.add_argument("--temperature", type=float, default=0.6)
+    add_workload_flags(p)
     p.add_argument("--out", default="results/timeline.json", help="JSON path; the PNG goes beside it")
     return p.parse_args()
 
@@ -137,10 +133,7 @@ def main() -> None:
         bandwidth = copy_bandwidth()
     from minisgl.benchmark.floor import kv_bytes_per_token
 
-    workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len,
-                                vocab_size=engine.model_config.vocab_size)
-    prompts = [r.prompt_ids for r in workload]
-    params = [SamplingParams(temperature=args.temperature, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
+    prompts, params = workload_requests(args, engine.model_config.vocab_size)
     llm.generate(prompts, params, use_tqdm=False)  # warm-up: the whole workload once
     clock = StepClock(llm.scheduler)
     start = time.perf_counter()
