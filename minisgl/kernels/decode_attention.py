@@ -222,10 +222,10 @@ def launch_shape(batch: int, kv_heads: int, device: torch.device | None = None, 
     Qwen3-0.6B's pages at 1.2-1.9 TB/s at 16-64 requests, eight at 1.9-2.6 from 16 to 256 requests
     (benchmark/NOTES.md). At 1-4 requests long four-warp slices stay faster. A whole request over
     FP8 takes one or two warps, as decode_attention's _fullest_waves picks."""
-    pairs = max(1, batch * kv_heads)
-    splits = min(MAX_SPLITS, 1 << int(math.log2(max(1, 2 * sm_count(device) // pairs))))
+    pairs, sms = max(1, batch * kv_heads), sm_count(device)
+    splits = min(MAX_SPLITS, 1 << int(math.log2(max(1, 2 * sms // pairs))))
     if fp8 and splits < 8:
-        return min(MAX_SPLITS, 1 << max(0, round(math.log2(8 * sm_count(device) / pairs)))), 1
+        return min(MAX_SPLITS, 1 << max(0, round(math.log2(8 * sms / pairs)))), 1
     return splits, 2 if splits == 1 else 4
 
 
