@@ -69,9 +69,9 @@ class TritonDecode:
 class FlashInferBackend(BaseAttnBackend):
     """`prefill_kernel`: "fa2" or "fa3" (Hopper). `use_tensor_cores`: decode with the prefill
     kernel (pays for GQA groups of 4 and more); None picks by group size, env
-    MINISGL_DECODE_TENSOR_CORES=0/1 overrides. `triton_decode`: graphs of at most
-    decode_attention.MAX_BATCH requests, and every graph over an FP8 cache, decode with minisgl's
-    Triton kernels (None: unless MINISGL_TRITON_DECODE=0)."""
+    MINISGL_DECODE_TENSOR_CORES=0/1 overrides. `triton_decode`: the decode graphs run minisgl's
+    Triton kernels, which even out the programs' work over requests of spread lengths from inside
+    the graph (None: unless MINISGL_TRITON_DECODE=0); eager decode steps run FlashInfer's."""
 
     supports_cuda_graph = True
     accepts_stored_kv = True
@@ -191,14 +191,11 @@ class FlashInferBackend(BaseAttnBackend):
         # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
         # and lengths at [bs:2 bs], which the graph runner's first kernel writes (graph_rows_lens).
         self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
-        triton_max_bs = 0  # graphs of at most this many requests decode with minisgl.kernels.decode_attention
         if self.triton_decode:
-            from minisgl.kernels.decode_attention import MAX_BATCH
-
-            # Over an FP8 cache at every batch: FlashInfer's decode converts FP8 below the copy rate.
-            triton_max_bs = max_bs if self.ctx.kv_cache.is_fp8 else MAX_BATCH
+            most = max(self._chunk_shape(bs).max_items for bs in batch_sizes)
+            self.g_items = torch.zeros((most, 4), dtype=torch.int32, device=device)  # the step's chunks (plan_chunks)
         for bs in batch_sizes:
-            if bs <= triton_max_bs:
+            if self.triton_decode:
                 self.graph_wrappers[bs] = TritonDecode(bs)
                 continue
             self.graph_wrappers[bs] = self._share(self._decode_wrapper(
@@ -223,12 +220,21 @@ class FlashInferBackend(BaseAttnBackend):
         return self.g_rows_lens[: 2 * bs] if isinstance(self.graph_wrappers.get(bs), TritonDecode) else None
 
     def _triton_decode(self, q: torch.Tensor, layer: int, bs: int) -> torch.Tensor:
-        from minisgl.kernels.decode_attention import decode_attention
+        from minisgl.kernels.decode_attention import decode_attention, plan_chunks
 
         kv = self.ctx.kv_cache
-        return decode_attention(
-            q, kv.k_cache(layer), kv.v_cache(layer), self.ctx.page_table, self.g_rows_lens[:bs],
-            self.g_rows_lens[bs : 2 * bs], self.sm_scale, kv.k_scales[layer], kv.v_scales[layer])
+        lengths = self.g_rows_lens[bs : 2 * bs]
+        items = self.g_items[: self._chunk_shape(bs).max_items]
+        if layer == 0:  # the lengths are the step's: one plan serves every layer
+            plan_chunks(lengths, items, self.shape.num_kv_heads, kv.is_fp8)
+        return decode_attention(q, kv.k_cache(layer), kv.v_cache(layer), self.ctx.page_table, self.g_rows_lens[:bs],
+                                lengths, self.sm_scale, kv.k_scales[layer], kv.v_scales[layer], items=items,
+                                fresh_items=layer == 0)
+
+    def _chunk_shape(self, bs: int):
+        from minisgl.kernels.decode_attention import chunk_shape
+
+        return chunk_shape(bs, self.shape.num_kv_heads, self.ctx.device, self.ctx.kv_cache.is_fp8)
 
     def prepare_for_capture(self, batch: Batch, bs: int) -> None:
         self._plan_graph(batch, bs, np.full(bs, self.dummy_row, dtype=np.int64), np.ones(bs, dtype=np.int64))

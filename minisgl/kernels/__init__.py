@@ -10,7 +10,7 @@ engine call them.
 - `rmsnorm`, `qk_norm_rope`, `decode_inputs`, `sampling`: the layers' and the decode step's own;
 - `gemv` (with `gemv_tiles`), `qkv_rope`, `quantize`: the weight-streaming GEMV (FP8 weights, the
   bf16 lm_head), the q/k/v one that rotates and stores into the KV cache, and FP8 activations;
-- `decode_attention`: split-KV decode attention at small batch;
+- `decode_attention`: decode attention in the CUDA graphs, over chunks of even size;
 - `fused_moe`: mixture-of-experts routing, alignment and expert GEMMs; `moe_decode`: the same
   feed-forward for decode's few tokens as weight-streaming GEMVs.
 """

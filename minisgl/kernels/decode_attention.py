@@ -1,22 +1,25 @@
-"""Decode attention over the paged KV cache in Triton, for the FlashInfer backend's CUDA graphs of
-a few requests and for every decode graph over an FP8 cache: split-KV (the last slice of each
-request and KV head merging the slices) while the batch leaves SMs idle, one program a request
-and KV head once it fills the GPU.
+"""Decode attention over the paged KV cache in Triton, for the FlashInfer backend's decode CUDA
+graphs: each step's requests cut into chunks of about one size (`plan_chunks`, once a step, on the
+GPU), one program a (KV head, chunk), the last chunk of a request in merging its chunks.
 
-Why, at small batch: at one request FlashInfer's decode is latency-bound, not bandwidth-bound. Its
-tensor-core kernel walks a request's KV in 128-token chunks, one dependent load after another, and
-in a CUDA graph it launches a grid padded for the largest batch. Here every program takes a slice
-of a request's tokens for one KV head (its group of query heads on tensor cores), loads K and V
-for it at once, and writes a partial output with its log-sum-exp; the slices shrink with the
-context, so a short one costs one load round trip, and a long one is spread over the GPU. The
-last program of a (request, KV head) to finish, counted by an atomic, merges its slices (a
-separate merge kernel cost mostly the gap between two kernels).
+Why chunks of one size: a live batch's requests differ in length (the field's workload: prompts
+and outputs spread from 1 to 1,024 tokens). One program a request, or each request cut into the
+same number of slices, leaves the GPU waiting on the longest request's programs: with lengths
+spread over 0.1-1.9x their mean, that cost FP8 pages 22% at 256 requests. The chunks are listed
+longest request first, since the GPU starts programs in order: the short ones fill the last wave.
+FlashInfer's decode balances its work the same way, from a plan made on the host each step; here
+the plan is a one-program kernel inside the graph, the lengths' own step.
 
-Why, over FP8 at larger batch: FlashInfer's decode converts FP8 pages well under the copy rate.
-Here FP8 goes through float16 dots, to which e4m3 and e5m2 convert exactly, on one-warp programs,
-eight an SM (launch_shape), and `_whole_kernel` walks each request in one program once they fill
-the GPU (no partials, no merge).
-The measurements behind both: benchmark/NOTES.md (and benchmark/offline/decode_attention.py).
+Why at small batch: at one request FlashInfer's decode is latency-bound, not bandwidth-bound (its
+tensor-core kernel walks a request's KV in 128-token chunks, one dependent load after another, in
+a grid padded for the largest batch). Here the chunks shrink with the context, so a short request
+costs one load round trip and a long one is spread over the GPU. The last program of a (request,
+KV head) to finish, counted by an atomic, merges its chunks (a separate merge kernel cost mostly
+the gap between two kernels).
+
+Why over FP8: FlashInfer's decode converts FP8 pages well under the copy rate. Here FP8 goes through
+float16 dots, to which e4m3 and e5m2 convert exactly, on one-warp programs, eight an SM.
+The measurements behind all three: benchmark/NOTES.md (and benchmark/offline/decode_attention.py).
 
 The KV cache is [slots, kv_heads, head_dim] per layer; a request's token t is at slot
 page_table[row, t] (the engine's per-token slot table, read directly: no page list to gather
@@ -29,28 +32,24 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from minisgl.utils.logger import get_logger
+from .device import pdl_launch, pdl_supported, sm_count
 
-from .device import pdl_launch, pdl_supported, resident_programs, sm_count
-
-logger = get_logger(__name__)
-
-# Graphs of up to this many requests decode here over a bf16 cache, larger ones with FlashInfer:
-# timed alone, these kernels matched or beat FlashInfer's at most batches from 32 to 256, but
-# Qwen3-8B's offline run at TP=4 was 2.5% slower with them there (benchmark/NOTES.md).
-MAX_BATCH = 8
-# At most 32 slices: merging 64 spilled registers (batch-1 attention over one KV head, Qwen3-30B-A3B's
-# TP=4 share: 11.6-23.8 us a layer at 64 slices, 5.1-14.5 at 32).
-MAX_SPLITS = 32
-MAX_ARRIVALS = 4096  # (request, KV head) pairs a launch: the arrival counts' buffer
-WHOLE_BLOCK_N = 64  # tokens a loop step of _whole_kernel
+# At most 32 chunks a request: merging 64 spilled registers (batch-1 attention over one KV head,
+# Qwen3-30B-A3B's TP=4 share: 11.6-23.8 us a layer at 64 slices, 5.1-14.5 at 32).
+MAX_CHUNKS = 32
+MAX_ARRIVALS = 1 << 16  # (request, KV head) pairs a launch: the arrival counts' buffer
+WHOLE_BLOCK_N = 64  # tokens a loop step once the batch fills the GPU
 WHOLE_STAGES = 3  # its loads in flight a program
-BLOCK_N = 32  # tokens a loop step, a slice a multiple of it (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
+BLOCK_N = 32  # tokens a loop step below that (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
+# The chunks' programs, in waves of those an SM holds (0: one wave, two over FP8 pages while the
+# batch's (request, KV head) pairs leave SMs idle; benchmark/offline/decode_attention.py --waves).
+BALANCE_WAVES = 0
 
 
 @triton.jit
@@ -96,91 +95,108 @@ def _load_q(q_ptr, b, h, stride_qt, stride_qh, G: tl.constexpr, G_P: tl.constexp
 
 
 @triton.jit
-def _split_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, o_ptr, lse_ptr, out_ptr, arrivals_ptr,
-                  stride_qt, stride_qh, table_width, qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr,
-                  G_P: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, BLOCK: tl.constexpr,
-                  DOT: tl.constexpr, PRESCALE: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
-    """Program (request b, KV head h, slice s): the G query heads of h over tokens
-    [s * chunk, (s + 1) * chunk) of b, chunk = the request's length / SPLITS rounded up to BLOCK.
-    Writes o (normalized, times v_scale) and lse (log2-sum-exp2 of the scaled scores; -inf for an
-    empty slice) at [b, h * G + g, s], then counts itself in at arrivals[b, h]; the last of the
-    SPLITS merges them into out[b, h * G + g] and sets the count back to 0 for the next launch.
-    qk_scale = softmax scale * k_scale * log2(e); with PRESCALE, q is scaled by it in float32 before
-    the cast to DOT (float16 dots, as _whole_kernel's), else the scores are."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    s = tl.program_id(2)
-    length = tl.load(lens_ptr + b)
-    slots_ptr = table_ptr + tl.load(rows_ptr + b).to(tl.int64) * table_width
-    chunk = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK) * BLOCK
-    start = s * chunk
-    end = tl.minimum(length, start + chunk)
-    rg = tl.arange(0, G_P)
-    rd = tl.arange(0, D)
-    g_ok = rg < G
-    if PDL:  # q comes from the kernel before; the rows and lengths were copied before the graph ran
-        tl.extra.cuda.gdc_wait()
-    q = _load_q(q_ptr, b, h, stride_qt, stride_qh, G, G_P, D)
-    if PRESCALE:
-        q = (q.to(tl.float32) * qk_scale).to(DOT)
-        score_scale = 1.0
-    else:
-        q = q.to(DOT)
-        score_scale = qk_scale
-    acc, row_sum, m = _attend(q, kc_ptr, vc_ptr, slots_ptr, start, end, h, score_scale, HK, G_P, D, BLOCK, DOT, IEEE)
-    filled = row_sum > 0
-    o = tl.where(filled[:, None], acc / tl.where(filled, row_sum, 1.0)[:, None] * v_scale, 0.0)
-    lse = tl.where(filled, m + tl.log2(tl.where(filled, row_sum, 1.0)), float("-inf"))
-    row = b * (HK * G) + h * G + rg
-    tl.store(lse_ptr + row * SPLITS + s, lse, mask=g_ok)
-    tl.store(o_ptr + (row * SPLITS + s)[:, None] * D + rd[None, :], o, mask=g_ok[:, None])
-    # Every thread's stores, then one release-acquire count: the last program in sees all slices.
-    tl.debug_barrier()
-    if tl.atomic_add(arrivals_ptr + b * HK + h, 1, sem="acq_rel", scope="gpu") == SPLITS - 1:
-        tl.store(arrivals_ptr + b * HK + h, 0)
-        _merge(o_ptr, lse_ptr, out_ptr, b * (HK * G) + h * G, G, G_M, D, SPLITS)
-    if PDL:  # (at the end, as the GEMVs: a kernel launched at the start waits on the SMs meanwhile)
-        tl.extra.cuda.gdc_launch_dependents()
+def _plan_kernel(lens_ptr, items_ptr, batch, max_items, HK: tl.constexpr, TARGET: tl.constexpr,
+                 CHUNKS: tl.constexpr, BATCH_P: tl.constexpr, BLOCK: tl.constexpr, K_BLOCK: tl.constexpr):
+    """One program, once a step: cuts the batch's requests into chunks of about one size, so that
+    the attention programs' work is even whatever the requests' lengths, and lists the chunks longest
+    request first (the GPU starts programs in order: the short ones fill the last wave). Chunk
+    size: the batch's tokens x HK over TARGET programs, a multiple of BLOCK, at least the longest
+    request / CHUNKS; a request's chunks are even. items[k] = (request, start, end, chunks of the
+    request * 65536 + this chunk), k < max_items; the rest empty (end = 0)."""
+    rb = tl.arange(0, BATCH_P)
+    lens = tl.load(lens_ptr + rb, mask=rb < batch, other=0)
+    size = tl.maximum(tl.cdiv(tl.sum(lens) * HK, TARGET), tl.cdiv(tl.max(lens), CHUNKS))
+    size = tl.cdiv(size, BLOCK) * BLOCK
+    key = tl.sort(lens * 1024 + rb, descending=True)  # (BATCH_P <= 1024)
+    length = key // 1024
+    req = key % 1024
+    n = tl.cdiv(length, size)
+    chunk = tl.cdiv(tl.cdiv(length, tl.maximum(n, 1)), BLOCK) * BLOCK
+    ends = tl.cumsum(n, 0)
+    firsts = ends - n
+    for k0 in range(0, max_items, K_BLOCK):
+        k = k0 + tl.arange(0, K_BLOCK)
+        i = tl.sum((ends[None, :] <= k[:, None]).to(tl.int32), 1)  # the request (in sorted order) of item k
+        pick = rb[None, :] == i[:, None]
+        s = k - tl.sum(tl.where(pick, firsts[None, :], 0), 1)
+        c = tl.sum(tl.where(pick, chunk[None, :], 0), 1)
+        start = s * c
+        end = tl.minimum(tl.sum(tl.where(pick, length[None, :], 0), 1), start + c)
+        end = tl.where(i < BATCH_P, end, 0)
+        ok = k < max_items
+        base = items_ptr + k * 4
+        tl.store(base, tl.sum(tl.where(pick, req[None, :], 0), 1), mask=ok)
+        tl.store(base + 1, start, mask=ok)
+        tl.store(base + 2, end, mask=ok)
+        tl.store(base + 3, tl.sum(tl.where(pick, n[None, :], 0), 1) * 65536 + s, mask=ok)
 
 
 @triton.jit
-def _whole_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, lens_ptr, out_ptr, stride_qt, stride_qh, table_width,
-                  qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr, G_P: tl.constexpr, D: tl.constexpr,
-                  BLOCK: tl.constexpr, DOT: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr):
-    """Program (request b, KV head h): the G query heads of h over all of b's tokens, written to
-    out[b, h * G + g]. q is scaled by qk_scale in float32 before it is cast to DOT (float16 keeps
-    no exponent range to spare)."""
-    b = tl.program_id(0)
-    h = tl.program_id(1)
-    length = tl.load(lens_ptr + b)
-    slots_ptr = table_ptr + tl.load(rows_ptr + b).to(tl.int64) * table_width
-    if PDL:
+def _chunk_kernel(q_ptr, kc_ptr, vc_ptr, table_ptr, rows_ptr, items_ptr, o_ptr, lse_ptr, out_ptr, arrivals_ptr,
+                  stride_qt, stride_qh, table_width, qk_scale, v_scale, HK: tl.constexpr, G: tl.constexpr,
+                  G_P: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr, CHUNKS: tl.constexpr, BLOCK: tl.constexpr,
+                  DOT: tl.constexpr, PRESCALE: tl.constexpr, IEEE: tl.constexpr, PDL: tl.constexpr,
+                  FRESH: tl.constexpr):
+    """Program (KV head h, item k of _plan_kernel's list): the G query heads of h over the item's
+    tokens. A request of one chunk is written out directly; of more, the last of its chunks in
+    merges them. FRESH: the list comes from the kernel just before (the step's first layer), so
+    it is read after the wait."""
+    h = tl.program_id(0)
+    k = tl.program_id(1)
+    if PDL and FRESH:
         tl.extra.cuda.gdc_wait()
-    q = (_load_q(q_ptr, b, h, stride_qt, stride_qh, G, G_P, D).to(tl.float32) * qk_scale).to(DOT)
-    acc, row_sum, _ = _attend(q, kc_ptr, vc_ptr, slots_ptr, 0, length, h, 1.0, HK, G_P, D, BLOCK, DOT, IEEE)
-    rg = tl.arange(0, G_P)
-    rd = tl.arange(0, D)
-    o = acc / row_sum[:, None] * v_scale
-    tl.store(out_ptr + (b * (HK * G) + h * G + rg)[:, None] * D + rd[None, :], o.to(out_ptr.dtype.element_ty),
-             mask=(rg < G)[:, None])
+    b = tl.load(items_ptr + k * 4)
+    start = tl.load(items_ptr + k * 4 + 1)
+    end = tl.load(items_ptr + k * 4 + 2)
+    if PDL and not FRESH:  # q comes from the kernel before
+        tl.extra.cuda.gdc_wait()
+    if start < end:
+        ns = tl.load(items_ptr + k * 4 + 3)
+        n = ns // 65536
+        s = ns % 65536
+        slots_ptr = table_ptr + tl.load(rows_ptr + b).to(tl.int64) * table_width
+        rg = tl.arange(0, G_P)
+        rd = tl.arange(0, D)
+        g_ok = rg < G
+        q = _load_q(q_ptr, b, h, stride_qt, stride_qh, G, G_P, D)
+        if PRESCALE:
+            q = (q.to(tl.float32) * qk_scale).to(DOT)
+            score_scale = 1.0
+        else:
+            q = q.to(DOT)
+            score_scale = qk_scale
+        acc, row_sum, m = _attend(q, kc_ptr, vc_ptr, slots_ptr, start, end, h, score_scale, HK, G_P, D, BLOCK, DOT,
+                                  IEEE)
+        row = b * (HK * G) + h * G + rg
+        o = acc / row_sum[:, None] * v_scale
+        if n == 1:
+            tl.store(out_ptr + row[:, None] * D + rd[None, :], o.to(out_ptr.dtype.element_ty), mask=g_ok[:, None])
+        else:
+            tl.store(lse_ptr + row * CHUNKS + s, m + tl.log2(row_sum), mask=g_ok)
+            tl.store(o_ptr + (row * CHUNKS + s)[:, None] * D + rd[None, :], o, mask=g_ok[:, None])
+            tl.debug_barrier()
+            if tl.atomic_add(arrivals_ptr + b * HK + h, 1, sem="acq_rel", scope="gpu") == n - 1:
+                tl.store(arrivals_ptr + b * HK + h, 0)
+                _merge(o_ptr, lse_ptr, out_ptr, b * (HK * G) + h * G, G, G_M, D, CHUNKS, n)
     if PDL:
         tl.extra.cuda.gdc_launch_dependents()
 
 
 @triton.jit
 def _merge(o_ptr, lse_ptr, out_ptr, first_row, G: tl.constexpr, G_M: tl.constexpr, D: tl.constexpr,
-           SPLITS: tl.constexpr):
-    """Rows first_row + [0, G) of out: the softmax-weighted sum of their slices' outputs, all loaded
-    at once (a slice loop would wait on L2 once a slice). Through L2 (.cg): other SMs wrote them."""
+           CHUNKS: tl.constexpr, n):
+    """Rows first_row + [0, G) of out: the softmax-weighted sum of their chunks' outputs, all loaded
+    at once (a loop would wait on L2 once a chunk). Through L2 (.cg): other SMs wrote them."""
     rows = first_row + tl.arange(0, G_M)
-    rs = tl.arange(0, SPLITS)
+    rs = tl.arange(0, CHUNKS)
     rd = tl.arange(0, D)
     ok = tl.arange(0, G_M) < G
-    lse = tl.load(lse_ptr + rows[:, None] * SPLITS + rs[None, :], mask=ok[:, None], other=float("-inf"),
+    lse = tl.load(lse_ptr + rows[:, None] * CHUNKS + rs[None, :], mask=ok[:, None] & (rs < n)[None, :],
+                  other=float("-inf"),
                   cache_modifier=".cg")
     filled = lse > float("-inf")
     w = tl.where(filled, tl.exp2(lse - tl.max(lse, 1)[:, None]), 0.0)
-    parts = tl.load(o_ptr + (rows[:, None, None] * SPLITS + rs[None, :, None]) * D + rd[None, None, :],
+    parts = tl.load(o_ptr + (rows[:, None, None] * CHUNKS + rs[None, :, None]) * D + rd[None, None, :],
                     mask=filled[:, :, None], other=0.0, cache_modifier=".cg")
     merged = tl.sum(w[:, :, None] * parts, 1) / tl.where(ok, tl.sum(w, 1), 1.0)[:, None]
     tl.store(out_ptr + rows[:, None] * D + rd[None, :], merged.to(out_ptr.dtype.element_ty), mask=ok[:, None])
@@ -188,94 +204,109 @@ def _merge(o_ptr, lse_ptr, out_ptr, first_row, G: tl.constexpr, G_M: tl.constexp
 
 @functools.cache
 def _arrivals(device: torch.device) -> torch.Tensor:
-    """The split kernels' counts a (request, KV head), zero between launches (the last program in
-    resets its count); one buffer for every layer, whose kernels run one after another."""
+    """The chunks' counts a (request, KV head), zero between launches (the last program in resets
+    its count); one buffer for every layer, whose kernels run one after another."""
     return torch.zeros(MAX_ARRIVALS, dtype=torch.int32, device=device)
-
-
-def _fullest_waves(programs: int, device: torch.device, compiled, choices=(1, 2)) -> int:
-    """Of the warps a program in `choices`, the one whose last wave of programs is the fullest, as
-    the compiled kernels (`compiled(warps)`) fit on an SM (the first on a tie). Over FP8 pages a
-    whole-request program's time is set by its conversions, so a part-empty last wave costs close
-    to a full one: at 96 and 192 requests two warps a program (six an SM) beat one (eight an SM) by
-    10-13%, at 128 one beats two by 15% (H100, Qwen3-0.6B; benchmark/NOTES.md). Where the
-    compiled kernel's resources cannot be read (another Triton), the first choice."""
-    def fill(warps: int) -> float:
-        slots = resident_programs(compiled(warps), device) * sm_count(device)
-        return programs / (math.ceil(programs / slots) * slots)
-
-    try:
-        return max(choices, key=fill)
-    except (AttributeError, TypeError) as e:
-        logger.warning("decode attention: %s; its whole-request programs keep %d warp(s)", e, choices[0])
-        return choices[0]
 
 
 def launch_shape(batch: int, kv_heads: int, device: torch.device | None = None, fp8: bool = False
                  ) -> tuple[int, int]:
-    """(slices a request is cut into, warps a program) over the batch's KV heads on `device`.
-
-    Slices: about two programs an SM, a power of two rounded down, at most MAX_SPLITS; a whole
-    request (one slice) runs on two warps, a slice on four. Over FP8 pages from a few requests on,
-    where that gives fewer than 8 slices, eight one-warp programs an SM instead (the power of two
-    nearest): the conversions, not the loads, bound a warp there, and two programs an SM read
-    Qwen3-0.6B's pages at 1.2-1.9 TB/s at 16-64 requests, eight at 1.9-2.6 from 16 to 256 requests
-    (benchmark/NOTES.md). At 1-4 requests long four-warp slices stay faster. A whole request over
-    FP8 takes one or two warps, as decode_attention's _fullest_waves picks."""
+    """(slices a request would be cut into at about two programs an SM, warps a program) over the
+    batch's KV heads on `device`: a power of two rounded down, at most MAX_CHUNKS; a whole request
+    (one slice: the batch fills the GPU) runs on two warps, a slice on four. Over FP8 pages from a
+    few requests on, where that gives fewer than 8 slices, eight one-warp programs an SM instead
+    (the power of two nearest): the conversions, not the loads, bound a warp there, and two
+    programs an SM read Qwen3-0.6B's pages at 1.2-1.9 TB/s at 16-64 requests, eight at 1.9-2.6 from
+    16 to 256 requests (benchmark/NOTES.md). At 1-4 requests long four-warp slices stay faster."""
     pairs, sms = max(1, batch * kv_heads), sm_count(device)
-    splits = min(MAX_SPLITS, 1 << int(math.log2(max(1, 2 * sms // pairs))))
+    splits = min(MAX_CHUNKS, 1 << int(math.log2(max(1, 2 * sms // pairs))))
     if fp8 and splits < 8:
-        return min(MAX_SPLITS, 1 << max(0, round(math.log2(8 * sms / pairs)))), 1
+        return min(MAX_CHUNKS, 1 << max(0, round(math.log2(8 * sms / pairs)))), 1
     return splits, 2 if splits == 1 else 4
+
+
+@dataclass(frozen=True)
+class ChunkShape:
+    """How a batch's decode attention is cut and launched (`chunk_shape`)."""
+
+    max_items: int  # chunks a KV head at most: the grid's second dimension, and the plan's rows
+    chunks: int  # chunks a request at most (the partial outputs' width)
+    target: int  # programs the batch's tokens are spread over
+    block: int  # tokens a loop step
+    warps: int
+    stages: int
+
+
+def chunk_shape(batch: int, kv_heads: int, device: torch.device | None = None, fp8: bool = False) -> ChunkShape:
+    """The chunks for `batch` requests over `kv_heads` KV heads: spread over a wave of the programs
+    an SM holds (two over FP8 while the pairs leave SMs idle), warps and loop step as launch_shape's
+    (long steps once whole requests fill the GPU). A request of n tokens takes at most n / size + 1
+    chunks and size >= tokens x kv_heads / target, so the chunks a KV head stay under
+    target / kv_heads + batch. A request takes at most four times its even share of the programs
+    (size >= the longest / chunks), which bounds the partial outputs a full batch keeps."""
+    splits, warps = launch_shape(batch, kv_heads, device, fp8)
+    per_sm, sms = 8 if warps == 1 else 2, sm_count(device)
+    pairs = max(1, batch * kv_heads)
+    waves = BALANCE_WAVES or (2 if fp8 and pairs < per_sm * sms else 1)
+    target = waves * per_sm * sms
+    chunks = min(MAX_CHUNKS, max(4, triton.next_power_of_2(-(-4 * target // pairs))))
+    whole = splits == 1
+    return ChunkShape(max_items=min(batch * chunks, -(-target // kv_heads) + batch), chunks=chunks, target=target,
+                      block=WHOLE_BLOCK_N if whole else BLOCK_N, warps=warps, stages=WHOLE_STAGES if whole else 3)
+
+
+def plan_chunks(lengths: torch.Tensor, items: torch.Tensor, kv_heads: int, fp8: bool = False) -> None:
+    """Fills `items` (int32 [chunk_shape(...).max_items, 4]) with the chunks of requests of these
+    lengths (int32 [batch], each at least 1): once a step, before its layers' decode_attention."""
+    batch = lengths.shape[0]
+    shape = chunk_shape(batch, kv_heads, lengths.device, fp8)
+    if batch > 1024:
+        raise ValueError(f"decode attention plans at most 1,024 requests a step, got {batch}")
+    _plan_kernel[(1,)](lengths, items, batch, shape.max_items, HK=kv_heads, TARGET=shape.target, CHUNKS=shape.chunks,
+                       BATCH_P=max(16, triton.next_power_of_2(batch)), BLOCK=shape.block, K_BLOCK=64, num_warps=4)
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,
                      rows: torch.Tensor, lengths: torch.Tensor, sm_scale: float, k_scale: float = 1.0,
-                     v_scale: float = 1.0, splits: int | None = None) -> torch.Tensor:
+                     v_scale: float = 1.0, items: torch.Tensor | None = None, fresh_items: bool = True
+                     ) -> torch.Tensor:
     """q [batch, qo_heads, D] (last dim contiguous) attending over each request's cached tokens:
     k_cache / v_cache [slots, kv_heads, D] (q's dtype, or FP8 holding k / k_scale, v / v_scale),
     request i's token t at slot page_table[rows[i], t] for t < lengths[i] (int32 [batch] each,
-    every length at least 1; page_table int32 [table rows, width], rows contiguous). Returns
-    [batch, qo_heads, D] in q's dtype."""
+    every length at least 1; page_table int32 [table rows, width], rows contiguous). `items`: the
+    step's plan_chunks (None: planned here); `fresh_items`: written by the kernel just before this
+    one (a step's first layer). Returns [batch, qo_heads, D] in q's dtype."""
     batch, qo_heads, d = q.shape
     kv_heads = k_cache.shape[1]
     if q.stride(-1) != 1 or not k_cache.is_contiguous() or not v_cache.is_contiguous() or d & (d - 1):
         raise ValueError("decode_attention needs q's last dim contiguous, contiguous [slots, kv_heads, D] "
                          f"caches and a power-of-two head dim (got {d})")
-    group = qo_heads // kv_heads
-    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
-    auto_splits, warps = launch_shape(batch, kv_heads, q.device, fp8)
-    splits = splits or auto_splits
+    if batch * kv_heads > MAX_ARRIVALS:
+        raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs, "
+                         f"got {batch} x {kv_heads}")
     out = torch.empty((batch, qo_heads, d), dtype=q.dtype, device=q.device)
     if batch == 0:
         return out
+    fp8 = k_cache.dtype in (torch.float8_e4m3fn, torch.float8_e5m2)
+    shape = chunk_shape(batch, kv_heads, q.device, fp8)
+    if items is None:
+        items = torch.empty((shape.max_items, 4), dtype=torch.int32, device=q.device)
+        plan_chunks(lengths, items, kv_heads, fp8)
+        fresh_items = True
     pdl = pdl_supported(q.device)
-    g_p = max(16, triton.next_power_of_2(group))
-    qk_scale = sm_scale * k_scale * math.log2(math.e)
+    group = qo_heads // kv_heads
     # FP8 pages through float16 dots: e4m3 and e5m2 convert to it exactly in one step (to bf16
     # they go through float32), q scaled first in float32 (float16 keeps no exponent to spare).
     prescale = fp8 and q.is_cuda
     dot = tl.bfloat16 if q.dtype == torch.bfloat16 and not prescale else tl.float16
     if not q.is_cuda:  # (Triton's CPU interpreter mishandles 16-bit dots)
         dot = tl.float32
-    if splits == 1:
-        args = (q, k_cache, v_cache, page_table, rows, lengths, out, q.stride(0), q.stride(1), page_table.stride(0),
-                qk_scale, v_scale)
-        kw = dict(HK=kv_heads, G=group, G_P=g_p, D=d, BLOCK=WHOLE_BLOCK_N, DOT=dot, IEEE=not q.is_cuda, PDL=pdl,
-                  num_stages=WHOLE_STAGES, **pdl_launch(pdl))
-        if fp8 and q.is_cuda and auto_splits == 1:
-            warps = _fullest_waves(batch * kv_heads, q.device, lambda w: _whole_kernel.warmup(
-                *args, grid=(batch, kv_heads), num_warps=w, **kw))
-        _whole_kernel[(batch, kv_heads)](*args, num_warps=warps, **kw)
-        return out
-    if batch * kv_heads > MAX_ARRIVALS:
-        raise ValueError(f"decode_attention takes at most {MAX_ARRIVALS} (request, KV head) pairs in slices, "
-                         f"got {batch} x {kv_heads}")
-    o = torch.empty((batch * qo_heads, splits, d), dtype=torch.float32, device=q.device)
-    lse = torch.empty((batch * qo_heads, splits), dtype=torch.float32, device=q.device)
-    _split_kernel[(batch, kv_heads, splits)](
-        q, k_cache, v_cache, page_table, rows, lengths, o, lse, out, _arrivals(q.device), q.stride(0), q.stride(1),
-        page_table.stride(0), qk_scale, v_scale, HK=kv_heads, G=group, G_P=g_p, G_M=triton.next_power_of_2(group),
-        D=d, SPLITS=splits, BLOCK=BLOCK_N, DOT=dot, PRESCALE=prescale, IEEE=not q.is_cuda, PDL=pdl, num_warps=warps,
-        **pdl_launch(pdl))
+    o = torch.empty((batch * qo_heads, shape.chunks, d), dtype=torch.float32, device=q.device)
+    lse = torch.empty((batch * qo_heads, shape.chunks), dtype=torch.float32, device=q.device)
+    _chunk_kernel[(kv_heads, shape.max_items)](
+        q, k_cache, v_cache, page_table, rows, items, o, lse, out, _arrivals(q.device), q.stride(0), q.stride(1),
+        page_table.stride(0), sm_scale * k_scale * math.log2(math.e), v_scale, HK=kv_heads, G=group,
+        G_P=max(16, triton.next_power_of_2(group)), G_M=triton.next_power_of_2(group), D=d, CHUNKS=shape.chunks,
+        BLOCK=shape.block, DOT=dot, PRESCALE=prescale, IEEE=not q.is_cuda, PDL=pdl, FRESH=fresh_items,
+        num_warps=shape.warps, num_stages=shape.stages, **pdl_launch(pdl))
     return out

@@ -44,8 +44,8 @@ DISABLE_PDL = EnvVar("MINISGL_DISABLE_PDL", "0",
                      "1: launch minisgl's Triton kernels without programmatic dependent launch, and so use "
                      "FlashInfer's add + RMSNorm again (FlashInfer's kernels keep theirs), to measure what it saves")
 TRITON_DECODE = EnvVar("MINISGL_TRITON_DECODE", "1",
-                       "0: FlashInfer's decode kernels in the CUDA graphs of a few requests too, instead of minisgl's "
-                       "Triton split-KV decode (minisgl/kernels/decode_attention.py), to measure what it saves")
+                       "0: FlashInfer's decode kernels in the decode CUDA graphs, instead of minisgl's Triton "
+                       "decode over chunks of even size (minisgl/kernels/decode_attention.py), to measure what it saves")
 MODEL_FREE_STEP_MS = EnvVar("MINISGL_MODEL_FREE_STEP_MS", "0",
                             "the model-free benchmark engine's time per step, in ms (benchmark/online/model_free.py)")
 

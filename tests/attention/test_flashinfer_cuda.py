@@ -1,5 +1,5 @@
 """FlashInfer prefill (with a cached prefix) and decode, eager and through the fixed-buffer graph
-wrappers (FlashInfer's, or minisgl's Triton split-KV decode for graphs of a few requests), against
+wrappers (FlashInfer's, or minisgl's Triton decode over chunks of even size), against
 a float32 torch reference on random paged data. Needs CUDA and flashinfer:
 skipped elsewhere (CI has no GPU)."""
 

@@ -1,12 +1,12 @@
-"""minisgl.kernels.decode_attention (small-batch decode attention: split-KV slices, the last one of
-each request and KV head merging them; one program a request and KV head once the batch fills the
-GPU) equals float32 softmax attention over each request's cached
-tokens, gathered page by page (the kernel reads each token's slot from the per-token page table,
-rows in any order): for lengths inside one page, on page edges and over many slices, grouped and
-plain multi-head attention, pages out of order, and an FP8 cache with per-tensor scales; the
-arrival counts are back at zero after every launch. On the CPU its kernels run
-under Triton's interpreter (tests/conftest.py sets TRITON_INTERPRET=1); the device runs this file
-on the GPU too.
+"""minisgl.kernels.decode_attention (decode attention in the CUDA graphs: a step's requests cut
+into chunks of about one size by one planning program, longest request first; one program a (KV
+head, chunk); the last chunk of a request in merging them) equals float32 softmax attention over
+each request's cached tokens, gathered page by page (the kernel reads each token's slot from the
+per-token page table, rows in any order): for lengths inside one page, on page edges and over
+many chunks, grouped and plain multi-head attention, pages out of order, and an FP8 cache with
+per-tensor scales; the plan tiles every request exactly; the arrival counts are back at zero
+after every launch. On the CPU its kernels run under Triton's interpreter (tests/conftest.py sets
+TRITON_INTERPRET=1); the device runs this file on the GPU too.
 
     python -m pytest tests/kernels/test_decode_attention.py -q
 """
@@ -20,11 +20,13 @@ pytest.importorskip("triton")
 
 from minisgl.kernels.decode_attention import (  # noqa: E402
     MAX_ARRIVALS,
-    MAX_SPLITS,
+    MAX_CHUNKS,
+    WHOLE_BLOCK_N,
     _arrivals,
-    _fullest_waves,
+    chunk_shape,
     decode_attention,
     launch_shape,
+    plan_chunks,
 )
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -59,6 +61,7 @@ def reference(q, k_cache, v_cache, indptr, indices, lengths, sm_scale, k_scale=1
 
 
 def slot_table(indptr, indices, lengths, width=1024):
+    width = max(width, max(lengths))
     """The engine's page table for these requests: row i + 1 holds request i's token slots (row 0
     unused, so that rows must be looked up), the rest of each row zeros."""
     table = torch.zeros(len(lengths) + 1, width, dtype=torch.int32)
@@ -68,7 +71,7 @@ def slot_table(indptr, indices, lengths, width=1024):
     return table
 
 
-def run(lengths, heads=8, kv_heads=2, dim=64, cache_dtype=torch.bfloat16, scales=(1.0, 1.0), splits=None):
+def run(lengths, heads=8, kv_heads=2, dim=64, cache_dtype=torch.bfloat16, scales=(1.0, 1.0)):
     """The kernel's output against the float32 reference; returns it."""
     q, kc, vc, indptr, indices, _ = paged_problem(lengths, heads, kv_heads, dim, cache_dtype)
     sm_scale = dim**-0.5
@@ -76,7 +79,7 @@ def run(lengths, heads=8, kv_heads=2, dim=64, cache_dtype=torch.bfloat16, scales
     rows = torch.arange(1, len(lengths) + 1, dtype=torch.int32)
     lens = torch.tensor(lengths, dtype=torch.int32)
     got = decode_attention(q.to(DEVICE), kc.to(DEVICE), vc.to(DEVICE), table.to(DEVICE), rows.to(DEVICE),
-                           lens.to(DEVICE), sm_scale, *scales, splits=splits)
+                           lens.to(DEVICE), sm_scale, *scales)
     assert got.dtype == torch.bfloat16 and got.shape == q.shape
     want = reference(q, kc, vc, indptr, indices, lengths, sm_scale, *scales)
     # float32 softmax and sums; the bf16 output's rounding (2^-9 relative) and, on the GPU, bf16
@@ -90,20 +93,52 @@ def test_grouped_query_attention_over_scattered_pages(lengths):
     run(lengths)
 
 
-def test_more_slices_than_tokens_leave_empty_slices_out_of_the_merge():
-    run([3, 40], splits=16)  # 16 slices of 32 tokens: at most two hold any
+def plan(lengths: list[int], kv_heads: int) -> tuple[list[tuple[int, int, int, int, int]], int]:
+    """plan_chunks' list for these lengths: (request, start, end, chunks of the request, chunk)
+    for each chunk, in the order listed; and how many rows the list has."""
+    shape = chunk_shape(len(lengths), kv_heads, DEVICE)
+    items = torch.full((shape.max_items, 4), -1, dtype=torch.int32, device=DEVICE)
+    plan_chunks(torch.tensor(lengths, dtype=torch.int32, device=DEVICE), items, kv_heads)
+    rows = items.cpu().tolist()
+    assert all(end == 0 for _, _, end, _ in rows if end <= 0) and all(r[2] >= 0 for r in rows)  # every row written
+    return [(b, start, end, ns // 65536, ns % 65536) for b, start, end, ns in rows if end > start], shape.max_items
 
 
-def test_one_slice_walks_the_whole_request():
-    run([200], splits=1)
+def test_the_plan_tiles_each_request_in_even_chunks_longest_request_first():
+    lengths = [5, 2000, 17, 300, 1]
+    chunks, _ = plan(lengths, kv_heads=2)
+    order = [b for b, *_ in chunks]
+    assert order == sorted(order, key=lambda b: -lengths[b])  # the GPU starts programs in this order
+    for b, length in enumerate(lengths):
+        mine = [(start, end, n, s) for r, start, end, n, s in chunks if r == b]
+        assert [s for *_, s in mine] == list(range(len(mine))) and all(n == len(mine) for _, _, n, _ in mine)
+        assert [start for start, *_ in mine] == [0] + [end for _, end, *_ in mine[:-1]]  # back to back
+        assert mine[-1][1] == length  # to the last token
+        sizes = [end - start for start, end, *_ in mine]
+        assert all(size == sizes[0] for size in sizes[:-1]) and sizes[-1] <= sizes[0]  # even, the rest last
+    assert len([c for c in chunks if c[0] == 1]) > 1  # the long request spread over several programs
+
+
+def test_a_full_batch_keeps_each_request_whole_and_its_list_bounded():
+    """256 requests of 100-1,100 tokens over 8 KV heads fill the GPU: most in one chunk, and the list
+    stays within the rows chunk_shape sized it for."""
+    lengths = [100 + (389 * i) % 1000 for i in range(256)]
+    chunks, rows = plan(lengths, kv_heads=8)
+    assert len(chunks) <= rows and len({b for b, *_ in chunks}) == 256
+    assert sum(n == 1 for *_, n, _ in chunks) > 128
+
+
+def test_a_long_request_among_short_ones():
+    run([5, 2000, 17, 300, 1])
+    assert not _arrivals(DEVICE).any()
 
 
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2])
-def test_a_batch_that_fills_the_gpu_walks_each_request_in_one_program(cache_dtype):
-    """128 requests x 8 KV heads: one slice each, so no partials and no merge (FP8 through float16
-    dots on the GPU)."""
+def test_a_batch_that_fills_the_gpu(cache_dtype):
+    """128 requests x 8 KV heads: whole requests' long loop steps (FP8 through float16 dots on the
+    GPU)."""
     lengths = [1 + (37 * i) % 90 for i in range(128)]
-    assert launch_shape(len(lengths), 8, fp8=cache_dtype != torch.bfloat16)[0] == 1
+    assert chunk_shape(len(lengths), 8, DEVICE, fp8=cache_dtype != torch.bfloat16).block == WHOLE_BLOCK_N
     run(lengths, heads=16, kv_heads=8, dim=64, cache_dtype=cache_dtype, scales=(0.5, 2.0))
     assert not _arrivals(DEVICE).any()
 
@@ -120,7 +155,7 @@ def test_an_fp8_cache_is_read_with_its_scales(cache_dtype):
 def test_slices_fill_the_gpu_and_stay_bounded():
     assert launch_shape(1, 8) == (32, 4)  # Llama-3.1-8B at one request: 256 four-warp programs for 132 SMs
     assert launch_shape(8, 8) == (4, 4)
-    assert launch_shape(1, 1) == (MAX_SPLITS, 4)
+    assert launch_shape(1, 1) == (MAX_CHUNKS, 4)
     assert launch_shape(64, 8) == (1, 2)  # a whole request a program
 
 
@@ -134,12 +169,6 @@ def test_over_fp8_a_few_requests_keep_long_slices_and_more_get_eight_one_warp_pr
     assert launch_shape(256, 8, fp8=True) == (1, 1)
 
 
-def test_whole_request_warps_fall_back_to_one_where_the_compiled_kernel_cannot_be_read():
-    """The warps are picked by how the compiled kernels fit an SM; a kernel object without that
-    information (another Triton's) leaves one warp, not an error in the middle of a graph capture."""
-    assert _fullest_waves(1024, DEVICE, lambda warps: object()) == 1
-
-
 def test_each_launch_leaves_the_arrival_counts_at_zero_for_the_next():
     first = run([33, 1, 64, 300])
     assert not _arrivals(DEVICE).any()
@@ -151,6 +180,5 @@ def test_more_request_and_head_pairs_than_counts_are_refused():
     q = torch.zeros(MAX_ARRIVALS // 8 + 1, 8, 64, dtype=torch.bfloat16, device=DEVICE)
     cache = torch.zeros(16, 8, 64, dtype=torch.bfloat16, device=DEVICE)
     rows = torch.zeros(q.shape[0], dtype=torch.int32, device=DEVICE)
-    with pytest.raises(ValueError, match="at most 4096"):  # (one slice each needs no counts)
-        decode_attention(q, cache, cache, torch.zeros(1, 16, dtype=torch.int32, device=DEVICE), rows, rows + 1, 0.1,
-                         splits=2)
+    with pytest.raises(ValueError, match=f"at most {MAX_ARRIVALS}"):
+        decode_attention(q, cache, cache, torch.zeros(1, 16, dtype=torch.int32, device=DEVICE), rows, rows + 1, 0.1)

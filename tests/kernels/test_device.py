@@ -12,7 +12,7 @@ import torch
 
 pytest.importorskip("triton")
 
-from minisgl.kernels.decode_attention import MAX_SPLITS, launch_shape  # noqa: E402
+from minisgl.kernels.decode_attention import MAX_CHUNKS, launch_shape  # noqa: E402
 from minisgl.kernels.device import DEFAULT_SMS, sm_count  # noqa: E402
 
 CPU = torch.device("cpu")
@@ -28,5 +28,5 @@ def test_a_gpu_is_sized_by_its_own_sm_count():
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     assert sm_count(torch.device("cuda", 0)) == sms
     assert sm_count(torch.device("cuda")) == sm_count() == sms  # the current device
-    want = min(MAX_SPLITS, 1 << (2 * sms // 8).bit_length() - 1)  # a power of two
+    want = min(MAX_CHUNKS, 1 << (2 * sms // 8).bit_length() - 1)  # a power of two
     assert launch_shape(1, 8, torch.device("cuda", 0))[0] == want
