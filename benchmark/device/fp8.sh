@@ -122,7 +122,7 @@ if [ -z "${SKIP_MICRO:-}" ]; then
 fi
 
 if [ -z "${SKIP_ATTN:-}" ]; then
-    step "decode attention alone in CUDA graphs: FlashInfer against the small-batch Triton split-KV kernels"
+    step "decode attention alone in CUDA graphs: FlashInfer against minisgl's Triton decode"
     timeout "${ATTN_TIMEOUT:-200}" python benchmark/offline/decode_attention.py --out "$RES/decode_attention.json" \
         > "$RES/decode_attention.log" 2>&1
     echo "exit $?"; tail -8 "$RES/decode_attention.log"
