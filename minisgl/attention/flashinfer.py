@@ -1,8 +1,8 @@
 """FlashInfer attention over the paged KV cache: paged prefill (FA2 or, on Hopper, FA3 kernels)
 and batch decode (CUDA-core kernel, or the tensor-core one for wide grouped-query attention),
 with fixed-buffer decode wrappers for CUDA graphs; the decode graphs run minisgl's Triton kernels
-instead (minisgl/kernels/decode_attention.py says why). An FP8 KV cache is read by FA2 prefill and the decode kernels with its per-layer scales
-(FA3's templates have no bf16-query/FP8-KV form).
+instead (minisgl/kernels/decode_attention.py says why). An FP8 KV cache is read by FA2 prefill and
+the decode kernels with its per-layer scales (FA3's templates have no bf16-query/FP8-KV form).
 
 flashinfer is imported when the backend is created, never at package import, so minisgl runs
 where it is not installed. Lengths and index pointers are computed on the host from the

@@ -8,7 +8,7 @@ same number of slices, leaves the GPU waiting on the longest request's programs:
 spread over 0.1-1.9x their mean, that cost FP8 pages 22% at 256 requests. The chunks are listed
 longest request first, since the GPU starts programs in order: the short ones fill the last wave.
 FlashInfer's decode balances its work the same way, from a plan made on the host each step; here
-the plan is a one-program kernel inside the graph, the lengths' own step.
+the plan is a one-program kernel inside the graph, over the lengths its first kernel wrote.
 
 Why at small batch: at one request FlashInfer's decode is latency-bound, not bandwidth-bound (its
 tensor-core kernel walks a request's KV in 128-token chunks, one dependent load after another, in
@@ -107,9 +107,9 @@ def _plan_kernel(lens_ptr, items_ptr, batch, max_items, HK: tl.constexpr, TARGET
     lens = tl.load(lens_ptr + rb, mask=rb < batch, other=0)
     size = tl.maximum(tl.cdiv(tl.sum(lens) * HK, TARGET), tl.cdiv(tl.max(lens), CHUNKS))
     size = tl.cdiv(size, BLOCK) * BLOCK
-    key = tl.sort(lens * 1024 + rb, descending=True)  # (BATCH_P <= 1024)
-    length = key // 1024
-    req = key % 1024
+    key = tl.sort(lens.to(tl.int64) * BATCH_P + rb, descending=True)  # by length, then request
+    length = (key // BATCH_P).to(tl.int32)
+    req = (key % BATCH_P).to(tl.int32)
     n = tl.cdiv(length, size)
     chunk = tl.cdiv(tl.cdiv(length, tl.maximum(n, 1)), BLOCK) * BLOCK
     ends = tl.cumsum(n, 0)
@@ -192,8 +192,7 @@ def _merge(o_ptr, lse_ptr, out_ptr, first_row, G: tl.constexpr, G_M: tl.constexp
     rd = tl.arange(0, D)
     ok = tl.arange(0, G_M) < G
     lse = tl.load(lse_ptr + rows[:, None] * CHUNKS + rs[None, :], mask=ok[:, None] & (rs < n)[None, :],
-                  other=float("-inf"),
-                  cache_modifier=".cg")
+                  other=float("-inf"), cache_modifier=".cg")
     filled = lse > float("-inf")
     w = tl.where(filled, tl.exp2(lse - tl.max(lse, 1)[:, None]), 0.0)
     parts = tl.load(o_ptr + (rows[:, None, None] * CHUNKS + rs[None, :, None]) * D + rd[None, None, :],
@@ -260,8 +259,6 @@ def plan_chunks(lengths: torch.Tensor, items: torch.Tensor, kv_heads: int, fp8: 
     lengths (int32 [batch], each at least 1): once a step, before its layers' decode_attention."""
     batch = lengths.shape[0]
     shape = chunk_shape(batch, kv_heads, lengths.device, fp8)
-    if batch > 1024:
-        raise ValueError(f"decode attention plans at most 1,024 requests a step, got {batch}")
     _plan_kernel[(1,)](lengths, items, batch, shape.max_items, HK=kv_heads, TARGET=shape.target, CHUNKS=shape.chunks,
                        BATCH_P=max(16, triton.next_power_of_2(batch)), BLOCK=shape.block, K_BLOCK=64, num_warps=4)
 
