@@ -53,7 +53,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--kv-dtype", default="bfloat16", choices=["bfloat16", "float8_e4m3fn"],
                    help="what the KV cache stores (queries stay bf16)")
     p.add_argument("--block-ns", default=str(triton_decode.BLOCK_N), help="the Triton kernel's loop steps to try")
-    p.add_argument("--max-chunks", default=str(triton_decode.MAX_CHUNKS), help="the most chunks a request, a list")
+    p.add_argument("--max-chunks", default=str(triton_decode.MAX_CHUNKS), help="the most chunks a request (powers of two), a list")
     p.add_argument("--waves", default=str(triton_decode.BALANCE_WAVES),
                    help="the chunks' programs in waves of those an SM holds, a list (0: the kernel's rule)")
     p.add_argument("--flush-mb", type=int, default=0,

@@ -43,7 +43,7 @@ from .device import pdl_launch, pdl_supported, sm_count
 # At most 32 chunks a request: merging 64 spilled registers (batch-1 attention over one KV head,
 # Qwen3-30B-A3B's TP=4 share: 11.6-23.8 us a layer at 64 slices, 5.1-14.5 at 32).
 MAX_CHUNKS = 32
-MAX_ARRIVALS = 1 << 16  # (request, KV head) pairs a launch: the arrival counts' buffer
+MAX_ARRIVALS = 1 << 20  # (request, KV head) pairs a launch: the arrival counts' buffer (4 MB)
 WHOLE_BLOCK_N = 64  # tokens a loop step once the batch fills the GPU
 WHOLE_STAGES = 3  # its loads in flight a program
 BLOCK_N = 32  # tokens a loop step below that (16 as fast at 138 tokens, 64 slower; at 2,048 both close)
@@ -105,8 +105,8 @@ def _plan_kernel(lens_ptr, items_ptr, batch, max_items, HK: tl.constexpr, TARGET
     request * 65536 + this chunk), k < max_items; the rest empty (end = 0)."""
     rb = tl.arange(0, BATCH_P)
     lens = tl.load(lens_ptr + rb, mask=rb < batch, other=0)
-    size = tl.maximum(tl.cdiv(tl.sum(lens) * HK, TARGET), tl.cdiv(tl.max(lens), CHUNKS))
-    size = tl.cdiv(size, BLOCK) * BLOCK
+    size = tl.maximum(tl.cdiv(tl.sum(lens.to(tl.int64)) * HK, TARGET), tl.cdiv(tl.max(lens), CHUNKS))  # (int64)
+    size = (tl.cdiv(tl.maximum(size, 1), BLOCK) * BLOCK).to(tl.int32)
     key = tl.sort(lens.to(tl.int64) * BATCH_P + rb, descending=True)  # by length, then request
     length = (key // BATCH_P).to(tl.int32)
     req = (key % BATCH_P).to(tl.int32)
@@ -259,8 +259,9 @@ def plan_chunks(lengths: torch.Tensor, items: torch.Tensor, kv_heads: int, fp8: 
     lengths (int32 [batch], each at least 1): once a step, before its layers' decode_attention."""
     batch = lengths.shape[0]
     shape = chunk_shape(batch, kv_heads, lengths.device, fp8)
+    batch_p = max(16, triton.next_power_of_2(batch))  # (its [K_BLOCK, batch_p] tiles kept to 16K elements)
     _plan_kernel[(1,)](lengths, items, batch, shape.max_items, HK=kv_heads, TARGET=shape.target, CHUNKS=shape.chunks,
-                       BATCH_P=max(16, triton.next_power_of_2(batch)), BLOCK=shape.block, K_BLOCK=64, num_warps=4)
+                       BATCH_P=batch_p, BLOCK=shape.block, K_BLOCK=max(8, min(64, 16384 // batch_p)), num_warps=4)
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, page_table: torch.Tensor,

@@ -44,19 +44,5 @@ def pdl_supported(device: torch.device) -> bool:
     return "launch_pdl" in CUDAOptions.__dataclass_fields__ and hasattr(tl.extra.cuda, "gdc_wait")
 
 
-def resident_programs(kernel, device: torch.device) -> int:
-    """Programs of a compiled Triton kernel one SM of `device` holds at once, as its registers,
-    shared memory and threads allow (CUDA's occupancy rules: registers granted 256 a warp)."""
-    kernel._init_handles()  # (loads the binary: n_regs is read from it)
-    props = torch.cuda.get_device_properties(device)
-    warps = kernel.metadata.num_warps
-    regs_a_warp = -(-max(1, kernel.n_regs) * 32 // 256) * 256
-    by_regs = getattr(props, "regs_per_multiprocessor", 65536) // regs_a_warp // warps
-    by_threads = getattr(props, "max_threads_per_multi_processor", 2048) // (32 * warps)
-    shared = kernel.metadata.shared
-    by_shared = getattr(props, "shared_memory_per_multiprocessor", 233472) // (shared + 1024) if shared else 32
-    return max(1, min(by_regs, by_threads, by_shared, 32))
-
-
 def pdl_launch(pdl: bool) -> dict:
     return {"launch_pdl": True} if pdl else {}  # (Triton's CPU interpreter takes no such option)

@@ -104,9 +104,9 @@ def plan(lengths: list[int], kv_heads: int) -> tuple[list[tuple[int, int, int, i
     return [(b, start, end, ns // 65536, ns % 65536) for b, start, end, ns in rows if end > start], shape.max_items
 
 
-def test_the_plan_tiles_each_request_in_even_chunks_longest_request_first():
-    lengths = [5, 2000, 17, 300, 1]
-    chunks, _ = plan(lengths, kv_heads=2)
+def assert_tiles(chunks, lengths: list[int]) -> None:
+    """Each request's chunks, numbered 0..n-1 and each knowing n, cover its tokens back to back in
+    even chunks (the remainder last); the requests listed longest first."""
     order = [b for b, *_ in chunks]
     assert order == sorted(order, key=lambda b: -lengths[b])  # the GPU starts programs in this order
     for b, length in enumerate(lengths):
@@ -116,7 +116,22 @@ def test_the_plan_tiles_each_request_in_even_chunks_longest_request_first():
         assert mine[-1][1] == length  # to the last token
         sizes = [end - start for start, end, *_ in mine]
         assert all(size == sizes[0] for size in sizes[:-1]) and sizes[-1] <= sizes[0]  # even, the rest last
+
+
+def test_the_plan_tiles_each_request_in_even_chunks_longest_request_first():
+    lengths = [5, 2000, 17, 300, 1]
+    chunks, _ = plan(lengths, kv_heads=2)
+    assert_tiles(chunks, lengths)
     assert len([c for c in chunks if c[0] == 1]) > 1  # the long request spread over several programs
+
+
+def test_the_plan_counts_billions_of_token_heads_without_overflow():
+    """256 requests of 262,144 tokens over 32 KV heads: 2^31 token-heads (int32 would wrap, and
+    the list would drop chunks)."""
+    lengths = [262144] * 256
+    chunks, rows = plan(lengths, kv_heads=32)
+    assert len(chunks) <= rows
+    assert_tiles(chunks, lengths)
 
 
 def test_a_full_batch_keeps_each_request_whole_and_its_list_bounded():
@@ -177,8 +192,8 @@ def test_each_launch_leaves_the_arrival_counts_at_zero_for_the_next():
 
 
 def test_more_request_and_head_pairs_than_counts_are_refused():
-    q = torch.zeros(MAX_ARRIVALS // 8 + 1, 8, 64, dtype=torch.bfloat16, device=DEVICE)
-    cache = torch.zeros(16, 8, 64, dtype=torch.bfloat16, device=DEVICE)
+    q = torch.zeros(MAX_ARRIVALS // 8 + 1, 8, 16, dtype=torch.bfloat16, device=DEVICE)
+    cache = torch.zeros(16, 8, 16, dtype=torch.bfloat16, device=DEVICE)
     rows = torch.zeros(q.shape[0], dtype=torch.int32, device=DEVICE)
     with pytest.raises(ValueError, match=f"at most {MAX_ARRIVALS}"):
         decode_attention(q, cache, cache, torch.zeros(1, 16, dtype=torch.int32, device=DEVICE), rows, rows + 1, 0.1)
