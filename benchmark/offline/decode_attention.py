@@ -161,7 +161,8 @@ def main() -> None:
         print(f"batch {bs:2d}, context {context:5d}, us a layer (KV GB/s): "
               + ", ".join(f"{name} {t:.2f} ({gbs[name]:.0f})" for name, t in us.items()), flush=True)
     write_json(args.out, dict(benchmark="decode_attention", device=device_name(), kv_dtype=args.kv_dtype, heads=args.heads,
-                              kv_heads=args.kv_heads, head_dim=args.head_dim, layers=args.layers, rows=rows))
+                              kv_heads=args.kv_heads, head_dim=args.head_dim, layers=args.layers, spread=args.spread,
+                              flush_mb=args.flush_mb, rows=rows))
     labels = [f"bs{r['batch']} ctx{r['context']} {name}" for r in rows for name in r["us"]]
     values = [t for r in rows for t in r["us"].values()]
     bar_plot(args.out.replace(".json", ".png"), "decode attention, us a layer (CUDA graph)", labels, values, "us")
