@@ -183,28 +183,28 @@ class FlashInferBackend(BaseAttnBackend):
 
     def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
         device = self.ctx.device
-        max_pages = max_bs * (self.table_width // self.page_size + 1)
-        self.g_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
-        self.g_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=device)
-        self.g_indices = torch.zeros(max_pages, dtype=torch.int32, device=device)
         # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
         # and lengths at [bs:2 bs], which the graph runner's first kernel writes (graph_rows_lens).
         self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
         if self.triton_decode:
             most = max(self._chunk_shape(bs).max_items for bs in batch_sizes)
             self.g_items = torch.zeros((most, 4), dtype=torch.int32, device=device)  # the step's chunks (plan_chunks)
+            self.graph_wrappers.update((bs, TritonDecode(bs)) for bs in batch_sizes)
+            return
+        # FlashInfer's graph wrappers: fixed buffers for the page lists their plan() fills each step.
+        max_pages = max_bs * (self.table_width // self.page_size + 1)
+        self.g_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
+        self.g_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=device)
+        self.g_indices = torch.zeros(max_pages, dtype=torch.int32, device=device)
         for bs in batch_sizes:
-            if self.triton_decode:
-                self.graph_wrappers[bs] = TritonDecode(bs)
-                continue
             self.graph_wrappers[bs] = self._share(self._decode_wrapper(
                 paged_kv_indptr_buffer=self.g_indptr[: bs + 1], paged_kv_indices_buffer=self.g_indices,
                 paged_kv_last_page_len_buffer=self.g_last_page_len[:bs]))
 
     def _plan_graph(self, batch: Batch, bs: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
         wrapper = self.graph_wrappers[bs]
-        # Small graphs: the kernels read the page table themselves, at the rows and lengths that
-        # the graph's first kernel writes into g_rows_lens; nothing to plan.
+        # Triton graphs: the kernels read the page table themselves, at the rows and lengths that
+        # the graph's first kernel writes into g_rows_lens (and plan their chunks inside the graph).
         if not isinstance(wrapper, TritonDecode):
             layout = paged_layout(rows, seq_lens, self.page_size, self.table_width)
             pages = gather_pages(self.ctx.page_table, layout, self.page_size)
