@@ -34,7 +34,7 @@ from minisgl.server.args import add_flags
 CATEGORIES = [  # first match wins; lower-case substrings of kernel names
     ("moe routing", ("_route_kernel", "_align_kernel")),
     ("moe experts", ("_gate_up_kernel", "_down_kernel", "_expert_gemm_kernel", "grouped")),
-    ("attention decode", ("batchdecode",)),
+    ("attention decode", ("batchdecode", "_chunk_kernel", "_plan_kernel")),  # FlashInfer's, minisgl's Triton
     ("attention prefill", ("prefillwithkvcache", "batchprefill", "fmha", "mainloop")),
     ("merge states", ("mergestate", "merge_state", "variablelengthmerge")),
     ("q/k norm + rope + KV store", ("qk_norm_rope",)),
