@@ -183,10 +183,10 @@ class FlashInferBackend(BaseAttnBackend):
 
     def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
         device = self.ctx.device
-        # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
-        # and lengths at [bs:2 bs], which the graph runner's first kernel writes (graph_rows_lens).
-        self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
         if self.triton_decode:
+            # The Triton decode graphs' inputs: graph bs reads its requests' page-table rows at [:bs]
+            # and lengths at [bs:2 bs], which the graph runner's first kernel writes (graph_rows_lens).
+            self.g_rows_lens = torch.ones(2 * max_bs, dtype=torch.int32, device=device)
             most = max(self._chunk_shape(bs).max_items for bs in batch_sizes)
             self.g_items = torch.zeros((most, 4), dtype=torch.int32, device=device)  # the step's chunks (plan_chunks)
             self.graph_wrappers.update((bs, TritonDecode(bs)) for bs in batch_sizes)
