@@ -25,8 +25,11 @@ def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed
     row_ptr = logits_ptr + row.to(tl.int64) * stride_row
     r = tl.arange(0, B4)[:, None]
     c = tl.arange(0, 4)[None, :]
-    best_val = tl.full((), float("-inf"), tl.float32)
-    best_idx = tl.full((), 0, tl.int32)
+    # Each lane keeps its own best over the loop (the first offset on a tie: offsets only grow),
+    # reduced across the program once at the end: two block reductions a block cost more than
+    # the rest of the loop at 256 rows.
+    best_val = tl.full((B4, 4), float("-inf"), tl.float32)
+    best_idx = tl.full((B4, 4), 2147483647, tl.int32)
     for start in range(0, CHUNK, BLOCK):
         base = split * CHUNK + start
         offs = base + r * 4 + c  # [BLOCK / 4, 4]: one Philox draw gives the 4 uniforms of a row
@@ -40,14 +43,15 @@ def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed
             # Exponential race / Gumbel max: argmax(x / T - log(E)), E = -log(U) ~ Exp(1).
             score = tl.where(greedy, x, x * inv_t - tl.log(-tl.log(u)))
         score = tl.where(mask, score, float("-inf"))
-        m = tl.max(tl.max(score, 1), 0)
-        # The first offset reaching the maximum (no reshape: it may reorder elements).
-        i = tl.min(tl.min(tl.where(score == m, offs, 2147483647), 1), 0).to(tl.int32)
-        take = m > best_val
-        best_idx = tl.where(take, i, best_idx)
-        best_val = tl.where(take, m, best_val)
-    tl.store(val_ptr + row * SPLITS + split, best_val)
-    tl.store(idx_ptr + row * SPLITS + split, best_idx)
+        take = score > best_val
+        best_idx = tl.where(take, offs, best_idx)
+        best_val = tl.where(take, score, best_val)
+    m = tl.max(tl.max(best_val, 1), 0)
+    # The first offset reaching the maximum (no reshape: it may reorder elements); a split of -inf
+    # scores only (past the vocabulary) keeps offset 0, as one block of them did.
+    i = tl.min(tl.min(tl.where(best_val == m, best_idx, 2147483647), 1), 0)
+    tl.store(val_ptr + row * SPLITS + split, m)
+    tl.store(idx_ptr + row * SPLITS + split, tl.where(m > float("-inf"), i, 0))
 
 
 @triton.jit
