@@ -26,8 +26,8 @@ def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed
     r = tl.arange(0, B4)[:, None]
     c = tl.arange(0, 4)[None, :]
     # Each lane keeps its own best over the loop (the first offset on a tie: offsets only grow),
-    # reduced across the program once at the end: two block reductions a block cost more than
-    # the rest of the loop at 256 rows.
+    # reduced across the program once at the end instead of twice a block (11% of the kernel at
+    # 256 rows; the draws and logs are the rest).
     best_val = tl.full((B4, 4), float("-inf"), tl.float32)
     best_idx = tl.full((B4, 4), 2147483647, tl.int32)
     for start in range(0, CHUNK, BLOCK):
