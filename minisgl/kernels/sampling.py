@@ -29,7 +29,7 @@ def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed
     # reduced across the program once at the end instead of twice a block (11% of the kernel at
     # 256 rows; the draws and logs are the rest).
     best_val = tl.full((B4, 4), float("-inf"), tl.float32)
-    best_idx = tl.full((B4, 4), 2147483647, tl.int32)
+    best_idx = tl.zeros((B4, 4), tl.int32)  # (a split of -inf scores only, past the vocabulary: offset 0)
     for start in range(0, CHUNK, BLOCK):
         base = split * CHUNK + start
         offs = base + r * 4 + c  # [BLOCK / 4, 4]: one Philox draw gives the 4 uniforms of a row
@@ -47,11 +47,10 @@ def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed
         best_idx = tl.where(take, offs, best_idx)
         best_val = tl.where(take, score, best_val)
     m = tl.max(tl.max(best_val, 1), 0)
-    # The first offset reaching the maximum (no reshape: it may reorder elements); a split of -inf
-    # scores only (past the vocabulary) keeps offset 0, as one block of them did.
+    # The first offset reaching the maximum (no reshape: it may reorder elements).
     i = tl.min(tl.min(tl.where(best_val == m, best_idx, 2147483647), 1), 0)
     tl.store(val_ptr + row * SPLITS + split, m)
-    tl.store(idx_ptr + row * SPLITS + split, tl.where(m > float("-inf"), i, 0))
+    tl.store(idx_ptr + row * SPLITS + split, i)
 
 
 @triton.jit
