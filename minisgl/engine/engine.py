@@ -16,6 +16,7 @@ from minisgl.attention import AttnShape, create_attention_backend
 from minisgl.attention.paging import batch_arrays, ragged_arange, to_device
 from minisgl.core import Batch, Context, set_global_ctx
 from minisgl.distributed import all_reduce_min, destroy, enable_fused_norm, init_process_group
+from minisgl.kernels.jit_builds import report_builds
 from minisgl.kvcache import MHAKVCache, kv_storage_dtype
 from minisgl.lora import LoraPool, parse_lora_modules
 from minisgl.models import create_model, init_dummy_weights, load_model_config, load_weights
@@ -64,6 +65,8 @@ class Engine:
         if cuda:
             torch.cuda.set_device(self.tp.rank % torch.cuda.device_count())
             self.device = torch.device("cuda", torch.cuda.current_device())
+            if self.tp.rank == 0:  # FlashInfer's first-use compiles, logged once for all ranks
+                report_builds()
         self.ctx = Context(device=self.device, tp=self.tp,
                            moe_backend=resolve_moe_backend(config.moe_backend, self.device))
         set_global_ctx(self.ctx)

@@ -12,5 +12,6 @@ engine call them.
   bf16 lm_head), the q/k/v one that rotates and stores into the KV cache, and FP8 activations;
 - `decode_attention`: decode attention in the CUDA graphs, over chunks of even size;
 - `fused_moe`: mixture-of-experts routing, alignment and expert GEMMs; `moe_decode`: the same
-  feed-forward for decode's few tokens as weight-streaming GEMVs.
+  feed-forward for decode's few tokens as weight-streaming GEMVs;
+- `jit_builds`: FlashInfer's compiles at run time (a module not prebuilt), logged with a heartbeat.
 """
