@@ -5,7 +5,8 @@
 #   2. minisgl's server at Poisson rates 8, 32, 128 and inf (chat API, the same workload), then
 #      Mini-SGLang's server (from the git-ignored .ref/mini-sglang, --attn fi) with the same requests
 #      once minisgl's is stopped, so each has the GPU alone: one table with both and the ratio.
-# NO_COMPARE=1 drives minisgl alone; NO_SAVE_JIT=1 leaves the JIT workspace unsaved. Run after the kit preamble (../shared/device/kit.sh) with .device-kit, .bench-models
+# NO_COMPARE=1 drives minisgl alone; BASE=.base drives an earlier tree's server in the reference's place
+# (the previous commit beside, e.g. RATES=inf,inf SKIP_OFFLINE=1 BASE=.base); NO_SAVE_JIT=1 leaves the JIT workspace unsaved. Run after the kit preamble (../shared/device/kit.sh) with .device-kit, .bench-models
 # (benchmark/prepare_model.py ../shared/models/qwen3-0.6b .bench-models/qwen3-0.6b) and .ref carried.
 # Results go to $OUT/results (logs, JSON, PNG); the FlashInfer JIT workspace is saved in $OUT in pieces under 16 MiB
 # (carry them back as .device-kit/fiws-*.part to skip compiling next time).
@@ -48,6 +49,12 @@ else
     SERVER_FLAGS=()
 fi
 [ -n "${NO_COMPARE:-}" ] && COMPARE=()  # minisgl alone
+if [ -n "${BASE:-}" ]; then
+    # An earlier tree instead of the reference: BASE a folder holding its minisgl/ (git archive REV
+    # minisgl | tar x -C .base), started from there so its package, not this one, is imported.
+    BASE_CMD="cd $PWD/$BASE && PYTHONPATH=$PWD/$BASE:/tmp/site exec python -m minisgl --model $MODEL --dummy-weight --port 1920"
+    COMPARE=(--compare-base-url http://127.0.0.1:1920 --compare-name "base" --compare-launch "bash -c '$BASE_CMD'")
+fi
 timeout "${ONLINE_TIMEOUT:-420}" python benchmark/online/bench.py --launch --api chat --rates "${RATES:-8,32,128,inf}" \
     "${SIZE[@]}" --client-processes 4 --ready-timeout 300 --no-progress --out "$RES/online.json" "${COMPARE[@]}" \
     -- --model "$MODEL" --dummy-weight "${SERVER_FLAGS[@]}" > "$RES/online.log" 2>&1

@@ -65,8 +65,9 @@ class Engine:
         if cuda:
             torch.cuda.set_device(self.tp.rank % torch.cuda.device_count())
             self.device = torch.device("cuda", torch.cuda.current_device())
-            if self.tp.rank == 0:  # FlashInfer's first-use compiles, logged once for all ranks
-                report_builds()
+            # FlashInfer's first-use compiles, logged by the rank that builds (the others wait on
+            # its file lock, then find the module built and say nothing).
+            report_builds()
         self.ctx = Context(device=self.device, tp=self.tp,
                            moe_backend=resolve_moe_backend(config.moe_backend, self.device))
         set_global_ctx(self.ctx)

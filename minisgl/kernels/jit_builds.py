@@ -4,7 +4,9 @@ FlashInfer compiles a kernel module the first time a machine uses it, unless `py
 minisgl.prebuild` built it ahead of time (the image does): on a fresh GPU machine 130 s for
 norm/rope/sampling, ~90 s an attention variant, ~150 s the fused all-reduce, and nothing prints
 meanwhile, so a first start looks hung. `report_builds` logs each such compile as it starts, a line
-a minute while it runs (a wait on another rank's build of the same module included), and its time.
+a minute while it runs, and its time. Under tensor parallelism every rank asks for the same module:
+the first to take FlashInfer's file lock builds it and logs; the others wait on the lock, then find
+it built and pass quietly.
 """
 
 from __future__ import annotations
