@@ -1,12 +1,11 @@
 """FlashInfer's kernel compiles at run time, made visible.
 
 FlashInfer compiles a kernel module the first time a machine uses it, unless `python -m
-minisgl.prebuild` built it ahead of time (the image does): on a fresh GPU machine 130 s for
-norm/rope/sampling, ~90 s an attention variant, ~150 s the fused all-reduce, and nothing prints
-meanwhile, so a first start looks hung. `report_builds` logs each such compile as it starts, a line
-a minute while it runs, and its time. Under tensor parallelism every rank asks for the same module:
-the first to take FlashInfer's file lock builds it and logs; the others wait on the lock, then find
-it built and pass quietly.
+minisgl.prebuild` built it ahead of time (the image does): a minute or more each on a fresh GPU
+machine (benchmark/NOTES.md), and nothing prints meanwhile, so a first start looks hung.
+`report_builds` logs each such compile as it starts, a line a minute while it runs, and its time.
+Under tensor parallelism every rank asks for the same module: the first to take FlashInfer's file
+lock builds it and logs; the others wait on the lock, then find it built and pass quietly.
 """
 
 from __future__ import annotations
@@ -48,20 +47,26 @@ def heartbeat(what: str, every: float = HEARTBEAT_S) -> Iterator[None]:
         logger.info("%s: %s after %.1f s", what, "done" if ok else "failed", time.perf_counter() - start)
 
 
-def report_builds(spec_class: type | None = None) -> bool:
-    """Wrap FlashInfer's `JitSpec.build` (or `spec_class.build`: the class whose instances have a
-    `name`, an `is_compiled` and a `build(verbose, need_lock)`) so that a module not yet compiled
-    is built inside `heartbeat`. FlashInfer calls `build` before every load of a module that is not
+def report_builds() -> bool:
+    """Report FlashInfer's compiles (`wrap_build` on its `JitSpec`), once a process; False where
+    FlashInfer is not installed."""
+    try:
+        from flashinfer.jit.core import JitSpec
+    except ImportError:
+        return False
+    wrap_build(JitSpec)
+    return True
+
+
+def wrap_build(spec_class: type) -> None:
+    """Wrap `spec_class.build` (its instances have a `name`, an `is_compiled` and a
+    `build(verbose, need_lock)`, as FlashInfer's JitSpec) so that a module not yet compiled is built
+    inside `heartbeat`. FlashInfer calls `build` before every load of a module that is not
     prebuilt; where the library exists already that only asks ninja whether it is up to date, and
-    passes through quietly. Once a process; False where FlashInfer is not installed."""
-    if spec_class is None:
-        try:
-            from flashinfer.jit.core import JitSpec as spec_class
-        except ImportError:
-            return False
+    passes through quietly. Wrapping twice changes nothing."""
     build = spec_class.build
     if getattr(build, "reports_builds", False):
-        return True
+        return
 
     @functools.wraps(build)
     def reported_build(spec, *args, **kwargs):
@@ -73,5 +78,3 @@ def report_builds(spec_class: type | None = None) -> bool:
 
     reported_build.reports_builds = True
     spec_class.build = reported_build
-    return True
-
