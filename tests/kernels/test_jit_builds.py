@@ -82,6 +82,16 @@ def test_a_module_not_yet_compiled_is_built_inside_a_heartbeat_and_a_built_one_q
     assert module.builds == 2 and log_lines == []
 
 
+def test_where_compiling_is_off_the_build_passes_through_without_announcing_one(tmp_path, log_lines, monkeypatch):
+    class Spec(Module):
+        pass
+
+    wrap_build(Spec)
+    monkeypatch.setenv("FLASHINFER_DISABLE_JIT", "1")  # the image's setting
+    Spec("decode", tmp_path / "decode.so").build(False)
+    assert log_lines == []
+
+
 def test_the_build_is_wrapped_once_however_often_it_is_asked(tmp_path, log_lines):
     class Spec(Module):
         pass
