@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import threading
 import time
 from collections.abc import Iterator
 
+from minisgl.utils import env
 from minisgl.utils.logger import get_logger
 
 logger = get_logger(__name__)
@@ -73,7 +73,7 @@ def wrap_build(spec_class: type) -> None:
     def reported_build(spec, *args, **kwargs):
         # Built already, or no compiling allowed (the image sets FLASHINFER_DISABLE_JIT: there a
         # missing module is FlashInfer's error naming it, not a compile to wait for).
-        if spec.is_compiled or os.environ.get("FLASHINFER_DISABLE_JIT"):
+        if spec.is_compiled or env.FLASHINFER_DISABLE_JIT.get():
             return build(spec, *args, **kwargs)
         with heartbeat(f"compiling FlashInfer's {spec.name} kernels: first use on this machine, a minute or "
                        "more; cached for the next start (`python -m minisgl.prebuild` builds them ahead of time)"):

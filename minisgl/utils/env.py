@@ -48,6 +48,10 @@ TRITON_DECODE = EnvVar("MINISGL_TRITON_DECODE", "1",
                        "decode over chunks of even size (minisgl/kernels/decode_attention.py), to measure what it saves")
 MODEL_FREE_STEP_MS = EnvVar("MINISGL_MODEL_FREE_STEP_MS", "0",
                             "the model-free benchmark engine's time per step, in ms (benchmark/online/model_free.py)")
+# FlashInfer's own, which minisgl reads too: the image sets it (Dockerfile).
+FLASHINFER_DISABLE_JIT = EnvVar("FLASHINFER_DISABLE_JIT", "",
+                                "set: FlashInfer compiles nothing, a module not prebuilt is an error naming it "
+                                "(and minisgl announces no compile, minisgl/kernels/jit_builds.py)")
 
 ALL = (API_KEY, LOG_LEVEL, CACHE, DISABLE_OVERLAP, DISABLE_FUSED_KERNELS, DISABLE_FLASHINFER_SAMPLING,
-       DECODE_TENSOR_CORES, DISABLE_PDL, TRITON_DECODE, MODEL_FREE_STEP_MS)
+       DECODE_TENSOR_CORES, DISABLE_PDL, TRITON_DECODE, MODEL_FREE_STEP_MS, FLASHINFER_DISABLE_JIT)
