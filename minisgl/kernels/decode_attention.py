@@ -114,7 +114,7 @@ def _plan_kernel(lens_ptr, items_ptr, batch, max_items, HK: tl.constexpr, TARGET
     chunk = tl.cdiv(tl.cdiv(length, tl.maximum(n, 1)), BLOCK) * BLOCK
     firsts = tl.cumsum(n, 0) - n
     # Chunk j of every request at once: a loop over the longest request's chunks, not a search of
-    # each list row for its request (a [rows, batch] matrix a step: 52 us at 256 requests).
+    # each list row for its request (a [rows, batch] matrix, quadratic in the batch; NOTES).
     for j in range(0, tl.max(n)):
         k = firsts + j
         ok = (j < n) & (k < max_items)

@@ -26,8 +26,7 @@ def _gumbel_max_kernel(logits_ptr, stride_row, temps_ptr, val_ptr, idx_ptr, seed
     r = tl.arange(0, B4)[:, None]
     c = tl.arange(0, 4)[None, :]
     # Each lane keeps its own best over the loop (the first offset on a tie: offsets only grow),
-    # reduced across the program once at the end instead of twice a block (11% of the kernel at
-    # 256 rows; the draws and logs are the rest).
+    # reduced across the program once at the end instead of twice a block (benchmark/NOTES.md).
     best_val = tl.full((B4, 4), float("-inf"), tl.float32)
     best_idx = tl.zeros((B4, 4), tl.int32)  # (a split of -inf scores only, past the vocabulary: offset 0)
     for start in range(0, CHUNK, BLOCK):
