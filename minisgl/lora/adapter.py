@@ -5,6 +5,11 @@ at load with the reason, never half-applied.
 What is applied: y += scaling * (x @ A^T) @ B^T on q/k/v/o and gate/up/down projections, with
 scaling = lora_alpha / r (lora_alpha / sqrt(r) with use_rslora), as peft computes it; r and alpha
 per module where rank_pattern / alpha_pattern give them (peft's matching rule).
+
+rank_pattern / alpha_pattern keys are regular expressions from the adapter's author, run here against
+every module's name: they are matched by the `regex` module, which releases the GIL while it matches
+and gives up at a deadline, so a backtracking pattern refuses the adapter within PATTERN_BUDGET_S
+instead of freezing the process that loads it.
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ import json
 import math
 import os
 import re
+import time
 from dataclasses import dataclass
 
+import regex
 import torch
 from safetensors.torch import load_file
 
@@ -99,24 +106,57 @@ def config_problem(config: dict, max_rank: int) -> str | None:
     return None
 
 
-def _pattern(patterns: dict, module_name: str, default):
-    """peft's get_pattern_key: the first pattern that matches the end of the module's name."""
-    for key, value in (patterns or {}).items():
-        if re.match(rf"(.*\.)?({key})$", module_name):
-            return value
-    return default
+# Matching every pattern against every module name of one adapter, all together, takes at most this
+# long: real patterns (module names, a layer range) take microseconds.
+PATTERN_BUDGET_S = 2.0
 
 
-def module_rank_alpha(config: dict, layer: int, module: str) -> tuple[int, float]:
-    name = f"model.layers.{layer}.{TARGET_MODULES[module][0].split('.')[0]}.{module}"
-    return (_pattern(config.get("rank_pattern"), name, config["r"]),
-            _pattern(config.get("alpha_pattern"), name, config.get("lora_alpha", 8)))
+class PatternRules:
+    """One adapter's rank_pattern and alpha_pattern, matched as peft's get_pattern_key does (the
+    first key that matches the end of the module's name wins) within one deadline for the whole
+    adapter: a ValueError naming the pattern when it is not a regular expression or runs past it."""
+
+    def __init__(self, config: dict, budget_s: float = PATTERN_BUDGET_S):
+        self.config = config
+        self.deadline = time.monotonic() + budget_s
+        self.compiled: dict[str, regex.Pattern] = {}
+
+    def _matches(self, field: str, key: str, name: str) -> bool:
+        if key not in self.compiled:
+            try:
+                self.compiled[key] = regex.compile(rf"(.*\.)?({key})$")
+            except (regex.error, TypeError, ValueError) as e:
+                raise ValueError(f"{field} key {_shown(key)} is not a regular expression: {e}") from None
+        left = self.deadline - time.monotonic()
+        try:
+            if left <= 0:
+                raise TimeoutError
+            return self.compiled[key].match(name, timeout=left) is not None
+        except TimeoutError:
+            raise ValueError(f"{field} key {_shown(key)} did not finish matching the module names within "
+                             f"{PATTERN_BUDGET_S:g} s (a backtracking pattern?)") from None
+
+    def value(self, field: str, name: str, default):
+        for key, value in (self.config.get(field) or {}).items():
+            if self._matches(field, key, name):
+                return value
+        return default
+
+    def rank_alpha(self, layer: int, module: str) -> tuple[int, float]:
+        name = f"model.layers.{layer}.{TARGET_MODULES[module][0].split('.')[0]}.{module}"
+        return (self.value("rank_pattern", name, self.config["r"]),
+                self.value("alpha_pattern", name, self.config.get("lora_alpha", 8)))
+
+
+def _shown(key: str) -> str:
+    return repr(key) if len(key) <= 80 else f"{key[:80]!r}... ({len(key)} characters)"
 
 
 def weights_problem(tensors: dict[str, torch.Tensor], cfg: ModelConfig, config: dict, max_rank: int
                     ) -> tuple[str | None, dict[tuple[int, str], tuple[torch.Tensor, torch.Tensor, float]]]:
     """(why the tensors do not fit the base model or None, (A, B, scaling) by (layer, module))."""
     halves: dict[tuple[int, str], dict[str, torch.Tensor]] = {}
+    rules = PatternRules(config)
     for key, tensor in tensors.items():
         m = _KEY.match(key)
         if m is None or m.group(2) not in TARGET_MODULES:
@@ -126,7 +166,7 @@ def weights_problem(tensors: dict[str, torch.Tensor], cfg: ModelConfig, config: 
             return f"tensor {key!r} is for layer {layer}, the base model has {cfg.num_layers} (base-model mismatch)", {}
         if module in MLP_MODULES and cfg.is_moe_layer(layer):
             return f"tensor {key!r}: LoRA on MoE experts is not supported", {}
-        r = module_rank_alpha(config, layer, module)[0]
+        r = rules.rank_alpha(layer, module)[0]
         if r > max_rank:
             return f"rank {r} of layer {layer} {module} exceeds max_lora_rank {max_rank} (--max-lora-rank)", {}
         in_f, out_f = module_shape(cfg, module)
@@ -140,7 +180,7 @@ def weights_problem(tensors: dict[str, torch.Tensor], cfg: ModelConfig, config: 
         if len(ab) != 2:
             missing = "B" if "A" in ab else "A"
             return f"layer {layer} {module} has no lora_{missing} weight", {}
-        r, alpha = module_rank_alpha(config, layer, module)
+        r, alpha = rules.rank_alpha(layer, module)
         scaling = alpha / math.sqrt(r) if config.get("use_rslora") else alpha / r
         pairs[(layer, module)] = (ab["A"], ab["B"], scaling)
     if not pairs:
@@ -166,7 +206,11 @@ def load_adapter(name: str, path: str, cfg: ModelConfig, max_rank: int) -> LoraA
     problem = config_problem(config, max_rank)
     if problem:
         raise refuse(problem)
-    problem, weights = weights_problem(load_file(weights_file), cfg, config, max_rank)
+    tensors = load_file(weights_file)
+    try:
+        problem, weights = weights_problem(tensors, cfg, config, max_rank)
+    except ValueError as e:  # a rank_pattern / alpha_pattern key that cannot be matched
+        raise refuse(str(e)) from None
     if problem:
         base = config.get("base_model_name_or_path")
         raise refuse(problem + (f"; it was trained on {base}" if base and "mismatch" in problem else ""))

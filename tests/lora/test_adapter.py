@@ -128,3 +128,75 @@ def test_another_peft_method_is_refused(qwen3, tmp_path):
     with pytest.raises(ValueError, match="peft_type 'IA3' is not supported"):
         load_adapter("a", path, cfg, max_rank=16)
 
+
+
+def _with_patterns(path: str, **patterns) -> str:
+    with open(f"{path}/adapter_config.json") as f:
+        config = json.load(f)
+    with open(f"{path}/adapter_config.json", "w") as f:
+        json.dump({**config, **patterns}, f)
+    return path
+
+
+# In a subprocess with a ticker thread beside the load: prints the outcome, the load's seconds, and
+# how many 10 ms sleeps the ticker finished meanwhile (none if the load held the GIL throughout).
+_LOAD_BESIDE_A_TICKER = """
+import sys, threading, time
+from minisgl.lora import load_adapter
+from minisgl.models import load_model_config
+ticks, done = [0], threading.Event()
+def tick():
+    while not done.is_set():
+        time.sleep(0.01)
+        ticks[0] += 1
+threading.Thread(target=tick, daemon=True).start()
+start = time.monotonic()
+try:
+    outcome = "rank %d" % load_adapter("a", sys.argv[1], load_model_config(sys.argv[2]), max_rank=16).rank
+except ValueError as e:
+    outcome = str(e)
+done.set()
+print(repr((outcome, time.monotonic() - start, ticks[0])))
+"""
+
+
+def _load_in_a_subprocess(path: str, model_dir: str) -> tuple[str, float, int]:
+    import ast
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _LOAD_BESIDE_A_TICKER, path, model_dir], capture_output=True,
+                         text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return ast.literal_eval(run.stdout.strip().splitlines()[-1])
+
+
+def test_a_backtracking_rank_pattern_is_matched_in_bounded_time(qwen3, tmp_path):
+    """The pattern that backtracks exponentially under Python's re (hours on a 31-character module
+    name, holding the GIL) is matched by a bounded engine: the adapter loads at once, with the
+    default rank where the pattern does not match."""
+    model_dir, _ = qwen3
+    path = _with_patterns(build_adapter(model_dir, str(tmp_path / "a"), 4, 8), rank_pattern={r"((\w|\.)+)+X": 8})
+    outcome, seconds, _ = _load_in_a_subprocess(path, model_dir)
+    assert outcome == "rank 4" and seconds < 60
+
+
+def test_a_pattern_that_runs_past_its_budget_refuses_the_adapter_without_holding_the_gil(qwen3, tmp_path):
+    """A pattern that even the bounded engine cannot settle quickly refuses the adapter with the
+    pattern named, within the budget (plus the load itself), while other threads of the process run."""
+    from minisgl.lora.adapter import PATTERN_BUDGET_S
+
+    model_dir, _ = qwen3
+    path = _with_patterns(build_adapter(model_dir, str(tmp_path / "a"), 4, 8),
+                          alpha_pattern={r"(?:.*?){20}\d{20}": 16})
+    outcome, seconds, ticks = _load_in_a_subprocess(path, model_dir)
+    assert "alpha_pattern key '(?:.*?){20}\\\\d{20}' did not finish matching" in outcome, outcome
+    assert PATTERN_BUDGET_S <= seconds < PATTERN_BUDGET_S + 30
+    assert ticks >= 0.25 * PATTERN_BUDGET_S / 0.01, f"other threads ran only {ticks} ticks of 10 ms"
+
+
+def test_a_pattern_that_is_not_a_regular_expression_is_refused_naming_it(qwen3, tmp_path):
+    model_dir, cfg = qwen3
+    path = _with_patterns(build_adapter(model_dir, str(tmp_path / "a"), 4, 8), rank_pattern={"q_proj(": 8})
+    with pytest.raises(ValueError, match=r"LoRA adapter 'a' .*rank_pattern key 'q_proj\(' is not a regular expression"):
+        load_adapter("a", path, cfg, max_rank=16)
