@@ -3,7 +3,7 @@
 # minisgl's image. The defaults build the CUDA image:
 #   docker build -t minisgl .
 #   docker run --gpus all --ipc=host -p 1919:1919 -v hf:/cache/hf minisgl --model Qwen/Qwen3-8B
-# The same steps build a CPU image from other build arguments (README.md, section "Container"):
+# The same steps build a CPU image from other build arguments (docs/container.md):
 #   docker build -t minisgl-cpu --build-arg BASE_IMAGE=debian:12.12-slim \
 #     --build-arg RUNTIME_IMAGE=debian:12.12-slim --build-arg TORCH_VERSION=2.13.0 \
 #     --build-arg TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu \

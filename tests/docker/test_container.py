@@ -1,6 +1,6 @@
 """The images, built with podman and run as a user runs them.
 
-The CPU image is ./Dockerfile with the README's CPU build arguments; only the base image (made by
+The CPU image is ./Dockerfile with docs/container.md's CPU build arguments; only the base image (made by
 debootstrap: no registry serves one here) and torch's source (the local CPU wheel) differ. The
 server in it serves the built-in demo model. The operator image is operator/Dockerfile on the
 same Debian base with Python. tests/docker/podman.py has the how; tests/tools/podman.sh sets
@@ -27,7 +27,7 @@ import yaml
 from minisgl.server import args as server_args
 from tests.docker import podman as pm
 from tests.docker.dockerfiles import GPU_DOCKERFILE, OPERATOR_DOCKERFILE, REPO, final_stage, healthcheck_argv
-from tests.docker.test_readme import cpu_build_args
+from tests.docker.test_container_docs import cpu_build_args
 
 PROBLEM = pm.podman_problem()
 pytestmark = [
@@ -48,7 +48,7 @@ CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
 
 
 def cpu_image_args(base: str) -> dict[str, str]:
-    """The README's CPU build, from this machine's sources: the Debian base made here and the CPU
+    """docs/container.md's CPU build, from this machine's sources: the Debian base made here and the CPU
     torch this test suite runs on (from the local wheel folder pip is configured with)."""
     args = cpu_build_args()
     args.update(BASE_IMAGE=base, RUNTIME_IMAGE=base, TORCH_INDEX_URL="",
@@ -198,7 +198,7 @@ def test_the_server_runs_as_the_images_non_root_user(server):
 
 
 def test_read_only_root_filesystem_with_the_cache_volumes_still_serves(cpu_image):
-    # Docker's --read-only gives no writable /tmp (podman's does, unless told not to): the README
+    # Docker's --read-only gives no writable /tmp (podman's does, unless told not to): docs/container.md
     # tells users to add --tmpfs /tmp with HOME there, which is what runs here.
     volumes = [f"minisgl-test-{kind}-ro-{RUN_ID}" for kind in ("hf", "flashinfer")]
     srv = Server(cpu_image, "--read-only", "--read-only-tmpfs=false", "--tmpfs", "/tmp", "--env", "HOME=/tmp",

@@ -1,4 +1,4 @@
-"""The README's "Container" section shows commands that match the images."""
+"""docs/container.md shows commands that match the images."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ import shlex
 from minisgl.server import args as server_args
 from tests.docker.dockerfiles import GPU_DOCKERFILE, REPO, final_stage, global_args, parse
 
-README = (REPO / "README.md").read_text()
+CONTAINER_DOC = (REPO / "docs" / "container.md").read_text()
 RUNTIME = final_stage(GPU_DOCKERFILE)
 
 
 def container_section() -> str:
-    match = re.search(r"^## Container\n(.*?)(?=^## |\Z)", README, re.S | re.M)
-    assert match, 'README.md has no "## Container" section'
+    match = re.search(r"^# Container\n(.*)", CONTAINER_DOC, re.S | re.M)
+    assert match, 'docs/container.md has no "# Container" title'
     return match.group(1)
 
 
@@ -29,7 +29,7 @@ def docker_runs() -> list[list[str]]:
 
 
 def cpu_build_args() -> dict[str, str]:
-    """The --build-arg values of the README's CPU image build (test_container.py builds it)."""
+    """The --build-arg values of docs/container.md's CPU image build (test_container.py builds it)."""
     build = next(cmd for cmd in shell_commands(container_section()) if cmd[:4] == ["docker", "build", "-t", "minisgl-cpu"])
     assert build[-1] == ".", "built from the repository root"
     return dict(build[i + 1].split("=", 1) for i, arg in enumerate(build) if arg == "--build-arg")

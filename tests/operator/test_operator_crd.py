@@ -14,8 +14,7 @@ import pytest
 import yaml
 from celpy import celtypes
 
-from minisgl_operator import cli, crd, schema, spec
-from minisgl_operator import constants as c
+from minisgl_operator import cli, constants, crd, schema, spec
 
 REPO = Path(__file__).resolve().parents[2]
 CHART_CRD = REPO / "charts" / "minisgl-operator" / "crds" / "inferenceservices.minisgl.io.yaml"
@@ -28,7 +27,7 @@ OPENAPI = VERSION["schema"]["openAPIV3Schema"]
 def _yaml_blocks(markdown: Path) -> list[dict]:
     docs = []
     for block in re.findall(r"```yaml\n(.*?)```", markdown.read_text(), flags=re.S):
-        docs += [d for d in yaml.safe_load_all(block) if isinstance(d, dict) and d.get("kind") == c.KIND]
+        docs += [d for d in yaml.safe_load_all(block) if isinstance(d, dict) and d.get("kind") == constants.KIND]
     return docs
 
 
@@ -37,7 +36,7 @@ def example_objects() -> list[dict]:
     for path in EXAMPLES:
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     docs += _yaml_blocks(REPO / "charts" / "minisgl-operator" / "README.md")
-    docs += _yaml_blocks(REPO / "README.md")
+    docs += _yaml_blocks(REPO / "docs" / "kubernetes.md")
     return docs
 
 
@@ -138,13 +137,13 @@ def test_the_converted_schema_is_a_valid_json_schema():
 
 def test_the_examples_are_accepted():
     docs = example_objects()
-    assert len(docs) >= 3  # operator/examples/* and the README examples
+    assert len(docs) >= 3  # operator/examples/* and the docs/kubernetes.md examples
     for doc in docs:
         assert schema.errors(doc) == [], doc["metadata"]["name"]
         spec.parse(doc)  # the CEL twins and the server's parser accept them too
 
 
-MINIMAL = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "m"}, "spec": {"model": "org/model"}}
+MINIMAL = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "m"}, "spec": {"model": "org/model"}}
 
 
 def with_spec(**changes) -> dict:
@@ -404,7 +403,7 @@ def test_the_immutable_cache_transition_rule_agrees_with_its_twin(old, new, acce
 
 def test_the_readme_example_is_the_one_it_tells_you_to_apply():
     # The first one; the scaling-out examples after it are validated with the others (example_objects).
-    readme_example, *_ = _yaml_blocks(REPO / "README.md")
+    readme_example, *_ = _yaml_blocks(REPO / "docs" / "kubernetes.md")
     shipped = yaml.safe_load((REPO / "operator" / "examples" / "inferenceservice.yaml").read_text())
     assert readme_example == shipped
 
@@ -424,7 +423,7 @@ def test_the_api_server_refuses_bad_adapters_with_422(fake, adapters, model, ref
     with pytest.raises(ApiError) as refused:
         fake.submit_inferenceservice("chat", {"model": model, "adapters": adapters})
     assert refused.value.status == 422 and refusal in refused.value.message, refused.value.message
-    assert (c.KIND, "llm", "chat") not in fake.objects
+    assert (constants.KIND, "llm", "chat") not in fake.objects
     with pytest.raises(spec.SpecError):  # and the operator's own checks, for a file the API server never saw
         spec.parse(with_spec(model=model, adapters=adapters))
 
