@@ -20,6 +20,7 @@ from minisgl.utils.choices import (
     DTYPE_ALIASES,
     DTYPES,
     KV_CACHE_DTYPES,
+    METRICS_COMPAT,
     ONLINE_QUANTIZATION,
     PREFIX_CACHES,
     REASONING_PARSERS,
@@ -171,6 +172,9 @@ class ServerArgs:
     tokenizer_workers: int | None = _flag(
         "Tokenizer processes (chat template + encoding run in parallel for many arriving requests); "
         "default: one per 8 CPU cores, 1 to 4.")
+    metrics_compat: str | None = _flag(
+        "Also export /metrics under another server's names: vllm (vllm:num_requests_running, ...), so dashboards, "
+        "autoscalers and gateways written for vLLM work unchanged.", choices=list(METRICS_COMPAT))
     log_level: str = _flag("Logging level.", "info", choices=["critical", "error", "warning", "info", "debug", "trace"])
     grammar_compile_timeout: float = _flag(
         "Seconds one structured-output constraint (a JSON schema, regex, grammar or forced tool call) may take to "

@@ -45,7 +45,8 @@ def serve(args: ServerArgs) -> int:
 
     state = ServerState()
     client = FrontendClient(workers.addrs)
-    metrics = ServerMetrics(args.model_name, args.model or model_path, args.tp)
+    metrics = ServerMetrics(args.model_name, args.model or model_path, args.tp, args.metrics_compat,
+                            args.max_loras or len(args.lora_adapters))
     app = create_app(args, client, state, metrics)
 
     class Server(uvicorn.Server):

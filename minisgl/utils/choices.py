@@ -18,3 +18,5 @@ PREFIX_CACHES: tuple[str, ...] = ("radix", "naive")
 # --tool-call-parser and --reasoning-parser (minisgl.server.parsers maps each to its parser).
 TOOL_PARSERS: tuple[str, ...] = ("hermes", "qwen", "llama3_json")
 REASONING_PARSERS: tuple[str, ...] = ("qwen3", "deepseek_r1")
+# --metrics-compat: other servers' metric names /metrics also exports (minisgl.server.http.metrics_vllm).
+METRICS_COMPAT: tuple[str, ...] = ("vllm",)

@@ -43,6 +43,10 @@ REQUIRED = {
     "minisgl_request_success": "counter",
     "minisgl_prefix_cache_queries": "counter",
     "minisgl_prefix_cache_hits": "counter",
+    "minisgl_num_preemptions": "counter",
+    "minisgl_request_prompt_tokens": "histogram",
+    "minisgl_request_generation_tokens": "histogram",
+    "minisgl_request_decode_time_seconds": "histogram",
     "minisgl_num_requests_running": "gauge",
     "minisgl_num_requests_waiting": "gauge",
     "minisgl_kv_cache_usage_ratio": "gauge",
@@ -231,7 +235,9 @@ def test_names_types_and_labels_follow_prometheus_conventions(server, traffic):
             assert family.name.startswith(("process_", "python_")), family.name  # the client library's own
             continue
         assert family.documentation, f"{family.name} has no help text"
-        assert ("_seconds" in family.name) == (family.type == "histogram"), f"{family.name}: time in seconds"
+        assert ("_seconds" in family.name) <= (family.type == "histogram"), f"{family.name}: time in seconds"
+        if family.type == "histogram":  # of seconds or of tokens per request
+            assert family.name.endswith(("_seconds", "_tokens")), family.name
         for s in family.samples:
             # Bounded labels only: the model, a finish reason, a histogram bucket, a loaded LoRA
             # adapter's name; the info metric carries the configuration, one series per server.

@@ -33,7 +33,8 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
                   responses={400: {"model": ErrorResponse}, 401: {"model": ErrorResponse},
                              404: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}, redirect_slashes=False)
     state.created = state.created or int(time.time())
-    metrics = metrics or ServerMetrics(args.model_name, args.model or args.model_name, args.tp)
+    metrics = metrics or ServerMetrics(args.model_name, args.model or args.model_name, args.tp, args.metrics_compat,
+                                       args.max_loras or len(args.lora_adapters))
     metrics.track_readiness(lambda: state.can_serve)
     deps = ApiDeps(args, state, client, metrics, sampling_defaults(args.generation_config, args.model),
                    tool_parser_for(args))

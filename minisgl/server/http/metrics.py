@@ -66,6 +66,8 @@ ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05,
                0.5, 0.75, 1.0, 2.5, 5.0, 10.0, 20.0, 40.0, 80.0)
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
                    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+# Tokens per request, 1-2-5 steps from one token to a million-token context.
+TOKEN_BUCKETS = tuple(float(m * 10**e) for e in range(7) for m in (1, 2, 5))
 
 
 def minisgl_version() -> str:
@@ -87,7 +89,8 @@ class ServerMetrics:
     """The metrics of one server, in a registry of its own (several apps in one test process must
     not collide in prometheus_client's global one)."""
 
-    def __init__(self, model_name: str, model: str, tp: int = 1) -> None:
+    def __init__(self, model_name: str, model: str, tp: int = 1, compat: str | None = None,
+                 max_loras: int = 0) -> None:
         # In the text format every counter and histogram would get a separate `_created` gauge:
         # twice the series, used by no dashboard. vLLM turns them off the same way.
         disable_created_metrics()
@@ -96,15 +99,20 @@ class ServerMetrics:
         for collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):  # process_*, python_*
             r.register(collector)
         label = ["model_name"]
+        self.families: dict[str, Any] = {}  # name without the prefix -> the metric (metrics_vllm renames them)
+
+        def kept(name: str, metric: Any) -> Any:
+            self.families[name] = metric
+            return metric
 
         def histogram(name: str, doc: str, buckets: tuple[float, ...]):
-            return Histogram(PREFIX + name, doc, label, buckets=buckets, registry=r).labels(model_name)
+            return kept(name, Histogram(PREFIX + name, doc, label, buckets=buckets, registry=r)).labels(model_name)
 
         def counter(name: str, doc: str):
-            return Counter(PREFIX + name, doc, label, registry=r).labels(model_name)
+            return kept(name, Counter(PREFIX + name, doc, label, registry=r)).labels(model_name)
 
         def gauge(name: str, doc: str):
-            return Gauge(PREFIX + name, doc, label, registry=r).labels(model_name)
+            return kept(name, Gauge(PREFIX + name, doc, label, registry=r)).labels(model_name)
 
         # Per request (API process).
         self.ttft = histogram("time_to_first_token_seconds",
@@ -116,20 +124,33 @@ class ServerMetrics:
                              "Time from a request's arrival to its end (finished, failed or aborted).", REQUEST_BUCKETS)
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of requests that reached their first token.")
         self.generation_tokens = counter("generation_tokens", "Generated tokens delivered to clients.")
-        finished = Counter(PREFIX + "request_success", "Requests finished, by finished_reason "
-                           "(stop, length, abort: client gone, error: rejected or failed).",
-                           ["model_name", "finished_reason"], registry=r)
+        self.request_prompt_tokens = histogram("request_prompt_tokens", "Prompt tokens of each request that reached "
+                                               "its first token.", TOKEN_BUCKETS)
+        self.request_generation_tokens = histogram("request_generation_tokens", "Tokens generated for each finished "
+                                                   "request (each choice of n is a request).", TOKEN_BUCKETS)
+        self.decode_time = histogram("request_decode_time_seconds", "Time from a request's first generated token "
+                                     "to its end.", REQUEST_BUCKETS)
+        finished = kept("request_success", Counter(
+            PREFIX + "request_success", "Requests finished, by finished_reason "
+            "(stop, length, abort: client gone, error: rejected or failed).",
+            ["model_name", "finished_reason"], registry=r))
         # Every reason exists from the start at 0, so rate() sees the first one happen.
         self.finished = {reason: finished.labels(model_name, reason) for reason in FINISHED_REASONS}
         # lora_name is bounded: only loaded adapters' names pass the API's check.
-        self.lora_requests = Counter(PREFIX + "lora_requests", "Generation requests (one per choice) served by "
-                                     "each LoRA adapter (--lora-modules).", ["model_name", "lora_name"], registry=r)
+        self.lora_requests = kept("lora_requests", Counter(
+            PREFIX + "lora_requests", "Generation requests (one per choice) served by each LoRA adapter "
+            "(--lora-modules).", ["model_name", "lora_name"], registry=r))
+        # Requests in the server per adapter, for vLLM's lora_requests_info (metrics_vllm).
+        self.lora_in_flight: dict[str, int] = {}
+        self.max_loras = max_loras
         # From the scheduler process (SchedulerStatsMsg).
         self.queue_time = histogram("request_queue_time_seconds",
                                     "Time a request waited in the scheduler's queue before it was admitted.",
                                     REQUEST_BUCKETS)
         self.prefix_queries = counter("prefix_cache_queries", "Prompt tokens looked up in the prefix cache.")
         self.prefix_hits = counter("prefix_cache_hits", "Prompt tokens found in the prefix cache (not computed).")
+        self.preemptions = counter("num_preemptions", "Running requests the scheduler preempted (their KV freed, "
+                                   "to be computed again).")
         self.running = gauge("num_requests_running", "Requests admitted by the scheduler: prefilling or decoding.")
         # The operator's HorizontalPodAutoscaler targets this exact name.
         self.waiting = gauge("num_requests_waiting", "Requests queued in the scheduler, not yet admitted.")
@@ -144,6 +165,10 @@ class ServerMetrics:
         self.cache_config = Info(PREFIX + "cache_config", "The KV cache's page_size (tokens per page) and "
                                  "num_pages (pages in the pool), as labels; the value is always 1.", registry=r)
         self._scheduler_pid: int | None = None
+        if compat == "vllm":
+            from .metrics_vllm import VllmNames
+
+            r.register(VllmNames(self))
 
     # -- exposition ---------------------------------------------------------------------------
 
@@ -160,7 +185,7 @@ class ServerMetrics:
         `anext`, when the request is sent. Leaving early closes `replies` (which aborts the
         request) and counts the request as aborted."""
         start = time.perf_counter()
-        last = start
+        last = first = start
         tokens = 0
         finished = False
         async with aclosing(replies):  # type: ignore[type-var]
@@ -172,6 +197,8 @@ class ServerMetrics:
                         if tokens == 0:
                             self.ttft.observe(now - start)
                             self.prompt_tokens.inc(reply.prompt_tokens)
+                            self.request_prompt_tokens.observe(reply.prompt_tokens)
+                            first = now
                             gaps, gap = new - 1, 0.0  # tokens that came with the first one: no wait of their own
                         else:
                             gaps, gap = new, (now - last) / new  # k tokens in one reply: k gaps of 1/k each
@@ -181,15 +208,19 @@ class ServerMetrics:
                         tokens, last = reply.completion_tokens, now
                     if reply.finish_reason is not None and not finished:
                         finished = True
-                        self._finish(reply.finish_reason, now - start)
+                        self._finish(reply.finish_reason, now - start, tokens, now - first)
                     yield reply
             finally:
                 if not finished:
-                    self._finish("abort", time.perf_counter() - start)
+                    now = time.perf_counter()
+                    self._finish("abort", now - start, tokens, now - first)
 
-    def _finish(self, reason: str, elapsed: float) -> None:
+    def _finish(self, reason: str, elapsed: float, tokens: int, decoding: float) -> None:
         self.finished.get(reason, self.finished["error"]).inc()
         self.e2e.observe(elapsed)
+        self.request_generation_tokens.observe(tokens)
+        if tokens:
+            self.decode_time.observe(decoding)
 
     # -- scheduler stats (from the scheduler process) -----------------------------------------
 
@@ -206,6 +237,7 @@ class ServerMetrics:
                                     "num_pages": str(msg.num_pages)})
         self.prefix_queries.inc(msg.prefix_queried_tokens)
         self.prefix_hits.inc(msg.prefix_hit_tokens)
+        self.preemptions.inc(getattr(msg, "preemptions", 0))  # a scheduler that never preempts sends none
         for seconds in msg.queue_times:
             self.queue_time.observe(seconds)
         self.running.set(msg.num_running)
@@ -235,13 +267,26 @@ class ObservedClient:
         self._client, self._metrics = client, metrics
 
     def generate(self, params: SamplingParams, **kwargs: Any) -> AsyncIterator[Reply]:
-        if params.lora is not None:
-            self._metrics.lora_requests.labels(self._metrics.model_name, params.lora).inc()
-        return self._metrics.observe(self._client.generate(params, **kwargs))
+        if params.lora is None:
+            return self._metrics.observe(self._client.generate(params, **kwargs))
+        self._metrics.lora_requests.labels(self._metrics.model_name, params.lora).inc()
+        return self._in_flight(params.lora, self._metrics.observe(self._client.generate(params, **kwargs)))
+
+    async def _in_flight(self, lora: str, replies: AsyncIterator[Reply]) -> AsyncIterator[Reply]:
+        counts = self._metrics.lora_in_flight
+        counts[lora] = counts.get(lora, 0) + 1
+        try:
+            async with aclosing(replies):  # type: ignore[type-var]
+                async for reply in replies:
+                    yield reply
+        finally:
+            counts[lora] -= 1
+            if not counts[lora]:
+                del counts[lora]
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
 
 
 __all__ = ["ServerMetrics", "ObservedClient", "FINISHED_REASONS", "PREFIX", "TTFT_BUCKETS", "ITL_BUCKETS",
-           "REQUEST_BUCKETS"]
+           "REQUEST_BUCKETS", "TOKEN_BUCKETS"]
