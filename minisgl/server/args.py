@@ -133,10 +133,10 @@ class ServerArgs:
         "response); slower ones are closed (slowloris).", 10.0)
     body_timeout: float = _flag("Seconds a request may take to send its whole body; slower ones get 408.", 30.0)
     max_connections: int = _flag(
-        "HTTP connections in use (that have sent a request) at once: a request beyond it gets 503 JSON with "
-        "Retry-After, except the probes (/health, /ready) and /metrics, which are always answered. Sockets left "
-        "idle never lock clients out: beyond this many open, the longest idle are closed (the open-file limit is "
-        "raised to the system's hard limit at start, and this is capped below it).", 2048)
+        "API requests in progress at once (one per HTTP connection): one beyond it gets 503 JSON with "
+        "Retry-After. Requests without the API key, the probes and /metrics never count and are always answered. "
+        "Sockets left idle never lock clients out: beyond this many open, the longest idle are closed (the "
+        "open-file limit is raised to the system's hard limit at start, and this is capped below it).", 2048)
     sse_keepalive: float = _flag(
         "Seconds a stream may stay silent (a long step, a queue) before the server sends an SSE comment line "
         "(': keep-alive'), so proxies with idle timeouts keep it open.", 15.0)

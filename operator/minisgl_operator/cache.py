@@ -21,14 +21,14 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from . import constants as c
+from . import constants
 from .kube import KubeApi
 
 Obj = dict[str, Any]
 
 # kind -> (group, version, plural): what kopf indexes, each by (namespace, name).
 INDEXED_KINDS: dict[str, tuple[str, str, str]] = {
-    c.KIND: (c.GROUP, c.VERSION, c.PLURAL),
+    constants.KIND: (constants.GROUP, constants.VERSION, constants.PLURAL),
     "Deployment": ("apps", "v1", "deployments"),
     "Service": ("", "v1", "services"),
     "PersistentVolumeClaim": ("", "v1", "persistentvolumeclaims"),
@@ -40,10 +40,10 @@ INDEXED_KINDS: dict[str, tuple[str, str, str]] = {
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Job": ("batch", "v1", "jobs"),
     "Pod": ("", "v1", "pods"),
-    "LeaderWorkerSet": (*c.LWS_API_VERSION.split("/"), "leaderworkersets"),
-    "ScaledObject": (*c.KEDA_API_VERSION.split("/"), "scaledobjects"),
-    "InferencePool": (*c.INFERENCE_POOL_API_VERSION.split("/"), "inferencepools"),
-    "HTTPRoute": (*c.HTTPROUTE_API_VERSION.split("/"), "httproutes"),
+    "LeaderWorkerSet": (*constants.LWS_API_VERSION.split("/"), "leaderworkersets"),
+    "ScaledObject": (*constants.KEDA_API_VERSION.split("/"), "scaledobjects"),
+    "InferencePool": (*constants.INFERENCE_POOL_API_VERSION.split("/"), "inferencepools"),
+    "HTTPRoute": (*constants.HTTPROUTE_API_VERSION.split("/"), "httproutes"),
 }
 # Kinds of CRDs the cluster may lack (or install after the operator started, unwatched then); every
 # other kind is always served, so always watched, and a miss in its index is an absence.

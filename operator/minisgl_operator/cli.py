@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
-from . import config, crd, render
-from . import constants as c
+from . import config, constants, crd, render
+from .kube import ApiError, KubernetesApi
 from .spec import SpecError
 
 
@@ -26,9 +26,9 @@ def dump(objects: Sequence[Any]) -> str:
 def _render(args: argparse.Namespace) -> int:
     with open(args.file, encoding="utf-8") as fh:
         documents = [d for d in yaml.safe_load_all(fh) if d]
-    services = [d for d in documents if d.get("kind") == c.KIND]
+    services = [d for d in documents if d.get("kind") == constants.KIND]
     if not services:
-        print(f"{args.file}: no {c.KIND} in the file", file=sys.stderr)
+        print(f"{args.file}: no {constants.KIND} in the file", file=sys.stderr)
         return 1
     objects: list[Any] = []
     failed = False
@@ -39,7 +39,7 @@ def _render(args: argparse.Namespace) -> int:
             objects += render.render(doc, args.image or config.default_server_image(), config.endpoint_picker_image())
         except SpecError as exc:
             name = (doc.get("metadata") or {}).get("name", "?")
-            print(f"{args.file}: {c.KIND} {name}:", file=sys.stderr)
+            print(f"{args.file}: {constants.KIND} {name}:", file=sys.stderr)
             for problem in exc.problems:
                 print(f"  - {problem}", file=sys.stderr)
             failed = True
@@ -53,12 +53,10 @@ def _crd(args: argparse.Namespace) -> int:
     if not args.apply:
         sys.stdout.write(crd_yaml())
         return 0
-    from .kube import ApiError, KubernetesApi
-
     try:
         applied = KubernetesApi.from_environment().apply_crd(crd.crd_manifest())
     except ApiError as exc:
-        print(f"could not apply the CRD {c.CRD_NAME}: {exc}", file=sys.stderr)
+        print(f"could not apply the CRD {constants.CRD_NAME}: {exc}", file=sys.stderr)
         return 1
     print(f"applied CRD {applied['metadata']['name']} (resourceVersion {applied['metadata'].get('resourceVersion')})")
     return 0
@@ -81,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="a YAML file with one or more InferenceService objects")
     p.add_argument("-n", "--namespace", help="namespace, when the file sets none (default: default)")
     p.add_argument("--image", help="server image for specs without spec.image "
-                                   f"(default: ${c.SERVER_IMAGE_ENV} or {c.DEFAULT_SERVER_IMAGE})")
+                                   f"(default: ${constants.SERVER_IMAGE_ENV} or {constants.DEFAULT_SERVER_IMAGE})")
     p.set_defaults(func=_render)
     p = sub.add_parser("crd", help="print the InferenceService CustomResourceDefinition")
     p.add_argument("--apply", action="store_true",

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import constants as c
-from . import k8s_schema, server
+from . import constants, k8s_schema, server
 
 # A Kubernetes resource.Quantity, as the API server's own schemas spell it.
 QUANTITY_PATTERN = (
@@ -27,7 +26,7 @@ DNS_1035_MAX = 63
 # whose group g runs a StatefulSet NAME-g; its pods carry the label controller-revision-hash=
 # NAME-g-HASH (HASH: up to 10 characters), and the LWS webhook allows g up to a million.
 KEDA_HPA_PREFIX = "keda-hpa-"
-NAME_MAX = DNS_1035_MAX - max(len(c.EPP_SUFFIX), len(KEDA_HPA_PREFIX))
+NAME_MAX = DNS_1035_MAX - max(len(constants.EPP_SUFFIX), len(KEDA_HPA_PREFIX))
 LWS_MAX_REPLICAS, REVISION_HASH_MAX = 1_000_000, 10
 MULTI_NODE_NAME_MAX = DNS_1035_MAX - len(f"-{LWS_MAX_REPLICAS - 1}-") - REVISION_HASH_MAX
 # Bounds of the lists, maps and strings the CEL rules read: the API server prices a rule at the
@@ -54,7 +53,7 @@ MAX_LORA_RANK = 1024
 
 # CEL rules (x-kubernetes-validations): what a JSON schema cannot say. spec.py checks each of them
 # again in Python (CEL_TWINS), so the operator and the render command catch the same mistakes.
-_MULTI_NODE = f"has(self.spec.gpusPerNode) && (has(self.spec.tp) ? self.spec.tp : {c.DEFAULT_TP}) > self.spec.gpusPerNode"
+_MULTI_NODE = f"has(self.spec.gpusPerNode) && (has(self.spec.tp) ? self.spec.tp : {constants.DEFAULT_TP}) > self.spec.gpusPerNode"
 NAME_RULE = (
     f"size(self.metadata.name) <= ({_MULTI_NODE} ? {MULTI_NODE_NAME_MAX} : {NAME_MAX}) && "
     f"self.metadata.name.matches('{DNS_1035_PATTERN}')"
@@ -66,8 +65,8 @@ RETAIN_RULE = "!has(self.retain) || (has(self.size) && !(has(self.perPod) && sel
 # A created PVC starts empty: read-only access alone leaves nothing able to write the model.
 WRITABLE_CACHE_RULE = "!has(self.size) || !has(self.accessModes) || self.accessModes.exists(m, m != 'ReadOnlyMany')"
 GPU_RESOURCES_RULE = (
-    f"(!has(self.requests) || !('{c.GPU_RESOURCE}' in self.requests)) && "
-    f"(!has(self.limits) || !('{c.GPU_RESOURCE}' in self.limits))"
+    f"(!has(self.requests) || !('{constants.GPU_RESOURCE}' in self.requests)) && "
+    f"(!has(self.limits) || !('{constants.GPU_RESOURCE}' in self.limits))"
 )
 # argparse takes any unambiguous prefix of a flag (--t is --tp): refuse every prefix of the owned
 # and forbidden flags, not only their full spelling, with or without "=value".
@@ -87,30 +86,30 @@ def _prefix_regex(words: list[str]) -> str:
 
 ARGS_RULE = "self.all(a, !a.matches('^--(" + _prefix_regex(_GUARDED) + ")(=.*)?$'))"
 ROLLOUT_RULE = (
-    f"has(self.strategy) && self.strategy == '{c.ROLLOUT_RECREATE}' "
+    f"has(self.strategy) && self.strategy == '{constants.ROLLOUT_RECREATE}' "
     "? !has(self.maxSurge) && !has(self.maxUnavailable) "
-    f": (has(self.maxSurge) ? self.maxSurge : {c.DEFAULT_MAX_SURGE}) + "
-    f"(has(self.maxUnavailable) ? self.maxUnavailable : {c.DEFAULT_MAX_UNAVAILABLE}) >= 1"
+    f": (has(self.maxSurge) ? self.maxSurge : {constants.DEFAULT_MAX_SURGE}) + "
+    f"(has(self.maxUnavailable) ? self.maxUnavailable : {constants.DEFAULT_MAX_UNAVAILABLE}) >= 1"
 )
 PROGRESS_RULE = (
     "!has(self.rollout) || !has(self.rollout.progressDeadlineSeconds) || self.rollout.progressDeadlineSeconds > "
-    f"(has(self.startupTimeoutSeconds) ? self.startupTimeoutSeconds : {c.DEFAULT_STARTUP_TIMEOUT_SECONDS})"
+    f"(has(self.startupTimeoutSeconds) ? self.startupTimeoutSeconds : {constants.DEFAULT_STARTUP_TIMEOUT_SECONDS})"
 )
 # A ReadWriteOnce volume attaches to one node: a PVC the operator creates with it may serve only one
 # pod at a time (one replica, no autoscaling beyond one, no surge pod during a rollout).
-_SHARED_MODES = "[" + ", ".join(f"'{m}'" for m in c.SHARED_ACCESS_MODES) + "]"
+_SHARED_MODES = "[" + ", ".join(f"'{m}'" for m in constants.SHARED_ACCESS_MODES) + "]"
 SHARED_CACHE_RULE = (
     "!has(self.modelCache) || !has(self.modelCache.size) || (has(self.modelCache.perPod) && self.modelCache.perPod) || "
     f"(has(self.modelCache.accessModes) && self.modelCache.accessModes.exists(m, m in {_SHARED_MODES})) || ("
-    f"(has(self.replicas) ? self.replicas : {c.DEFAULT_REPLICAS}) <= 1 && "
-    f"(!has(self.gpusPerNode) || (has(self.tp) ? self.tp : {c.DEFAULT_TP}) <= self.gpusPerNode) && "
+    f"(has(self.replicas) ? self.replicas : {constants.DEFAULT_REPLICAS}) <= 1 && "
+    f"(!has(self.gpusPerNode) || (has(self.tp) ? self.tp : {constants.DEFAULT_TP}) <= self.gpusPerNode) && "
     "(!has(self.autoscaling) || self.autoscaling.maxReplicas <= 1) && "
-    f"(!has(self.rollout) || (has(self.rollout.strategy) && self.rollout.strategy == '{c.ROLLOUT_RECREATE}') || "
+    f"(!has(self.rollout) || (has(self.rollout.strategy) && self.rollout.strategy == '{constants.ROLLOUT_RECREATE}') || "
     "!has(self.rollout.maxSurge) || self.rollout.maxSurge == 0))"
 )
 # More than 8 ranks cannot share one pod's node: say how many GPUs a node has, and the operator
 # spreads the ranks over tp / gpusPerNode pods (a LeaderWorkerSet group).
-MULTI_NODE_RULE = f"(has(self.tp) ? self.tp : {c.DEFAULT_TP}) <= {c.MAX_SINGLE_POD_TP} || has(self.gpusPerNode)"
+MULTI_NODE_RULE = f"(has(self.tp) ? self.tp : {constants.DEFAULT_TP}) <= {constants.MAX_SINGLE_POD_TP} || has(self.gpusPerNode)"
 # No pod, no metric and no server to queue in: only the router's endpoint picker (flow control)
 # holds requests while the InferenceService has no pod, and only KEDA activates from zero on it.
 SCALE_TO_ZERO_RULE = (
@@ -122,7 +121,7 @@ CANARY_GATEWAY_RULE = "!has(self.canary) || has(self.gateway)"
 HOSTNAMES_RULE = "!has(self.hostnames) || has(self.gateway)"
 # Fields that mean something only with another: refused alone rather than silently ignored.
 EXCLUSIVE_TOPOLOGY_RULE = (
-    f"!has(self.exclusiveTopology) || (has(self.gpusPerNode) && (has(self.tp) ? self.tp : {c.DEFAULT_TP}) > self.gpusPerNode)"
+    f"!has(self.exclusiveTopology) || (has(self.gpusPerNode) && (has(self.tp) ? self.tp : {constants.DEFAULT_TP}) > self.gpusPerNode)"
 )
 KEDA_TARGET_RULE = "!has(self.keda) || !has(self.targetWaitingRequests)"
 # A request's model field selects an adapter or the base model: an adapter named like the base
@@ -220,7 +219,7 @@ def _router_schema() -> dict[str, Any]:
             "failureMode": {
                 "type": "string",
                 "enum": ["FailClose", "FailOpen"],
-                "default": c.DEFAULT_FAILURE_MODE,
+                "default": constants.DEFAULT_FAILURE_MODE,
                 "description": (
                     "What the gateway does when both endpoint pickers are down: pick a pod itself (FailOpen: "
                     "requests still served, without prefix- and load-aware routing or flow control), or refuse "
@@ -231,7 +230,7 @@ def _router_schema() -> dict[str, Any]:
                 "type": "integer",
                 "minimum": 1,
                 "maximum": 86400,
-                "default": c.DEFAULT_ROUTE_TIMEOUT_SECONDS,
+                "default": constants.DEFAULT_ROUTE_TIMEOUT_SECONDS,
                 "description": (
                     "The longest a response may take through the gateway, streaming included (the HTTPRoute's "
                     "backendRequest timeout; the request timeout adds the time flow control holds a request "
@@ -252,14 +251,14 @@ def _keda_schema() -> dict[str, Any]:
         "type": "object",
         "description": (
             "Scale with a KEDA ScaledObject (needs KEDA and a Prometheus that scrapes the pods, e.g. the chart's "
-            f"PodMonitor) instead of the HPA: {c.KEDA_METRIC_WAITING} (queued requests per replica), "
-            f"{c.KEDA_METRIC_KV} (mean KV-cache use, 0-1) or {c.KEDA_METRIC_TTFT} (time to first token, seconds). "
+            f"PodMonitor) instead of the HPA: {constants.KEDA_METRIC_WAITING} (queued requests per replica), "
+            f"{constants.KEDA_METRIC_KV} (mean KV-cache use, 0-1) or {constants.KEDA_METRIC_TTFT} (time to first token, seconds). "
             "Scale-up waits for startupTimeoutSeconds after a pod starts (model load) before counting it."
         ),
         "required": ["prometheusAddress", "target"],
         "properties": {
             "prometheusAddress": {"type": "string", "minLength": 1, "description": "e.g. http://prometheus-operated.monitoring:9090"},
-            "metric": {"type": "string", "enum": list(c.KEDA_METRICS), "default": c.KEDA_METRIC_WAITING},
+            "metric": {"type": "string", "enum": list(constants.KEDA_METRICS), "default": constants.KEDA_METRIC_WAITING},
             "target": {**number, "description": "The value to hold the metric at, e.g. '4', '0.8', '2.5'."},
             "activationTarget": {
                 **number,
@@ -303,8 +302,8 @@ def _adapters_schema() -> dict[str, Any]:
                     "pattern": ADAPTER_SOURCE_PATTERN,
                     "description": (
                         "Hugging Face adapter id (org/name; downloaded into the model cache at "
-                        f"{c.ADAPTER_CACHE}/ID before the server starts, with the pods' environment: HF_TOKEN) "
-                        f"or an absolute path in the pod, e.g. inside the model cache at {c.CACHE_MOUNT}."
+                        f"{constants.ADAPTER_CACHE}/ID before the server starts, with the pods' environment: HF_TOKEN) "
+                        f"or an absolute path in the pod, e.g. inside the model cache at {constants.CACHE_MOUNT}."
                     ),
                 },
                 "rank": {
@@ -337,13 +336,13 @@ def spec_schema() -> dict[str, Any]:
                 "maxLength": SOURCE_MAX_LENGTH,
                 "description": (
                     "Hugging Face model id (downloaded into the model cache) or a path inside the "
-                    f"model cache, which is mounted at {c.CACHE_MOUNT}."
+                    f"model cache, which is mounted at {constants.CACHE_MOUNT}."
                 ),
             },
             "tp": {
                 "type": "integer",
-                "enum": list(c.TP_SIZES),
-                "default": c.DEFAULT_TP,
+                "enum": list(constants.TP_SIZES),
+                "default": constants.DEFAULT_TP,
                 "description": (
                     "Tensor-parallel size: GPUs per replica. Up to gpusPerNode (or 8) they share one pod; "
                     "beyond, the replica is a LeaderWorkerSet group of tp / gpusPerNode pods."
@@ -351,7 +350,7 @@ def spec_schema() -> dict[str, Any]:
             },
             "gpusPerNode": {
                 "type": "integer",
-                "enum": list(c.GPUS_PER_NODE),
+                "enum": list(constants.GPUS_PER_NODE),
                 "description": (
                     "GPUs of one node. When tp exceeds it, each replica spans tp / gpusPerNode nodes: a "
                     "LeaderWorkerSet (needs the LWS controller) whose leader pod runs the API and rank 0, and "
@@ -372,7 +371,7 @@ def spec_schema() -> dict[str, Any]:
                 "type": "integer",
                 "format": "int32",
                 "minimum": 0,
-                "default": c.DEFAULT_REPLICAS,
+                "default": constants.DEFAULT_REPLICAS,
                 "description": "Pods. Set by the HPA through the scale subresource when autoscaling is on.",
             },
             "image": {
@@ -407,11 +406,11 @@ def spec_schema() -> dict[str, Any]:
                 "type": "object",
                 "description": (
                     "CPU and memory of the server container. GPUs come from tp. Where neither requests "
-                    f"nor limits name cpu or memory, {c.DEFAULT_CPU_PER_GPU} CPUs and "
-                    f"{c.DEFAULT_MEMORY_GI_PER_GPU}Gi per GPU are requested (never BestEffort)."
+                    f"nor limits name cpu or memory, {constants.DEFAULT_CPU_PER_GPU} CPUs and "
+                    f"{constants.DEFAULT_MEMORY_GI_PER_GPU}Gi per GPU are requested (never BestEffort)."
                 ),
                 "x-kubernetes-validations": [
-                    {"rule": GPU_RESOURCES_RULE, "message": f"do not set {c.GPU_RESOURCE}: spec.tp sets the GPUs per pod"}
+                    {"rule": GPU_RESOURCES_RULE, "message": f"do not set {constants.GPU_RESOURCE}: spec.tp sets the GPUs per pod"}
                 ],
                 "properties": {
                     "requests": _quantity_map("Requested resources, e.g. {cpu: 8, memory: 64Gi}."),
@@ -446,11 +445,11 @@ def spec_schema() -> dict[str, Any]:
             "modelCache": {
                 "type": "object",
                 "description": (
-                    f"Model cache mounted at {c.CACHE_MOUNT} (HF_HOME lives there): an existing PVC "
+                    f"Model cache mounted at {constants.CACHE_MOUNT} (HF_HOME lives there): an existing PVC "
                     "(claimName), a PVC the operator creates and every pod shares (size, storageClassName, "
                     "accessModes: ReadWriteMany for more than one pod), or one volume per pod (size + perPod, "
                     "e.g. on node-local storage). Without it the cache is an emptyDir of at most "
-                    f"{c.EMPTYDIR_CACHE_SIZE_LIMIT} and every new pod downloads the model again."
+                    f"{constants.EMPTYDIR_CACHE_SIZE_LIMIT} and every new pod downloads the model again."
                 ),
                 "oneOf": [{"required": ["claimName"]}, {"required": ["size"]}],
                 "properties": {
@@ -486,7 +485,7 @@ def spec_schema() -> dict[str, Any]:
                         "type": "boolean",
                         "description": (
                             f"Keep the created PVC when the InferenceService is deleted, renamed or replaced (default "
-                            f"{str(c.DEFAULT_CACHE_RETAIN).lower()}: it holds the downloaded model; a new InferenceService "
+                            f"{str(constants.DEFAULT_CACHE_RETAIN).lower()}: it holds the downloaded model; a new InferenceService "
                             "of the same name adopts it, another one mounts it with claimName). false: it is deleted "
                             "with the InferenceService."
                         ),
@@ -542,7 +541,7 @@ def spec_schema() -> dict[str, Any]:
                     "labels and annotations, imagePullSecrets, runtimeClassName, priorityClassName, "
                     "serviceAccountName, schedulerName, topologySpreadConstraints, extra volumes and mounts, "
                     f"sidecars. Lists merge by their Kubernetes merge key (containers and volumes by name, so "
-                    f"containers[name={c.CONTAINER_NAME}] changes the server container). The selector labels, "
+                    f"containers[name={constants.CONTAINER_NAME}] changes the server container). The selector labels, "
                     "the server's command, args and GPUs stay the operator's."
                 ),
                 "properties": {
@@ -558,8 +557,8 @@ def spec_schema() -> dict[str, Any]:
             },
             "startupTimeoutSeconds": {
                 "type": "integer",
-                "minimum": c.STARTUP_PERIOD_SECONDS,
-                "default": c.DEFAULT_STARTUP_TIMEOUT_SECONDS,
+                "minimum": constants.STARTUP_PERIOD_SECONDS,
+                "default": constants.DEFAULT_STARTUP_TIMEOUT_SECONDS,
                 "description": (
                     "How long a pod may take to download and load the model before it counts as stuck and the "
                     "kubelet restarts it (the startup probe on the readiness path). Raise it for very large models."
@@ -575,20 +574,20 @@ def spec_schema() -> dict[str, Any]:
                 "properties": {
                     "strategy": {
                         "type": "string",
-                        "enum": [c.ROLLOUT_ROLLING, c.ROLLOUT_RECREATE],
-                        "default": c.ROLLOUT_ROLLING,
+                        "enum": [constants.ROLLOUT_ROLLING, constants.ROLLOUT_RECREATE],
+                        "default": constants.ROLLOUT_ROLLING,
                     },
                     "maxSurge": {
                         "type": "integer",
                         "format": "int32",
                         "minimum": 0,
-                        "description": f"Extra pods during a rolling update (default {c.DEFAULT_MAX_SURGE}).",
+                        "description": f"Extra pods during a rolling update (default {constants.DEFAULT_MAX_SURGE}).",
                     },
                     "maxUnavailable": {
                         "type": "integer",
                         "format": "int32",
                         "minimum": 0,
-                        "description": f"Pods that may be down during a rolling update (default {c.DEFAULT_MAX_UNAVAILABLE}).",
+                        "description": f"Pods that may be down during a rolling update (default {constants.DEFAULT_MAX_UNAVAILABLE}).",
                     },
                     "progressDeadlineSeconds": {
                         "type": "integer",
@@ -596,7 +595,7 @@ def spec_schema() -> dict[str, Any]:
                         "minimum": 1,
                         "description": (
                             "How long a rollout may make no progress before the InferenceService is Degraded "
-                            f"(default: startupTimeoutSeconds + {c.PROGRESS_DEADLINE_MARGIN_SECONDS}). Must exceed "
+                            f"(default: startupTimeoutSeconds + {constants.PROGRESS_DEADLINE_MARGIN_SECONDS}). Must exceed "
                             "startupTimeoutSeconds."
                         ),
                     },
@@ -611,7 +610,7 @@ def spec_schema() -> dict[str, Any]:
             "autoscaling": {
                 "type": "object",
                 "description": (
-                    f"An autoscaling/v2 HPA on the per-pod metric {c.WAITING_REQUESTS_METRIC} "
+                    f"An autoscaling/v2 HPA on the per-pod metric {constants.WAITING_REQUESTS_METRIC} "
                     "(requests queued, not yet running; needs a custom metrics adapter such as "
                     "prometheus-adapter), or with keda a KEDA ScaledObject on a Prometheus query."
                 ),
@@ -631,7 +630,7 @@ def spec_schema() -> dict[str, Any]:
                         "minimum": 1,
                         "description": (
                             f"Average waiting requests per pod that the HPA aims for (default "
-                            f"{c.DEFAULT_TARGET_WAITING_REQUESTS}); with keda, keda.target instead."
+                            f"{constants.DEFAULT_TARGET_WAITING_REQUESTS}); with keda, keda.target instead."
                         ),
                     },
                 },
@@ -653,7 +652,7 @@ def spec_schema() -> dict[str, Any]:
                 ),
             },
             {"rule": PROGRESS_RULE, "message": "rollout.progressDeadlineSeconds must exceed startupTimeoutSeconds"},
-            {"rule": MULTI_NODE_RULE, "message": f"tp above {c.MAX_SINGLE_POD_TP} spans several nodes: set gpusPerNode"},
+            {"rule": MULTI_NODE_RULE, "message": f"tp above {constants.MAX_SINGLE_POD_TP} spans several nodes: set gpusPerNode"},
             {
                 "rule": ADAPTER_BASE_NAME_RULE,
                 "message": "an adapter's name must differ from the base model's (spec.model): requests select either by it",
@@ -675,7 +674,7 @@ def status_schema() -> dict[str, Any]:
         "type": "object",
         "required": ["type", "status"],
         "properties": {
-            "type": {"type": "string", "enum": list(c.CONDITION_TYPES)},
+            "type": {"type": "string", "enum": list(constants.CONDITION_TYPES)},
             "status": {"type": "string", "enum": ["True", "False", "Unknown"]},
             "reason": {"type": "string"},
             "message": {"type": "string"},
@@ -687,7 +686,7 @@ def status_schema() -> dict[str, Any]:
         "type": "object",
         "description": "Observed state, written by the operator.",
         "properties": {
-            "phase": {"type": "string", "enum": list(c.PHASES)},
+            "phase": {"type": "string", "enum": list(constants.PHASES)},
             "replicas": {"type": "integer", "format": "int32", "description": "Pods that exist."},
             "readyReplicas": {"type": "integer", "format": "int32", "description": "Pods that pass /ready."},
             "selector": {"type": "string", "description": "Label selector of the pods (for the scale subresource)."},
@@ -754,23 +753,23 @@ def crd_manifest() -> dict[str, Any]:
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": c.CRD_NAME,
-            "labels": {c.LABEL_PART_OF: c.APP_NAME},
+            "name": constants.CRD_NAME,
+            "labels": {constants.LABEL_PART_OF: constants.APP_NAME},
         },
         "spec": {
-            "group": c.GROUP,
+            "group": constants.GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": c.KIND,
-                "listKind": f"{c.KIND}List",
-                "plural": c.PLURAL,
-                "singular": c.SINGULAR,
-                "shortNames": list(c.SHORT_NAMES),
-                "categories": list(c.CATEGORIES),
+                "kind": constants.KIND,
+                "listKind": f"{constants.KIND}List",
+                "plural": constants.PLURAL,
+                "singular": constants.SINGULAR,
+                "shortNames": list(constants.SHORT_NAMES),
+                "categories": list(constants.CATEGORIES),
             },
             "versions": [
                 {
-                    "name": c.VERSION,
+                    "name": constants.VERSION,
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": openapi_schema()},

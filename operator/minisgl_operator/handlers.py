@@ -28,8 +28,7 @@ from typing import Any
 
 import kopf
 
-from . import cache, config
-from . import constants as c
+from . import cache, config, constants
 from .kube import KubeApi, KubernetesApi
 from .reconcile import Outcome, Reconciler, RetryableError, utc_now
 
@@ -74,7 +73,7 @@ def _index(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> dict[
 # One index per kind the reconciler reads; the children's watches carry the operator's label selector.
 for _kind, (_group, _version, _plural) in cache.INDEXED_KINDS.items():
     kopf.index(_group, _version, _plural, id=cache.index_id(_kind),
-               labels=None if _kind == c.KIND else {c.LABEL_MANAGED_BY: c.OPERATOR_NAME})(_index)  # fmt: skip
+               labels=None if _kind == constants.KIND else {constants.LABEL_MANAGED_BY: constants.OPERATOR_NAME})(_index)  # fmt: skip
 
 
 def _run(body: Mapping[str, Any], logger: logging.Logger | logging.LoggerAdapter) -> Outcome:
@@ -91,10 +90,10 @@ def _run(body: Mapping[str, Any], logger: logging.Logger | logging.LoggerAdapter
     return outcome
 
 
-# The label every object this operator writes carries, and the pods too (render.labels): watches
+# The label every object this operator writes carries, and the pods too (meta.labels): watches
 # ask the API server for these only, instead of streaming every Deployment and pod in the cluster.
-MANAGED_SELECTOR = f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
-WATCHED_CHILDREN = tuple((group, plural) for kind, (group, _, plural) in cache.INDEXED_KINDS.items() if kind != c.KIND)
+MANAGED_SELECTOR = f"{constants.LABEL_MANAGED_BY}={constants.OPERATOR_NAME}"
+WATCHED_CHILDREN = tuple((group, plural) for kind, (group, _, plural) in cache.INDEXED_KINDS.items() if kind != constants.KIND)
 # kopf's own API calls: a half-open connection must fail, not hang the handler.
 CONNECT_TIMEOUT_SECONDS = 10.0
 
@@ -126,7 +125,7 @@ class Resync:
     def run_once(self, logger: logging.Logger | logging.LoggerAdapter) -> None:
         for namespace, name in self.known():
             try:
-                body = _get_reconciler().api.get(c.KIND, namespace, name)
+                body = _get_reconciler().api.get(constants.KIND, namespace, name)
                 if body is None:
                     self.forget(namespace, name)
                     continue
@@ -163,9 +162,9 @@ def startup(settings: kopf.OperatorSettings, logger: logging.Logger, **_: Any) -
     # The CRD is installed with the chart; no need to watch CRDs or namespaces (and no RBAC for it).
     settings.scanning.disabled = True
     # kopf keeps its bookkeeping in annotations of our group, not in status (which is ours).
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=c.KOPF_ANNOTATION_PREFIX)
-    settings.posting.reporting_component = c.OPERATOR_NAME
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=constants.KOPF_ANNOTATION_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=constants.KOPF_ANNOTATION_PREFIX)
+    settings.posting.reporting_component = constants.OPERATOR_NAME
     for group, plural in WATCHED_CHILDREN:
         settings.watching.label_selectors[group, plural] = MANAGED_SELECTOR
     settings.networking.connect_timeout = CONNECT_TIMEOUT_SECONDS
@@ -179,25 +178,25 @@ def cleanup(**_: Any) -> None:
     resyncer.stop()
 
 
-@kopf.on.create(c.GROUP, c.VERSION, c.PLURAL, id="reconcile-create")
+@kopf.on.create(constants.GROUP, constants.VERSION, constants.PLURAL, id="reconcile-create")
 def on_create(body: kopf.Body, logger: logging.Logger, **kwargs: Any) -> None:
     _indexes(kwargs)
     _run(body, logger)
 
 
-@kopf.on.update(c.GROUP, c.VERSION, c.PLURAL, id="reconcile-update")
+@kopf.on.update(constants.GROUP, constants.VERSION, constants.PLURAL, id="reconcile-update")
 def on_update(body: kopf.Body, logger: logging.Logger, **kwargs: Any) -> None:
     _indexes(kwargs)
     _run(body, logger)
 
 
-@kopf.on.resume(c.GROUP, c.VERSION, c.PLURAL, id="reconcile-resume")
+@kopf.on.resume(constants.GROUP, constants.VERSION, constants.PLURAL, id="reconcile-resume")
 def on_resume(body: kopf.Body, logger: logging.Logger, **kwargs: Any) -> None:
     _indexes(kwargs)
     _run(body, logger)
 
 
-@kopf.on.event(c.GROUP, c.VERSION, c.PLURAL, id="track")
+@kopf.on.event(constants.GROUP, constants.VERSION, constants.PLURAL, id="track")
 def track(event: Mapping[str, Any], **kwargs: Any) -> None:
     _indexes(kwargs)
     obj = event.get("object") or {}
@@ -210,7 +209,7 @@ def track(event: Mapping[str, Any], **kwargs: Any) -> None:
         resyncer.remember(meta.get("namespace", ""), meta["name"])
 
 
-@kopf.on.delete(c.GROUP, c.VERSION, c.PLURAL, id="deleted", optional=True)
+@kopf.on.delete(constants.GROUP, constants.VERSION, constants.PLURAL, id="deleted", optional=True)
 def on_delete(name: str, namespace: str, logger: logging.Logger, uid: str | None = None, **_: Any) -> None:
     logger.info("InferenceService %s/%s deleted; its children go with it (ownerReferences)", namespace, name)
     with _locks_guard:
@@ -219,20 +218,20 @@ def on_delete(name: str, namespace: str, logger: logging.Logger, uid: str | None
 
 def _controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     for ref in obj.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("kind") == c.KIND and ref.get("apiVersion", "").startswith(f"{c.GROUP}/"):
+        if ref.get("controller") and ref.get("kind") == constants.KIND and ref.get("apiVersion", "").startswith(f"{constants.GROUP}/"):
             return ref
     return None
 
 
 def _reconcile_owner(namespace: str, name: str, uid: str | None, logger: logging.Logger) -> None:
-    body = _get_reconciler().api.get(c.KIND, namespace, name)
+    body = _get_reconciler().api.get(constants.KIND, namespace, name)
     if body is None or (uid is not None and body["metadata"].get("uid") != uid):
         return  # the owner is gone (or was recreated): the garbage collector handles the rest
     _run(body, logger)
 
 
-@kopf.on.event("apps", "v1", "deployments", id="deployment-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
-@kopf.on.event("batch", "v1", "jobs", id="job-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
+@kopf.on.event("apps", "v1", "deployments", id="deployment-event", labels={constants.LABEL_MANAGED_BY: constants.OPERATOR_NAME})
+@kopf.on.event("batch", "v1", "jobs", id="job-event", labels={constants.LABEL_MANAGED_BY: constants.OPERATOR_NAME})
 def on_deployment_event(event: Mapping[str, Any], logger: logging.Logger, **kwargs: Any) -> None:
     """A workload's (or the model loader Job's) progress changes its owner's status: reconcile it."""
     _indexes(kwargs)
@@ -243,14 +242,14 @@ def on_deployment_event(event: Mapping[str, Any], logger: logging.Logger, **kwar
     _reconcile_owner(obj["metadata"]["namespace"], owner["name"], owner.get("uid"), logger)
 
 
-@kopf.on.event("", "v1", "pods", id="pod-event", labels={c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
+@kopf.on.event("", "v1", "pods", id="pod-event", labels={constants.LABEL_MANAGED_BY: constants.OPERATOR_NAME})
 def on_pod_event(event: Mapping[str, Any], logger: logging.Logger, **kwargs: Any) -> None:
     """A pod's scheduling, image pull or crash changes the owner's status (its owner is a
     ReplicaSet, so the InferenceService is found by the instance label)."""
     _indexes(kwargs)
     obj = event.get("object") or {}
     meta = obj.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(c.LABEL_INSTANCE)
+    name = (meta.get("labels") or {}).get(constants.LABEL_INSTANCE)
     if not name or event.get("type") == "DELETED":
         return
     _reconcile_owner(meta["namespace"], name, None, logger)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from . import constants as c
+from . import constants
 
 Obj = dict[str, Any]
 
@@ -67,12 +67,12 @@ class KubeApi(Protocol):
 PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     # kopf watches InferenceServices and patches its progress annotations on them; the
     # Deployment watch handler reads the owner by name.
-    (c.GROUP, c.PLURAL): ("get", "list", "watch", "patch"),
+    (constants.GROUP, constants.PLURAL): ("get", "list", "watch", "patch"),
     # The reconciler writes status.
-    (c.GROUP, f"{c.PLURAL}/status"): ("patch",),
+    (constants.GROUP, f"{constants.PLURAL}/status"): ("patch",),
     # ownerReferences with blockOwnerDeletion need this where the
     # OwnerReferencesPermissionEnforcement admission plugin is on.
-    (c.GROUP, f"{c.PLURAL}/finalizers"): ("update",),
+    (constants.GROUP, f"{constants.PLURAL}/finalizers"): ("update",),
     # Children: server-side apply is authorized as patch, and as create when the object is new.
     # Every kind is also listed and watched (label-filtered): kopf's indexes serve the reconciler's
     # reads (cache.py), so a reconcile with nothing to do reads nothing from the API server.
@@ -93,7 +93,7 @@ PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("leaderworkerset.x-k8s.io", "leaderworkersets"): ("get", "list", "watch", "create", "patch", "delete"),
     ("keda.sh", "scaledobjects"): ("get", "list", "watch", "create", "patch", "delete"),
     ("inference.networking.k8s.io", "inferencepools"): ("get", "list", "watch", "create", "patch", "delete"),
-    (c.GATEWAY_API_GROUP, "httproutes"): ("get", "list", "watch", "create", "patch", "delete"),
+    (constants.GATEWAY_API_GROUP, "httproutes"): ("get", "list", "watch", "create", "patch", "delete"),
     ("", "configmaps"): ("get", "list", "watch", "create", "patch", "delete"),
     ("", "serviceaccounts"): ("get", "list", "watch", "create", "patch", "delete"),
     ("rbac.authorization.k8s.io", "roles"): ("get", "list", "watch", "create", "patch", "delete"),
@@ -135,11 +135,11 @@ _TYPED = {
 }
 # Custom resources: kind -> (group, version, plural), through the CustomObjectsApi.
 _CUSTOM = {
-    c.KIND: (c.GROUP, c.VERSION, c.PLURAL),
-    "LeaderWorkerSet": (*c.LWS_API_VERSION.split("/"), "leaderworkersets"),
-    "ScaledObject": (*c.KEDA_API_VERSION.split("/"), "scaledobjects"),
-    "InferencePool": (*c.INFERENCE_POOL_API_VERSION.split("/"), "inferencepools"),
-    "HTTPRoute": (*c.HTTPROUTE_API_VERSION.split("/"), "httproutes"),
+    constants.KIND: (constants.GROUP, constants.VERSION, constants.PLURAL),
+    "LeaderWorkerSet": (*constants.LWS_API_VERSION.split("/"), "leaderworkersets"),
+    "ScaledObject": (*constants.KEDA_API_VERSION.split("/"), "scaledobjects"),
+    "InferencePool": (*constants.INFERENCE_POOL_API_VERSION.split("/"), "inferencepools"),
+    "HTTPRoute": (*constants.HTTPROUTE_API_VERSION.split("/"), "httproutes"),
 }
 
 
@@ -218,7 +218,7 @@ class KubernetesApi:
 
     def apply(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
-        if obj["kind"] in _CUSTOM and obj["kind"] != c.KIND:
+        if obj["kind"] in _CUSTOM and obj["kind"] != constants.KIND:
             group, version, plural = _CUSTOM[obj["kind"]]
             patch = self._api("CustomObjectsApi").patch_namespaced_custom_object
             return self._server_side_apply(patch, obj, group, version, meta["namespace"], plural, meta["name"])
@@ -227,13 +227,13 @@ class KubernetesApi:
 
     def _server_side_apply(self, patch, obj: dict, *names: str) -> dict:
         """`obj` applied by the operator's field manager, taking over conflicting fields."""
-        response = self._call(patch, *names, body=obj, field_manager=c.FIELD_MANAGER, force=True,
+        response = self._call(patch, *names, body=obj, field_manager=constants.FIELD_MANAGER, force=True,
                               _content_type=APPLY_CONTENT_TYPE, _preload_content=False)
         return self._json(response)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:
         try:
-            if kind in _CUSTOM and kind != c.KIND:
+            if kind in _CUSTOM and kind != constants.KIND:
                 group, version, plural = _CUSTOM[kind]
                 self._call(self._api("CustomObjectsApi").delete_namespaced_custom_object, group, version, namespace,
                            plural, name, propagation_policy="Background")
@@ -247,10 +247,10 @@ class KubernetesApi:
     def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
         response = self._call(
             self._api("CustomObjectsApi").patch_namespaced_custom_object_status,
-            c.GROUP,
-            c.VERSION,
+            constants.GROUP,
+            constants.VERSION,
             namespace,
-            c.PLURAL,
+            constants.PLURAL,
             name,
             {"status": status},
             _content_type=MERGE_PATCH_CONTENT_TYPE,

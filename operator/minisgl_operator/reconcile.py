@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import constants as c
-from . import merge, quantity, render, router, server, status
+from . import constants, merge, quantity, render, router, server, status
 from . import spec as spec_mod
 from .cache import IndexedApi
 from .kube import ApiError, KubeApi
+from .meta import labels, scale_selector, selector_string, service_url
 
 Obj = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -94,7 +94,7 @@ def contains(current: Any, desired: Any, key: str = "", parent: str = "") -> boo
 
 
 def up_to_date(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    hash_key = c.ANNOTATION_CONFIG_HASH
+    hash_key = constants.ANNOTATION_CONFIG_HASH
     current_hash = (current.get("metadata", {}).get("annotations") or {}).get(hash_key)
     return current_hash == desired["metadata"]["annotations"][hash_key] and contains(current, desired)
 
@@ -128,9 +128,9 @@ def claims(current: Mapping[str, Any], isvc: spec_mod.InferenceService) -> bool:
     if owned_by(current, isvc.uid):
         return True
     meta = current.get("metadata") or {}
-    mine = render.labels(isvc)
+    mine = labels(isvc)
     retained = current.get("kind") == "PersistentVolumeClaim" and not meta.get("ownerReferences")
-    return retained and all((meta.get("labels") or {}).get(k) == mine[k] for k in (c.LABEL_INSTANCE, c.LABEL_MANAGED_BY))
+    return retained and all((meta.get("labels") or {}).get(k) == mine[k] for k in (constants.LABEL_INSTANCE, constants.LABEL_MANAGED_BY))
 
 
 def _loader_state(job: Mapping[str, Any]) -> tuple[str | None, status.Problem | None]:
@@ -162,8 +162,8 @@ def event(body: Mapping[str, Any], type_: str, reason: str, message: str, now: s
         "kind": "Event",
         "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
         "involvedObject": {
-            "apiVersion": body.get("apiVersion", c.API_VERSION),
-            "kind": body.get("kind", c.KIND),
+            "apiVersion": body.get("apiVersion", constants.API_VERSION),
+            "kind": body.get("kind", constants.KIND),
             "name": meta["name"],
             "namespace": meta["namespace"],
             "uid": meta.get("uid", ""),
@@ -172,8 +172,8 @@ def event(body: Mapping[str, Any], type_: str, reason: str, message: str, now: s
         "type": type_,
         "reason": reason,
         "message": message[:1024],
-        "source": {"component": c.OPERATOR_NAME},
-        "reportingComponent": c.OPERATOR_NAME,
+        "source": {"component": constants.OPERATOR_NAME},
+        "reportingComponent": constants.OPERATOR_NAME,
         "firstTimestamp": now,
         "lastTimestamp": now,
         "count": 1,
@@ -184,8 +184,8 @@ def event(body: Mapping[str, Any], type_: str, reason: str, message: str, now: s
 
 
 class Reconciler:
-    def __init__(self, api: KubeApi, default_image: str = c.DEFAULT_SERVER_IMAGE, clock: Callable[[], str] = utc_now,
-                 epp_image: str = c.DEFAULT_EPP_IMAGE):
+    def __init__(self, api: KubeApi, default_image: str = constants.DEFAULT_SERVER_IMAGE, clock: Callable[[], str] = utc_now,
+                 epp_image: str = constants.DEFAULT_EPP_IMAGE):
         # Reads come from kopf's indexes once the handlers hand them over (cache.IndexedApi).
         self.api = api if isinstance(api, IndexedApi) else IndexedApi(api)
         self.default_image = default_image
@@ -311,7 +311,7 @@ class Reconciler:
             return None
         pvc = self._get("PersistentVolumeClaim", isvc.namespace, cache.claim_name)
         modes = set(((pvc or {}).get("spec") or {}).get("accessModes") or [])
-        if not modes or modes & set(c.SHARED_ACCESS_MODES):
+        if not modes or modes & set(constants.SHARED_ACCESS_MODES):
             return None
         return status.Problem(
             "CacheNotShareable",
@@ -321,7 +321,7 @@ class Reconciler:
 
     def _pods(self, isvc: spec_mod.InferenceService) -> list[Obj]:
         """The server pods, and the endpoint pickers' (a picker in CrashLoopBackOff says why routing fails)."""
-        selectors = [render.selector_string(isvc.name)]
+        selectors = [selector_string(isvc.name)]
         if isvc.router is not None:
             selectors.append(",".join(f"{k}={v}" for k, v in sorted(router.epp_selector(isvc).items())))
         if isvc.loads_model:  # a loader stuck on a missing HF token Secret says so
@@ -355,13 +355,13 @@ class Reconciler:
     ) -> None:
         meta = body["metadata"]
         raw_spec = body.get("spec") or {}
-        desired = isvc.replicas if isvc else raw_spec.get("replicas", c.DEFAULT_REPLICAS)
+        desired = isvc.replicas if isvc else raw_spec.get("replicas", constants.DEFAULT_REPLICAS)
         port = isvc.port if isvc else raw_spec.get("port", server.DEFAULT_PORT)
         now = self.clock()
         previous = body.get("status") or {}
         new = status.compute(
-            url=render.service_url(meta["name"], meta["namespace"], port),
-            selector=render.scale_selector(isvc) if isvc else render.selector_string(meta["name"]),
+            url=service_url(meta["name"], meta["namespace"], port),
+            selector=scale_selector(isvc) if isvc else selector_string(meta["name"]),
             generation=meta.get("generation", 0),
             desired_replicas=desired if isinstance(desired, int) and not isinstance(desired, bool) else 0,
             deployment=deployment,

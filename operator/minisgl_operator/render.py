@@ -8,79 +8,23 @@ what the operator does.
 from __future__ import annotations
 
 import copy
-import hashlib
-import json
 import math
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
-from . import constants as c
-from . import merge, quantity, server
+from . import constants, merge, router, server, sizing
 from . import spec as spec_mod
+from .meta import Obj, child_metadata, config_hash, labels, selector_labels, serving_selector
 from .spec import InferenceService
-
-Obj = dict[str, Any]
-
-
-# --- names and metadata ------------------------------------------------------------------------
-
-
-def pod_selector(name: str) -> dict[str, str]:
-    """The labels that select an InferenceService's pods; never change them (Deployment selectors are immutable)."""
-    return {c.LABEL_NAME: c.APP_NAME, c.LABEL_INSTANCE: name}
-
-
-def selector_string(name: str) -> str:
-    """The pod selector as the scale subresource reports it (status.selector), for the HPA."""
-    return ",".join(f"{k}={v}" for k, v in sorted(pod_selector(name).items()))
-
-
-def service_url(name: str, namespace: str, port: int) -> str:
-    return f"http://{name}.{namespace}.svc:{port}"
-
-
-def selector_labels(isvc: InferenceService) -> dict[str, str]:
-    return pod_selector(isvc.name)
-
-
-def labels(isvc: InferenceService) -> dict[str, str]:
-    return {
-        **selector_labels(isvc),
-        c.LABEL_COMPONENT: c.COMPONENT,
-        c.LABEL_PART_OF: c.APP_NAME,
-        c.LABEL_MANAGED_BY: c.OPERATOR_NAME,
-    }
-
-
-def owner_reference(isvc: InferenceService) -> Obj:
-    return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
-        "name": isvc.name,
-        "uid": isvc.uid,
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
-
-
-def child_metadata(isvc: InferenceService, name: str) -> Obj:
-    return {
-        "name": name,
-        "namespace": isvc.namespace,
-        "labels": labels(isvc),
-        "ownerReferences": [owner_reference(isvc)],
-    }
-
 
 # --- the pod -----------------------------------------------------------------------------------
 
 
 def _http_probe(path: str, period: int, failure_threshold: int) -> Obj:
     return {
-        "httpGet": {"path": path, "port": c.PORT_NAME},
+        "httpGet": {"path": path, "port": constants.PORT_NAME},
         "periodSeconds": period,
-        "timeoutSeconds": c.PROBE_TIMEOUT_SECONDS,
+        "timeoutSeconds": constants.PROBE_TIMEOUT_SECONDS,
         "failureThreshold": failure_threshold,
     }
 
@@ -88,7 +32,7 @@ def _http_probe(path: str, period: int, failure_threshold: int) -> Obj:
 def _env(isvc: InferenceService) -> list[Obj]:
     # The operator's defaults first; a spec.env entry of the same name replaces one (env is a
     # list keyed by name: a duplicate name would make server-side apply fail).
-    merged: dict[str, Obj] = {name: {"name": name, "value": value} for name, value in c.CACHE_ENV.items()}
+    merged: dict[str, Obj] = {name: {"name": name, "value": value} for name, value in constants.CACHE_ENV.items()}
     for var in isvc.env:
         merged[var["name"]] = copy.deepcopy(dict(var))
     return list(merged.values())
@@ -97,12 +41,12 @@ def _env(isvc: InferenceService) -> list[Obj]:
 def _resources(isvc: InferenceService) -> Obj:
     requests = dict(isvc.resources.get("requests", {}))
     limits = dict(isvc.resources.get("limits", {}))
-    limits[c.GPU_RESOURCE] = isvc.gpus_per_pod
+    limits[constants.GPU_RESOURCE] = isvc.gpus_per_pod
     # Never BestEffort: QoS counts only cpu and memory, so a GPU limit alone leaves a pod first in
     # line for eviction. A limit without a request makes the request equal to it, so only a
     # resource named in neither gets the default.
     gpus = isvc.gpus_per_pod
-    defaults = {"cpu": str(c.DEFAULT_CPU_PER_GPU * gpus), "memory": f"{c.DEFAULT_MEMORY_GI_PER_GPU * gpus}Gi"}
+    defaults = {"cpu": str(constants.DEFAULT_CPU_PER_GPU * gpus), "memory": f"{constants.DEFAULT_MEMORY_GI_PER_GPU * gpus}Gi"}
     for name, value in defaults.items():
         if name not in requests and name not in limits:
             requests[name] = value
@@ -115,17 +59,17 @@ def _resources(isvc: InferenceService) -> Obj:
 def _cache_volume(isvc: InferenceService) -> Obj:
     cache = isvc.model_cache
     if cache is None:
-        return {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": c.EMPTYDIR_CACHE_SIZE_LIMIT}}
+        return {"name": constants.CACHE_VOLUME, "emptyDir": {"sizeLimit": constants.EMPTYDIR_CACHE_SIZE_LIMIT}}
     if cache.per_pod:
         # A generic ephemeral volume: one PVC per pod, created and deleted with it.
         claim_spec: Obj = {"accessModes": list(cache.access_modes), "resources": {"requests": {"storage": cache.size}}}
         if cache.storage_class_name:
             claim_spec["storageClassName"] = cache.storage_class_name
         return {
-            "name": c.CACHE_VOLUME,
+            "name": constants.CACHE_VOLUME,
             "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": labels(isvc)}, "spec": claim_spec}},
         }
-    return {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": isvc.pvc_name}}
+    return {"name": constants.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": isvc.pvc_name}}
 
 
 def _server_args(isvc: InferenceService, role: str) -> list[str]:
@@ -134,8 +78,8 @@ def _server_args(isvc: InferenceService, role: str) -> list[str]:
     args = isvc.server_command_line
     if role == SINGLE:
         return args
-    rank = "0" if role == LEADER else f"$({c.LWS_WORKER_INDEX_ENV})"
-    return args + server.node_flags(isvc.nodes, rank, f"$({c.LWS_LEADER_ADDRESS_ENV}):{c.DIST_INIT_PORT}")
+    rank = "0" if role == LEADER else f"$({constants.LWS_WORKER_INDEX_ENV})"
+    return args + server.node_flags(isvc.nodes, rank, f"$({constants.LWS_LEADER_ADDRESS_ENV}):{constants.DIST_INIT_PORT}")
 
 
 # What a pod is: the only pod of a replica, or the leader or a worker of a multi-node group.
@@ -144,25 +88,27 @@ SINGLE, LEADER, WORKER = "single", "leader", "worker"
 
 def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
     container: Obj = {
-        "name": c.CONTAINER_NAME,
+        "name": constants.CONTAINER_NAME,
         "image": isvc.image,
         "imagePullPolicy": "IfNotPresent",
         "command": list(server.SERVER_COMMAND),
         "args": _server_args(isvc, role),
-        "ports": [{"name": c.PORT_NAME, "containerPort": isvc.port, "protocol": "TCP"}],
+        "ports": [{"name": constants.PORT_NAME, "containerPort": isvc.port, "protocol": "TCP"}],
         "env": _env(isvc),
         "resources": _resources(isvc),
         # The startup probe asks /ready, which answers 200 only once the model is loaded (/health
         # does during the download too): a stuck download or NCCL hang is restarted after
         # spec.startupTimeoutSeconds instead of staying NotReady forever.
         "startupProbe": _http_probe(
-            server.READINESS_PATH, c.STARTUP_PERIOD_SECONDS, math.ceil(isvc.startup_timeout_seconds / c.STARTUP_PERIOD_SECONDS)
+            server.READINESS_PATH,
+            constants.STARTUP_PERIOD_SECONDS,
+            math.ceil(isvc.startup_timeout_seconds / constants.STARTUP_PERIOD_SECONDS),
         ),
-        "readinessProbe": _http_probe(server.READINESS_PATH, c.READINESS_PERIOD_SECONDS, 3),
-        "livenessProbe": _http_probe(server.LIVENESS_PATH, c.LIVENESS_PERIOD_SECONDS, 3),
+        "readinessProbe": _http_probe(server.READINESS_PATH, constants.READINESS_PERIOD_SECONDS, 3),
+        "livenessProbe": _http_probe(server.LIVENESS_PATH, constants.LIVENESS_PERIOD_SECONDS, 3),
         # After SIGTERM the endpoint removal takes a few seconds to reach every kube-proxy and
         # ingress; serving on through this pause keeps clients from meeting the drain's 503s.
-        "lifecycle": {"preStop": {"sleep": {"seconds": c.PRESTOP_SLEEP_SECONDS}}},
+        "lifecycle": {"preStop": {"sleep": {"seconds": constants.PRESTOP_SLEEP_SECONDS}}},
         "securityContext": {
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
@@ -170,22 +116,22 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
             "capabilities": {"drop": ["ALL"]},
         },
         "volumeMounts": [
-            {"name": c.SHM_VOLUME, "mountPath": c.SHM_MOUNT},
-            {"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT},
-            {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT},
+            {"name": constants.SHM_VOLUME, "mountPath": constants.SHM_MOUNT},
+            {"name": constants.TMP_VOLUME, "mountPath": constants.TMP_MOUNT},
+            {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT},
         ],
     }
     if isvc.env_from:
         container["envFrom"] = [copy.deepcopy(dict(e)) for e in isvc.env_from]
     if role != SINGLE:
         # Rank 0 hosts torch.distributed's rendezvous on the leader; the workers connect to it.
-        container["ports"].append({"name": "dist-init", "containerPort": c.DIST_INIT_PORT, "protocol": "TCP"})
+        container["ports"].append({"name": "dist-init", "containerPort": constants.DIST_INIT_PORT, "protocol": "TCP"})
     if role == WORKER:
         # A worker node serves no HTTP: nothing to probe. Its ranks exit when the leader goes, and
         # the group restarts as one (RecreateGroupOnPodRestart); the leader's /ready covers all ranks.
         for key in ("startupProbe", "readinessProbe", "livenessProbe", "lifecycle"):
             del container[key]
-        container["ports"] = [p for p in container["ports"] if p["name"] != c.PORT_NAME]
+        container["ports"] = [p for p in container["ports"] if p["name"] != constants.PORT_NAME]
 
     pod_spec: Obj = {
         # The server never calls the Kubernetes API.
@@ -196,17 +142,17 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
         "terminationGracePeriodSeconds": isvc.termination_grace_seconds,
         "securityContext": {
             "runAsNonRoot": True,
-            "runAsUser": c.RUN_AS_USER,
-            "runAsGroup": c.RUN_AS_USER,
-            "fsGroup": c.RUN_AS_USER,
+            "runAsUser": constants.RUN_AS_USER,
+            "runAsGroup": constants.RUN_AS_USER,
+            "fsGroup": constants.RUN_AS_USER,
             # Do not chown a model cache of many GB on every start.
             "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "containers": [container],
         "volumes": [
-            {"name": c.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": c.SHM_SIZE_LIMIT}},
-            {"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": c.TMP_SIZE_LIMIT}},
+            {"name": constants.SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": constants.SHM_SIZE_LIMIT}},
+            {"name": constants.TMP_VOLUME, "emptyDir": {"sizeLimit": constants.TMP_SIZE_LIMIT}},
             _cache_volume(isvc),
         ],
     }
@@ -219,7 +165,7 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
 
     # Which metric names the endpoint picker reads; on every pod, router or not, so adding or removing
     # spec.router leaves the pod template (and so every GPU pod) as it is.
-    pod_labels = {**labels(isvc), c.EPP_ENGINE_LABEL: c.EPP_ENGINE_NAME}
+    pod_labels = {**labels(isvc), constants.EPP_ENGINE_LABEL: constants.EPP_ENGINE_NAME}
     annotations = {} if role == WORKER else {
         "prometheus.io/scrape": "true",
         "prometheus.io/port": str(isvc.port),
@@ -231,9 +177,9 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
         # The server reads adapters from local directories only: each pod fetches the Hub ones into
         # its cache first, as the server fetches the model (on a shared created cache, the loader Job
         # has, once). After the podTemplate merge: with the server container's final environment.
-        server_ctr = next(ctr for ctr in template["spec"]["containers"] if ctr["name"] == c.CONTAINER_NAME)
+        server_ctr = next(ctr for ctr in template["spec"]["containers"] if ctr["name"] == constants.CONTAINER_NAME)
         template["spec"].setdefault("initContainers", []).insert(0, adapter_downloader(isvc, server_ctr))
-    reserve_disk(template["spec"], c.CONTAINER_NAME)
+    sizing.reserve_disk(template["spec"], constants.CONTAINER_NAME)
     # The Deployment and Service select the pods by these: an override must not change them.
     template["metadata"]["labels"].update(pod_labels)
     if not template["metadata"]["annotations"]:
@@ -241,49 +187,17 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
     return template
 
 
-def reserve_disk(pod_spec: Obj, container_name: str) -> None:
-    """Request (and limit) the node disk the pod's disk-backed emptyDirs may fill, plus its logs, on
-    ``container_name``, unless its resources already name ephemeral-storage. Without a request the
-    scheduler places a 200Gi cache on a node with 50Gi free, and the kubelet evicts it mid-download.
-    Computed from the final volumes, so a podTemplate that resizes an emptyDir moves the request."""
-    sizes = [
-        quantity.parse(v["emptyDir"].get("sizeLimit")) or Decimal(0)
-        for v in pod_spec.get("volumes", [])
-        if isinstance(v.get("emptyDir"), dict) and v["emptyDir"].get("medium") != "Memory"
-    ]
-    total = quantity.format_bytes(sum(sizes, quantity.parse(c.EPHEMERAL_LOG_MARGIN) or Decimal(0)))
-    container = next(ctr for ctr in pod_spec["containers"] if ctr["name"] == container_name)
-    resources = container.setdefault("resources", {})
-    if any(c.EPHEMERAL_STORAGE in (resources.get(kind) or {}) for kind in ("requests", "limits")):
-        return
-    for kind in ("requests", "limits"):
-        resources.setdefault(kind, {})[c.EPHEMERAL_STORAGE] = total
-
-
 # --- the children ------------------------------------------------------------------------------
 
 
 def _strategy(isvc: InferenceService) -> Obj:
     rollout = isvc.rollout
-    if rollout.strategy == c.ROLLOUT_RECREATE:
-        return {"type": c.ROLLOUT_RECREATE}
+    if rollout.strategy == constants.ROLLOUT_RECREATE:
+        return {"type": constants.ROLLOUT_RECREATE}
     return {
-        "type": c.ROLLOUT_ROLLING,
+        "type": constants.ROLLOUT_ROLLING,
         "rollingUpdate": {"maxSurge": rollout.max_surge, "maxUnavailable": rollout.max_unavailable},
     }
-
-
-def serving_selector(isvc: InferenceService) -> dict[str, str]:
-    """The pods that serve HTTP: all of them, or a multi-node group's leaders only."""
-    if isvc.multi_node:
-        return {**selector_labels(isvc), c.LWS_WORKER_INDEX_LABEL: "0"}
-    return selector_labels(isvc)
-
-
-def scale_selector(isvc: InferenceService) -> str:
-    """status.selector, which the HPA averages its per-pod metric over: the pods that serve (and
-    export /metrics), so a multi-node group's workers do not count as idle pods."""
-    return ",".join(f"{k}={v}" for k, v in sorted(serving_selector(isvc).items()))
 
 
 def deployment(isvc: InferenceService) -> Obj:
@@ -310,14 +224,14 @@ def leader_worker_set(isvc: InferenceService) -> Obj:
     rollout = isvc.rollout
     # LWS rolls groups only; Recreate becomes "every group may go at once".
     surge, unavailable = (
-        (0, max(isvc.replicas, 1)) if rollout.strategy == c.ROLLOUT_RECREATE else (rollout.max_surge, rollout.max_unavailable)
+        (0, max(isvc.replicas, 1)) if rollout.strategy == constants.ROLLOUT_RECREATE else (rollout.max_surge, rollout.max_unavailable)
     )
     meta = child_metadata(isvc, isvc.name)
     if isvc.exclusive_topology:
         # Each group in a topology domain of its own (a rack, an NVLink domain): all its pods inside it.
-        meta["annotations"] = {c.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION: isvc.exclusive_topology}
+        meta["annotations"] = {constants.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION: isvc.exclusive_topology}
     return {
-        "apiVersion": c.LWS_API_VERSION,
+        "apiVersion": constants.LWS_API_VERSION,
         "kind": "LeaderWorkerSet",
         "metadata": meta,
         "spec": {
@@ -352,9 +266,9 @@ def service(isvc: InferenceService) -> Obj:
             "selector": serving_selector(isvc),
             "ports": [
                 {
-                    "name": c.PORT_NAME,
+                    "name": constants.PORT_NAME,
                     "port": isvc.port,
-                    "targetPort": c.PORT_NAME,
+                    "targetPort": constants.PORT_NAME,
                     "protocol": "TCP",
                     "appProtocol": "http",
                 }
@@ -382,12 +296,12 @@ def persistent_volume_claim(isvc: InferenceService) -> Obj | None:
 
 
 def loader_name(isvc: InferenceService) -> str:
-    return f"{isvc.name}{c.LOADER_SUFFIX}"
+    return f"{isvc.name}{constants.LOADER_SUFFIX}"
 
 
 def loader_selector(isvc: InferenceService) -> dict[str, str]:
     # Not the server pods' selector: the loader's pod must never join the Service or the pool.
-    return {c.LABEL_NAME: f"{c.APP_NAME}{c.LOADER_SUFFIX}", c.LABEL_INSTANCE: isvc.name}
+    return {constants.LABEL_NAME: f"{constants.APP_NAME}{constants.LOADER_SUFFIX}", constants.LABEL_INSTANCE: isvc.name}
 
 
 def _downloader(isvc: InferenceService, name: str, command: list[str], server_ctr: Obj) -> Obj:
@@ -401,7 +315,10 @@ def _downloader(isvc: InferenceService, name: str, command: list[str], server_ct
         "env": copy.deepcopy(server_ctr["env"]),
         "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
         "securityContext": copy.deepcopy(server_ctr["securityContext"]),
-        "volumeMounts": [{"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT}, {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT}],
+        "volumeMounts": [
+            {"name": constants.TMP_VOLUME, "mountPath": constants.TMP_MOUNT},
+            {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT},
+        ],
     }
     if "envFrom" in server_ctr:
         container["envFrom"] = copy.deepcopy(server_ctr["envFrom"])
@@ -411,7 +328,7 @@ def _downloader(isvc: InferenceService, name: str, command: list[str], server_ct
 def adapter_downloader(isvc: InferenceService, server_ctr: Obj) -> Obj:
     """Downloads each Hub adapter into its directory of the model cache (``Adapter.path``)."""
     pairs = [arg for a in isvc.hub_adapters for arg in (a.source, a.path)]
-    return _downloader(isvc, c.ADAPTER_CONTAINER, [*c.ADAPTER_DOWNLOAD_COMMAND, *pairs], server_ctr)
+    return _downloader(isvc, constants.ADAPTER_CONTAINER, [*constants.ADAPTER_DOWNLOAD_COMMAND, *pairs], server_ctr)
 
 
 def model_loader(isvc: InferenceService) -> Obj | None:
@@ -422,9 +339,9 @@ def model_loader(isvc: InferenceService) -> Obj | None:
         return None
     server_pod = pod_template(isvc)["spec"]
     server_ctr = server_pod["containers"][0]
-    pod_labels = {**labels(isvc), **loader_selector(isvc), c.LABEL_COMPONENT: c.LOADER_COMPONENT}
+    pod_labels = {**labels(isvc), **loader_selector(isvc), constants.LABEL_COMPONENT: constants.LOADER_COMPONENT}
     containers = [] if isvc.model.startswith("/") else [
-        _downloader(isvc, c.LOADER_CONTAINER, [*c.LOADER_COMMAND, isvc.model], server_ctr)
+        _downloader(isvc, constants.LOADER_CONTAINER, [*constants.LOADER_COMMAND, isvc.model], server_ctr)
     ]
     if isvc.hub_adapters:
         containers.append(adapter_downloader(isvc, server_ctr))
@@ -434,12 +351,12 @@ def model_loader(isvc: InferenceService) -> Obj | None:
         "enableServiceLinks": False,
         "securityContext": server_pod["securityContext"],
         "containers": containers,
-        "volumes": [{"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": c.TMP_SIZE_LIMIT}}, _cache_volume(isvc)],
+        "volumes": [{"name": constants.TMP_VOLUME, "emptyDir": {"sizeLimit": constants.TMP_SIZE_LIMIT}}, _cache_volume(isvc)],
     }
     for key in ("imagePullSecrets", "nodeSelector", "tolerations"):
         if key in server_pod:
             pod_spec[key] = server_pod[key]
-    reserve_disk(pod_spec, containers[0]["name"])
+    sizing.reserve_disk(pod_spec, containers[0]["name"])
     meta = child_metadata(isvc, loader_name(isvc))
     meta["labels"] = pod_labels
     return {
@@ -447,7 +364,7 @@ def model_loader(isvc: InferenceService) -> Obj | None:
         "kind": "Job",
         "metadata": meta,
         "spec": {
-            "backoffLimit": c.LOADER_BACKOFF_LIMIT,
+            "backoffLimit": constants.LOADER_BACKOFF_LIMIT,
             "template": {"metadata": {"labels": pod_labels}, "spec": pod_spec},
         },
     }
@@ -464,14 +381,14 @@ def horizontal_pod_autoscaler(isvc: InferenceService) -> Obj | None:
         "kind": "HorizontalPodAutoscaler",
         "metadata": child_metadata(isvc, isvc.name),
         "spec": {
-            "scaleTargetRef": {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": isvc.name},
+            "scaleTargetRef": {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": isvc.name},
             "minReplicas": scaling.min_replicas,
             "maxReplicas": scaling.max_replicas,
             "metrics": [
                 {
                     "type": "Pods",
                     "pods": {
-                        "metric": {"name": c.WAITING_REQUESTS_METRIC},
+                        "metric": {"name": constants.WAITING_REQUESTS_METRIC},
                         "target": {"type": "AverageValue", "averageValue": str(scaling.target_waiting_requests)},
                     },
                 }
@@ -484,13 +401,13 @@ def horizontal_pod_autoscaler(isvc: InferenceService) -> Obj | None:
 def _prometheus_query(isvc: InferenceService, metric: str) -> tuple[str, str]:
     """The PromQL of a spec.autoscaling.keda.metric over this InferenceService's pods, and the
     target type: AverageValue divides by the replicas (a per-replica target), Value does not."""
-    pods = f'{c.PROMETHEUS_ISVC_LABEL}="{isvc.name}",namespace="{isvc.namespace}"'
-    if metric == c.KEDA_METRIC_WAITING:
-        return f"sum({c.WAITING_REQUESTS_METRIC}{{{pods}}})", "AverageValue"
-    if metric == c.KEDA_METRIC_KV:
-        return f"avg({c.KV_USAGE_METRIC}{{{pods}}})", "Value"
+    pods = f'{constants.PROMETHEUS_ISVC_LABEL}="{isvc.name}",namespace="{isvc.namespace}"'
+    if metric == constants.KEDA_METRIC_WAITING:
+        return f"sum({constants.WAITING_REQUESTS_METRIC}{{{pods}}})", "AverageValue"
+    if metric == constants.KEDA_METRIC_KV:
+        return f"avg({constants.KV_USAGE_METRIC}{{{pods}}})", "Value"
     return (
-        f"histogram_quantile(0.9, sum by (le) (rate({c.TTFT_BUCKET_METRIC}{{{pods}}}[{c.KEDA_RATE_WINDOW}])))",
+        f"histogram_quantile(0.9, sum by (le) (rate({constants.TTFT_BUCKET_METRIC}{{{pods}}}[{constants.KEDA_RATE_WINDOW}])))",
         "Value",
     )
 
@@ -503,12 +420,12 @@ def scaling_behavior(isvc: InferenceService) -> Obj:
     is never given back sooner than it could be had again."""
     return {
         "scaleUp": {
-            "stabilizationWindowSeconds": c.SCALE_UP_STABILIZATION_SECONDS,
-            "policies": [{"type": "Percent", "value": 100, "periodSeconds": c.SCALE_UP_STABILIZATION_SECONDS}],
+            "stabilizationWindowSeconds": constants.SCALE_UP_STABILIZATION_SECONDS,
+            "policies": [{"type": "Percent", "value": 100, "periodSeconds": constants.SCALE_UP_STABILIZATION_SECONDS}],
         },
         "scaleDown": {
-            "stabilizationWindowSeconds": min(max(c.SCALE_DOWN_STABILIZATION_SECONDS, isvc.startup_timeout_seconds), 3600),
-            "policies": [{"type": "Pods", "value": 1, "periodSeconds": c.SCALE_DOWN_PERIOD_SECONDS}],
+            "stabilizationWindowSeconds": min(max(constants.SCALE_DOWN_STABILIZATION_SECONDS, isvc.startup_timeout_seconds), 3600),
+            "policies": [{"type": "Pods", "value": 1, "periodSeconds": constants.SCALE_DOWN_PERIOD_SECONDS}],
         },
     }
 
@@ -527,26 +444,26 @@ def scaled_object(isvc: InferenceService) -> Obj | None:
         trigger_meta["activationThreshold"] = keda.activation_target
     triggers = [{"type": "prometheus", "name": keda.metric.lower(), "metricType": metric_type, "metadata": trigger_meta}]
     if scaling.min_replicas == 0:
-        held = f'sum({c.EPP_QUEUE_METRIC}{{{c.EPP_POOL_LABEL}="{isvc.name}",namespace="{isvc.namespace}"}}) or vector(0)'
+        held = f'sum({constants.EPP_QUEUE_METRIC}{{{constants.EPP_POOL_LABEL}="{isvc.name}",namespace="{isvc.namespace}"}}) or vector(0)'
         triggers.append({
             "type": "prometheus",
             "name": "held-by-router",
             "metricType": "AverageValue",
             "metadata": {"serverAddress": keda.prometheus_address, "query": held,
-                         "threshold": str(c.DEFAULT_TARGET_WAITING_REQUESTS), "activationThreshold": "0"},
+                         "threshold": str(constants.DEFAULT_TARGET_WAITING_REQUESTS), "activationThreshold": "0"},
         })  # fmt: skip
     return {
-        "apiVersion": c.KEDA_API_VERSION,
+        "apiVersion": constants.KEDA_API_VERSION,
         "kind": "ScaledObject",
         "metadata": child_metadata(isvc, isvc.name),
         "spec": {
-            "scaleTargetRef": {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": isvc.name},
+            "scaleTargetRef": {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": isvc.name},
             "minReplicaCount": scaling.min_replicas,
             "maxReplicaCount": scaling.max_replicas,
-            "pollingInterval": c.KEDA_POLLING_SECONDS,
+            "pollingInterval": constants.KEDA_POLLING_SECONDS,
             # A new pod loads its model for up to startupTimeoutSeconds: do not scale back to zero
             # before a scale-up could have served anything, nor right after the object appears.
-            "cooldownPeriod": max(c.SCALE_DOWN_STABILIZATION_SECONDS, isvc.startup_timeout_seconds),
+            "cooldownPeriod": max(constants.SCALE_DOWN_STABILIZATION_SECONDS, isvc.startup_timeout_seconds),
             "initialCooldownPeriod": isvc.startup_timeout_seconds,
             "advanced": {
                 "horizontalPodAutoscalerConfig": {
@@ -578,19 +495,13 @@ def pod_disruption_budget(isvc: InferenceService) -> Obj | None:
     }
 
 
-def config_hash(obj: Mapping[str, Any]) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]
-
-
 def _with_hash(obj: Obj) -> Obj:
-    obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), c.ANNOTATION_CONFIG_HASH: config_hash(obj)}
+    obj["metadata"]["annotations"] = {**obj["metadata"].get("annotations", {}), constants.ANNOTATION_CONFIG_HASH: config_hash(obj)}
     return obj
 
 
-def children(isvc: InferenceService, epp_image: str = c.DEFAULT_EPP_IMAGE) -> list[Obj]:
+def children(isvc: InferenceService, epp_image: str = constants.DEFAULT_EPP_IMAGE) -> list[Obj]:
     """Every object the operator applies for ``isvc``, in apply order."""
-    from . import router  # router builds on this module's helpers
-
     built = [
         persistent_volume_claim(isvc),
         model_loader(isvc),
@@ -608,8 +519,6 @@ def removable(isvc: InferenceService) -> list[tuple[str, str]]:
     """(kind, name) of every child the operator may create for ``isvc`` and deletes again when the
     spec stops asking for it (a switch between Deployment and LeaderWorkerSet, HPA and KEDA, a
     router that goes). Never the PVC: it holds data."""
-    from . import router
-
     epp = router.epp_name(isvc)
     return [
         ("Job", loader_name(isvc)), ("Deployment", isvc.name), ("LeaderWorkerSet", isvc.name), ("PodDisruptionBudget", isvc.name),
@@ -619,7 +528,7 @@ def removable(isvc: InferenceService) -> list[tuple[str, str]]:
     ]  # fmt: skip
 
 
-def render(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE,
-           epp_image: str = c.DEFAULT_EPP_IMAGE) -> list[Obj]:
+def render(obj: Mapping[str, Any], default_image: str = constants.DEFAULT_SERVER_IMAGE,
+           epp_image: str = constants.DEFAULT_EPP_IMAGE) -> list[Obj]:
     """Parse an InferenceService object and render its children (raises spec.SpecError)."""
     return children(spec_mod.parse(obj, default_image), epp_image)

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import json
 
-from . import constants as c
-from . import server
-from .render import Obj, child_metadata, config_hash, labels, reserve_disk, serving_selector
+from . import constants, server
+from .meta import Obj, child_metadata, config_hash, labels, serving_selector
+from .sizing import reserve_disk
 from .spec import InferenceService
 
-POOL_GROUP = c.INFERENCE_POOL_API_VERSION.split("/")[0]
+POOL_GROUP = constants.INFERENCE_POOL_API_VERSION.split("/")[0]
 
 # minisgl's /metrics, under the names the EPP's core-metrics-extractor reads (one engineConfigs
 # entry). No LoRA spec: the EPP's LoRA affinity reads a gauge of the adapters each pod holds now
@@ -31,21 +31,21 @@ POOL_GROUP = c.INFERENCE_POOL_API_VERSION.split("/")[0]
 # serves any adapter. Nor does an adapter need an object of its own: an InferencePool serves every
 # model name its pods answer to (InferenceObjective and InferenceModelRewrite are optional policy).
 ENGINE_METRICS = {
-    "name": c.EPP_ENGINE_NAME,
-    "queuedRequestsSpec": c.WAITING_REQUESTS_METRIC,
-    "runningRequestsSpec": c.RUNNING_REQUESTS_METRIC,
-    "kvUsageSpec": c.KV_USAGE_METRIC,
+    "name": constants.EPP_ENGINE_NAME,
+    "queuedRequestsSpec": constants.WAITING_REQUESTS_METRIC,
+    "runningRequestsSpec": constants.RUNNING_REQUESTS_METRIC,
+    "kvUsageSpec": constants.KV_USAGE_METRIC,
     "loraSpec": "",
-    "cacheInfoSpec": c.CACHE_CONFIG_METRIC,
-    "cacheBlockSizeLabelName": c.CACHE_PAGE_SIZE_LABEL,
-    "cacheNumBlocksLabelName": c.CACHE_NUM_PAGES_LABEL,
+    "cacheInfoSpec": constants.CACHE_CONFIG_METRIC,
+    "cacheBlockSizeLabelName": constants.CACHE_PAGE_SIZE_LABEL,
+    "cacheNumBlocksLabelName": constants.CACHE_NUM_PAGES_LABEL,
 }
 # The EPP's default scoring, as llm-d's chart sets it: queue and KV load, prefix reuse weighed most.
 SCORERS = {"queue-scorer": 2, "kv-cache-utilization-scorer": 2, "prefix-cache-scorer": 3}
 
 
 def epp_name(isvc: InferenceService) -> str:
-    return f"{isvc.name}{c.EPP_SUFFIX}"
+    return f"{isvc.name}{constants.EPP_SUFFIX}"
 
 
 def scales_to_zero(isvc: InferenceService) -> bool:
@@ -62,8 +62,8 @@ def endpoint_picker_config(isvc: InferenceService) -> Obj:
             {
                 "type": "core-metrics-extractor",
                 "parameters": {
-                    "engineLabelKey": c.EPP_ENGINE_LABEL,
-                    "defaultEngine": c.EPP_ENGINE_NAME,
+                    "engineLabelKey": constants.EPP_ENGINE_LABEL,
+                    "defaultEngine": constants.EPP_ENGINE_NAME,
                     "engineConfigs": [dict(ENGINE_METRICS)],
                 },
             },
@@ -82,13 +82,13 @@ def endpoint_picker_config(isvc: InferenceService) -> Obj:
 
 def _epp_metadata(isvc: InferenceService) -> Obj:
     meta = child_metadata(isvc, epp_name(isvc))
-    meta["labels"] = {**labels(isvc), **epp_selector(isvc), c.LABEL_COMPONENT: c.EPP_COMPONENT}
+    meta["labels"] = {**labels(isvc), **epp_selector(isvc), constants.LABEL_COMPONENT: constants.EPP_COMPONENT}
     return meta
 
 
 def epp_selector(isvc: InferenceService) -> dict[str, str]:
     # Not the server pods' selector: the EPP's pods must never join the pool or the Service.
-    return {c.LABEL_NAME: f"{c.APP_NAME}{c.EPP_SUFFIX}", c.LABEL_INSTANCE: isvc.name}
+    return {constants.LABEL_NAME: f"{constants.APP_NAME}{constants.EPP_SUFFIX}", constants.LABEL_INSTANCE: isvc.name}
 
 
 def config_map(isvc: InferenceService) -> Obj:
@@ -97,7 +97,7 @@ def config_map(isvc: InferenceService) -> Obj:
         "kind": "ConfigMap",
         "metadata": _epp_metadata(isvc),
         # JSON is YAML: no YAML writer needed in the operator.
-        "data": {c.EPP_CONFIG_FILE: json.dumps(endpoint_picker_config(isvc), indent=2)},
+        "data": {constants.EPP_CONFIG_FILE: json.dumps(endpoint_picker_config(isvc), indent=2)},
     }
 
 
@@ -135,8 +135,8 @@ def role_binding(isvc: InferenceService) -> Obj:
 
 
 def _grpc_probe(period: int) -> Obj:
-    return {"grpc": {"port": c.EPP_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": period,
-            "timeoutSeconds": c.PROBE_TIMEOUT_SECONDS, "failureThreshold": 3}  # fmt: skip
+    return {"grpc": {"port": constants.EPP_HEALTH_PORT, "service": "inference-extension"}, "periodSeconds": period,
+            "timeoutSeconds": constants.PROBE_TIMEOUT_SECONDS, "failureThreshold": 3}  # fmt: skip
 
 
 def _field_env(name: str, path: str) -> Obj:
@@ -148,10 +148,10 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
         "--pool-name", isvc.name,
         "--pool-namespace", isvc.namespace,
         "--pool-group", POOL_GROUP,
-        "--config-file", f"{c.EPP_CONFIG_MOUNT}/{c.EPP_CONFIG_FILE}",
-        "--grpc-port", str(c.EPP_GRPC_PORT),
-        "--grpc-health-port", str(c.EPP_HEALTH_PORT),
-        "--metrics-port", str(c.EPP_METRICS_PORT),
+        "--config-file", f"{constants.EPP_CONFIG_MOUNT}/{constants.EPP_CONFIG_FILE}",
+        "--grpc-port", str(constants.EPP_GRPC_PORT),
+        "--grpc-health-port", str(constants.EPP_HEALTH_PORT),
+        "--metrics-port", str(constants.EPP_METRICS_PORT),
         "--metrics-endpoint-auth=false",
         # Both replicas serve (constants.EPP_REPLICAS says why); each keeps the prefix index of the
         # requests it routes.
@@ -159,16 +159,16 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
         "--zap-encoder", "json",
     ]  # fmt: skip
     container = {
-        "name": c.EPP_CONTAINER,
+        "name": constants.EPP_CONTAINER,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "args": args,
         "env": [_field_env("NAMESPACE", "metadata.namespace"), _field_env("POD_NAME", "metadata.name"),
-                {"name": "HOME", "value": c.TMP_MOUNT}],
+                {"name": "HOME", "value": constants.TMP_MOUNT}],
         "ports": [
-            {"name": "grpc", "containerPort": c.EPP_GRPC_PORT, "protocol": "TCP"},
-            {"name": "grpc-health", "containerPort": c.EPP_HEALTH_PORT, "protocol": "TCP"},
-            {"name": c.EPP_METRICS_PORT_NAME, "containerPort": c.EPP_METRICS_PORT, "protocol": "TCP"},
+            {"name": "grpc", "containerPort": constants.EPP_GRPC_PORT, "protocol": "TCP"},
+            {"name": "grpc-health", "containerPort": constants.EPP_HEALTH_PORT, "protocol": "TCP"},
+            {"name": constants.EPP_METRICS_PORT_NAME, "containerPort": constants.EPP_METRICS_PORT, "protocol": "TCP"},
         ],
         "livenessProbe": _grpc_probe(10),
         "readinessProbe": _grpc_probe(2),
@@ -180,32 +180,32 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
             "capabilities": {"drop": ["ALL"]},
         },
         # The root filesystem is read-only: whatever the picker caches goes to /tmp.
-        "volumeMounts": [{"name": "config", "mountPath": c.EPP_CONFIG_MOUNT, "readOnly": True},
-                         {"name": c.TMP_VOLUME, "mountPath": c.TMP_MOUNT}],
+        "volumeMounts": [{"name": "config", "mountPath": constants.EPP_CONFIG_MOUNT, "readOnly": True},
+                         {"name": constants.TMP_VOLUME, "mountPath": constants.TMP_MOUNT}],
     }
     selector = epp_selector(isvc)
     pod_spec = {
         "serviceAccountName": epp_name(isvc),
         "enableServiceLinks": False,
-        "securityContext": {"runAsNonRoot": True, "runAsUser": c.RUN_AS_USER, "runAsGroup": c.RUN_AS_USER,
+        "securityContext": {"runAsNonRoot": True, "runAsUser": constants.RUN_AS_USER, "runAsGroup": constants.RUN_AS_USER,
                             "seccompProfile": {"type": "RuntimeDefault"}},
         # The two pickers on two nodes where there are two: one node's drain leaves the other.
         "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
                                        "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": selector}}],
         "containers": [container],
         "volumes": [{"name": "config", "configMap": {"name": epp_name(isvc)}},
-                    {"name": c.TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}],
+                    {"name": constants.TMP_VOLUME, "emptyDir": {"sizeLimit": "1Gi"}}],
     }  # fmt: skip
-    reserve_disk(pod_spec, c.EPP_CONTAINER)
+    reserve_disk(pod_spec, constants.EPP_CONTAINER)
     # llm-d reads its config file only at start: the config's hash on the pod template rolls the
     # pickers when it changes (flow control on or off as minReplicas crosses 0).
-    annotations = {c.ANNOTATION_CONFIG_HASH: config_hash(config_map(isvc)["data"])}
+    annotations = {constants.ANNOTATION_CONFIG_HASH: config_hash(config_map(isvc)["data"])}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": _epp_metadata(isvc),
         "spec": {
-            "replicas": c.EPP_REPLICAS,
+            "replicas": constants.EPP_REPLICAS,
             # A new picker is Ready before an old one goes: routing never stops during a rollout.
             "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}},
             "selector": {"matchLabels": selector},
@@ -235,9 +235,10 @@ def epp_service(isvc: InferenceService) -> Obj:
             "type": "ClusterIP",
             "selector": epp_selector(isvc),
             "ports": [
-                {"name": "grpc-ext-proc", "port": c.EPP_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
+                {"name": "grpc-ext-proc", "port": constants.EPP_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
                  "appProtocol": "kubernetes.io/h2c"},
-                {"name": "http-metrics", "port": c.EPP_METRICS_PORT, "targetPort": c.EPP_METRICS_PORT_NAME, "protocol": "TCP"},
+                {"name": "http-metrics", "port": constants.EPP_METRICS_PORT, "targetPort": constants.EPP_METRICS_PORT_NAME,
+                 "protocol": "TCP"},
             ],
         },
     }  # fmt: skip
@@ -246,7 +247,7 @@ def epp_service(isvc: InferenceService) -> Obj:
 def inference_pool(isvc: InferenceService) -> Obj:
     assert isvc.router is not None
     return {
-        "apiVersion": c.INFERENCE_POOL_API_VERSION,
+        "apiVersion": constants.INFERENCE_POOL_API_VERSION,
         "kind": "InferencePool",
         "metadata": child_metadata(isvc, isvc.name),
         "spec": {
@@ -255,7 +256,7 @@ def inference_pool(isvc: InferenceService) -> Obj:
             "endpointPickerRef": {
                 "kind": "Service",
                 "name": epp_name(isvc),
-                "port": {"number": c.EPP_GRPC_PORT},
+                "port": {"number": constants.EPP_GRPC_PORT},
                 "failureMode": isvc.router.failure_mode,
             },
         },
@@ -290,7 +291,7 @@ def http_route(isvc: InferenceService) -> Obj | None:
     router = isvc.router
     if router is None or router.gateway is None:
         return None
-    parent: Obj = {"group": c.GATEWAY_API_GROUP, "kind": "Gateway", "name": router.gateway.name}
+    parent: Obj = {"group": constants.GATEWAY_API_GROUP, "kind": "Gateway", "name": router.gateway.name}
     if router.gateway.namespace:
         parent["namespace"] = router.gateway.namespace
     if router.gateway.section_name:
@@ -304,7 +305,7 @@ def http_route(isvc: InferenceService) -> Obj | None:
     if router.hostnames:
         spec["hostnames"] = list(router.hostnames)
     return {
-        "apiVersion": c.HTTPROUTE_API_VERSION,
+        "apiVersion": constants.HTTPROUTE_API_VERSION,
         "kind": "HTTPRoute",
         "metadata": child_metadata(isvc, isvc.name),
         "spec": spec,

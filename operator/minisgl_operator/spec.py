@@ -18,8 +18,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import constants as c
-from . import crd, k8s_schema, quantity, schema, server
+from . import constants, crd, k8s_schema, quantity, schema, server
 
 # The ownerReference uid that `render` prints for a file without metadata.uid: the API server
 # assigns the real one when the InferenceService is created.
@@ -39,9 +38,9 @@ class ModelCache:
     claim_name: str | None = None
     size: str | None = None
     storage_class_name: str | None = None
-    access_modes: tuple[str, ...] = c.DEFAULT_CACHE_ACCESS_MODES
+    access_modes: tuple[str, ...] = constants.DEFAULT_CACHE_ACCESS_MODES
     per_pod: bool = False
-    retain: bool = c.DEFAULT_CACHE_RETAIN
+    retain: bool = constants.DEFAULT_CACHE_RETAIN
 
     @property
     def operator_created(self) -> bool:
@@ -51,14 +50,14 @@ class ModelCache:
     @property
     def shared(self) -> bool:
         """A created PVC that pods on several nodes mount at once."""
-        return self.operator_created and any(m in c.SHARED_ACCESS_MODES for m in self.access_modes)
+        return self.operator_created and any(m in constants.SHARED_ACCESS_MODES for m in self.access_modes)
 
 
 @dataclass(frozen=True)
 class Rollout:
-    strategy: str = c.ROLLOUT_ROLLING
-    max_surge: int = c.DEFAULT_MAX_SURGE
-    max_unavailable: int = c.DEFAULT_MAX_UNAVAILABLE
+    strategy: str = constants.ROLLOUT_ROLLING
+    max_surge: int = constants.DEFAULT_MAX_SURGE
+    max_unavailable: int = constants.DEFAULT_MAX_UNAVAILABLE
     progress_deadline_seconds: int | None = None
 
 
@@ -100,8 +99,8 @@ class Router:
     gateway: Gateway | None = None
     hostnames: tuple[str, ...] = ()
     canary: Canary | None = None
-    failure_mode: str = c.DEFAULT_FAILURE_MODE
-    request_timeout_seconds: int = c.DEFAULT_ROUTE_TIMEOUT_SECONDS
+    failure_mode: str = constants.DEFAULT_FAILURE_MODE
+    request_timeout_seconds: int = constants.DEFAULT_ROUTE_TIMEOUT_SECONDS
 
 
 @dataclass(frozen=True)
@@ -120,7 +119,7 @@ class Adapter:
     @property
     def path(self) -> str:
         """Where the server reads it: the path, or the Hub adapter's directory in the model cache."""
-        return f"{c.ADAPTER_CACHE}/{self.source}" if self.from_hub else self.source
+        return f"{constants.ADAPTER_CACHE}/{self.source}" if self.from_hub else self.source
 
 
 @dataclass(frozen=True)
@@ -144,7 +143,7 @@ class InferenceService:
     affinity: Mapping[str, Any] | None = None
     autoscaling: Autoscaling | None = None
     rollout: Rollout = Rollout()
-    startup_timeout_seconds: int = c.DEFAULT_STARTUP_TIMEOUT_SECONDS
+    startup_timeout_seconds: int = constants.DEFAULT_STARTUP_TIMEOUT_SECONDS
     pod_template: Mapping[str, Any] = field(default_factory=dict)
     gpus_per_node: int | None = None
     exclusive_topology: str | None = None
@@ -168,13 +167,13 @@ class InferenceService:
 
     @property
     def progress_deadline_seconds(self) -> int:
-        return self.rollout.progress_deadline_seconds or self.startup_timeout_seconds + c.PROGRESS_DEADLINE_MARGIN_SECONDS
+        return self.rollout.progress_deadline_seconds or self.startup_timeout_seconds + constants.PROGRESS_DEADLINE_MARGIN_SECONDS
 
     @property
     def max_pods(self) -> int:
         """The most pods that can exist at once: replicas (or the HPA's maximum) plus a surge pod."""
         most = max(self.replicas, self.autoscaling.max_replicas if self.autoscaling else 0)
-        if self.rollout.strategy == c.ROLLOUT_ROLLING:
+        if self.rollout.strategy == constants.ROLLOUT_ROLLING:
             most += self.rollout.max_surge
         return most
 
@@ -195,7 +194,7 @@ class InferenceService:
     def pvc_name(self) -> str:
         if self.model_cache is None:
             raise ValueError("no model cache")
-        return self.model_cache.claim_name or f"{self.name}{c.PVC_SUFFIX}"
+        return self.model_cache.claim_name or f"{self.name}{constants.PVC_SUFFIX}"
 
     @property
     def server_command_line(self) -> list[str]:
@@ -203,7 +202,7 @@ class InferenceService:
 
     @property
     def termination_grace_seconds(self) -> int:
-        return c.PRESTOP_SLEEP_SECONDS + math.ceil(self.drain_timeout) + c.TERMINATION_GRACE_MARGIN_SECONDS
+        return constants.PRESTOP_SLEEP_SECONDS + math.ceil(self.drain_timeout) + constants.TERMINATION_GRACE_MARGIN_SECONDS
 
 
 # --- the CEL rules' twins ---------------------------------------------------------------------
@@ -212,7 +211,7 @@ class InferenceService:
 def _check_name(obj: Mapping[str, Any]) -> list[str]:
     name = obj.get("metadata", {}).get("name", "")
     spec = _spec(obj)
-    multi_node = "gpusPerNode" in spec and spec.get("tp", c.DEFAULT_TP) > spec["gpusPerNode"]
+    multi_node = "gpusPerNode" in spec and spec.get("tp", constants.DEFAULT_TP) > spec["gpusPerNode"]
     longest = crd.MULTI_NODE_NAME_MAX if multi_node else crd.NAME_MAX
     if len(name) > longest or not re.fullmatch(crd.DNS_1035_PATTERN, name):
         return [
@@ -268,8 +267,8 @@ def _check_writable_cache(obj: Mapping[str, Any]) -> list[str]:
 def _check_gpus(obj: Mapping[str, Any]) -> list[str]:
     problems = []
     for kind in ("requests", "limits"):
-        if c.GPU_RESOURCE in (_spec(obj).get("resources") or {}).get(kind, {}):
-            problems.append(f"spec.resources.{kind}: do not set {c.GPU_RESOURCE}: spec.tp sets the GPUs per pod")
+        if constants.GPU_RESOURCE in (_spec(obj).get("resources") or {}).get(kind, {}):
+            problems.append(f"spec.resources.{kind}: do not set {constants.GPU_RESOURCE}: spec.tp sets the GPUs per pod")
     return problems
 
 
@@ -287,9 +286,9 @@ def _check_args(obj: Mapping[str, Any]) -> list[str]:
 
 def _rollout_values(rollout: Mapping[str, Any]) -> tuple[str, int, int]:
     return (
-        rollout.get("strategy", c.ROLLOUT_ROLLING),
-        rollout.get("maxSurge", c.DEFAULT_MAX_SURGE),
-        rollout.get("maxUnavailable", c.DEFAULT_MAX_UNAVAILABLE),
+        rollout.get("strategy", constants.ROLLOUT_ROLLING),
+        rollout.get("maxSurge", constants.DEFAULT_MAX_SURGE),
+        rollout.get("maxUnavailable", constants.DEFAULT_MAX_UNAVAILABLE),
     )
 
 
@@ -298,9 +297,9 @@ def _check_rollout(obj: Mapping[str, Any]) -> list[str]:
     if rollout is None:
         return []
     strategy, surge, unavailable = _rollout_values(rollout)
-    if strategy == c.ROLLOUT_RECREATE and ("maxSurge" in rollout or "maxUnavailable" in rollout):
+    if strategy == constants.ROLLOUT_RECREATE and ("maxSurge" in rollout or "maxUnavailable" in rollout):
         return ["spec.rollout: Recreate takes no maxSurge/maxUnavailable"]
-    if strategy == c.ROLLOUT_ROLLING and surge + unavailable < 1:
+    if strategy == constants.ROLLOUT_ROLLING and surge + unavailable < 1:
         return ["spec.rollout: a rolling update needs maxSurge + maxUnavailable >= 1"]
     return []
 
@@ -308,7 +307,7 @@ def _check_rollout(obj: Mapping[str, Any]) -> list[str]:
 def _check_progress(obj: Mapping[str, Any]) -> list[str]:
     spec = _spec(obj)
     deadline = (spec.get("rollout") or {}).get("progressDeadlineSeconds")
-    startup = spec.get("startupTimeoutSeconds", c.DEFAULT_STARTUP_TIMEOUT_SECONDS)
+    startup = spec.get("startupTimeoutSeconds", constants.DEFAULT_STARTUP_TIMEOUT_SECONDS)
     if deadline is not None and deadline <= startup:
         return ["spec.rollout: progressDeadlineSeconds must exceed startupTimeoutSeconds"]
     return []
@@ -319,12 +318,12 @@ def _check_shared_cache(obj: Mapping[str, Any]) -> list[str]:
     cache = spec.get("modelCache") or {}
     if "size" not in cache or cache.get("perPod"):
         return []
-    if any(m in c.SHARED_ACCESS_MODES for m in cache.get("accessModes", ())):
+    if any(m in constants.SHARED_ACCESS_MODES for m in cache.get("accessModes", ())):
         return []
     strategy, surge, _ = _rollout_values(spec.get("rollout") or {})
-    surging = strategy == c.ROLLOUT_ROLLING and surge > 0
-    several = spec.get("replicas", c.DEFAULT_REPLICAS) > 1 or (spec.get("autoscaling") or {}).get("maxReplicas", 0) > 1
-    several = several or ("gpusPerNode" in spec and spec.get("tp", c.DEFAULT_TP) > spec["gpusPerNode"])
+    surging = strategy == constants.ROLLOUT_ROLLING and surge > 0
+    several = spec.get("replicas", constants.DEFAULT_REPLICAS) > 1 or (spec.get("autoscaling") or {}).get("maxReplicas", 0) > 1
+    several = several or ("gpusPerNode" in spec and spec.get("tp", constants.DEFAULT_TP) > spec["gpusPerNode"])
     if several or surging:
         return [
             "spec.modelCache: a ReadWriteOnce model cache attaches to one node: with more than one pod (replicas, "
@@ -336,8 +335,8 @@ def _check_shared_cache(obj: Mapping[str, Any]) -> list[str]:
 
 def _check_multi_node(obj: Mapping[str, Any]) -> list[str]:
     spec = _spec(obj)
-    if spec.get("tp", c.DEFAULT_TP) > c.MAX_SINGLE_POD_TP and "gpusPerNode" not in spec:
-        return [f"spec.tp: {spec['tp']} is above {c.MAX_SINGLE_POD_TP} and spans several nodes: set spec.gpusPerNode"]
+    if spec.get("tp", constants.DEFAULT_TP) > constants.MAX_SINGLE_POD_TP and "gpusPerNode" not in spec:
+        return [f"spec.tp: {spec['tp']} is above {constants.MAX_SINGLE_POD_TP} and spans several nodes: set spec.gpusPerNode"]
     return []
 
 
@@ -368,7 +367,7 @@ def _check_hostnames(obj: Mapping[str, Any]) -> list[str]:
 
 def _check_exclusive_topology(obj: Mapping[str, Any]) -> list[str]:
     spec = _spec(obj)
-    multi_node = "gpusPerNode" in spec and spec.get("tp", c.DEFAULT_TP) > spec["gpusPerNode"]
+    multi_node = "gpusPerNode" in spec and spec.get("tp", constants.DEFAULT_TP) > spec["gpusPerNode"]
     if "exclusiveTopology" in spec and not multi_node:
         return ["spec.exclusiveTopology: places multi-node groups only: it needs tp above gpusPerNode"]
     return []
@@ -428,7 +427,7 @@ def check_cache_transition(old: Mapping[str, Any] | None, new: Mapping[str, Any]
     changed = []
     if old.get("storageClassName", "") != new.get("storageClassName", ""):
         changed.append("storageClassName")
-    default = list(c.DEFAULT_CACHE_ACCESS_MODES)
+    default = list(constants.DEFAULT_CACHE_ACCESS_MODES)
     if list(old.get("accessModes", default)) != list(new.get("accessModes", default)):
         changed.append("accessModes")
     before, after = quantity.parse(old["size"]), quantity.parse(new["size"])
@@ -462,16 +461,16 @@ def _check_pod_template(spec: Mapping[str, Any]) -> list[str]:
         for path in k8s_schema.unknown_fields(pod_spec, "V1PodSpec", "spec.podTemplate.spec")
     ]
     for container in ((spec.get("podTemplate") or {}).get("spec") or {}).get("containers") or []:
-        if not isinstance(container, Mapping) or container.get("name") != c.CONTAINER_NAME:
+        if not isinstance(container, Mapping) or container.get("name") != constants.CONTAINER_NAME:
             continue
         for key in POD_TEMPLATE_OWNED_CONTAINER_FIELDS:
             if key in container:
                 problems.append(
-                    f"spec.podTemplate: the {c.CONTAINER_NAME} container's {key} comes from the spec (model, tp, port, args)"
+                    f"spec.podTemplate: the {constants.CONTAINER_NAME} container's {key} comes from the spec (model, tp, port, args)"
                 )
         for kind in ("requests", "limits"):
-            if c.GPU_RESOURCE in ((container.get("resources") or {}).get(kind) or {}):
-                problems.append(f"spec.podTemplate: do not set {c.GPU_RESOURCE}: spec.tp sets the GPUs per pod")
+            if constants.GPU_RESOURCE in ((container.get("resources") or {}).get(kind) or {}):
+                problems.append(f"spec.podTemplate: do not set {constants.GPU_RESOURCE}: spec.tp sets the GPUs per pod")
     return problems
 
 
@@ -508,7 +507,7 @@ def _parse_server_args(spec: Mapping[str, Any]) -> tuple[list[str], float]:
     adapters = _adapters(spec)
     try:
         server.check_extra_args(extra)
-        argv = server.command_line(spec["model"], spec.get("tp", c.DEFAULT_TP), spec.get("port", server.DEFAULT_PORT),
+        argv = server.command_line(spec["model"], spec.get("tp", constants.DEFAULT_TP), spec.get("port", server.DEFAULT_PORT),
                                    [*_adapter_flags(adapters, extra), *extra])
         parsed = server.parse_command_line(argv)
     except server.ServerArgsError as exc:
@@ -518,11 +517,11 @@ def _parse_server_args(spec: Mapping[str, Any]) -> tuple[list[str], float]:
     return _slot_problems(adapters, parsed), float(parsed.drain_timeout)
 
 
-def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -> InferenceService:
+def parse(obj: Mapping[str, Any], default_image: str = constants.DEFAULT_SERVER_IMAGE) -> InferenceService:
     """The InferenceService ``obj`` (a whole object, as kopf or a YAML file gives it), validated."""
     meta = obj.get("metadata") or {}
-    if (obj.get("apiVersion"), obj.get("kind")) != (c.API_VERSION, c.KIND):
-        raise SpecError([f"not an {c.API_VERSION} {c.KIND}: apiVersion={obj.get('apiVersion')!r} kind={obj.get('kind')!r}"])
+    if (obj.get("apiVersion"), obj.get("kind")) != (constants.API_VERSION, constants.KIND):
+        raise SpecError([f"not an {constants.API_VERSION} {constants.KIND}: apiVersion={obj.get('apiVersion')!r} kind={obj.get('kind')!r}"])
     checked = {k: obj[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in obj}
     problems = schema.errors(checked)
     if problems:  # the rest assumes the types are right
@@ -546,8 +545,8 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
         namespace=meta.get("namespace") or "default",
         uid=meta.get("uid") or PLACEHOLDER_UID,
         model=spec["model"],
-        tp=spec.get("tp", c.DEFAULT_TP),
-        replicas=spec.get("replicas", c.DEFAULT_REPLICAS),
+        tp=spec.get("tp", constants.DEFAULT_TP),
+        replicas=spec.get("replicas", constants.DEFAULT_REPLICAS),
         image=spec.get("image") or default_image,
         port=spec.get("port", server.DEFAULT_PORT),
         args=tuple(spec.get("args", [])),
@@ -561,9 +560,9 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
             claim_name=cache.get("claimName"),
             size=cache.get("size"),
             storage_class_name=cache.get("storageClassName"),
-            access_modes=tuple(cache.get("accessModes", c.DEFAULT_CACHE_ACCESS_MODES)),
+            access_modes=tuple(cache.get("accessModes", constants.DEFAULT_CACHE_ACCESS_MODES)),
             per_pod=bool(cache.get("perPod", False)),
-            retain=bool(cache.get("retain", c.DEFAULT_CACHE_RETAIN)),
+            retain=bool(cache.get("retain", constants.DEFAULT_CACHE_RETAIN)),
         ),
         node_selector=dict(spec.get("nodeSelector", {})),
         tolerations=tuple(spec.get("tolerations", [])),
@@ -573,23 +572,23 @@ def parse(obj: Mapping[str, Any], default_image: str = c.DEFAULT_SERVER_IMAGE) -
         else Autoscaling(
             min_replicas=scaling.get("minReplicas", 1),
             max_replicas=scaling["maxReplicas"],
-            target_waiting_requests=scaling.get("targetWaitingRequests", c.DEFAULT_TARGET_WAITING_REQUESTS),
+            target_waiting_requests=scaling.get("targetWaitingRequests", constants.DEFAULT_TARGET_WAITING_REQUESTS),
             keda=None
             if keda is None
             else Keda(
                 prometheus_address=keda["prometheusAddress"],
-                metric=keda.get("metric", c.KEDA_METRIC_WAITING),
+                metric=keda.get("metric", constants.KEDA_METRIC_WAITING),
                 target=keda["target"],
                 activation_target=keda.get("activationTarget"),
             ),
         ),
         rollout=Rollout(
-            strategy=rollout.get("strategy", c.ROLLOUT_ROLLING),
-            max_surge=rollout.get("maxSurge", c.DEFAULT_MAX_SURGE),
-            max_unavailable=rollout.get("maxUnavailable", c.DEFAULT_MAX_UNAVAILABLE),
+            strategy=rollout.get("strategy", constants.ROLLOUT_ROLLING),
+            max_surge=rollout.get("maxSurge", constants.DEFAULT_MAX_SURGE),
+            max_unavailable=rollout.get("maxUnavailable", constants.DEFAULT_MAX_UNAVAILABLE),
             progress_deadline_seconds=rollout.get("progressDeadlineSeconds"),
         ),
-        startup_timeout_seconds=spec.get("startupTimeoutSeconds", c.DEFAULT_STARTUP_TIMEOUT_SECONDS),
+        startup_timeout_seconds=spec.get("startupTimeoutSeconds", constants.DEFAULT_STARTUP_TIMEOUT_SECONDS),
         pod_template=copy.deepcopy(spec.get("podTemplate") or {}),
         gpus_per_node=spec.get("gpusPerNode"),
         exclusive_topology=spec.get("exclusiveTopology"),
@@ -606,6 +605,6 @@ def _router(router: Mapping[str, Any]) -> Router:
         else Gateway(name=gateway["name"], namespace=gateway.get("namespace"), section_name=gateway.get("sectionName")),
         hostnames=tuple(router.get("hostnames", ())),
         canary=None if canary is None else Canary(canary["inferenceService"], canary["weight"]),
-        failure_mode=router.get("failureMode", c.DEFAULT_FAILURE_MODE),
-        request_timeout_seconds=router.get("requestTimeoutSeconds", c.DEFAULT_ROUTE_TIMEOUT_SECONDS),
+        failure_mode=router.get("failureMode", constants.DEFAULT_FAILURE_MODE),
+        request_timeout_seconds=router.get("requestTimeoutSeconds", constants.DEFAULT_ROUTE_TIMEOUT_SECONDS),
     )

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import constants as c
+from . import constants
 
 Obj = dict[str, Any]
 
@@ -134,55 +134,55 @@ def compute(
 
     if ready >= 1:
         ready_cond = _condition(
-            c.CONDITION_READY,
+            constants.CONDITION_READY,
             True,
             "AllReplicasReady" if ready >= desired else "MinimumReplicasReady",
             f"{ready}/{desired} replicas ready",
         )
     elif desired == 0:
-        ready_cond = _condition(c.CONDITION_READY, False, "ScaledToZero", "spec.replicas is 0")
+        ready_cond = _condition(constants.CONDITION_READY, False, "ScaledToZero", "spec.replicas is 0")
     elif not facts["exists"]:
-        ready_cond = _condition(c.CONDITION_READY, False, "DeploymentMissing", "the Deployment does not exist yet")
+        ready_cond = _condition(constants.CONDITION_READY, False, "DeploymentMissing", "the Deployment does not exist yet")
     else:
-        ready_cond = _condition(c.CONDITION_READY, False, "NoReplicasReady", f"0/{desired} replicas ready")
+        ready_cond = _condition(constants.CONDITION_READY, False, "NoReplicasReady", f"0/{desired} replicas ready")
 
     picker_down = picker is not None and int((picker.get("status") or {}).get("availableReplicas") or 0) < 1
     if picker_down and ready >= 1:
         # The pods serve, but the gateway reaches them through the picker: not Ready until one is up.
         ready_cond = _condition(
-            c.CONDITION_READY, False, "EndpointPickerUnavailable",
+            constants.CONDITION_READY, False, "EndpointPickerUnavailable",
             f"{ready}/{desired} replicas ready, but no endpoint picker is available: the gateway cannot route to them",
         )  # fmt: skip
 
     if problem is not None:
-        progressing_cond = _condition(c.CONDITION_PROGRESSING, False, problem.reason, "the rollout is stopped: see Degraded")
-        degraded_cond = _condition(c.CONDITION_DEGRADED, True, problem.reason, problem.message)
+        progressing_cond = _condition(constants.CONDITION_PROGRESSING, False, problem.reason, "the rollout is stopped: see Degraded")
+        degraded_cond = _condition(constants.CONDITION_DEGRADED, True, problem.reason, problem.message)
     else:
-        degraded_cond = _condition(c.CONDITION_DEGRADED, False, "AsExpected", "")
+        degraded_cond = _condition(constants.CONDITION_DEGRADED, False, "AsExpected", "")
         if loading is not None:
-            progressing_cond = _condition(c.CONDITION_PROGRESSING, True, "LoadingModel", loading)
+            progressing_cond = _condition(constants.CONDITION_PROGRESSING, True, "LoadingModel", loading)
         elif rolled_out:
-            progressing_cond = _condition(c.CONDITION_PROGRESSING, False, "RolloutComplete", f"{desired} replicas up to date")
+            progressing_cond = _condition(constants.CONDITION_PROGRESSING, False, "RolloutComplete", f"{desired} replicas up to date")
         else:
             progressing_cond = _condition(
-                c.CONDITION_PROGRESSING,
+                constants.CONDITION_PROGRESSING,
                 True,
                 "RollingOut",
                 f"{facts['updated']}/{desired} replicas updated, {ready} ready",
             )
 
     if problem is not None:
-        phase = c.PHASE_DEGRADED
+        phase = constants.PHASE_DEGRADED
     elif desired == 0 and facts["replicas"] == 0 and facts["exists"]:
-        phase = c.PHASE_SCALED_TO_ZERO
+        phase = constants.PHASE_SCALED_TO_ZERO
     elif not facts["observed"]:
-        phase = c.PHASE_PENDING
+        phase = constants.PHASE_PENDING
     elif loading is not None:
-        phase = c.PHASE_PROGRESSING if facts["exists"] else c.PHASE_PENDING
+        phase = constants.PHASE_PROGRESSING if facts["exists"] else constants.PHASE_PENDING
     elif rolled_out and not picker_down:
-        phase = c.PHASE_READY
+        phase = constants.PHASE_READY
     else:
-        phase = c.PHASE_PROGRESSING
+        phase = constants.PHASE_PROGRESSING
 
     old = {cond.get("type"): cond for cond in (previous or {}).get("conditions") or []}
     conditions = []
@@ -212,6 +212,6 @@ def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:
 def degraded(status_: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
     """The Degraded condition of a status when it is True."""
     for cond in (status_ or {}).get("conditions") or []:
-        if cond.get("type") == c.CONDITION_DEGRADED and cond.get("status") == "True":
+        if cond.get("type") == constants.CONDITION_DEGRADED and cond.get("status") == "True":
             return cond
     return None

@@ -51,7 +51,7 @@ import kube_names
 import kube_webhooks
 import operator_crds
 
-from minisgl_operator import constants as c
+from minisgl_operator import constants
 from minisgl_operator.kube import ApiError
 
 Obj = dict[str, Any]
@@ -174,7 +174,7 @@ class FakeKube:
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
-    def apply(self, obj: Obj, manager: str = c.FIELD_MANAGER, force: bool = True) -> Obj:
+    def apply(self, obj: Obj, manager: str = constants.FIELD_MANAGER, force: bool = True) -> Obj:
         """Server-side apply (kube_apply.py), as the operator's field manager with force unless
         told otherwise; then defaulting, validation (422) and admission webhooks (403)."""
         meta = obj["metadata"]
@@ -248,8 +248,8 @@ class FakeKube:
         return self.watch("Pod", label_selector, namespace)
 
     def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
-        self._record("patch_status", c.KIND, namespace, name)
-        key = (c.KIND, namespace, name)
+        self._record("patch_status", constants.KIND, namespace, name)
+        key = (constants.KIND, namespace, name)
         obj = self.objects[key]
         obj["status"] = _merge_patch(obj.get("status") or {}, status)
         obj["metadata"]["resourceVersion"] = str(next(self._versions))
@@ -277,8 +277,8 @@ class FakeKube:
     def create_inferenceservice(self, name: str, spec: Obj, namespace: str = "llm") -> Obj:
         """What `kubectl apply` of an InferenceService leaves in the API server."""
         body = {
-            "apiVersion": c.API_VERSION,
-            "kind": c.KIND,
+            "apiVersion": constants.API_VERSION,
+            "kind": constants.KIND,
             "metadata": {
                 "name": name,
                 "namespace": namespace,
@@ -290,7 +290,7 @@ class FakeKube:
             },
             "spec": copy.deepcopy(spec),
         }
-        self.objects[(c.KIND, namespace, name)] = body
+        self.objects[(constants.KIND, namespace, name)] = body
         return copy.deepcopy(body)
 
     def submit_inferenceservice(self, name: str, spec: Obj, namespace: str = "llm") -> Obj:
@@ -298,19 +298,19 @@ class FakeKube:
         Invalid for what the CRD's schema, list keys or CEL rules refuse (operator_crds), else what
         ``create_inferenceservice`` stores. (That one stores any spec, as a CRD of an older
         operator would let through: the operator's own checks are what those tests exercise.)"""
-        obj = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name, "namespace": namespace},
+        obj = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": name, "namespace": namespace},
                "spec": copy.deepcopy(spec)}
         problems = operator_crds.custom_errors(obj)
         if problems:
-            raise ApiError(422, "Invalid", f'{c.KIND}.{c.GROUP} "{name}" is invalid: ' + "; ".join(problems))
+            raise ApiError(422, "Invalid", f'{constants.KIND}.{constants.GROUP} "{name}" is invalid: ' + "; ".join(problems))
         return self.create_inferenceservice(name, spec, namespace)
 
     def inferenceservice(self, name: str, namespace: str = "llm") -> Obj:
-        return copy.deepcopy(self.objects[(c.KIND, namespace, name)])
+        return copy.deepcopy(self.objects[(constants.KIND, namespace, name)])
 
     def update_spec(self, name: str, change: Callable[[Obj], None], namespace: str = "llm") -> Obj:
         """A user edits the spec: the API server bumps metadata.generation."""
-        body = self.objects[(c.KIND, namespace, name)]
+        body = self.objects[(constants.KIND, namespace, name)]
         change(body["spec"])
         body["metadata"]["generation"] += 1
         body["metadata"]["resourceVersion"] = str(next(self._versions))
@@ -352,7 +352,7 @@ class FakeKube:
         return copy.deepcopy(dep)
 
     def children(self, namespace: str = "llm") -> dict[tuple[str, str], Obj]:
-        return {(k, n): o for (k, ns, n), o in self.objects.items() if ns == namespace and k not in (c.KIND, "Pod", "Secret")}
+        return {(k, n): o for (k, ns, n), o in self.objects.items() if ns == namespace and k not in (constants.KIND, "Pod", "Secret")}
 
     # --- deletion: finalizers and the garbage collector --------------------------------------
 
@@ -533,7 +533,7 @@ class FakeKube:
         self.objects.pop(("Pod", pod["metadata"]["namespace"], pod["metadata"]["name"]), None)
 
     def _gpus(self, pod: Obj) -> int:
-        return sum(int(ctr.get("resources", {}).get("limits", {}).get(c.GPU_RESOURCE, 0)) for ctr in pod["spec"]["containers"])
+        return sum(int(ctr.get("resources", {}).get("limits", {}).get(constants.GPU_RESOURCE, 0)) for ctr in pod["spec"]["containers"])
 
     def _claims(self, pod: Obj) -> list[str]:
         return [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"].get("volumes", []) if "persistentVolumeClaim" in v]
@@ -547,7 +547,7 @@ class FakeKube:
             for node, gpus in sorted(self.nodes.items()):
                 used = sum(self._gpus(p) for p in self.pods(namespace=namespace) if p["spec"].get("nodeName") == node)
                 if gpus - used < self._gpus(pod):
-                    reasons.append(f"node {node}: Insufficient {c.GPU_RESOURCE}")
+                    reasons.append(f"node {node}: Insufficient {constants.GPU_RESOURCE}")
                     continue
                 conflict = self._attach_conflict(pod, node, namespace)
                 if conflict:

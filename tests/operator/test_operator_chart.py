@@ -13,8 +13,7 @@ import yaml
 from operator_chart_tools import CHART, NAMESPACE, crds, helm_lint_sdkpy, helm_lint_strict, helm_notes, helm_template
 
 from minisgl.server import args as server_args
-from minisgl_operator import __version__, kube, render
-from minisgl_operator import constants as c
+from minisgl_operator import __version__, constants, kube, render
 
 K8S_VERSION = kubernetes_validate.latest_version()
 MONITORING = "monitoring.coreos.com/v1"
@@ -89,7 +88,7 @@ def test_every_templated_object_is_valid_for_a_current_kubernetes(name):
 
 def test_the_crd_ships_in_crds_and_is_valid():
     (crd,) = crds()
-    assert crd["metadata"]["name"] == c.CRD_NAME
+    assert crd["metadata"]["name"] == constants.CRD_NAME
     kubernetes_validate.validate(crd, K8S_VERSION, strict=True)
 
 
@@ -125,14 +124,14 @@ def test_images_default_to_the_app_version_which_is_the_operators_version():
     (ctr,) = operator_deployment(helm_template())["spec"]["template"]["spec"]["containers"]
     assert ctr["image"] == f"minisgl/minisgl-operator:{__version__}"
     env = {e["name"]: e["value"] for e in ctr["env"]}
-    assert env[c.SERVER_IMAGE_ENV] == f"minisgl/minisgl:{__version__}" == c.DEFAULT_SERVER_IMAGE
-    assert float(env[c.RESYNC_SECONDS_ENV]) == 60
+    assert env[constants.SERVER_IMAGE_ENV] == f"minisgl/minisgl:{__version__}" == constants.DEFAULT_SERVER_IMAGE
+    assert float(env[constants.RESYNC_SECONDS_ENV]) == 60
 
     (ctr,) = operator_deployment(helm_template({"serverImage": {"repository": "r/s", "tag": "7"}, "image": {"tag": "8"}}))[
         "spec"
     ]["template"]["spec"]["containers"]
     assert ctr["image"] == "minisgl/minisgl-operator:8"
-    assert {e["name"]: e["value"] for e in ctr["env"]}[c.SERVER_IMAGE_ENV] == "r/s:7"
+    assert {e["name"]: e["value"] for e in ctr["env"]}[constants.SERVER_IMAGE_ENV] == "r/s:7"
 
 
 def test_watched_namespaces_reach_kopf():
@@ -190,8 +189,8 @@ def test_user_roles_let_admins_and_editors_manage_inferenceservices():
     objects = helm_template()
     editor = next(r for r in by_kind(objects, "ClusterRole") if r["metadata"]["name"].endswith("-editor"))
     assert editor["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-edit"] == "true"
-    assert "create" in _grants(editor)[(c.GROUP, c.PLURAL)]
-    assert "update" in _grants(editor)[(c.GROUP, f"{c.PLURAL}/scale")]  # kubectl scale
+    assert "create" in _grants(editor)[(constants.GROUP, constants.PLURAL)]
+    assert "update" in _grants(editor)[(constants.GROUP, f"{constants.PLURAL}/scale")]  # kubectl scale
 
 
 def test_without_rbac_and_service_account_the_chart_uses_the_given_account():
@@ -228,7 +227,7 @@ def test_every_install_and_upgrade_applies_the_operators_crd_first():
     (role,) = by_kind(hooks, "ClusterRole")
     for rule in role["rules"]:
         assert rule["resources"] == ["customresourcedefinitions"]
-        assert rule.get("resourceNames") == [c.CRD_NAME] or rule["verbs"] == ["create"]
+        assert rule.get("resourceNames") == [constants.CRD_NAME] or rule["verbs"] == ["create"]
     (binding,) = by_kind(hooks, "ClusterRoleBinding")
     assert binding["subjects"][0]["name"] == job["spec"]["template"]["spec"]["serviceAccountName"]
     # The operator Deployment's selector does not match the Job's pod.
@@ -247,7 +246,8 @@ def test_the_crd_upgrade_hook_can_be_turned_off():
 
 
 def _pod_labels() -> dict:
-    example = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "x", "namespace": "llm"}, "spec": {"model": "m"}}
+    example = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "x", "namespace": "llm"},
+               "spec": {"model": "m"}}
     dep = next(o for o in render.render(example) if o["kind"] == "Deployment")
     return dep["spec"]["template"]["metadata"]["labels"]
 
@@ -261,12 +261,12 @@ def test_pod_and_service_monitors_scrape_the_inference_servers_metrics_path():
     (pm,) = [m for m in by_kind(objects, "PodMonitor") if m["metadata"]["name"].endswith("-servers")]
     (sm,) = [m for m in by_kind(objects, "ServiceMonitor") if m["metadata"]["name"].endswith("-servers")]
     # The series carry their InferenceService's name: what KEDA's queries select on.
-    relabel = {"sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"], "targetLabel": c.PROMETHEUS_ISVC_LABEL}
-    assert c.LABEL_INSTANCE.replace(".", "_").replace("/", "_") in relabel["sourceLabels"][0]
+    relabel = {"sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"], "targetLabel": constants.PROMETHEUS_ISVC_LABEL}
+    assert constants.LABEL_INSTANCE.replace(".", "_").replace("/", "_") in relabel["sourceLabels"][0]
     assert pm["spec"]["podMetricsEndpoints"] == [
-        {"port": c.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s", "relabelings": [relabel]}
+        {"port": constants.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s", "relabelings": [relabel]}
     ]
-    assert sm["spec"]["endpoints"] == [{"port": c.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s"}]
+    assert sm["spec"]["endpoints"] == [{"port": constants.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s"}]
     labels = _pod_labels()
     for monitor in (pm, sm):
         assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["llm"]}
@@ -280,12 +280,12 @@ def test_the_monitors_scrape_the_endpoint_pickers_whose_queue_wakes_a_service_sc
     # KEDA's scale-from-zero trigger reads llm_d_epp_flow_control_queue_size: unscraped, its
     # `or vector(0)` reads a healthy 0 and no request ever wakes the first pod.
     keda = {"prometheusAddress": "http://prom:9090", "target": "4"}
-    example = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "x", "namespace": "llm"},
+    example = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "x", "namespace": "llm"},
                "spec": {"model": "m", "router": {}, "autoscaling": {"minReplicas": 0, "maxReplicas": 2, "keda": keda}}}  # fmt: skip
     rendered = {(o["kind"], o["metadata"]["name"]): o for o in render.render(example)}
     picker = rendered[("Deployment", "x-epp")]["spec"]["template"]
     picker_service = rendered[("Service", "x-epp")]
-    (held,) = [t for t in rendered[("ScaledObject", "x")]["spec"]["triggers"] if c.EPP_QUEUE_METRIC in t["metadata"]["query"]]
+    (held,) = [t for t in rendered[("ScaledObject", "x")]["spec"]["triggers"] if constants.EPP_QUEUE_METRIC in t["metadata"]["query"]]
     assert held["metadata"]["activationThreshold"] == "0"
     objects = helm_template({**ALL_ON, "watchNamespaces": ["llm"]})
 

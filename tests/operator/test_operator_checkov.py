@@ -16,8 +16,7 @@ import pytest
 import yaml
 from operator_chart_tools import NAMESPACE, helm_template
 
-from minisgl_operator import constants as c
-from minisgl_operator import render
+from minisgl_operator import constants, render
 from tests.tool_venvs import tool_binary
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,7 +32,7 @@ def _endpoint_pickers() -> tuple[str, ...]:
     for path in sorted((REPO / "operator" / "examples").glob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             if doc and "router" in doc["spec"]:
-                ids.append(f"Deployment.{SERVER_NAMESPACE}.{doc['metadata']['name']}{c.EPP_SUFFIX}")
+                ids.append(f"Deployment.{SERVER_NAMESPACE}.{doc['metadata']['name']}{constants.EPP_SUFFIX}")
     return tuple(ids)
 
 

@@ -15,8 +15,7 @@ import kopf
 import pytest
 from kopf._cogs.structs import references
 
-from minisgl_operator import constants as c
-from minisgl_operator import handlers
+from minisgl_operator import constants, handlers
 from minisgl_operator.kube import ApiError
 
 LOG = logging.getLogger("test-operator")
@@ -47,10 +46,11 @@ def create(fake, spec: dict, name: str = "chat") -> dict:
 def finish_loader(fake, name: str = "chat") -> None:
     """The Job controller runs the model cache's loader (if there is one) to its end, and the
     operator hears of it: the server pods may start."""
-    job = fake.objects.get(("Job", "llm", f"{name}{c.LOADER_SUFFIX}"))
+    job = fake.objects.get(("Job", "llm", f"{name}{constants.LOADER_SUFFIX}"))
     if job is not None and not (job.get("status") or {}).get("conditions"):
         fake.run_jobs()
-        handlers.on_job_event(event={"type": "MODIFIED", "object": fake.objects[("Job", "llm", f"{name}{c.LOADER_SUFFIX}")]}, logger=LOG)
+        job = fake.objects[("Job", "llm", f"{name}{constants.LOADER_SUFFIX}")]
+        handlers.on_job_event(event={"type": "MODIFIED", "object": job}, logger=LOG)
 
 
 def update(fake, change, name: str = "chat") -> None:
@@ -98,7 +98,7 @@ def test_the_fake_scheduler_keeps_a_second_pod_of_a_read_write_once_claim_off_ot
     states = [p["status"]["phase"] for p in fake.pods("chat")]
     assert sorted(states) == ["Pending", "Running"]
     # The operator names the cause (the claim it cannot see in the CRD) and the pod's symptom.
-    degraded = condition(body, c.CONDITION_DEGRADED)
+    degraded = condition(body, constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "CacheNotShareable")
     assert "team-models is ReadWriteOnce" in degraded["message"]
     assert "Multi-Attach" in degraded["message"]
@@ -108,7 +108,7 @@ def test_the_fake_scheduler_keeps_a_second_pod_of_a_read_write_once_claim_off_ot
 def test_a_created_read_write_once_cache_for_several_pods_is_refused_before_anything_is_created(fake):
     body = create(fake, {"model": "m", "tp": 8, "replicas": 2, "modelCache": {"size": "1Ti"}})
     assert fake.children() == {}
-    degraded = condition(body, c.CONDITION_DEGRADED)
+    degraded = condition(body, constants.CONDITION_DEGRADED)
     assert degraded["reason"] == "InvalidSpec"
     assert "ReadWriteOnce model cache attaches to one node" in degraded["message"]
 
@@ -125,13 +125,13 @@ def test_a_shareable_cache_scales_out_across_nodes_and_rolls(fake, cache):
     gpu_pool(fake, 2)
     create(fake, {"model": "m", "tp": 8, "replicas": 2, "modelCache": cache})
     body = settle(fake)
-    assert body["status"]["phase"] == c.PHASE_READY
+    assert body["status"]["phase"] == constants.PHASE_READY
     assert {p["spec"]["nodeName"] for p in fake.pods()} == {"gpu-0", "gpu-1"}
 
     update(fake, lambda spec: spec.update(image=NEW_IMAGE))
     body = settle(fake)
     assert pod_states(fake) == [(NEW_IMAGE, "Running")] * 2
-    assert body["status"]["phase"] == c.PHASE_READY
+    assert body["status"]["phase"] == constants.PHASE_READY
 
 
 # --- 2. a full GPU pool still rolls ----------------------------------------------------------------
@@ -150,8 +150,8 @@ def test_the_default_rollout_completes_on_a_full_gpu_pool(fake):
     update(fake, lambda spec: spec.update(image=NEW_IMAGE))
     body = settle(fake)
     assert pod_states(fake) == [(NEW_IMAGE, "Running")] * 2
-    assert body["status"]["phase"] == c.PHASE_READY
-    assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"
+    assert body["status"]["phase"] == constants.PHASE_READY
+    assert condition(body, constants.CONDITION_DEGRADED)["status"] == "False"
 
 
 def test_a_surge_rollout_on_a_full_pool_says_why_it_is_stuck_at_once(fake):
@@ -164,10 +164,10 @@ def test_a_surge_rollout_on_a_full_pool_says_why_it_is_stuck_at_once(fake):
     # The old pods keep serving; the surge pod waits for a GPU, and the status says so now,
     # not after the progress deadline.
     assert pod_states(fake) == [(IMAGE, "Running"), (IMAGE, "Running"), (NEW_IMAGE, "Pending")]
-    assert condition(body, c.CONDITION_READY)["status"] == "True"
-    degraded = condition(body, c.CONDITION_DEGRADED)
+    assert condition(body, constants.CONDITION_READY)["status"] == "True"
+    degraded = condition(body, constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "Unschedulable")
-    assert f"Insufficient {c.GPU_RESOURCE}" in degraded["message"]
+    assert f"Insufficient {constants.GPU_RESOURCE}" in degraded["message"]
 
 
 def test_recreate_stops_every_pod_first(fake):
@@ -176,7 +176,7 @@ def test_recreate_stops_every_pod_first(fake):
     settle(fake)
     assert fake.objects[("Deployment", "llm", "chat")]["spec"]["strategy"] == {"type": "Recreate"}
     update(fake, lambda spec: spec.update(image=NEW_IMAGE))
-    assert settle(fake)["status"]["phase"] == c.PHASE_READY
+    assert settle(fake)["status"]["phase"] == constants.PHASE_READY
     assert pod_states(fake) == [(NEW_IMAGE, "Running")]
 
 
@@ -218,7 +218,7 @@ def test_an_immutable_cache_edit_is_reported_and_the_rest_of_the_spec_still_appl
     container = fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]
     assert container["image"] == NEW_IMAGE
     assert container["args"][-2:] == ["--max-running-requests", "32"]
-    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    degraded = condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "CacheImmutable")
     assert "chat-model-cache" in degraded["message"]
 
@@ -236,7 +236,7 @@ def test_growing_the_cache_is_applied(fake):
     update(fake, lambda spec: spec["modelCache"].update(size="200Gi"))
     pvc = fake.objects[("PersistentVolumeClaim", "llm", "chat-model-cache")]
     assert pvc["spec"]["resources"]["requests"]["storage"] == "200Gi"
-    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["status"] == "False"
+    assert condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)["status"] == "False"
 
 
 # --- 4. deletion never waits for the operator ------------------------------------------------------
@@ -252,7 +252,7 @@ def kopf_would_add_a_finalizer() -> bool:
     ours = [
         h
         for h in [*registry._changing.get_all_handlers(), *registry._spawning.get_all_handlers()]
-        if h.selector is not None and (h.selector.group, h.selector.any_name) == (c.GROUP, c.PLURAL)
+        if h.selector is not None and (h.selector.group, h.selector.any_name) == (constants.GROUP, constants.PLURAL)
     ]
     return any(h.requires_finalizer for h in ours)
 
@@ -260,13 +260,13 @@ def kopf_would_add_a_finalizer() -> bool:
 def test_deleting_an_inferenceservice_while_the_operator_is_down_deletes_it_and_its_children(fake):
     create(fake, {"model": "m", "modelCache": {"size": "100Gi", "retain": False}})
     if kopf_would_add_a_finalizer():  # what kopf does on its first pass over the object
-        fake.objects[(c.KIND, "llm", "chat")]["metadata"]["finalizers"] = [KOPF_FINALIZER]
+        fake.objects[(constants.KIND, "llm", "chat")]["metadata"]["finalizers"] = [KOPF_FINALIZER]
     assert fake.children() != {}
 
     # The operator is uninstalled (or down); the user deletes the InferenceService.
-    fake.user_delete(c.KIND, "chat")
+    fake.user_delete(constants.KIND, "chat")
 
-    assert (c.KIND, "llm", "chat") not in fake.objects
+    assert (constants.KIND, "llm", "chat") not in fake.objects
     assert fake.children() == {}  # the garbage collector followed the ownerReferences
 
 
@@ -277,18 +277,18 @@ def test_the_fake_api_keeps_a_pvc_in_use_until_its_pods_are_gone(fake):
     fake.user_delete("PersistentVolumeClaim", "chat-model-cache")  # kubectl delete pvc, by mistake
     pvc = fake.objects[("PersistentVolumeClaim", "llm", "chat-model-cache")]
     assert pvc["metadata"]["deletionTimestamp"] and pvc["metadata"]["finalizers"] == ["kubernetes.io/pvc-protection"]
-    fake.user_delete(c.KIND, "chat")  # the InferenceService, its Deployment and pods go: so does the PVC
+    fake.user_delete(constants.KIND, "chat")  # the InferenceService, its Deployment and pods go: so does the PVC
     assert fake.children() == {} and fake.pods() == []
 
 
 def test_the_fake_api_keeps_an_object_with_a_finalizer_until_it_is_removed(fake):
     create(fake, {"model": "m"})
-    fake.objects[(c.KIND, "llm", "chat")]["metadata"]["finalizers"] = ["example.com/hold"]
-    fake.user_delete(c.KIND, "chat")
+    fake.objects[(constants.KIND, "llm", "chat")]["metadata"]["finalizers"] = ["example.com/hold"]
+    fake.user_delete(constants.KIND, "chat")
     assert fake.inferenceservice("chat")["metadata"]["deletionTimestamp"]
     assert ("Deployment", "chat") in fake.children()
-    fake.remove_finalizer(c.KIND, "chat", "example.com/hold")
-    assert (c.KIND, "llm", "chat") not in fake.objects and fake.children() == {}
+    fake.remove_finalizer(constants.KIND, "chat", "example.com/hold")
+    assert (constants.KIND, "llm", "chat") not in fake.objects and fake.children() == {}
 
 
 # --- 8. pods that cannot start: the reason, in status and an Event --------------------------------
@@ -301,7 +301,7 @@ def _missing_secret(fake):
 @pytest.mark.parametrize(
     "setup, reason, words",
     [
-        (lambda fake: (fake.add_node("gpu-0", 4), {"tp": 8})[1], "Unschedulable", f"Insufficient {c.GPU_RESOURCE}"),
+        (lambda fake: (fake.add_node("gpu-0", 4), {"tp": 8})[1], "Unschedulable", f"Insufficient {constants.GPU_RESOURCE}"),
         (lambda fake: (gpu_pool(fake, 1), fake.image_faults.update({IMAGE: "ImagePullBackOff"}), {})[2], "ImagePullBackOff", IMAGE),
         (lambda fake: (gpu_pool(fake, 1), _missing_secret(fake))[1], "CreateContainerConfigError", 'secret "hf-token" not found'),
         (lambda fake: (gpu_pool(fake, 1), fake.image_faults.update({IMAGE: "OOMKilled"}), {})[2], "OOMKilled", "memory"),
@@ -314,8 +314,8 @@ def test_a_pod_that_cannot_start_says_why_in_status_and_an_event(fake, setup, re
     create(fake, {"model": "m", **extra})
     body = settle(fake)
 
-    assert body["status"]["phase"] == c.PHASE_DEGRADED
-    degraded = condition(body, c.CONDITION_DEGRADED)
+    assert body["status"]["phase"] == constants.PHASE_DEGRADED
+    degraded = condition(body, constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", reason)
     assert words in degraded["message"]
     warnings = [(e["reason"], e["message"]) for e in fake.events if e["type"] == "Warning"]
@@ -328,8 +328,8 @@ def test_a_pod_that_cannot_start_says_why_in_status_and_an_event(fake, setup, re
     for pod in fake.pods():
         fake.objects.pop(("Pod", "llm", pod["metadata"]["name"]))  # the kubelet's next try
     body = settle(fake)
-    assert body["status"]["phase"] == c.PHASE_READY
-    assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"
+    assert body["status"]["phase"] == constants.PHASE_READY
+    assert condition(body, constants.CONDITION_DEGRADED)["status"] == "False"
 
 
 # --- 13. watches filter by label in the API server ------------------------------------------------
@@ -348,12 +348,12 @@ def test_the_operator_watches_only_its_own_deployments_and_pods(fake):
     for group, plural, kind in (("apps", "deployments", "Deployment"), ("", "pods", "Pod")):
         resource = references.Resource(group, "v1", plural)
         (selector,) = settings.watching.label_selectors.collect(resource)
-        assert selector == f"{c.LABEL_MANAGED_BY}={c.OPERATOR_NAME}"
+        assert selector == f"{constants.LABEL_MANAGED_BY}={constants.OPERATOR_NAME}"
         streamed = fake.watch(kind, selector)
-        assert all(o["metadata"]["labels"][c.LABEL_MANAGED_BY] == c.OPERATOR_NAME for o in streamed)
+        assert all(o["metadata"]["labels"][constants.LABEL_MANAGED_BY] == constants.OPERATOR_NAME for o in streamed)
     assert [o["metadata"]["name"] for o in fake.watch("Deployment", selector)] == ["chat"]
     # The InferenceServices themselves are not filtered: every one of them is the operator's.
-    assert settings.watching.label_selectors.collect(references.Resource(c.GROUP, c.VERSION, c.PLURAL)) == []
+    assert settings.watching.label_selectors.collect(references.Resource(constants.GROUP, constants.VERSION, constants.PLURAL)) == []
 
 
 # --- 14. what a mutating webhook adds is not drift -------------------------------------------------

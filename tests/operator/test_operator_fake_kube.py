@@ -8,13 +8,13 @@ from __future__ import annotations
 import kube_webhooks
 import pytest
 
-from minisgl_operator import constants as c
-from minisgl_operator import render
+from minisgl_operator import constants, render
 from minisgl_operator.kube import ApiError
 
 
 def isvc(spec: dict, name: str = "chat") -> dict:
-    return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name, "namespace": "llm", "uid": "u1"}, "spec": spec}
+    meta = {"name": name, "namespace": "llm", "uid": "u1"}
+    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": meta, "spec": spec}
 
 
 def child(kind: str, spec: dict | None = None, name: str = "chat") -> dict:
@@ -55,7 +55,7 @@ def test_a_typo_under_the_pod_template_fails_the_apply_with_a_500_naming_the_fie
 
 def test_a_typo_inside_a_keyed_list_is_named_by_the_items_key(fake):
     deployment = child("Deployment", {"model": "m", "env": [{"name": "HF_TOKEN", "value": "x"}]})
-    (server,) = [ctr for ctr in deployment["spec"]["template"]["spec"]["containers"] if ctr["name"] == c.CONTAINER_NAME]
+    (server,) = [ctr for ctr in deployment["spec"]["template"]["spec"]["containers"] if ctr["name"] == constants.CONTAINER_NAME]
     (token,) = [var for var in server["env"] if var["name"] == "HF_TOKEN"]
     del token["value"]
     token["valueFrom"] = {"secretKeyRefs": {"name": "hf"}}
@@ -160,7 +160,7 @@ def test_keda_refuses_a_scaled_object_whose_target_an_hpa_already_scales(fake):
     # The message of kedacore/keda v2.20 verifyHpas, as controller-runtime denies it (403).
     assert error.status == 403
     assert error.message == (f'admission webhook "{kube_webhooks.KEDA_WEBHOOK}" denied the request: the workload \'chat\' of '
-                             f"type '{c.API_VERSION}.{c.KIND}' is already managed by the hpa 'chat'")  # fmt: skip
+                             f"type '{constants.API_VERSION}.{constants.KIND}' is already managed by the hpa 'chat'")  # fmt: skip
 
 
 def test_keda_accepts_the_scaled_object_once_the_hpa_is_gone_and_updates_beside_its_own_hpa(fake):

@@ -12,8 +12,7 @@ import logging
 import kopf
 import pytest
 
-from minisgl_operator import cache, handlers, kube, server
-from minisgl_operator import constants as c
+from minisgl_operator import cache, constants, handlers, kube, server
 from minisgl_operator.kube import ApiError
 
 LOG = logging.getLogger("test-operator")
@@ -61,7 +60,7 @@ def create(fake, name="chat", spec=None):
 
 def finish_loader(fake, name="chat"):
     """The Job controller runs the shared cache's loader to its end; the operator hears of it."""
-    key = ("Job", "llm", f"{name}{c.LOADER_SUFFIX}")
+    key = ("Job", "llm", f"{name}{constants.LOADER_SUFFIX}")
     if key in fake.objects and not (fake.objects[key].get("status") or {}).get("conditions"):
         fake.run_jobs()
         handlers.on_job_event(event={"type": "MODIFIED", "object": fake.objects[key]}, logger=LOG)
@@ -103,19 +102,19 @@ def test_create_applies_every_child_once_in_order_and_writes_status(fake):
             assert "ownerReferences" not in obj["metadata"]  # retained: it outlives the InferenceService
             continue
         (ref,) = obj["metadata"]["ownerReferences"]
-        assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (c.KIND, "chat", uid, True), kind
+        assert (ref["kind"], ref["name"], ref["uid"], ref["controller"]) == (constants.KIND, "chat", uid, True), kind
 
     dep = fake.objects[("Deployment", "llm", "chat")]
     assert dep["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
 
     status = body["status"]
-    assert status["phase"] == c.PHASE_PENDING  # the Deployment controller has not seen it yet
+    assert status["phase"] == constants.PHASE_PENDING  # the Deployment controller has not seen it yet
     assert status["observedGeneration"] == 1
     assert status["url"] == f"http://chat.llm.svc:{server.DEFAULT_PORT}"
     assert status["selector"] == "app.kubernetes.io/instance=chat,app.kubernetes.io/name=minisgl"
-    assert condition(body, c.CONDITION_READY)["status"] == "False"
-    assert condition(body, c.CONDITION_PROGRESSING)["status"] == "True"
-    assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"
+    assert condition(body, constants.CONDITION_READY)["status"] == "False"
+    assert condition(body, constants.CONDITION_PROGRESSING)["status"] == "True"
+    assert condition(body, constants.CONDITION_DEGRADED)["status"] == "False"
     assert all(cond["lastTransitionTime"] == T0 for cond in status["conditions"])
 
     assert [(e["type"], e["reason"]) for e in fake.events] == [("Normal", "Applied")] * 2  # before and after the loader
@@ -129,7 +128,7 @@ def test_reconciling_again_with_nothing_changed_writes_nothing(fake, clock):
     dep = fake.objects[("Deployment", "llm", "chat")]
     container = dep["spec"]["template"]["spec"]["containers"][0]
     assert container["resources"]["requests"]["cpu"] == "4"
-    assert container["resources"]["limits"][c.GPU_RESOURCE] == "2"
+    assert container["resources"]["limits"][constants.GPU_RESOURCE] == "2"
     assert container["terminationMessagePath"] == "/dev/termination-log"
 
     fake.reset_calls()
@@ -153,25 +152,25 @@ def test_status_follows_the_deployment_until_ready(fake, clock):
     fake.reset_calls()
     deployment_event(fake)
 
-    assert fake.writes() == [("patch_status", c.KIND, "llm", "chat")]
+    assert fake.writes() == [("patch_status", constants.KIND, "llm", "chat")]
     body = fake.inferenceservice("chat")
-    assert body["status"]["phase"] == c.PHASE_PROGRESSING
+    assert body["status"]["phase"] == constants.PHASE_PROGRESSING
     assert body["status"]["readyReplicas"] == 1
-    ready = condition(body, c.CONDITION_READY)
+    ready = condition(body, constants.CONDITION_READY)
     assert (ready["status"], ready["reason"], ready["message"]) == ("True", "MinimumReplicasReady", "1/2 replicas ready")
     assert ready["lastTransitionTime"] == "2026-01-01T00:10:00Z"
     # Degraded did not change, so its transition time did not either.
-    assert condition(body, c.CONDITION_DEGRADED)["lastTransitionTime"] == T0
+    assert condition(body, constants.CONDITION_DEGRADED)["lastTransitionTime"] == T0
 
     fake.set_deployment_status("chat", replicas=2, updatedReplicas=2, readyReplicas=2, availableReplicas=2)
     clock.now = "2026-01-01T00:20:00Z"
     deployment_event(fake)
     body = fake.inferenceservice("chat")
-    assert body["status"]["phase"] == c.PHASE_READY
+    assert body["status"]["phase"] == constants.PHASE_READY
     assert body["status"]["replicas"] == 2
-    assert condition(body, c.CONDITION_READY)["reason"] == "AllReplicasReady"
-    assert condition(body, c.CONDITION_READY)["lastTransitionTime"] == "2026-01-01T00:10:00Z"
-    progressing = condition(body, c.CONDITION_PROGRESSING)
+    assert condition(body, constants.CONDITION_READY)["reason"] == "AllReplicasReady"
+    assert condition(body, constants.CONDITION_READY)["lastTransitionTime"] == "2026-01-01T00:10:00Z"
+    progressing = condition(body, constants.CONDITION_PROGRESSING)
     assert (progressing["status"], progressing["reason"]) == ("False", "RolloutComplete")
 
     fake.reset_calls()
@@ -198,8 +197,8 @@ def test_a_stuck_rollout_is_degraded_with_the_deployments_message(fake):
     fake.reset_calls()
     deployment_event(fake)
     body = fake.inferenceservice("chat")
-    assert body["status"]["phase"] == c.PHASE_DEGRADED
-    degraded = condition(body, c.CONDITION_DEGRADED)
+    assert body["status"]["phase"] == constants.PHASE_DEGRADED
+    degraded = condition(body, constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "ProgressDeadlineExceeded")
     assert "timed out" in degraded["message"]
     assert [(e["type"], e["reason"]) for e in fake.events[-1:]] == [("Warning", "ProgressDeadlineExceeded")]
@@ -210,8 +209,8 @@ def test_scaled_to_zero(fake):
     fake.set_deployment_status("chat", replicas=0)
     deployment_event(fake)
     body = fake.inferenceservice("chat")
-    assert body["status"]["phase"] == c.PHASE_SCALED_TO_ZERO
-    assert condition(body, c.CONDITION_READY)["reason"] == "ScaledToZero"
+    assert body["status"]["phase"] == constants.PHASE_SCALED_TO_ZERO
+    assert condition(body, constants.CONDITION_READY)["reason"] == "ScaledToZero"
     assert ("PodDisruptionBudget", "chat") not in fake.children()
 
 
@@ -225,7 +224,7 @@ def test_an_edited_deployment_is_put_back(fake):
     def tamper(dep):
         container = dep["spec"]["template"]["spec"]["containers"][0]
         container["image"] = "someone/else:latest"
-        container["resources"]["limits"][c.GPU_RESOURCE] = "1"
+        container["resources"]["limits"][constants.GPU_RESOURCE] = "1"
         dep["spec"]["replicas"] = 7
 
     fake.edit("Deployment", "chat", tamper)
@@ -295,11 +294,11 @@ def test_a_spec_update_rolls_the_deployment_and_removes_what_is_no_longer_wanted
     assert ("delete", "PodDisruptionBudget", "llm", "chat") in writes
     assert not any(w[1] in ("Service", "PersistentVolumeClaim") for w in writes)
     container = fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]
-    assert container["resources"]["limits"][c.GPU_RESOURCE] == "4"
+    assert container["resources"]["limits"][constants.GPU_RESOURCE] == "4"
     assert container["args"][container["args"].index(server.FLAG_TP) + 1] == "4"
     body = fake.inferenceservice("chat")
     assert body["status"]["observedGeneration"] == 2
-    assert body["status"]["phase"] == c.PHASE_PROGRESSING  # the controller has not seen generation 2
+    assert body["status"]["phase"] == constants.PHASE_PROGRESSING  # the controller has not seen generation 2
 
 
 def test_kubectl_scale_reaches_the_deployment(fake):
@@ -320,8 +319,8 @@ def test_a_bad_spec_is_degraded_with_an_event_and_no_child_is_written(fake):
 
     assert fake.children() == {}
     body = fake.inferenceservice("chat")
-    assert body["status"]["phase"] == c.PHASE_DEGRADED
-    degraded = condition(body, c.CONDITION_DEGRADED)
+    assert body["status"]["phase"] == constants.PHASE_DEGRADED
+    degraded = condition(body, constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
     assert "spec.args" in degraded["message"]
     (event,) = fake.events
@@ -347,21 +346,21 @@ def test_a_spec_turned_bad_leaves_the_running_deployment_alone(fake):
     assert [w for w in fake.writes() if w[0] in ("apply", "delete")] == []
     assert fake.objects[("Deployment", "llm", "chat")] == before
     body = fake.inferenceservice("chat")
-    assert condition(body, c.CONDITION_DEGRADED)["reason"] == "InvalidSpec"
-    assert "spec.tp" in condition(body, c.CONDITION_DEGRADED)["message"]
-    assert condition(body, c.CONDITION_READY)["status"] == "True"  # the old pods still serve
+    assert condition(body, constants.CONDITION_DEGRADED)["reason"] == "InvalidSpec"
+    assert "spec.tp" in condition(body, constants.CONDITION_DEGRADED)["message"]
+    assert condition(body, constants.CONDITION_READY)["status"] == "True"  # the old pods still serve
 
     # Fixing the spec clears Degraded.
     body = fake.update_spec("chat", lambda spec: spec.update(tp=2))
     handlers.on_update(body=body, logger=LOG)
-    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["status"] == "False"
+    assert condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)["status"] == "False"
 
 
 def test_an_object_the_api_server_rejects_is_degraded_not_retried(fake):
     fake.fail_next["apply"] = ApiError(422, "Invalid", 'Deployment.apps "chat" is invalid: spec.template...')
     body = fake.create_inferenceservice("chat", {"model": "m"})
     handlers.on_create(body=body, logger=LOG)
-    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    degraded = condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "ApplyRejected")
     assert "is invalid" in degraded["message"]
     assert fake.events[-1]["type"] == "Warning"
@@ -391,7 +390,7 @@ def test_a_child_name_taken_by_someone_else_is_not_overwritten(fake):
 
     assert ("apply", "Service", "llm", "chat") not in fake.writes()
     assert fake.objects[("Service", "llm", "chat")]["spec"] == foreign["spec"]
-    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["reason"] == "NameConflict"
+    assert condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)["reason"] == "NameConflict"
 
 
 # --- deletion and foreign objects ----------------------------------------------------------------
@@ -429,7 +428,7 @@ def _ours(handler, group, plural):
 
 def test_the_handlers_are_registered_with_kopf_for_the_inferenceservice_resource():
     registry = kopf.get_default_registry()
-    changing = {str(h.id): h for h in registry._changing.get_all_handlers() if _ours(h, c.GROUP, c.PLURAL)}
+    changing = {str(h.id): h for h in registry._changing.get_all_handlers() if _ours(h, constants.GROUP, constants.PLURAL)}
     assert set(changing) == {"reconcile-create", "reconcile-update", "reconcile-resume", "deleted"}
     assert str(changing["reconcile-create"].reason) == "create"
     assert str(changing["reconcile-update"].reason) == "update"
@@ -438,16 +437,16 @@ def test_the_handlers_are_registered_with_kopf_for_the_inferenceservice_resource
     # Optional: kopf puts no finalizer on InferenceServices, deletion is never blocked on the operator.
     assert changing["deleted"].requires_finalizer is False
     for handler in changing.values():
-        assert handler.selector.version == c.VERSION
+        assert handler.selector.version == constants.VERSION
 
     # No timers or daemons: kopf would put its finalizer on every InferenceService for them.
-    assert [h for h in registry._spawning.get_all_handlers() if _ours(h, c.GROUP, c.PLURAL)] == []
+    assert [h for h in registry._spawning.get_all_handlers() if _ours(h, constants.GROUP, constants.PLURAL)] == []
 
-    (tracker,) = [h for h in registry._watching.get_all_handlers() if _ours(h, c.GROUP, c.PLURAL)]
+    (tracker,) = [h for h in registry._watching.get_all_handlers() if _ours(h, constants.GROUP, constants.PLURAL)]
     assert str(tracker.id) == "track"
     for group, plural in (("apps", "deployments"), ("", "pods")):
         (watcher,) = [h for h in registry._watching.get_all_handlers() if _ours(h, group, plural)]
-        assert watcher.labels == {c.LABEL_MANAGED_BY: c.OPERATOR_NAME}
+        assert watcher.labels == {constants.LABEL_MANAGED_BY: constants.OPERATOR_NAME}
 
 
 def test_startup_configures_kopf_for_least_privilege(fake):
@@ -463,11 +462,11 @@ def test_startup_configures_kopf_for_least_privilege(fake):
     assert isinstance(settings.persistence.progress_storage, kopf.AnnotationsProgressStorage)
     assert handlers._get_reconciler().api.live is fake  # a configured API is kept
     # Every kind the operator reads is watched with its label selector in the API server.
-    for group, _, plural in (v for k, v in cache.INDEXED_KINDS.items() if k != c.KIND):
+    for group, _, plural in (v for k, v in cache.INDEXED_KINDS.items() if k != constants.KIND):
         assert settings.watching.label_selectors[group, plural] == handlers.MANAGED_SELECTOR
 
 
-# --- issue 38: switching autoscalers, errors that no retry fixes, the router's health -------------
+# --- switching autoscalers, errors that no retry fixes, the router's health ----------------------
 
 def test_switching_a_running_service_from_the_hpa_to_keda_converges(fake):
     # The fake API runs KEDA's admission webhook (kube_webhooks): a ScaledObject whose target an HPA
@@ -481,7 +480,7 @@ def test_switching_a_running_service_from_the_hpa_to_keda_converges(fake):
     handlers.on_update(body=body, logger=LOG)
     children = fake.children()
     assert ("ScaledObject", "chat") in children and ("HorizontalPodAutoscaler", "chat") not in children
-    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["status"] == "False"
+    assert condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)["status"] == "False"
     # The HPA went before the ScaledObject came: never two autoscalers on one target.
     writes = [(verb, kind) for verb, kind, _, name in fake.writes() if name == "chat" and verb in ("apply", "delete")]
     assert writes.index(("delete", "HorizontalPodAutoscaler")) < writes.index(("apply", "ScaledObject"))
@@ -502,7 +501,7 @@ def test_server_side_applys_500_for_an_undeclared_field_is_a_clear_condition_not
     fake.fail_next["apply"] = ApiError(500, "InternalError", UNDECLARED)
     body = fake.create_inferenceservice("chat", {"model": "m"})
     handlers.on_create(body=body, logger=LOG)  # no kopf.TemporaryError: retrying cannot fix it
-    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    degraded = condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "ApplyRejected")
     assert "resorces: field not declared in schema" in degraded["message"]
     assert fake.events[-1]["type"] == "Warning"
@@ -513,18 +512,18 @@ def test_a_server_error_that_kopf_retries_still_reaches_the_status(fake):
     body = fake.create_inferenceservice("chat", {"model": "m"})
     with pytest.raises(kopf.TemporaryError):
         handlers.on_create(body=body, logger=LOG)
-    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    degraded = condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "ApplyFailed")
     assert "retrying" in degraded["message"] and "webhook call failed" in degraded["message"]
     handlers.on_create(body=fake.inferenceservice("chat"), logger=LOG)  # the retry succeeds and clears it
-    assert condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)["status"] == "False"
+    assert condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)["status"] == "False"
 
 
 def test_a_misspelt_pod_template_field_is_an_invalid_spec_naming_it(fake):
     spec = {"model": "m", "podTemplate": {"spec": {"containers": [{"name": "server", "resorces": {}}]}}}
     body = fake.create_inferenceservice("chat", spec)
     handlers.on_create(body=body, logger=LOG)
-    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    degraded = condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
     assert "spec.podTemplate.spec.containers[0].resorces: unknown field" in degraded["message"]
     assert not any(verb == "apply" for verb, *_ in fake.writes())
@@ -537,14 +536,14 @@ def test_a_router_without_an_available_endpoint_picker_is_not_ready(fake):
     fake.set_deployment_status("chat-epp", replicas=2, updatedReplicas=2, readyReplicas=0, availableReplicas=0)
     deployment_event(fake)
     body = fake.inferenceservice("chat")
-    ready = condition(body, c.CONDITION_READY)
+    ready = condition(body, constants.CONDITION_READY)
     assert (ready["status"], ready["reason"]) == ("False", "EndpointPickerUnavailable")
-    assert body["status"]["phase"] != c.PHASE_READY
+    assert body["status"]["phase"] != constants.PHASE_READY
     fake.set_deployment_status("chat-epp", replicas=2, updatedReplicas=2, readyReplicas=1, availableReplicas=1)
     deployment_event(fake)
     body = fake.inferenceservice("chat")
-    assert condition(body, c.CONDITION_READY)["status"] == "True"
-    assert body["status"]["phase"] == c.PHASE_READY
+    assert condition(body, constants.CONDITION_READY)["status"] == "True"
+    assert body["status"]["phase"] == constants.PHASE_READY
 
 
 def test_a_crash_looping_endpoint_picker_says_so_in_the_status(fake):
@@ -556,13 +555,13 @@ def test_a_crash_looping_endpoint_picker_says_so_in_the_status(fake):
     fake.run_controllers()
     deployment_event(fake)
     body = fake.inferenceservice("chat")
-    degraded = condition(body, c.CONDITION_DEGRADED)
+    degraded = condition(body, constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "CrashLoopBackOff")
     assert "chat-epp" in degraded["message"]
-    assert condition(body, c.CONDITION_READY)["status"] == "False"
+    assert condition(body, constants.CONDITION_READY)["status"] == "False"
 
 
-# --- issue 38: a model cache that outlives its InferenceService, filled once ---------------------
+# --- a model cache that outlives its InferenceService, filled once ------------------------------
 
 SHARED_CACHE = {"model": "Qwen/Qwen3-8B", "replicas": 2, "modelCache": {"size": "300Gi", "accessModes": ["ReadWriteMany"]}}
 
@@ -571,28 +570,28 @@ def test_the_model_cache_survives_deleting_the_inferenceservice_and_a_new_one_ad
     # A delete and re-create (a GitOps replace) must not download hundreds of GB again.
     create(fake, spec=SHARED_CACHE)
     pvc_uid = fake.objects[("PersistentVolumeClaim", "llm", "chat-model-cache")]["metadata"]["uid"]
-    fake.user_delete(c.KIND, "chat")  # the garbage collector follows the ownerReferences
+    fake.user_delete(constants.KIND, "chat")  # the garbage collector follows the ownerReferences
     assert set(fake.children()) == {("PersistentVolumeClaim", "chat-model-cache")}
 
     body = create(fake, spec=SHARED_CACHE)  # same name, new uid
-    assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"  # no NameConflict: adopted
+    assert condition(body, constants.CONDITION_DEGRADED)["status"] == "False"  # no NameConflict: adopted
     assert fake.objects[("PersistentVolumeClaim", "llm", "chat-model-cache")]["metadata"]["uid"] == pvc_uid
     assert ("Deployment", "chat") in fake.children()
 
 
 def test_a_renamed_inferenceservice_leaves_the_cache_for_claim_name(fake):
     create(fake, spec=SHARED_CACHE)
-    fake.user_delete(c.KIND, "chat")
+    fake.user_delete(constants.KIND, "chat")
     renamed = {**SHARED_CACHE, "modelCache": {"claimName": "chat-model-cache"}}
     body = create(fake, name="assistant", spec=renamed)
-    assert condition(body, c.CONDITION_DEGRADED)["status"] == "False"
+    assert condition(body, constants.CONDITION_DEGRADED)["status"] == "False"
     volumes = fake.objects[("Deployment", "llm", "assistant")]["spec"]["template"]["spec"]["volumes"]
-    assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
+    assert {"name": constants.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
 
 
 def test_retain_false_deletes_the_cache_with_the_inferenceservice(fake):
     create(fake, spec={**SHARED_CACHE, "modelCache": {**SHARED_CACHE["modelCache"], "retain": False}})
-    fake.user_delete(c.KIND, "chat")
+    fake.user_delete(constants.KIND, "chat")
     assert fake.children() == {}
 
 
@@ -600,7 +599,7 @@ def test_a_foreign_claim_of_the_caches_name_is_still_not_adopted(fake):
     fake.add_foreign({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "chat-model-cache", "namespace": "llm"},
                       "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})  # fmt: skip
     body = create(fake, spec=SHARED_CACHE)
-    degraded = condition(body, c.CONDITION_DEGRADED)
+    degraded = condition(body, constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "NameConflict")
 
 
@@ -608,7 +607,7 @@ def test_retain_is_refused_where_the_operator_creates_no_claim():
     from minisgl_operator.spec import SpecError, parse
 
     for model_cache in ({"claimName": "models", "retain": True}, {"size": "10Gi", "perPod": True, "retain": False}):
-        body = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "chat", "namespace": "llm"},
+        body = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "chat", "namespace": "llm"},
                 "spec": {"model": "m", "modelCache": model_cache}}  # fmt: skip
         with pytest.raises(SpecError, match="retain: applies only to a PVC the operator creates"):
             parse(body)
@@ -619,15 +618,15 @@ def test_the_server_pods_wait_for_the_loader_job_to_fill_the_shared_cache(fake):
     handlers.on_create(body=body, logger=LOG)
     job = fake.objects[("Job", "llm", "chat-load")]
     assert ("Deployment", "chat") not in fake.children()  # no GPU pod downloads meanwhile
-    progressing = condition(fake.inferenceservice("chat"), c.CONDITION_PROGRESSING)
+    progressing = condition(fake.inferenceservice("chat"), constants.CONDITION_PROGRESSING)
     assert (progressing["status"], progressing["reason"]) == ("True", "LoadingModel")
     # The Job runs the server's own download into the same cache, with the server's environment.
     (ctr,) = job["spec"]["template"]["spec"]["containers"]
     assert ctr["command"][-1] == "Qwen/Qwen3-8B" and ctr["image"] == IMAGE
-    assert {"name": "HF_HOME", "value": c.CACHE_ENV["HF_HOME"]} in ctr["env"]
+    assert {"name": "HF_HOME", "value": constants.CACHE_ENV["HF_HOME"]} in ctr["env"]
     volumes = job["spec"]["template"]["spec"]["volumes"]
-    assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
-    assert c.GPU_RESOURCE not in ctr["resources"].get("limits", {})
+    assert {"name": constants.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
+    assert constants.GPU_RESOURCE not in ctr["resources"].get("limits", {})
     finish_loader(fake)
     assert ("Deployment", "chat") in fake.children()
 
@@ -644,7 +643,7 @@ def test_a_failed_loader_is_degraded_and_a_new_model_waits_while_the_old_pods_se
     assert fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]["args"] == old_args
     fake.run_jobs()
     handlers.on_job_event(event={"type": "MODIFIED", "object": fake.objects[("Job", "llm", "chat-load")]}, logger=LOG)
-    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    degraded = condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "ModelLoadFailed")
     assert "BackoffLimitExceeded" in degraded["message"]
     assert fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]["args"] == old_args
@@ -663,7 +662,7 @@ def test_the_fake_api_servers_500_for_an_undeclared_field_is_recognised_as_perma
     assert info.value.status == 500 and not info.value.retryable
 
 
-# --- issue 38: reads from kopf's indexes, not a GET per child per reconcile ------------------------
+# --- reads from kopf's indexes, not a GET per child per reconcile ---------------------------------
 
 
 def kopf_indexes(fake) -> dict[str, dict]:
@@ -671,7 +670,7 @@ def kopf_indexes(fake) -> dict[str, dict]:
     [object], the children's filtered by the operator's label as the API server filters them."""
     out = {}
     for kind in cache.INDEXED_KINDS:
-        selector = "" if kind == c.KIND else handlers.MANAGED_SELECTOR
+        selector = "" if kind == constants.KIND else handlers.MANAGED_SELECTOR
         out[kind] = {(o["metadata"]["namespace"], o["metadata"]["name"]): [o] for o in fake.watch(kind, selector)}
     return out
 
@@ -688,7 +687,7 @@ def test_every_kind_the_reconciler_reads_has_a_kopf_index_on_the_operators_label
     for kind, (group, version, plural) in cache.INDEXED_KINDS.items():
         (index,) = [h for h in registry._indexing.get_all_handlers() if str(h.id) == cache.index_id(kind)]
         assert (index.selector.group, index.selector.version, index.selector.any_name) == (group, version, plural)
-        assert index.labels == (None if kind == c.KIND else {c.LABEL_MANAGED_BY: c.OPERATOR_NAME})
+        assert index.labels == (None if kind == constants.KIND else {constants.LABEL_MANAGED_BY: constants.OPERATOR_NAME})
         assert {"list", "watch"} <= set(kube.PERMISSIONS[(group, plural)]), kind
 
 
@@ -715,7 +714,7 @@ def test_with_indexes_a_foreign_object_of_a_childs_name_is_still_not_overwritten
     fake.update_spec("chat", lambda spec: spec.update(replicas=3))
     reconcile_with_indexes(fake)
     assert fake.objects[("PodDisruptionBudget", "llm", "chat")]["spec"] == {"maxUnavailable": 2}
-    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    degraded = condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "NameConflict")
 
 
@@ -740,7 +739,7 @@ def test_adapters_the_api_server_stored_are_loaded_with_the_model_then_served(fa
     body = fake.submit_inferenceservice("chat", {**SHARED_CACHE, "adapters": [ADAPTER]})
     handlers.on_create(body=body, logger=LOG)
     job = fake.objects[("Job", "llm", "chat-load")]["spec"]["template"]["spec"]
-    assert [ctr["name"] for ctr in job["containers"]] == [c.LOADER_CONTAINER, c.ADAPTER_CONTAINER]
+    assert [ctr["name"] for ctr in job["containers"]] == [constants.LOADER_CONTAINER, constants.ADAPTER_CONTAINER]
     assert ("Deployment", "chat") not in fake.children()  # the adapter is not in the cache yet
     finish_loader(fake)
     args = _server_args(fake)
@@ -758,7 +757,7 @@ def test_a_new_adapter_is_downloaded_before_the_pods_roll_to_serve_it(fake):
     job = fake.objects[("Job", "llm", "chat-load")]
     assert job["spec"]["template"]["spec"]["containers"][1]["command"][-2:] == ["org/sql-lora", "/models/lora/org/sql-lora"]
     assert _server_args(fake) == old_args  # the pods keep serving the model alone meanwhile
-    progressing = condition(fake.inferenceservice("chat"), c.CONDITION_PROGRESSING)
+    progressing = condition(fake.inferenceservice("chat"), constants.CONDITION_PROGRESSING)
     assert (progressing["status"], progressing["reason"]) == ("True", "LoadingModel")
     finish_loader(fake)
     assert "sql=/models/lora/org/sql-lora" in _server_args(fake)
@@ -796,7 +795,7 @@ def test_adapters_the_server_would_refuse_are_degraded_and_the_running_pods_stay
                                                              args=["--served-model-name", "qwen"]))
     handlers.on_update(body=body, logger=LOG)
     assert fake.objects[("Deployment", "llm", "chat")] == before
-    degraded = condition(fake.inferenceservice("chat"), c.CONDITION_DEGRADED)
+    degraded = condition(fake.inferenceservice("chat"), constants.CONDITION_DEGRADED)
     assert (degraded["status"], degraded["reason"]) == ("True", "InvalidSpec")
     assert "spec.adapters" in degraded["message"] and "'qwen' is already the base model's name" in degraded["message"]
 
@@ -807,12 +806,12 @@ def test_a_failing_adapter_download_says_so_in_the_status():
     # A private adapter without HF_TOKEN: the init container exits 1 again and again, and the kubelet
     # reports it under initContainerStatuses (the server container waits in PodInitializing).
     pod = {"metadata": {"name": "chat-7d9f-abcde"}, "status": {
-        "initContainerStatuses": [{"name": c.ADAPTER_CONTAINER, "ready": False, "restartCount": 3,
+        "initContainerStatuses": [{"name": constants.ADAPTER_CONTAINER, "ready": False, "restartCount": 3,
                                    "state": {"waiting": {"reason": "CrashLoopBackOff",
                                                          "message": "back-off 40s restarting failed container=adapters"}},
                                    "lastState": {"terminated": {"reason": "Error", "exitCode": 1}}}],
-        "containerStatuses": [{"name": c.CONTAINER_NAME, "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}],
+        "containerStatuses": [{"name": constants.CONTAINER_NAME, "ready": False, "state": {"waiting": {"reason": "PodInitializing"}}}],
     }}  # fmt: skip
     problem = status.pod_problem([pod])
     assert problem is not None and problem.reason == "CrashLoopBackOff"
-    assert f"container {c.ADAPTER_CONTAINER}" in problem.message
+    assert f"container {constants.ADAPTER_CONTAINER}" in problem.message

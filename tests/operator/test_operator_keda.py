@@ -9,8 +9,7 @@ import json
 import operator_crds
 import pytest
 
-from minisgl_operator import constants as c
-from minisgl_operator import render
+from minisgl_operator import constants, render
 from minisgl_operator.spec import SpecError, parse
 
 PROMETHEUS = "http://prometheus-operated.monitoring:9090"
@@ -23,12 +22,12 @@ def spec(metric: str = "waitingRequests", target: str = "4", min_replicas: int =
 
 
 def isvc(spec_: dict) -> dict:
-    return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "chat", "namespace": "llm", "uid": "u1"},
+    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "chat", "namespace": "llm", "uid": "u1"},
             "spec": spec_}  # fmt: skip
 
 
 def by_kind(spec_: dict) -> dict[str, dict]:
-    return {o["kind"]: o for o in render.render(isvc(spec_)) if not o["metadata"]["name"].endswith(c.EPP_SUFFIX)}
+    return {o["kind"]: o for o in render.render(isvc(spec_)) if not o["metadata"]["name"].endswith(constants.EPP_SUFFIX)}
 
 
 @pytest.mark.parametrize("metric, series, metric_type", [
@@ -41,14 +40,14 @@ def test_keda_replaces_the_hpa_with_a_scaled_object_on_the_chosen_query(metric, 
     assert "HorizontalPodAutoscaler" not in objs
     scaled = objs["ScaledObject"]
     operator_crds.validate(scaled)
-    assert scaled["spec"]["scaleTargetRef"] == {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "chat"}
+    assert scaled["spec"]["scaleTargetRef"] == {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": "chat"}
     assert (scaled["spec"]["minReplicaCount"], scaled["spec"]["maxReplicaCount"]) == (1, 5)
     (trigger,) = scaled["spec"]["triggers"]
     assert trigger["type"] == "prometheus" and trigger["metricType"] == metric_type
     query = trigger["metadata"]["query"]
     assert query.startswith(series)
     # Only this InferenceService's series: the PodMonitor's label and the namespace.
-    assert f'{c.PROMETHEUS_ISVC_LABEL}="chat"' in query and 'namespace="llm"' in query
+    assert f'{constants.PROMETHEUS_ISVC_LABEL}="chat"' in query and 'namespace="llm"' in query
     assert trigger["metadata"]["serverAddress"] == PROMETHEUS and trigger["metadata"]["threshold"] == "0.8"
 
 
@@ -58,7 +57,7 @@ def test_the_windows_account_for_the_models_load_time():
     # Never give a pod back sooner than one takes to load; no scale decision before the first could load.
     assert behavior["scaleDown"]["stabilizationWindowSeconds"] >= 1200
     assert scaled["initialCooldownPeriod"] >= 1200 and scaled["cooldownPeriod"] >= 1200
-    assert behavior["scaleDown"]["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": c.SCALE_DOWN_PERIOD_SECONDS}]
+    assert behavior["scaleDown"]["policies"] == [{"type": "Pods", "value": 1, "periodSeconds": constants.SCALE_DOWN_PERIOD_SECONDS}]
     # A rise must last a while to count, and then at most doubles per period while new pods load.
     assert behavior["scaleUp"]["stabilizationWindowSeconds"] > 0
 
@@ -77,10 +76,10 @@ def test_scale_to_zero_behind_the_router_activates_on_the_requests_the_picker_ho
     operator_crds.validate(scaled)
     assert scaled["spec"]["minReplicaCount"] == 0
     _, held = scaled["spec"]["triggers"]
-    assert c.EPP_QUEUE_METRIC in held["metadata"]["query"] and f'{c.EPP_POOL_LABEL}="chat"' in held["metadata"]["query"]
+    assert constants.EPP_QUEUE_METRIC in held["metadata"]["query"] and f'{constants.EPP_POOL_LABEL}="chat"' in held["metadata"]["query"]
     assert held["metadata"]["activationThreshold"] == "0"  # one held request wakes the first pod
     # ... and the picker holds them: flow control on, for as long as a pod takes to start.
-    config = json.loads(objs[("ConfigMap", "chat-epp")]["data"][c.EPP_CONFIG_FILE])
+    config = json.loads(objs[("ConfigMap", "chat-epp")]["data"][constants.EPP_CONFIG_FILE])
     assert config["featureGates"] == ["flowControl"]
     assert int(config["flowControl"]["defaultRequestTTL"].removesuffix("s")) > 1200
 

@@ -15,8 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from kubernetes import client
 
-from minisgl_operator import constants as c
-from minisgl_operator import reconcile
+from minisgl_operator import constants, reconcile
 from minisgl_operator.kube import ApiError, KubernetesApi
 
 
@@ -92,7 +91,7 @@ def test_apply_is_a_forced_server_side_apply_as_the_operator(api, stub):
     assert request["method"] == "PATCH"
     assert request["path"] == "/apis/apps/v1/namespaces/llm/deployments/chat"
     assert request["content_type"] == "application/apply-patch+yaml"
-    assert request["query"]["fieldManager"] == [c.FIELD_MANAGER]
+    assert request["query"]["fieldManager"] == [constants.FIELD_MANAGER]
     assert [v.lower() for v in request["query"]["force"]] == ["true"]  # Go's ParseBool takes "True" too
     assert request["body"] == DEPLOYMENT
     assert result == {**DEPLOYMENT, "status": {}}  # plain dicts back, in the API's own field names
@@ -122,7 +121,7 @@ def test_every_child_kind_goes_to_its_api(api, stub, kind, path):
     assert [(r["method"], r["path"]) for r in stub.requests] == [("PATCH", path), ("GET", path), ("DELETE", path)]
     assert stub.requests[0]["content_type"] == "application/apply-patch+yaml"
     query = stub.requests[0]["query"]
-    assert query["fieldManager"] == [c.FIELD_MANAGER] and [v.lower() for v in query["force"]] == ["true"]
+    assert query["fieldManager"] == [constants.FIELD_MANAGER] and [v.lower() for v in query["force"]] == ["true"]
     assert stub.requests[2]["query"] == {"propagationPolicy": ["Background"]}
 
 
@@ -130,13 +129,13 @@ def test_get_returns_none_for_a_missing_object(api, stub):
     stub.reply("GET", "/apis/apps/v1/namespaces/llm/deployments/gone", 404, {"kind": "Status", "reason": "NotFound", "code": 404})
     assert api.get("Deployment", "llm", "gone") is None
     stub.reply("GET", "/apis/minisgl.io/v1alpha1/namespaces/llm/inferenceservices/gone", 404, {"kind": "Status", "code": 404})
-    assert api.get(c.KIND, "llm", "gone") is None
+    assert api.get(constants.KIND, "llm", "gone") is None
 
 
 def test_get_reads_an_inferenceservice(api, stub):
-    body = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "chat"}, "spec": {"model": "m"}}
+    body = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "chat"}, "spec": {"model": "m"}}
     stub.reply("GET", "/apis/minisgl.io/v1alpha1/namespaces/llm/inferenceservices/chat", 200, body)
-    assert api.get(c.KIND, "llm", "chat") == body
+    assert api.get(constants.KIND, "llm", "chat") == body
 
 
 def test_rejections_carry_the_api_servers_message(api, stub):
@@ -175,17 +174,17 @@ def test_status_is_a_merge_patch_of_the_status_subresource(api, stub):
 
 
 def test_events_are_core_v1_events_in_the_objects_namespace(api, stub):
-    body = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "chat", "namespace": "llm", "uid": "u1"}}
+    body = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "chat", "namespace": "llm", "uid": "u1"}}
     event = reconcile.event(body, "Warning", "InvalidSpec", "spec.tp: 3 is not one of [1, 2, 4, 8]", "2026-01-01T00:00:00Z")
     api.create_event(event)
     (request,) = stub.requests
     assert (request["method"], request["path"]) == ("POST", "/api/v1/namespaces/llm/events")
     sent = request["body"]
     assert sent["involvedObject"] == {
-        "apiVersion": c.API_VERSION, "kind": c.KIND, "name": "chat", "namespace": "llm", "uid": "u1", "resourceVersion": "",
+        "apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": "chat", "namespace": "llm", "uid": "u1", "resourceVersion": "",
     }  # fmt: skip
     assert (sent["type"], sent["reason"], sent["message"]) == ("Warning", "InvalidSpec", event["message"])
-    assert sent["source"] == {"component": c.OPERATOR_NAME}
+    assert sent["source"] == {"component": constants.OPERATOR_NAME}
     assert sent["metadata"] == {"generateName": "chat.", "namespace": "llm"}
 
 
@@ -274,16 +273,16 @@ def test_crd_apply_server_side_applies_the_operators_own_crd(stub, tmp_path, mon
 
     monkeypatch.setattr(kube_config, "KUBE_CONFIG_DEFAULT_LOCATION", str(kubeconfig))  # $KUBECONFIG, read at import
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
-    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{c.CRD_NAME}"
-    stub.reply("PATCH", path, 200, {"metadata": {"name": c.CRD_NAME, "resourceVersion": "42"}})
+    path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{constants.CRD_NAME}"
+    stub.reply("PATCH", path, 200, {"metadata": {"name": constants.CRD_NAME, "resourceVersion": "42"}})
 
     assert cli.main(["crd", "--apply"]) == 0
     (request,) = stub.requests
     assert (request["method"], request["path"]) == ("PATCH", path)
     assert request["content_type"] == "application/apply-patch+yaml"
-    assert request["query"]["fieldManager"] == [c.FIELD_MANAGER]
+    assert request["query"]["fieldManager"] == [constants.FIELD_MANAGER]
     assert request["body"] == crd.crd_manifest()
-    assert c.CRD_NAME in capsys.readouterr().out
+    assert constants.CRD_NAME in capsys.readouterr().out
 
 
 def test_server_side_applys_500_for_an_undeclared_field_is_not_retryable(api, stub):

@@ -9,15 +9,14 @@ import pytest
 
 from minisgl.server.args import parse_args
 from minisgl.server.runtime.nodes import NodePlacement
-from minisgl_operator import constants as c
-from minisgl_operator import handlers, render
+from minisgl_operator import constants, handlers, render
 
 SPEC = {"model": "deepseek-ai/DeepSeek-V3", "tp": 16, "gpusPerNode": 8, "replicas": 2,
         "exclusiveTopology": "example.com/rack", "modelCache": {"claimName": "models"}}  # fmt: skip
 
 
 def isvc(spec: dict) -> dict:
-    return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "ds", "namespace": "llm", "uid": "u1"},
+    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "ds", "namespace": "llm", "uid": "u1"},
             "spec": spec}  # fmt: skip
 
 
@@ -43,25 +42,26 @@ def test_tp_over_gpus_per_node_is_a_leader_worker_set_valid_for_the_lws_crd():
     assert lws["spec"]["replicas"] == 2
     group = lws["spec"]["leaderWorkerTemplate"]
     assert group["size"] == 2 and group["restartPolicy"] == "RecreateGroupOnPodRestart"
-    assert lws["metadata"]["annotations"][c.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION] == "example.com/rack"
+    assert lws["metadata"]["annotations"][constants.LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION] == "example.com/rack"
     for template in (group["leaderTemplate"], group["workerTemplate"]):
         (ctr,) = template["spec"]["containers"]
-        assert ctr["resources"]["limits"][c.GPU_RESOURCE] == 8
+        assert ctr["resources"]["limits"][constants.GPU_RESOURCE] == 8
 
 
 def test_the_leader_and_the_workers_run_the_ranks_of_their_node_and_meet_at_the_leader():
     group = by_kind(SPEC)["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"]
     leader_address = "ds-0.ds.llm"
-    leader = server_args_in(group["leaderTemplate"], {c.LWS_LEADER_ADDRESS_ENV: leader_address})
-    worker = server_args_in(group["workerTemplate"], {c.LWS_LEADER_ADDRESS_ENV: leader_address, c.LWS_WORKER_INDEX_ENV: "1"})
+    leader = server_args_in(group["leaderTemplate"], {constants.LWS_LEADER_ADDRESS_ENV: leader_address})
+    worker_env = {constants.LWS_LEADER_ADDRESS_ENV: leader_address, constants.LWS_WORKER_INDEX_ENV: "1"}
+    worker = server_args_in(group["workerTemplate"], worker_env)
     assert (leader.tp, leader.nnodes, leader.node_rank) == (16, 2, 0)
     assert (worker.tp, worker.nnodes, worker.node_rank) == (16, 2, 1)
-    assert leader.dist_init_addr == worker.dist_init_addr == f"{leader_address}:{c.DIST_INIT_PORT}"
+    assert leader.dist_init_addr == worker.dist_init_addr == f"{leader_address}:{constants.DIST_INIT_PORT}"
     ranks = [list(NodePlacement.of(a).local_ranks) for a in (leader, worker)]
     assert ranks == [list(range(8)), list(range(8, 16))]
     # The rendezvous port is declared on the leader, which hosts it.
     (ctr,) = group["leaderTemplate"]["spec"]["containers"]
-    assert {"name": "dist-init", "containerPort": c.DIST_INIT_PORT, "protocol": "TCP"} in ctr["ports"]
+    assert {"name": "dist-init", "containerPort": constants.DIST_INIT_PORT, "protocol": "TCP"} in ctr["ports"]
 
 
 def test_workers_serve_no_http_so_only_leaders_are_probed_and_selected():
@@ -71,8 +71,8 @@ def test_workers_serve_no_http_so_only_leaders_are_probed_and_selected():
     (worker,) = group["workerTemplate"]["spec"]["containers"]
     assert {"startupProbe", "readinessProbe", "livenessProbe"} <= set(leader)
     assert not {"startupProbe", "readinessProbe", "livenessProbe"} & set(worker)
-    assert c.PORT_NAME not in {p["name"] for p in worker["ports"]}
-    assert objs["Service"]["spec"]["selector"][c.LWS_WORKER_INDEX_LABEL] == "0"
+    assert constants.PORT_NAME not in {p["name"] for p in worker["ports"]}
+    assert objs["Service"]["spec"]["selector"][constants.LWS_WORKER_INDEX_LABEL] == "0"
 
 
 def test_tp_within_one_node_stays_a_deployment():
@@ -105,8 +105,8 @@ def test_growing_past_one_node_replaces_the_deployment_with_a_leader_worker_set(
                          "updatedReplicas": 1}  # fmt: skip
         handlers._get_reconciler().reconcile(fake.inferenceservice("ds"))
         status = fake.inferenceservice("ds")["status"]
-        assert status["phase"] == c.PHASE_READY
+        assert status["phase"] == constants.PHASE_READY
         # The HPA averages over status.selector's pods: the leaders, which export the metrics.
-        assert f"{c.LWS_WORKER_INDEX_LABEL}=0" in status["selector"].split(",")
+        assert f"{constants.LWS_WORKER_INDEX_LABEL}=0" in status["selector"].split(",")
     finally:
         handlers._reconciler = None

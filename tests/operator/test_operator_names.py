@@ -8,8 +8,7 @@ from __future__ import annotations
 import kube_names
 import pytest
 
-from minisgl_operator import constants as c
-from minisgl_operator import crd, render, spec
+from minisgl_operator import constants, crd, render, spec
 
 KEDA = {"prometheusAddress": "http://prometheus:9090", "target": "4"}
 EVERYTHING = {
@@ -25,7 +24,8 @@ CASES = [("single node", EVERYTHING, crd.NAME_MAX), ("multi-node", MULTI_NODE, c
 
 
 def objects(spec_: dict, name: str) -> list[dict]:
-    obj = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name, "namespace": "llm", "uid": "u1"}, "spec": spec_}
+    meta = {"name": name, "namespace": "llm", "uid": "u1"}
+    obj = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": meta, "spec": spec_}
     return render.render(obj)
 
 
@@ -41,7 +41,8 @@ def test_the_longest_accepted_name_gives_valid_names_everywhere(fake, what, spec
 
 @pytest.mark.parametrize("what, spec_, longest", CASES, ids=[case[0] for case in CASES])
 def test_one_character_more_is_refused_by_the_crd(what, spec_, longest):
-    obj = {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": "a" * (longest + 1), "namespace": "llm"}, "spec": spec_}
+    meta = {"name": "a" * (longest + 1), "namespace": "llm"}
+    obj = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": meta, "spec": spec_}
     with pytest.raises(spec.SpecError, match="metadata.name"):
         spec.parse(obj)
 

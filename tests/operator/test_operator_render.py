@@ -15,8 +15,7 @@ import pytest
 import yaml
 
 from minisgl.server import args as server_args
-from minisgl_operator import cli, render, server
-from minisgl_operator import constants as c
+from minisgl_operator import cli, constants, render, server
 from minisgl_operator.spec import PLACEHOLDER_UID, SpecError, parse
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,8 +26,8 @@ OLDEST_K8S = "1.30"
 
 def isvc(spec: dict, name: str = "chat", namespace: str = "llm", uid: str = "uid-123") -> dict:
     return {
-        "apiVersion": c.API_VERSION,
-        "kind": c.KIND,
+        "apiVersion": constants.API_VERSION,
+        "kind": constants.KIND,
         "metadata": {"name": name, "namespace": namespace, "uid": uid},
         "spec": spec,
     }
@@ -52,7 +51,7 @@ def container(spec: dict) -> dict:
 
 POD_TEMPLATE = {
     "metadata": {
-        "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue", c.LABEL_INSTANCE: "hijack"},
+        "labels": {"kueue.x-k8s.io/queue-name": "gpu-queue", constants.LABEL_INSTANCE: "hijack"},
         "annotations": {"karpenter.sh/do-not-disrupt": "true", "sidecar.istio.io/inject": "false"},
     },
     "spec": {
@@ -63,14 +62,14 @@ POD_TEMPLATE = {
         "schedulerName": "volcano",
         "topologySpreadConstraints": [
             {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-             "labelSelector": {"matchLabels": {c.LABEL_INSTANCE: "chat"}}},
+             "labelSelector": {"matchLabels": {constants.LABEL_INSTANCE: "chat"}}},
         ],
         "volumes": [
             {"name": "chat-templates", "configMap": {"name": "templates"}},
-            {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": "1Ti"}},
+            {"name": constants.CACHE_VOLUME, "emptyDir": {"sizeLimit": "1Ti"}},
         ],
         "containers": [
-            {"name": c.CONTAINER_NAME, "volumeMounts": [{"name": "chat-templates", "mountPath": "/templates", "readOnly": True}],
+            {"name": constants.CONTAINER_NAME, "volumeMounts": [{"name": "chat-templates", "mountPath": "/templates", "readOnly": True}],
              "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]},
             {"name": "log-shipper", "image": "fluent/fluent-bit:3.1", "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}},
         ],
@@ -157,8 +156,8 @@ MATRIX = {
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
 def test_each_pod_gets_tp_gpus_and_the_server_runs_with_that_tp(tp):
     ctr = container({"model": "Qwen/Qwen3-8B", "tp": tp})
-    assert ctr["resources"]["limits"][c.GPU_RESOURCE] == tp
-    assert c.GPU_RESOURCE not in ctr["resources"].get("requests", {})  # defaults to the limit
+    assert ctr["resources"]["limits"][constants.GPU_RESOURCE] == tp
+    assert constants.GPU_RESOURCE not in ctr["resources"].get("requests", {})  # defaults to the limit
     parsed = server.parse_command_line(ctr["args"])
     assert parsed.tp == tp
     assert parsed.model == "Qwen/Qwen3-8B"
@@ -175,7 +174,7 @@ def test_the_command_line_is_model_tp_host_port_then_spec_args_and_the_server_ac
     parsed = server_args.build_parser().parse_args(ctr["args"])
     assert (parsed.model, parsed.tp, parsed.host, parsed.port) == ("org/m", 2, "0.0.0.0", 8000)
     assert (parsed.max_running_requests, parsed.dtype) == (32, "bfloat16")
-    assert ctr["ports"] == [{"name": c.PORT_NAME, "containerPort": 8000, "protocol": "TCP"}]
+    assert ctr["ports"] == [{"name": constants.PORT_NAME, "containerPort": 8000, "protocol": "TCP"}]
 
 
 @pytest.mark.parametrize(
@@ -221,7 +220,7 @@ def test_abbreviated_owned_flags_are_refused_as_argparse_would_read_them(args, o
 
 def test_gpus_cannot_be_requested_through_resources():
     with pytest.raises(SpecError, match="spec.tp sets the GPUs"):
-        render.render(isvc({"model": "m", "resources": {"limits": {c.GPU_RESOURCE: 2}}}))
+        render.render(isvc({"model": "m", "resources": {"limits": {constants.GPU_RESOURCE: 2}}}))
 
 
 # --- probes, shutdown, shared memory, cache ----------------------------------------------------
@@ -235,11 +234,11 @@ def test_the_startup_probe_waits_for_the_model_to_load_not_for_the_process():
     # /health answers 200 while the weights still download: a startup probe on it bounds nothing.
     ctr = container({"model": "m"})
     startup, ready, live = ctr["startupProbe"], ctr["readinessProbe"], ctr["livenessProbe"]
-    assert startup["httpGet"] == {"path": server_args.READINESS_PATH, "port": c.PORT_NAME}
-    assert ready["httpGet"] == {"path": server_args.READINESS_PATH, "port": c.PORT_NAME}
-    assert live["httpGet"] == {"path": server_args.LIVENESS_PATH, "port": c.PORT_NAME}
+    assert startup["httpGet"] == {"path": server_args.READINESS_PATH, "port": constants.PORT_NAME}
+    assert ready["httpGet"] == {"path": server_args.READINESS_PATH, "port": constants.PORT_NAME}
+    assert live["httpGet"] == {"path": server_args.LIVENESS_PATH, "port": constants.PORT_NAME}
     # Downloading and loading a large model: 30 minutes by default before the kubelet restarts it ...
-    assert _budget(startup) == c.DEFAULT_STARTUP_TIMEOUT_SECONDS == 30 * 60
+    assert _budget(startup) == constants.DEFAULT_STARTUP_TIMEOUT_SECONDS == 30 * 60
     # ... and the Deployment does not call the rollout failed before that.
     dep = objects({"model": "m"})["Deployment"]
     assert dep["spec"]["progressDeadlineSeconds"] > _budget(startup)
@@ -252,18 +251,18 @@ def test_startup_and_progress_budgets_are_spec_fields():
     assert dep["spec"]["progressDeadlineSeconds"] == 5 * 3600
     # Without a progress deadline it follows the startup budget.
     dep = objects({"model": "m", "startupTimeoutSeconds": 7200})["Deployment"]
-    assert dep["spec"]["progressDeadlineSeconds"] == 7200 + c.PROGRESS_DEADLINE_MARGIN_SECONDS
+    assert dep["spec"]["progressDeadlineSeconds"] == 7200 + constants.PROGRESS_DEADLINE_MARGIN_SECONDS
     with pytest.raises(SpecError, match="progressDeadlineSeconds must exceed startupTimeoutSeconds"):
         render.render(isvc({"model": "m", "startupTimeoutSeconds": 7200, "rollout": {"progressDeadlineSeconds": 3600}}))
 
 
 def test_a_stopping_pod_keeps_serving_while_its_endpoint_removal_spreads():
     ctr = container({"model": "m"})
-    assert ctr["lifecycle"]["preStop"] == {"sleep": {"seconds": c.PRESTOP_SLEEP_SECONDS}}
-    assert c.PRESTOP_SLEEP_SECONDS >= 5
+    assert ctr["lifecycle"]["preStop"] == {"sleep": {"seconds": constants.PRESTOP_SLEEP_SECONDS}}
+    assert constants.PRESTOP_SLEEP_SECONDS >= 5
     # The grace period covers the pause, then the drain.
     grace = pod({"model": "m"})["terminationGracePeriodSeconds"]
-    assert grace > c.PRESTOP_SLEEP_SECONDS + server_args.defaults()["drain_timeout"]
+    assert grace > constants.PRESTOP_SLEEP_SECONDS + server_args.defaults()["drain_timeout"]
 
 
 def test_the_grace_period_outlasts_the_servers_drain():
@@ -275,9 +274,9 @@ def test_the_grace_period_outlasts_the_servers_drain():
 
 def test_dev_shm_is_memory_backed_for_nccl():
     spec = pod({"model": "m", "tp": 8})
-    shm = next(v for v in spec["volumes"] if v["name"] == c.SHM_VOLUME)
+    shm = next(v for v in spec["volumes"] if v["name"] == constants.SHM_VOLUME)
     assert shm["emptyDir"]["medium"] == "Memory"
-    assert {"name": c.SHM_VOLUME, "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
+    assert {"name": constants.SHM_VOLUME, "mountPath": "/dev/shm"} in spec["containers"][0]["volumeMounts"]
 
 
 def _env(ctr: dict) -> dict[str, dict]:
@@ -289,13 +288,13 @@ def _env(ctr: dict) -> dict[str, dict]:
 def test_without_a_model_cache_hf_home_is_on_an_emptydir_and_no_pvc_is_made():
     rendered = objects({"model": "m"})
     spec = rendered["Deployment"]["spec"]["template"]["spec"]
-    cache = next(v for v in spec["volumes"] if v["name"] == c.CACHE_VOLUME)
+    cache = next(v for v in spec["volumes"] if v["name"] == constants.CACHE_VOLUME)
     # Bounded: the kubelet evicts the pod instead of letting the download fill the node's disk.
-    assert cache == {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": c.EMPTYDIR_CACHE_SIZE_LIMIT}}
-    tmp = next(v for v in spec["volumes"] if v["name"] == c.TMP_VOLUME)
-    assert tmp["emptyDir"]["sizeLimit"] == c.TMP_SIZE_LIMIT
+    assert cache == {"name": constants.CACHE_VOLUME, "emptyDir": {"sizeLimit": constants.EMPTYDIR_CACHE_SIZE_LIMIT}}
+    tmp = next(v for v in spec["volumes"] if v["name"] == constants.TMP_VOLUME)
+    assert tmp["emptyDir"]["sizeLimit"] == constants.TMP_SIZE_LIMIT
     assert "PersistentVolumeClaim" not in rendered
-    assert _env(spec["containers"][0])["HF_HOME"]["value"].startswith(c.CACHE_MOUNT + "/")
+    assert _env(spec["containers"][0])["HF_HOME"]["value"].startswith(constants.CACHE_MOUNT + "/")
 
 
 def test_triton_compiles_into_the_model_cache_so_the_next_pod_starts_warm():
@@ -303,15 +302,15 @@ def test_triton_compiles_into_the_model_cache_so_the_next_pod_starts_warm():
     compiles them into the model cache volume, where a later pod (a shared claim) finds them."""
     rendered = objects({"model": "m", "modelCache": {"claimName": "team-models"}})
     ctr = rendered["Deployment"]["spec"]["template"]["spec"]["containers"][0]
-    assert _env(ctr)["TRITON_CACHE_DIR"]["value"].startswith(c.CACHE_MOUNT + "/")
-    assert {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT} in ctr["volumeMounts"]
+    assert _env(ctr)["TRITON_CACHE_DIR"]["value"].startswith(constants.CACHE_MOUNT + "/")
+    assert {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT} in ctr["volumeMounts"]
 
 
 def test_an_existing_claim_is_mounted_and_not_created():
     rendered = objects({"model": "m", "modelCache": {"claimName": "team-models"}})
     spec = rendered["Deployment"]["spec"]["template"]["spec"]
-    assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "team-models"}} in spec["volumes"]
-    assert {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT} in spec["containers"][0]["volumeMounts"]
+    assert {"name": constants.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "team-models"}} in spec["volumes"]
+    assert {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT} in spec["containers"][0]["volumeMounts"]
     assert "PersistentVolumeClaim" not in rendered
 
 
@@ -325,13 +324,13 @@ def test_a_sized_cache_becomes_a_pvc_that_the_pods_mount():
         "storageClassName": "ssd",
     }
     volumes = rendered["Deployment"]["spec"]["template"]["spec"]["volumes"]
-    assert {"name": c.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
+    assert {"name": constants.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": "chat-model-cache"}} in volumes
 
 
 def test_a_per_pod_cache_is_a_generic_ephemeral_volume_and_no_shared_pvc():
     rendered = objects({"model": "m", "replicas": 3, "modelCache": {"size": "500Gi", "perPod": True, "storageClassName": "local-nvme"}})
     assert "PersistentVolumeClaim" not in rendered
-    volume = next(v for v in rendered["Deployment"]["spec"]["template"]["spec"]["volumes"] if v["name"] == c.CACHE_VOLUME)
+    volume = next(v for v in rendered["Deployment"]["spec"]["template"]["spec"]["volumes"] if v["name"] == constants.CACHE_VOLUME)
     claim = volume["ephemeral"]["volumeClaimTemplate"]
     assert claim["spec"] == {
         "accessModes": ["ReadWriteOnce"],
@@ -353,16 +352,16 @@ def _qos(pod_spec: dict) -> str:
 
 def test_a_gpu_pod_without_resources_is_never_best_effort():
     def cpu_memory(res: dict) -> dict:
-        return {k: v for k, v in res.items() if k != c.EPHEMERAL_STORAGE}
+        return {k: v for k, v in res.items() if k != constants.EPHEMERAL_STORAGE}
 
     ctr = container({"model": "m", "tp": 4})
     assert cpu_memory(ctr["resources"]["requests"]) == {
-        "cpu": str(4 * c.DEFAULT_CPU_PER_GPU), "memory": f"{4 * c.DEFAULT_MEMORY_GI_PER_GPU}Gi"}
+        "cpu": str(4 * constants.DEFAULT_CPU_PER_GPU), "memory": f"{4 * constants.DEFAULT_MEMORY_GI_PER_GPU}Gi"}
     assert _qos(pod({"model": "m", "tp": 4})) == "Burstable"
     # What the spec names wins; a limit alone already sets the request.
     ctr = container({"model": "m", "resources": {"limits": {"memory": "64Gi"}, "requests": {"cpu": "2"}}})
     assert cpu_memory(ctr["resources"]["requests"]) == {"cpu": "2"}
-    assert cpu_memory(ctr["resources"]["limits"]) == {"memory": "64Gi", c.GPU_RESOURCE: 1}
+    assert cpu_memory(ctr["resources"]["limits"]) == {"memory": "64Gi", constants.GPU_RESOURCE: 1}
 
 
 
@@ -372,7 +371,7 @@ def test_the_pod_template_override_merges_like_a_strategic_merge_patch():
     template = dep["spec"]["template"]
     meta, spec = template["metadata"], template["spec"]
     assert meta["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
-    assert meta["labels"][c.LABEL_INSTANCE] == "chat"  # the selector labels stay the operator's
+    assert meta["labels"][constants.LABEL_INSTANCE] == "chat"  # the selector labels stay the operator's
     assert meta["annotations"]["karpenter.sh/do-not-disrupt"] == "true"
     assert meta["annotations"]["prometheus.io/path"] == server.METRICS_PATH  # merged, not replaced
     for key in ("imagePullSecrets", "runtimeClassName", "priorityClassName", "serviceAccountName", "schedulerName",
@@ -380,26 +379,26 @@ def test_the_pod_template_override_merges_like_a_strategic_merge_patch():
         assert spec[key] == POD_TEMPLATE["spec"][key], key
     # Containers merge by name: the server keeps everything the operator set, plus the mount and env.
     server_ctr, sidecar = spec["containers"]
-    assert server_ctr["name"] == c.CONTAINER_NAME and sidecar["name"] == "log-shipper"
+    assert server_ctr["name"] == constants.CONTAINER_NAME and sidecar["name"] == "log-shipper"
     assert server_ctr["args"][:2] == [server.FLAG_MODEL, "m"]
-    assert server_ctr["resources"]["limits"][c.GPU_RESOURCE] == 1
+    assert server_ctr["resources"]["limits"][constants.GPU_RESOURCE] == 1
     assert {"name": "chat-templates", "mountPath": "/templates", "readOnly": True} in server_ctr["volumeMounts"]
-    assert {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT} in server_ctr["volumeMounts"]
+    assert {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT} in server_ctr["volumeMounts"]
     assert {e["name"] for e in server_ctr["env"]} >= {"NCCL_DEBUG", "HF_HOME"}
     # Volumes merge by name: a new one is added, the cache's emptyDir gets a larger limit.
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["chat-templates"] == {"name": "chat-templates", "configMap": {"name": "templates"}}
-    assert volumes[c.CACHE_VOLUME] == {"name": c.CACHE_VOLUME, "emptyDir": {"sizeLimit": "1Ti"}}
-    assert set(volumes) == {c.SHM_VOLUME, c.TMP_VOLUME, c.CACHE_VOLUME, "chat-templates"}
+    assert volumes[constants.CACHE_VOLUME] == {"name": constants.CACHE_VOLUME, "emptyDir": {"sizeLimit": "1Ti"}}
+    assert set(volumes) == {constants.SHM_VOLUME, constants.TMP_VOLUME, constants.CACHE_VOLUME, "chat-templates"}
     kubernetes_validate.validate(dep, K8S_VERSION, strict=True)
 
 
 @pytest.mark.parametrize(
     "container_override, complaint",
     [
-        ({"name": c.CONTAINER_NAME, "args": ["--tp", "8"]}, "args comes from the spec"),
-        ({"name": c.CONTAINER_NAME, "command": ["sh"]}, "command comes from the spec"),
-        ({"name": c.CONTAINER_NAME, "resources": {"limits": {c.GPU_RESOURCE: 8}}}, "spec.tp sets the GPUs"),
+        ({"name": constants.CONTAINER_NAME, "args": ["--tp", "8"]}, "args comes from the spec"),
+        ({"name": constants.CONTAINER_NAME, "command": ["sh"]}, "command comes from the spec"),
+        ({"name": constants.CONTAINER_NAME, "resources": {"limits": {constants.GPU_RESOURCE: 8}}}, "spec.tp sets the GPUs"),
     ],
 )
 def test_the_pod_template_cannot_take_over_what_the_spec_owns(container_override, complaint):
@@ -444,7 +443,7 @@ def test_autoscaling_is_an_hpa_on_waiting_requests_that_scales_the_inferenceserv
     hpa = rendered["HorizontalPodAutoscaler"]
     assert hpa["apiVersion"] == "autoscaling/v2"
     # Through the InferenceService's scale subresource, so spec.replicas stays the one truth.
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "chat"}
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": "chat"}
     assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 8)
     (metric,) = hpa["spec"]["metrics"]
     assert metric == {
@@ -460,7 +459,7 @@ def test_autoscaling_is_an_hpa_on_waiting_requests_that_scales_the_inferenceserv
 def test_autoscaling_defaults():
     hpa = objects({"model": "m", "autoscaling": {"maxReplicas": 3}})["HorizontalPodAutoscaler"]["spec"]
     assert hpa["minReplicas"] == 1
-    assert hpa["metrics"][0]["pods"]["target"]["averageValue"] == str(c.DEFAULT_TARGET_WAITING_REQUESTS)
+    assert hpa["metrics"][0]["pods"]["target"]["averageValue"] == str(constants.DEFAULT_TARGET_WAITING_REQUESTS)
 
 
 # --- service, labels, owners, metrics ----------------------------------------------------------
@@ -480,7 +479,8 @@ def test_every_child_is_owned_labelled_and_hashed(case):
         assert meta["namespace"] == "llm"
         retained = obj["kind"] == "PersistentVolumeClaim" and MATRIX[case]["modelCache"].get("retain", True)
         assert meta.get("ownerReferences") == (None if retained else [
-            {"apiVersion": c.API_VERSION, "kind": c.KIND, "name": "chat", "uid": "uid-123", "controller": True, "blockOwnerDeletion": True}
+            {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "name": "chat", "uid": "uid-123", "controller": True,
+             "blockOwnerDeletion": True}
         ])  # fmt: skip
         # The router's endpoint picker and the model loader are apps of their own: their pods must
         # never match the servers' selectors.
@@ -493,7 +493,7 @@ def test_every_child_is_owned_labelled_and_hashed(case):
             "app.kubernetes.io/part-of": "minisgl",
             "app.kubernetes.io/managed-by": "minisgl-operator",
         }
-        assert len(meta["annotations"][c.ANNOTATION_CONFIG_HASH]) == 16
+        assert len(meta["annotations"][constants.ANNOTATION_CONFIG_HASH]) == 16
 
 
 def test_pods_are_scraped_on_the_servers_metrics_path_and_labelled():
@@ -503,7 +503,7 @@ def test_pods_are_scraped_on_the_servers_metrics_path_and_labelled():
         "prometheus.io/port": "9000",
         "prometheus.io/path": server_args.METRICS_PATH,
     }
-    assert template["metadata"]["labels"]["app.kubernetes.io/managed-by"] == c.OPERATOR_NAME
+    assert template["metadata"]["labels"]["app.kubernetes.io/managed-by"] == constants.OPERATOR_NAME
 
 
 def test_the_pod_selector_never_depends_on_the_spec():
@@ -514,7 +514,7 @@ def test_the_pod_selector_never_depends_on_the_spec():
 
 def test_the_config_hash_changes_with_the_spec_and_only_then():
     def dep_hash(spec):
-        return objects(spec)["Deployment"]["metadata"]["annotations"][c.ANNOTATION_CONFIG_HASH]
+        return objects(spec)["Deployment"]["metadata"]["annotations"][constants.ANNOTATION_CONFIG_HASH]
 
     assert dep_hash({"model": "m"}) == dep_hash({"model": "m"})
     assert dep_hash({"model": "m"}) != dep_hash({"model": "m", "replicas": 2})
@@ -529,7 +529,7 @@ def test_the_server_runs_unprivileged_with_a_read_only_root():
     assert ctr["securityContext"]["allowPrivilegeEscalation"] is False
     # Everything the server writes lands on a volume.
     mounts = {m["mountPath"] for m in ctr["volumeMounts"]}
-    for value in c.CACHE_ENV.values():
+    for value in constants.CACHE_ENV.values():
         assert any(value == m or value.startswith(m + "/") for m in mounts), value
 
 
@@ -610,7 +610,7 @@ def test_render_uses_the_namespace_flag_only_when_the_file_has_none(tmp_path):
     assert cli.main(["render", str(path), "--image", "x/y:1"]) == 0
 
 
-# --- issue 38: scaling, disk, and what a router switch may touch ---------------------------------
+# --- scaling, disk, and what a router switch may touch ------------------------------------------
 
 
 def test_the_hpa_scales_up_no_faster_than_new_pods_can_load():
@@ -647,7 +647,7 @@ def test_no_example_sets_replicas_beside_autoscaling(example):
 
 def _ephemeral(ctr: dict) -> tuple[str | None, str | None]:
     res = ctr.get("resources") or {}
-    return (res.get("requests") or {}).get(c.EPHEMERAL_STORAGE), (res.get("limits") or {}).get(c.EPHEMERAL_STORAGE)
+    return (res.get("requests") or {}).get(constants.EPHEMERAL_STORAGE), (res.get("limits") or {}).get(constants.EPHEMERAL_STORAGE)
 
 
 def _disk_backed_emptydirs(pod_spec: dict) -> int:
@@ -672,7 +672,7 @@ def test_every_pod_asks_the_scheduler_for_the_disk_its_emptydirs_may_fill(case):
             main = spec["containers"][0]
             request, limit = _ephemeral(main)
             assert request is not None and limit is not None, (case, obj["metadata"]["name"])
-            assert quantity.parse(request) >= _disk_backed_emptydirs(spec) + quantity.parse(c.EPHEMERAL_LOG_MARGIN)
+            assert quantity.parse(request) >= _disk_backed_emptydirs(spec) + quantity.parse(constants.EPHEMERAL_LOG_MARGIN)
 
 
 def test_the_emptydir_model_cache_counts_and_a_pvc_cache_does_not():
@@ -680,11 +680,11 @@ def test_the_emptydir_model_cache_counts_and_a_pvc_cache_does_not():
 
     on_node = _ephemeral(container({"model": "m"}))[0]
     on_pvc = _ephemeral(container({"model": "m", "modelCache": {"claimName": "models"}}))[0]
-    assert quantity.parse(on_node) - quantity.parse(on_pvc) == quantity.parse(c.EMPTYDIR_CACHE_SIZE_LIMIT)
+    assert quantity.parse(on_node) - quantity.parse(on_pvc) == quantity.parse(constants.EMPTYDIR_CACHE_SIZE_LIMIT)
     # A podTemplate that resizes the emptyDir cache moves the request with it; spec.resources names its own.
     resized = pod(MATRIX["per-pod-cache-surge-rollout"])  # its podTemplate turns the cache into a 1Ti emptyDir
     assert quantity.parse(_ephemeral(resized["containers"][0])[0]) >= quantity.parse("1Ti")
-    own = container({"model": "m", "resources": {"requests": {c.EPHEMERAL_STORAGE: "50Gi"}}})
+    own = container({"model": "m", "resources": {"requests": {constants.EPHEMERAL_STORAGE: "50Gi"}}})
     assert _ephemeral(own) == ("50Gi", None)
 
 
@@ -773,11 +773,11 @@ def test_hub_adapters_are_downloaded_into_the_model_cache_before_the_server_star
             "envFrom": [{"secretRef": {"name": "hub"}}], "modelCache": {"claimName": "models"}}
     template = objects(spec)["Deployment"]["spec"]["template"]
     init, server_ctr = _init(template), template["spec"]["containers"][0]
-    assert init["name"] == c.ADAPTER_CONTAINER and init["image"] == server_ctr["image"]
+    assert init["name"] == constants.ADAPTER_CONTAINER and init["image"] == server_ctr["image"]
     # Each Hub id once, into the directory the server's --lora-modules names; the local path is not fetched.
-    assert init["command"] == [*c.ADAPTER_DOWNLOAD_COMMAND, "org/sql-lora", "/models/lora/org/sql-lora",
+    assert init["command"] == [*constants.ADAPTER_DOWNLOAD_COMMAND, "org/sql-lora", "/models/lora/org/sql-lora",
                                "summarize-lora", "/models/lora/summarize-lora"]  # fmt: skip
-    assert {"name": c.CACHE_VOLUME, "mountPath": c.CACHE_MOUNT} in init["volumeMounts"]
+    assert {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT} in init["volumeMounts"]
     # The server container's environment (HF_TOKEN, HF_HOME) and lockdown.
     assert (init["env"], init["envFrom"]) == (server_ctr["env"], server_ctr["envFrom"])
     assert init["securityContext"] == server_ctr["securityContext"]
@@ -789,7 +789,7 @@ def test_adapters_from_paths_alone_need_no_download():
 
 
 def test_a_podtemplate_environment_reaches_the_adapter_download_too():
-    override = {"spec": {"containers": [{"name": c.CONTAINER_NAME, "env": [{"name": "HF_ENDPOINT", "value": "https://hub.example"}]}]}}
+    override = {"spec": {"containers": [{"name": constants.CONTAINER_NAME, "env": [{"name": "HF_ENDPOINT", "value": "https://hub.example"}]}]}}
     init = _init(objects({"model": "m", "adapters": ADAPTERS, "podTemplate": override})["Deployment"]["spec"]["template"])
     assert {"name": "HF_ENDPOINT", "value": "https://hub.example"} in init["env"]
 
@@ -808,11 +808,11 @@ def test_on_a_shared_created_cache_the_loader_job_fetches_the_adapters_once_besi
     rendered = objects(MATRIX["adapters-shared-cache"])
     assert "initContainers" not in rendered["Deployment"]["spec"]["template"]["spec"]
     job_pod = rendered["Job"]["spec"]["template"]["spec"]
-    assert [ctr["name"] for ctr in job_pod["containers"]] == [c.LOADER_CONTAINER, c.ADAPTER_CONTAINER]
+    assert [ctr["name"] for ctr in job_pod["containers"]] == [constants.LOADER_CONTAINER, constants.ADAPTER_CONTAINER]
     assert job_pod["containers"][1]["command"][-2:] == ["org/sql-lora", "/models/lora/org/sql-lora"]
     # A model from a path has nothing to load; its Hub adapters still do.
     local_model = objects({**MATRIX["adapters-shared-cache"], "model": "/models/base"})
-    assert [ctr["name"] for ctr in local_model["Job"]["spec"]["template"]["spec"]["containers"]] == [c.ADAPTER_CONTAINER]
+    assert [ctr["name"] for ctr in local_model["Job"]["spec"]["template"]["spec"]["containers"]] == [constants.ADAPTER_CONTAINER]
     assert "Job" not in objects({**MATRIX["adapters-shared-cache"], "model": "/models/base",
                                  "adapters": [{"name": "a", "source": "/models/a"}]})  # fmt: skip
 
@@ -841,10 +841,10 @@ def test_a_downloaded_hub_adapter_is_where_the_server_loads_it_from(tiny_model_d
     template = objects({"model": "m", "adapters": [ADAPTERS[0]]})["Deployment"]["spec"]["template"]
     parsed = server.parse_command_line(template["spec"]["containers"][0]["args"])
     in_pod = parsed.lora_adapters["sql"]
-    assert _init(template)["command"][-1] == in_pod and in_pod.startswith(c.CACHE_MOUNT + "/")
-    local = tmp_path / "cache" / in_pod.removeprefix(c.CACHE_MOUNT + "/")
+    assert _init(template)["command"][-1] == in_pod and in_pod.startswith(constants.CACHE_MOUNT + "/")
+    local = tmp_path / "cache" / in_pod.removeprefix(constants.CACHE_MOUNT + "/")
     local.mkdir(parents=True)
-    for name in c.ADAPTER_FILES:
+    for name in constants.ADAPTER_FILES:
         shutil.copy(f"{written}/{name}", local / name)
     # The download itself, offline: huggingface_hub finds the directory filled and keeps it.
     command = _init(template)["command"]

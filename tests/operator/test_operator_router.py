@@ -10,8 +10,7 @@ import logging
 import operator_crds
 import pytest
 
-from minisgl_operator import constants as c
-from minisgl_operator import handlers, kube, render
+from minisgl_operator import constants, handlers, kube, meta, render
 from minisgl_operator.kube import ApiError
 from minisgl_operator.spec import parse
 
@@ -23,7 +22,7 @@ SPEC = {"model": "Qwen/Qwen3-8B", "replicas": 3,
 
 
 def isvc(spec: dict, name: str = "chat") -> dict:
-    return {"apiVersion": c.API_VERSION, "kind": c.KIND, "metadata": {"name": name, "namespace": "llm", "uid": "u1"},
+    return {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": name, "namespace": "llm", "uid": "u1"},
             "spec": spec}  # fmt: skip
 
 
@@ -136,11 +135,11 @@ def test_without_a_gateway_there_is_a_pool_and_picker_but_no_route():
 
 def test_the_picker_reads_minisgls_metric_names_from_its_engine_config():
     objs = rendered()
-    config = json.loads(objs[("ConfigMap", "chat-epp")]["data"][c.EPP_CONFIG_FILE])
+    config = json.loads(objs[("ConfigMap", "chat-epp")]["data"][constants.EPP_CONFIG_FILE])
     plugins = {p["type"]: p.get("parameters", {}) for p in config["plugins"]}
     extractor = plugins["core-metrics-extractor"]
     (engine,) = extractor["engineConfigs"]
-    assert extractor["defaultEngine"] == engine["name"] == c.EPP_ENGINE_NAME
+    assert extractor["defaultEngine"] == engine["name"] == constants.EPP_ENGINE_NAME
     labels = objs[("Deployment", "chat")]["spec"]["template"]["metadata"]["labels"]
     assert labels[extractor["engineLabelKey"]] == engine["name"]  # the pods say which names to read
     assert engine["queuedRequestsSpec"] == "minisgl_num_requests_waiting"
@@ -166,7 +165,7 @@ def test_adapters_change_the_server_pods_only_since_every_pod_of_the_pool_serves
     for key in served:
         if key != ("Deployment", "chat"):
             assert served[key] == plain[key], key
-    config = json.loads(served[("ConfigMap", "chat-epp")]["data"][c.EPP_CONFIG_FILE])
+    config = json.loads(served[("ConfigMap", "chat-epp")]["data"][constants.EPP_CONFIG_FILE])
     (engine,) = next(p for p in config["plugins"] if p["type"] == "core-metrics-extractor")["parameters"]["engineConfigs"]
     assert engine["loraSpec"] == ""
     pool = served[("InferencePool", "chat")]["spec"]["selector"]["matchLabels"]
@@ -183,8 +182,8 @@ def test_the_chart_passes_the_endpoint_picker_image_to_the_operator(monkeypatch)
     objs = helm_template({"endpointPicker": {"image": {"repository": "r/epp", "tag": "v1"}}})
     (dep,) = [o for o in objs if o["kind"] == "Deployment"]
     env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env[c.EPP_IMAGE_ENV] == "r/epp:v1"
-    monkeypatch.setenv(c.EPP_IMAGE_ENV, "r/epp:v1")
+    assert env[constants.EPP_IMAGE_ENV] == "r/epp:v1"
+    monkeypatch.setenv(constants.EPP_IMAGE_ENV, "r/epp:v1")
     from minisgl_operator import config
 
     assert config.endpoint_picker_image() == "r/epp:v1"
@@ -239,7 +238,7 @@ def test_the_fake_api_server_runs_the_crds_cel_rules_too(fake):
     assert operator_crds.custom_errors(pool) == ["InferencePool.spec.targetPorts: port number must be unique"]
 
 
-# --- issue 38: a picker that survives a node, a route that waits, a config that reaches the picker ------
+# --- a picker that survives a node, a route that waits, a config that reaches the picker -----------
 
 
 def test_two_pickers_serve_side_by_side_roll_one_at_a_time_and_a_pdb_keeps_one():
@@ -278,7 +277,7 @@ def test_the_pickers_pods_carry_their_configs_hash_so_a_config_change_restarts_t
     template_a = a[("Deployment", "chat-epp")]["spec"]["template"]
     template_b = b[("Deployment", "chat-epp")]["spec"]["template"]
     assert template_a != template_b
-    assert template_a["metadata"]["annotations"][c.ANNOTATION_CONFIG_HASH] == render.config_hash(a[("ConfigMap", "chat-epp")]["data"])
+    assert template_a["metadata"]["annotations"][constants.ANNOTATION_CONFIG_HASH] == meta.config_hash(a[("ConfigMap", "chat-epp")]["data"])
 
 
 def _seconds(duration: str) -> int:
@@ -292,14 +291,14 @@ def test_the_route_lets_a_response_stream_and_a_held_request_wait_for_a_pod():
     # An Envoy-based gateway's default (15 s) cuts streams and the requests held while a pod starts.
     route = rendered()[("HTTPRoute", "chat")]
     (rule,) = route["spec"]["rules"]
-    assert _seconds(rule["timeouts"]["backendRequest"]) == c.DEFAULT_ROUTE_TIMEOUT_SECONDS
-    assert _seconds(rule["timeouts"]["request"]) == c.DEFAULT_ROUTE_TIMEOUT_SECONDS  # nothing held: all pods up
+    assert _seconds(rule["timeouts"]["backendRequest"]) == constants.DEFAULT_ROUTE_TIMEOUT_SECONDS
+    assert _seconds(rule["timeouts"]["request"]) == constants.DEFAULT_ROUTE_TIMEOUT_SECONDS  # nothing held: all pods up
     keda = {"prometheusAddress": "http://prom:9090", "target": "4"}
     to_zero = {"model": "m", "startupTimeoutSeconds": 1200, "router": {"gateway": GATEWAY, "requestTimeoutSeconds": 600},
                "autoscaling": {"minReplicas": 0, "maxReplicas": 3, "keda": keda}}  # fmt: skip
     objs = rendered(to_zero)
     (rule,) = objs[("HTTPRoute", "chat")]["spec"]["rules"]
-    config = json.loads(objs[("ConfigMap", "chat-epp")]["data"][c.EPP_CONFIG_FILE])
+    config = json.loads(objs[("ConfigMap", "chat-epp")]["data"][constants.EPP_CONFIG_FILE])
     held = _seconds(config["flowControl"]["defaultRequestTTL"])
     assert held > 1200
     assert _seconds(rule["timeouts"]["backendRequest"]) == 600

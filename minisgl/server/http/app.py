@@ -19,7 +19,7 @@ from . import chat, completions, lora, models, probes, responses, tokenization
 from .deps import ApiDeps
 from .generation_defaults import sampling_defaults
 from .metrics import ServerMetrics
-from .middleware import ApiKeyGate, BodyBudget, BodySizeLimit, ConnectionCap, SseKeepAlive, guarded_paths
+from .middleware import ApiKeyGate, BodyBudget, BodySizeLimit, ConnectionCap, SseKeepAlive, body_routes, guarded_paths
 from .protocol import APIError, ErrorResponse, error_response
 
 logger = get_logger(__name__)
@@ -45,16 +45,16 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     # Each add_middleware wraps what is there: the last one added sees a request first.
     app.add_middleware(SseKeepAlive, interval=args.sse_keepalive)
     app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout,
-                       budget=BodyBudget(args.max_buffered_request_bytes))
+                       budget=BodyBudget(args.max_buffered_request_bytes), takes_body=body_routes(app.routes))
     guarded = guarded_paths(route for router in routers for route in router.routes)
-    if args.api_key:  # outside BodySizeLimit: a client without the key never gets its body read
+    app.add_middleware(ConnectionCap, limit=args.max_connections, state=state, capped=guarded)
+    if args.api_key:  # outside the rest: a client without the key is never counted, nor its body read
         app.add_middleware(ApiKeyGate, api_key=args.api_key, guarded=guarded)
     if args.origins():
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=args.origins(), allow_methods=["*"], allow_headers=["*"],
                            allow_credentials="*" not in args.origins())
-    app.add_middleware(ConnectionCap, limit=args.max_connections, state=state, exempt=probes.UNCAPPED_PATHS)
     _document_schema(app, args.model_names, guarded if args.api_key else None)
     return app
 

@@ -1,7 +1,8 @@
 """The orchestrator's and Prometheus' routes: /health (liveness), /ready (readiness),
 /health_generate (one token through the whole pipeline) and /metrics. Open without the API key,
 as in vLLM and SGLang, so each is cheap whoever calls it: /health, /ready and /metrics read state
-and are answered beyond the connection cap (GET or HEAD); /health_generate generates at most once
+and, as every route the API key does not guard, are never counted toward the connection cap (GET or
+HEAD); /health_generate generates at most once
 per --health-generate-interval, its callers sharing the answer, and its request is not counted
 toward --max-pending-requests, so a flood of it takes no client's slot."""
 
@@ -20,7 +21,6 @@ from ..runtime.frontend import UNAVAILABLE, FrontendClient
 from .deps import ApiDeps
 
 PLAIN_503 = {503: {"content": {"text/plain": {}}}}
-UNCAPPED_PATHS = frozenset({LIVENESS_PATH, READINESS_PATH, METRICS_PATH})  # answered beyond --max-connections
 PROBE_TIMEOUT_S = 20.0  # /health_generate's token must come back within this
 
 

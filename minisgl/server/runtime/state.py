@@ -14,10 +14,10 @@ class ServerState:
     failed: str | None = None  # why no more work can be done (a worker died): everything gets 503
     stalled: tuple[str, ...] = ()  # workers silent past --watchdog-timeout (hung: stopped, deadlocked, a stuck step)
     created: int = 0
-    # Open HTTP connections, and those of them that have sent a request (idle sockets that never did
-    # are not in use): runtime/connections.py counts them, the connection cap reads them.
+    # Open HTTP connections (runtime/connections.py counts them, closing the longest idle beyond
+    # --max-connections) and API requests in progress (http.middleware.ConnectionCap counts and caps them).
     connections: int = 0
-    connections_in_use: int = 0
+    requests_in_progress: int = 0
 
     @property
     def healthy(self) -> bool:
