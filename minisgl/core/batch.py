@@ -36,10 +36,17 @@ class Req:
     # the prefix cache's namespace, so KV computed under one adapter is never reused for another.
     lora_slot: int = 0
     lora_load_id: int = 0
+    # The tokens the prefill computes through: the prompt, or after a preemption every token known
+    # (prompt and output so far), which the resumed request recomputes (from its cached prefix).
+    prefill_len: int = -1  # -1: the prompt length
+    arrival: int = 0  # the scheduler's arrival order: ties in priority go to the earlier request
+    preemptions: int = 0
 
     def __post_init__(self) -> None:
         if self.seq_len < 0:
             self.seq_len = len(self.prompt_ids)
+        if self.prefill_len < 0:
+            self.prefill_len = len(self.prompt_ids)
 
     @property
     def prompt_len(self) -> int:

@@ -134,6 +134,10 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     # The LoRA adapter that serves the request, by the name it was loaded under (minisgl.lora); None: the base
     # model. The API takes it from the `model` field.
     RequestField("lora", str | None, None, "the LoRA adapter's name (None: the base model)", in_api=False),
+    # vLLM's meaning: lower runs first. It orders admission and the choice of whom to preempt under
+    # --scheduling-policy priority; under fcfs (the default) only 0 is accepted (the scheduler refuses others).
+    RequestField("priority", int, 0, "extension (vLLM): lower runs first under --scheduling-policy priority",
+                 api=Range(ge=-INT32_MAX - 1, le=INT32_MAX)),
 )
 FIELDS: dict[str, RequestField] = {f.name: f for f in REQUEST_FIELDS}
 TOKEN_ID_FIELDS: tuple[RequestField, ...] = tuple(f for f in REQUEST_FIELDS if f.token_ids)

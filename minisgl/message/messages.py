@@ -139,6 +139,7 @@ class SchedulerStatsMsg:
     num_pages: int
     prefix_queried_tokens: int = 0
     prefix_hit_tokens: int = 0
+    preemptions: int = 0
     queue_times: list[float] = field(default_factory=list)  # seconds, of requests admitted since
     info: dict[str, str] | None = None  # the first message: dtype, attention backend, ... as resolved
 

@@ -1,8 +1,11 @@
 """KV page bookkeeping: free pages, the prefix cache, and per-request reservations.
 
-A request is admitted only when the pages for its whole prompt plus max_tokens are available
-(free, or held by unlocked prefix-cache entries that can be evicted). That promise is kept as a
-reservation, so a running request never finds the pool empty and nothing has to be preempted.
+Admission reserves a request's pages up front: the rest of its prompt plus a decode headroom
+(`decode_reserve_tokens`, at most its max_tokens). A request that outgrows its reservation takes
+pages from the unreserved pool as it decodes; when that pool is empty the scheduler preempts a
+request (Scheduler._preempt) rather than stall. With `decode_reserve_tokens` None (--admission
+reserve) the headroom is the whole max_tokens, so a running request never finds the pool empty
+and nothing is ever preempted.
 """
 
 from __future__ import annotations
@@ -22,14 +25,15 @@ from minisgl.kvcache import BasePrefixCache
 class ReqPages:
     pages: list[int] = field(default_factory=list)
     shared: int = 0  # leading pages that belong to the prefix cache (matched, locked)
-    reserved: int = 0  # pages promised but not yet allocated
+    reserved: int = 0  # pages promised but not yet allocated (the prompt's rest, the decode headroom)
     handle: Any = None
 
 
 class CacheManager:
     def __init__(self, num_pages: int, page_size: int, prefix_cache: BasePrefixCache,
-                 page_table: torch.Tensor, max_pages_per_req: int):
+                 page_table: torch.Tensor, max_pages_per_req: int, decode_reserve_tokens: int | None = None):
         self.page_size = page_size
+        self.decode_reserve_tokens = decode_reserve_tokens  # None: all of max_tokens
         self.num_pages = num_pages
         self.prefix_cache = prefix_cache
         self.page_table = page_table
@@ -57,13 +61,26 @@ class CacheManager:
 
     # -- request life-cycle -------------------------------------------------------------------
 
+    def admission_need(self, req: Req, shared_pages: int) -> int:
+        """Pages `req` must have reserved to be admitted, beyond the `shared_pages` it found cached:
+        what its prefill computes (the prompt, or on resume every token so far) plus the decode
+        headroom."""
+        decode = req.sampling_params.max_tokens - len(req.output_ids)
+        if self.decode_reserve_tokens is not None:
+            decode = min(decode, self.decode_reserve_tokens)
+        return min(self.pages_for(req.prefill_len + decode), self.max_pages_per_req) - shared_pages
+
+    def fits(self, req: Req) -> bool:
+        """Whether try_admit would admit `req` now (nothing is changed)."""
+        _, shared = self.prefix_cache.match(req.all_ids[: req.prefill_len - 1], req.lora_load_id)
+        return self.admission_need(req, len(shared)) <= self.available
+
     def try_admit(self, req: Req) -> bool:
-        """Match the prompt's cached prefix and reserve the rest; False if memory is short now."""
-        params = req.sampling_params
-        # Leave at least one prompt token to compute: its logits give the first output token.
-        handle, shared = self.prefix_cache.match(req.prompt_ids[: req.prompt_len - 1], req.lora_load_id)
+        """Match the cached prefix and reserve the rest; False if memory is short now."""
+        # Leave at least one token to compute: its logits give the next output token.
+        handle, shared = self.prefix_cache.match(req.all_ids[: req.prefill_len - 1], req.lora_load_id)
         self.prefix_cache.lock(handle)
-        need = min(self.pages_for(req.prompt_len + params.max_tokens), self.max_pages_per_req) - len(shared)
+        need = self.admission_need(req, len(shared))
         if need > self.available:
             self.prefix_cache.unlock(handle)
             return False
@@ -74,22 +91,29 @@ class CacheManager:
             self.unwritten.append((req.table_idx, 0, list(shared)))
         return True
 
+    def pages_beyond_reservation(self, req: Req, tokens: int) -> int:
+        """Pages `req` must take from the unreserved pool to hold `tokens` tokens."""
+        state = self.owned[req.uid]
+        return max(0, self.pages_for(tokens) - len(state.pages) - state.reserved)
+
     def allocate(self, req: Req) -> None:
-        """Give `req` pages up to its device_len, from its reservation (in the page table once
-        write_table runs)."""
+        """Give `req` pages up to its device_len, from its reservation first, then from the
+        unreserved pool (the caller has made sure it has them: pages_beyond_reservation), in the
+        page table once write_table runs."""
         state = self.owned[req.uid]
         need = self.pages_for(req.device_len) - len(state.pages)
         if need <= 0:
             return
-        if need > state.reserved:
-            raise RuntimeError(f"request {req.uid} outgrew its KV reservation")
+        from_reservation = min(need, state.reserved)
+        if need - from_reservation > self.available:
+            raise RuntimeError(f"request {req.uid} needs {need - from_reservation} KV pages the pool does not have")
         if len(self.free_pages) < need:
             self.free_pages += self.prefix_cache.evict(need - len(self.free_pages))
         new = [self.free_pages.pop() for _ in range(need)]
         self.unwritten.append((req.table_idx, len(state.pages), new))
         state.pages += new
-        state.reserved -= need
-        self.reserved -= need
+        state.reserved -= from_reservation
+        self.reserved -= from_reservation
 
     def release(self, req: Req) -> None:
         """Hand the request's computed full pages to the prefix cache and free the rest."""
@@ -105,7 +129,7 @@ class CacheManager:
     def write_table(self) -> None:
         """Put the pages given since the last call into the page table (row r's token t at slot
         page_table[r, t]): one copy of positions and slots and one scatter, where a copy a request
-        cost ~75 µs of host time on CUDA (a pinned buffer and a launch each; at batch 256 with
+        costs host time on CUDA (a pinned buffer and a launch each; at batch 256 with
         16-token pages ~16 requests a step cross into a new page). The schedulers call it once a
         batch is picked, before it runs."""
         if not self.unwritten:

@@ -18,6 +18,11 @@ class SchedulerConfig(EngineConfig):
     max_prompt_tokens: int | None = None  # None: the context length
     # The max_tokens of a request that names none: the rest of the context, at most this.
     max_new_tokens: int | None = None
+    # Admission (minisgl/scheduler/cache.py): "dynamic" reserves the prompt plus decode_reserve_tokens
+    # and preempts when the pool runs out; "reserve" reserves the whole max_tokens and never preempts.
+    admission: str = "dynamic"
+    decode_reserve_tokens: int = 256
+    scheduling_policy: str = "fcfs"  # fcfs | priority (the request's priority field, lower first)
     # Overlap scheduling: prepare and launch step N+1 before reading step N's tokens.
     overlap: bool = True
     # Structured output, what compiling one request's constraint may cost (minisgl.constrained.compiler):

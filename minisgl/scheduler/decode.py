@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from minisgl.core import Req
 
 from .cache import CacheManager
@@ -22,8 +24,14 @@ class DecodeManager:
     def remove(self, req: Req) -> None:
         self.running.pop(req.uid, None)
 
-    def schedule(self) -> list[Req]:
+    def schedule(self, preempt: Callable[[Req], None], victim: Callable[[list[Req]], Req]) -> list[Req]:
+        """The step's batch: every running request, less those preempted (`victim` picks, `preempt`
+        frees) until the pages the batch needs beyond its reservations are in the pool."""
         reqs = list(self.running.values())
+        while reqs and sum(self.cache.pages_beyond_reservation(r, r.seq_len) for r in reqs) > self.cache.available:
+            loser = victim(reqs)
+            preempt(loser)
+            reqs.remove(loser)
         for r in reqs:
             r.device_len = r.seq_len
             self.cache.allocate(r)

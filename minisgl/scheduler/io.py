@@ -26,9 +26,8 @@ class StatsReporter:
     """Sends the API process what /metrics shows from the scheduler: queue times, running and
     waiting requests, KV pages, prefix-cache tokens (minisgl.server.http.metrics says why a message).
 
-    Queue time runs from a request's arrival here to the step that admits it. Admission happens
-    inside Scheduler.step, so this watches the waiting queue instead: it is first come, first
-    served, and a request leaves it only by admission or by an abort, which `aborted` sees first.
+    Queue time runs from a request's arrival here to the step that first admits it (the prefill
+    manager lists those); an abort before that, which `aborted` sees, gives none.
     """
 
     INTERVAL_S = 0.25  # at most this often, and only when something changed
@@ -39,7 +38,7 @@ class StatsReporter:
         self.out = PushSocket(addr)
         self.arrived: dict[int, float] = {}  # uid -> arrival, for requests in the waiting queue
         self.queue_times: list[float] = []
-        self.reported = (0, 0)  # prompt tokens and prefix-cache hits sent so far
+        self.reported = (0, 0, 0)  # prompt tokens, prefix-cache hits and preemptions sent so far
         self.gauges: tuple[int, ...] | None = None
         self.last_sent = 0.0
         self.pending_info: dict[str, str] | None = self.info()  # goes with the first message sent
@@ -58,11 +57,11 @@ class StatsReporter:
 
     def stepped(self, step_start: float) -> None:
         """After a step that began at `step_start`: the requests it admitted have waited until then."""
-        waiting = self.scheduler.prefill.waiting
-        if len(self.arrived) > len(waiting):
-            still = {r.uid for r in waiting}
-            for uid in [u for u in self.arrived if u not in still]:
-                self.queue_times.append(step_start - self.arrived.pop(uid))
+        admitted, self.scheduler.prefill.admitted = self.scheduler.prefill.admitted, []
+        for uid in admitted:
+            arrived = self.arrived.pop(uid, None)
+            if arrived is not None:
+                self.queue_times.append(step_start - arrived)
 
     def send(self) -> None:
         now = time.monotonic()
@@ -70,13 +69,13 @@ class StatsReporter:
             return
         s = self.scheduler
         gauges = (s.num_running, s.num_waiting, s.cache.used_pages, s.engine.num_pages)
-        counters = (s.stats.prompt_tokens, s.stats.prefix_hit_tokens)
+        counters = (s.stats.prompt_tokens, s.stats.prefix_hit_tokens, s.stats.preemptions)
         unchanged = gauges == self.gauges and counters == self.reported and not self.queue_times
         if unchanged and not self.pending_info:
             return
-        queried, hits = counters[0] - self.reported[0], counters[1] - self.reported[1]
+        queried, hits, preempted = (now_ - then for now_, then in zip(counters, self.reported))
         msg = SchedulerStatsMsg(os.getpid(), *gauges, prefix_queried_tokens=queried, prefix_hit_tokens=hits,
-                                queue_times=self.queue_times, info=self.pending_info)
+                                preemptions=preempted, queue_times=self.queue_times, info=self.pending_info)
         self.last_sent = now
         try:
             # Never block the scheduler on metrics: with nobody reading (the shell has no /metrics)

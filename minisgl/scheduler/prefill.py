@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import deque
+import bisect
 from typing import TYPE_CHECKING
 
 import torch
@@ -18,19 +18,30 @@ if TYPE_CHECKING:
 
 class PrefillManager:
     def __init__(self, cache: CacheManager, table: RequestTable, token_pool: torch.Tensor, max_prefill_length: int,
-                 stats: SchedulerStats):
+                 stats: SchedulerStats, by_priority: bool = False):
         self.stats = stats
         self.cache = cache
         self.table = table
         self.token_pool = token_pool
         self.max_prefill_length = max_prefill_length
-        self.waiting: deque[Req] = deque()
+        self.by_priority = by_priority
+        # Waiting requests in the order they are admitted: by arrival (fcfs), or by priority then
+        # arrival. A preempted request keeps its arrival, so it goes back to the head of its class.
+        self.waiting: list[Req] = []
         # Admitted requests whose prompt is only partly computed; they go first next time.
         self.chunked: list[Req] = []
+        self.admitted: list[int] = []  # uids admitted for the first time, until the stats reporter reads them
 
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.chunked)
+
+    def order(self, req: Req) -> tuple[int, int]:
+        """The sort key of admission (smallest first) and, reversed, of the choice of a victim."""
+        return (req.sampling_params.priority if self.by_priority else 0, req.arrival)
+
+    def enqueue(self, req: Req) -> None:
+        bisect.insort(self.waiting, req, key=self.order)
 
     def schedule(self) -> list[Req]:
         budget = self.max_prefill_length
@@ -42,17 +53,21 @@ class PrefillManager:
             picked.append(req)
         while budget > 0 and self.waiting and self.table.num_free > 0:
             req = self.waiting[0]
+            if len(req.all_ids) < req.prefill_len:
+                break  # preempted while its last token was in flight: it resumes once that token is read
             req.table_idx = self.table.acquire()
             if not self.cache.try_admit(req):
                 self.table.release(req.table_idx)
-                break  # first come, first served: nobody overtakes the head of the queue
-            self.waiting.popleft()
-            self.stats.prompt_tokens += req.prompt_len
-            self.stats.prefix_hit_tokens += req.cached_len
-            ids = torch.tensor(req.prompt_ids, dtype=torch.int32)
+                break  # nobody overtakes the head of the queue
+            self.waiting.pop(0)
+            if req.preemptions == 0:  # a resumed request's prompt was counted at its first admission
+                self.stats.prompt_tokens += req.prompt_len
+                self.stats.prefix_hit_tokens += req.cached_len
+                self.admitted.append(req.uid)
+            ids = torch.tensor(req.all_ids[: req.prefill_len], dtype=torch.int32)
             if self.token_pool.is_cuda:  # asynchronous only from pinned memory
                 ids = ids.pin_memory()
-            self.token_pool[req.table_idx, : req.prompt_len] = ids.to(self.token_pool.device, non_blocking=True)
+            self.token_pool[req.table_idx, : req.prefill_len] = ids.to(self.token_pool.device, non_blocking=True)
             self.chunked.append(req)
             budget -= self._advance(req, budget)
             picked.append(req)
@@ -67,5 +82,5 @@ class PrefillManager:
         return chunk
 
     def launched(self) -> None:
-        """Called once a prefill batch is launched: finished prompts leave the chunked list."""
-        self.chunked = [r for r in self.chunked if r.cached_len < r.prompt_len]
+        """Called once a prefill batch is launched: finished prefills leave the chunked list."""
+        self.chunked = [r for r in self.chunked if r.cached_len < r.prefill_len]

@@ -2,6 +2,10 @@
 
 Each step it picks a batch (prefill when prompts are waiting, alternating with decode so running
 requests keep streaming), launches it, and turns the sampled tokens into per-request outputs.
+Requests are admitted on what they need now (scheduler/cache.py); when a decode step cannot get the
+pages it needs, the latest, lowest-priority request is preempted: its pages are freed (its computed
+prefix stays in the prefix cache), it waits at the head of its class, and it resumes by recomputing
+its prompt and output so far, so its stream goes on exactly where it stopped.
 With overlap scheduling, step N+1 is prepared and launched before step N's tokens are read back,
 so the CPU work hides behind the GPU's. A batch with constrained requests (grammars) keeps the
 overlap too: its forward pass is launched first, and its grammar masks, which need step N's
@@ -52,6 +56,7 @@ class SchedulerStats:
     computed_prompt_tokens: int = 0  # of those, computed by prefill (not served from the prefix cache)
     prefix_hit_tokens: int = 0
     generated_tokens: int = 0
+    preemptions: int = 0
     finished: dict[str, int] = field(default_factory=dict)
 
 
@@ -62,10 +67,14 @@ class Scheduler:
         e = self.engine
         self.table = RequestTable(config.max_running_requests)
         self.prefix_cache = create_prefix_cache(config.cache, e.page_size)
+        reserve = None if config.admission == "reserve" else config.decode_reserve_tokens
         self.cache = CacheManager(e.num_pages, e.page_size, self.prefix_cache, e.page_table,
-                                  max_pages_per_req=e.page_table.shape[1] // e.page_size)
+                                  max_pages_per_req=e.page_table.shape[1] // e.page_size, decode_reserve_tokens=reserve)
         self.stats = SchedulerStats()
-        self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_prefill_length, self.stats)
+        self.by_priority = config.scheduling_policy == "priority"
+        self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_prefill_length, self.stats,
+                                      self.by_priority)
+        self.arrivals = 0
         self.decode = DecodeManager(self.cache)
         self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_ids = tuple(sorted(self.eos_token_ids))  # what min_tokens holds back
@@ -86,11 +95,12 @@ class Scheduler:
     # -- requests in and out ------------------------------------------------------------------
 
     def resolve(self, prompt_len: int, params: SamplingParams) -> SamplingParams:
-        """`params` with max_tokens None made a number: the rest of the context, at most the
-        server's max_new_tokens. A ValueError when min_tokens is then above it."""
+        """`params` with max_tokens None made a number: the rest of the context (or of the whole KV
+        cache, when that is smaller), at most the server's max_new_tokens. A ValueError when
+        min_tokens is then above it."""
         if params.max_tokens is not None:
             return params
-        rest = self.engine.max_seq_len - prompt_len
+        rest = min(self.engine.max_seq_len, self.engine.num_pages * self.engine.page_size) - prompt_len
         return replace(params, max_tokens=max(1, min(rest, self.config.max_new_tokens or rest)))
 
     def check(self, prompt_ids: list[int], params: SamplingParams) -> str | None:
@@ -109,6 +119,8 @@ class Scheduler:
             bad = next((t for t in ids if not 0 <= t < vocab), None)
             if bad is not None:
                 return f"{name}: token id {bad} is outside the vocabulary (0..{vocab - 1})"
+        if params.priority and not self.by_priority:
+            return f"priority {params.priority} needs --scheduling-policy priority (this server schedules fcfs)"
         problem = self._lora_problem(params.lora)
         if problem:
             return problem
@@ -153,12 +165,13 @@ class Scheduler:
         if problem:
             self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return
-        req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params)
+        req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params, arrival=self.arrivals)
+        self.arrivals += 1
         if params.lora is not None:  # counted from here, so the adapter cannot be unloaded under it
             req.lora_slot, req.lora_load_id = self.engine.lora.acquire(params.lora)
         self.reqs[uid] = req
         if params.constraint is None:
-            self.prefill.waiting.append(req)
+            self.prefill.enqueue(req)
             return
         self.compiling.append((req, self.grammars.submit(params.constraint)))
 
@@ -207,7 +220,7 @@ class Scheduler:
 
     @property
     def num_waiting(self) -> int:
-        return len(self.prefill.waiting)
+        return len(self.prefill.waiting) + len(self.compiling)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -225,7 +238,7 @@ class Scheduler:
                 still.append((req, fut))
             elif outcomes[req.uid] is None:
                 req.grammar = GrammarState.start(fut.result())  # a follower rank may wait for its own here
-                self.prefill.waiting.append(req)
+                self.prefill.enqueue(req)
             else:
                 req.finish_reason = "error"
                 self._count_finish(req)
@@ -284,14 +297,47 @@ class Scheduler:
     def _schedule(self) -> Batch | None:
         want_prefill = self.prefill.has_work and (self._last_phase == "decode" or not self.decode.has_work)
         if want_prefill:
+            if self.by_priority:
+                self._make_room_for_priority()
             reqs = self.prefill.schedule()
             if reqs:
                 self._last_phase = "prefill"
                 return Batch(reqs=reqs, phase="prefill")
         if self.decode.has_work:
             self._last_phase = "decode"
-            return Batch(reqs=self.decode.schedule(), phase="decode")
+            reqs = self.decode.schedule(self._preempt, self._victim)
+            if reqs:
+                return Batch(reqs=reqs, phase="decode")
         return None
+
+    def _victim(self, candidates: list[Req]) -> Req:
+        """Whom to preempt: the lowest priority (under --scheduling-policy priority), then the latest arrival."""
+        return max(candidates, key=self.prefill.order)
+
+    def _make_room_for_priority(self) -> None:
+        """Preempt running requests of a lower priority than the head of the queue until it fits."""
+        head = self.prefill.waiting[0] if self.prefill.waiting else None
+        if head is None or len(head.all_ids) < head.prefill_len:
+            return
+        while True:
+            lower = [r for r in self.decode.running.values() if r.sampling_params.priority > head.sampling_params.priority]
+            if not lower or (self.table.num_free > 0 and self.cache.fits(head)):
+                return
+            self._preempt(self._victim(lower))
+
+    def _preempt(self, r: Req) -> None:
+        """Free a running request's pages and table row and put it back in the queue; it resumes by
+        recomputing every token it has (its computed full pages stay in the prefix cache, so mostly
+        a cache hit). Its grammar, adapter, sampling state and output so far stay with it, and a token
+        still in flight is read as usual before it may resume."""
+        self.decode.remove(r)
+        self.cache.release(r)
+        self.table.release(r.table_idx)
+        r.table_idx, r.cached_len, r.device_len = -1, 0, 0
+        r.prefill_len = r.seq_len
+        r.preemptions += 1
+        self.stats.preemptions += 1
+        self.prefill.enqueue(r)
 
     def _launch(self, batch: Batch, read_previous: Callable[[], None]) -> InFlight:
         out = self.engine.forward_batch(batch, self._sampling_args(batch, read_previous))
@@ -369,6 +415,9 @@ class Scheduler:
     def _finish(self, r: Req, reason: str) -> None:
         r.finish_reason = reason
         self._count_finish(r)
+        if r.table_idx < 0 and self._unqueue(r):  # preempted, its last token read while it waited: no pages, no row
+            self._remove(r)
+            return
         self.decode.remove(r)
         if r in self.prefill.chunked:
             self.prefill.chunked.remove(r)

@@ -16,6 +16,7 @@ from typing import Any
 
 from minisgl.utils import env
 from minisgl.utils.choices import (
+    ADMISSION_MODES,
     DEVICES,
     DTYPE_ALIASES,
     DTYPES,
@@ -24,6 +25,7 @@ from minisgl.utils.choices import (
     ONLINE_QUANTIZATION,
     PREFIX_CACHES,
     REASONING_PARSERS,
+    SCHEDULING_POLICIES,
     TOOL_PARSERS,
 )
 from minisgl.utils.lora_modules import parse_lora_modules
@@ -82,6 +84,19 @@ class ServerArgs:
     max_seq_len: int | None = _flag("Cap on prompt + output tokens (default: the model's; not above it).",
                                     aliases=["--max-model-len"])
     cache: str = _flag("Prefix cache: radix (share prompt prefixes) or naive.", "radix", choices=list(PREFIX_CACHES))
+    admission: str = _flag(
+        "When a request starts running: dynamic admits it once its prompt and --decode-reserve-tokens fit in the KV "
+        "cache and gives it pages as it grows, preempting the latest, lowest-priority request (recomputed later from "
+        "its cached prefix, its output unchanged) when the cache runs out; reserve admits it only once its prompt "
+        "plus its whole max_tokens fit, so nothing is ever preempted but a request without max_tokens holds the "
+        "rest of the context.", "dynamic", choices=list(ADMISSION_MODES))
+    decode_reserve_tokens: int = _flag(
+        "With --admission dynamic: output tokens whose KV pages a request has reserved at admission (at most its "
+        "max_tokens); past them it takes pages as it decodes.", 256)
+    scheduling_policy: str = _flag(
+        "Which waiting request runs first, and which running one is preempted first: fcfs (arrival order; a "
+        "request's priority must be 0) or priority (the request's priority field, lower first, then arrival).",
+        "fcfs", choices=list(SCHEDULING_POLICIES))
     attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
                       "auto")
     moe_backend: str = _flag(
@@ -310,7 +325,7 @@ def validate(args: ServerArgs) -> str | None:
         return "--sse-keepalive must be > 0 and --health-generate-interval >= 0"
     for name in ("tokenizer_workers", "max_request_bytes", "max_buffered_request_bytes", "max_header_bytes",
                  "max_tokenize_bytes", "max_detokenize_tokens", "max_connections", "max_n", "max_pending_requests",
-                 "max_prompt_tokens", "max_new_tokens"):
+                 "max_prompt_tokens", "max_new_tokens", "decode_reserve_tokens"):
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"

@@ -15,6 +15,9 @@ DEVICES: tuple[str, ...] = ("auto", "cuda", "cpu")
 ONLINE_QUANTIZATION: tuple[str, ...] = ("fp8",)  # --quantization: weights quantized at load
 # --cache: the prefix caches (minisgl.kvcache.PREFIX_CACHES maps each to its class).
 PREFIX_CACHES: tuple[str, ...] = ("radix", "naive")
+# --admission and --scheduling-policy (minisgl.scheduler).
+ADMISSION_MODES: tuple[str, ...] = ("dynamic", "reserve")
+SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
 # --tool-call-parser and --reasoning-parser (minisgl.server.parsers maps each to its parser).
 TOOL_PARSERS: tuple[str, ...] = ("hermes", "qwen", "llama3_json")
 REASONING_PARSERS: tuple[str, ...] = ("qwen3", "deepseek_r1")

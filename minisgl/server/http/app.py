@@ -45,7 +45,8 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     # Each add_middleware wraps what is there: the last one added sees a request first.
     app.add_middleware(SseKeepAlive, interval=args.sse_keepalive)
     app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout,
-                       budget=BodyBudget(args.max_buffered_request_bytes), takes_body=body_routes(app.routes))
+                       budget=BodyBudget(args.max_buffered_request_bytes),
+                       takes_body=body_routes([route for router in routers for route in router.routes]))
     guarded = guarded_paths(route for router in routers for route in router.routes)
     app.add_middleware(ConnectionCap, limit=args.max_connections, state=state, capped=guarded)
     if args.api_key:  # outside the rest: a client without the key is never counted, nor its body read

@@ -112,7 +112,7 @@ REFUSED_UNLESS: dict[str, tuple] = {
     "spaces_between_special_tokens": (None, True), "prompt_logprobs": (None,), "truncate_prompt_tokens": (None,),
     "bad_words": (None, []), "logits_processors": (None,), "structural_tag": (None,),
     "guided_decoding_backend": (None,), "guided_whitespace_pattern": (None,), "documents": (None,),
-    "chat_template": (None,), "return_tokens_as_token_ids": (None, False), "priority": (None, 0),
+    "chat_template": (None,), "return_tokens_as_token_ids": (None, False),
     "add_special_tokens": (None,), "continue_final_message": (None, False), "regex": (None,), "ebnf": (None,),
     "json_schema": (None,), "no_stop_trim": (None, False), "lora_path": (None,), "return_hidden_states": (None, False),
     "separate_reasoning": (None,), "stream_reasoning": (None,), "mm_processor_kwargs": (None,),
