@@ -237,6 +237,10 @@ def leader_worker_set(isvc: InferenceService) -> Obj:
         "spec": {
             "replicas": isvc.replicas,
             "startupPolicy": "LeaderCreated",
+            # A headless Service per group, named NAME-GROUP. The default (Shared) wants one named NAME,
+            # which is the InferenceService's own Service: LWS skips creating it when that one exists
+            # (the leader's address then never resolves), and the operator refuses a foreign one.
+            "networkConfig": {"subdomainPolicy": "UniquePerReplica"},
             "rolloutStrategy": {
                 "type": "RollingUpdate",
                 "rollingUpdateConfiguration": {"maxSurge": surge, "maxUnavailable": unavailable},

@@ -47,6 +47,7 @@ from typing import Any
 
 import cel_cost
 import kube_apply
+import kube_lws
 import kube_names
 import kube_webhooks
 import operator_crds
@@ -432,12 +433,73 @@ class FakeKube:
             for (kind, ns, name), dep in sorted(self.objects.items()):
                 if kind == "Deployment" and ns == namespace:
                     changed |= self._roll(dep)
+                if kind == "LeaderWorkerSet" and ns == namespace:
+                    changed |= self._lws_groups(dep)
             changed |= self._schedule(namespace)
             if not changed:
                 break
         for (kind, ns, name), dep in list(self.objects.items()):
             if kind == "Deployment" and ns == namespace:
                 self._report(dep)
+            if kind == "LeaderWorkerSet" and ns == namespace:
+                self._lws_report(dep)
+
+    # --- the LeaderWorkerSet controllers and cluster DNS (kube_lws.py) -------------------------
+
+    def _lws_groups(self, lws: Obj) -> bool:
+        """Headless Services (only where the name is free) and each group's pods, as LWS creates them."""
+        changed = False
+        for service in kube_lws.headless_services(lws):
+            key = ("Service", service["metadata"]["namespace"], service["metadata"]["name"])
+            if key not in self.objects:  # CreateHeadlessServiceIfNotExists: any Service of the name will do
+                service["metadata"]["uid"] = f"lws-uid-{next(self._uids)}"
+                service["metadata"]["resourceVersion"] = str(next(self._versions))
+                self.objects[key] = service
+                self.managed[key] = {"lws": set(kube_apply.fieldset(service))}
+                changed = True
+        meta = lws["metadata"]
+        template_hash = _template_hash(lws["spec"]["leaderWorkerTemplate"])
+        for group in range(lws["spec"].get("replicas", 1)):
+            for name, template, pod_labels in kube_lws.group_pods(lws, group):
+                key = ("Pod", meta["namespace"], name)
+                if key in self.objects and self.objects[key]["metadata"]["_hash"] == template_hash:
+                    continue
+                owner = {"kind": "LeaderWorkerSet", "name": meta["name"], "uid": meta["uid"], "controller": True}
+                self.objects[key] = {
+                    "apiVersion": "v1", "kind": "Pod",
+                    "metadata": {**template.get("metadata", {}), "labels": pod_labels, "name": name,
+                                 "namespace": meta["namespace"], "uid": f"pod-uid-{next(self._uids)}",
+                                 "ownerReferences": [owner], "_deployment": meta["name"], "_hash": template_hash},
+                    "spec": template["spec"], "status": {"phase": "Pending", "conditions": []},
+                }  # fmt: skip
+                changed = True
+        return changed
+
+    def _lws_report(self, lws: Obj) -> None:
+        """A group whose leader address does not resolve never forms: its pods crash-loop as a group."""
+        meta = lws["metadata"]
+        services = {name: o for (k, ns, name), o in self.objects.items() if k == "Service" and ns == meta["namespace"]}
+        ready_groups = 0
+        for group in range(lws["spec"].get("replicas", 1)):
+            pods = [self.objects.get(("Pod", meta["namespace"], name)) for name, _, _ in kube_lws.group_pods(lws, group)]
+            if any(pod is None or not pod["spec"].get("nodeName") for pod in pods):
+                continue
+            leader = pods[0]
+            address = kube_lws.leader_address(lws, group)
+            if not kube_lws.resolves(services, leader["metadata"]["labels"], kube_lws.leader_subdomain(lws, group)):
+                for pod in pods:
+                    (container, *_) = pod["spec"]["containers"]
+                    last = {"terminated": {"reason": "Error", "exitCode": 1,
+                                           "message": f"could not resolve the leader address {address}"}}  # fmt: skip
+                    waiting = {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}
+                    pod["status"] = self._not_running({"type": "PodScheduled", "status": "True"}, container,
+                                                      {"waiting": waiting}, last)  # fmt: skip
+                continue
+            ready_groups += all(_ready(pod) for pod in pods)
+        replicas = lws["spec"].get("replicas", 1)
+        lws["status"] = {"observedGeneration": meta["generation"], "replicas": replicas, "readyReplicas": ready_groups,
+                         "updatedReplicas": replicas}  # fmt: skip
+        meta["resourceVersion"] = str(next(self._versions))
 
     def _keda(self, namespace: str) -> None:
         """The KEDA operator: an HPA (keda-hpa-NAME) for each ScaledObject, owned by it."""

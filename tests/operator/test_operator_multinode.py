@@ -110,3 +110,50 @@ def test_growing_past_one_node_replaces_the_deployment_with_a_leader_worker_set(
         assert f"{constants.LWS_WORKER_INDEX_LABEL}=0" in status["selector"].split(",")
     finally:
         handlers._reconciler = None
+
+
+def multi_node_cluster(fake, replicas: int = 1):
+    """Two 8-GPU nodes per group, and the operator reconciling a two-node InferenceService."""
+    for i in range(2 * replicas):
+        fake.add_node(f"gpu-{i}", gpus=8)
+    fake.add_foreign({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "models", "namespace": "llm"},
+                      "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "2Ti"}}}})
+    handlers.configure(fake, default_image="registry.example/minisgl:1")
+    single_rack = {k: v for k, v in SPEC.items() if k != "exclusiveTopology"}
+    return fake.create_inferenceservice("ds", {**single_rack, "replicas": replicas})
+
+
+def test_a_group_forms_because_its_leader_address_resolves_beside_the_operators_service(fake):
+    """LWS (Shared policy) creates its headless Service only where the name is free: the operator's
+    ClusterIP Service of the same name would leave the workers unable to resolve the leader, and the
+    group would restart forever. Each group's own headless Service (UniquePerReplica) resolves."""
+    try:
+        body = multi_node_cluster(fake, replicas=2)
+        reconciler = handlers._get_reconciler()
+        reconciler.reconcile(body)
+        fake.run_controllers()
+        reconciler.reconcile(fake.inferenceservice("ds"))
+        status = fake.inferenceservice("ds")["status"]
+        assert status["phase"] == constants.PHASE_READY, status["conditions"]
+        assert status["readyReplicas"] == 2
+        # The InferenceService's Service is still the one clients use; each group has a headless one.
+        assert fake.objects[("Service", "llm", "ds")]["spec"]["type"] == "ClusterIP"
+        assert {n for (k, ns, n) in fake.objects if k == "Service"} == {"ds", "ds-0", "ds-1"}
+    finally:
+        handlers._reconciler = None
+
+
+def test_the_lws_controller_running_first_takes_no_name_the_operator_needs(fake):
+    """Had LWS created a Service named after the InferenceService before the operator's, the operator
+    would find a foreign Service there (NameConflict) and never apply its own."""
+    try:
+        body = multi_node_cluster(fake)
+        reconciler = handlers._get_reconciler()
+        reconciler.reconcile(body)
+        fake.remove("Service", "ds")  # the LeaderWorkerSet exists; the Service does not yet
+        fake.run_controllers()
+        outcome = reconciler.reconcile(fake.inferenceservice("ds"))
+        assert outcome.problem is None
+        assert "Service/ds" in outcome.applied
+    finally:
+        handlers._reconciler = None
