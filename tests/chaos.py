@@ -1,4 +1,4 @@
-"""Chaos scenarios against a running server (issue 21), sized by their arguments: CI runs them
+"""Chaos scenarios against a running server, sized by their arguments: CI runs them
 small (tests/benchmark/test_chaos.py, tests/server/test_connections.py), `benchmark/online/chaos.py`
 runs them big. Test support, so it lives under tests/, not in the package.
 
@@ -174,7 +174,7 @@ def issue_21_request(url: str, pids: dict[str, int], stop_chars: int = 2_000_000
 
 
 def deep_schema(depth: int) -> dict:
-    """A JSON schema of objects nested `depth` deep (issue 42's 24 KB schema at 450)."""
+    """A JSON schema of objects nested `depth` deep (24 KB at 450)."""
     schema: dict = {"type": "string"}
     for _ in range(depth):
         schema = {"type": "object", "properties": {"a": schema}, "required": ["a"]}
@@ -183,7 +183,7 @@ def deep_schema(depth: int) -> dict:
 
 def hostile_mixed_load(url: str, api_key: str | None, seconds: float, idle_sockets: int, tokenize_bytes: int,
                        schema_depth: int, flood: int, probe_timeout: float = 1.0) -> dict:
-    """Issue 42's mixed load, all at once for `seconds`: `idle_sockets` connections held open (each
+    """The hostile mixed load, all at once for `seconds`: `idle_sockets` connections held open (each
     reopened when the server closes it), one /tokenize of `tokenize_bytes`, one chat constrained by
     a `schema_depth`-deep schema, and `flood` unauthenticated /health_generate loops. Meanwhile
     /health is asked every 0.2 s with a `probe_timeout` limit and authenticated chats are sent one

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cold start as a new pod of the CUDA image sees it (issue 41), per model: FlashInfer's kernels
+# Cold start as a new pod of the CUDA image sees it, per model: FlashInfer's kernels
 # prebuilt (the image ships them), then the server started twice, each a fresh process with a
 # fresh HOME and FlashInfer workspace, timed from start to the first streamed token:
 #   pod 1: an empty Triton cache (TRITON_CACHE_DIR, the cache volume the operator mounts with the

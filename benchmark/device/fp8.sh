@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# FP8 KV cache and FP8 weights on one lent H100, in one call (issue 16's "Verify on the device"):
+# FP8 KV cache and FP8 weights on one lent H100, in one call:
 #   0. the CUDA tests: tests/quantization/test_fp8_cuda.py (FP8-KV FlashInfer prefill/decode/graphs
 #      against a float32 reference, the fused FP8 store, the FP8 GEMM, an FP8 engine) and the bf16
 #      FlashInfer tests the shared helpers touch;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Multi-LoRA on one GPU (issue 40): the LoRA GPU tests (mixed adapters in decode CUDA graphs equal
+# Multi-LoRA on one GPU: the LoRA GPU tests (mixed adapters in decode CUDA graphs equal
 # the CPU; over FP8 linears the adapters add peft's deltas to the FP8 output), then the offline workload on Qwen3-8B shapes
 # with dummy weights, base model and then its requests spread over 8 random adapters of rank 16, in
 # one process: throughput ratio and the decode steps replayed from CUDA graphs

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Qwen3-30B-A3B decode at TP=1 on one GPU (issue 43, item 1), this tree against a baseline tree in
+# Qwen3-30B-A3B decode at TP=1 on one GPU, this tree against a baseline tree in
 # the same call: the MoE kernels' GPU tests, the MoE layer at decode's token counts (GEMV path vs
 # block-aligned, with a tile sweep), then per tree batch-1 and batch-8 TPOT (latency.py) and a
 # kernel profile of the decode step (profile_steps.py).
@@ -66,13 +66,13 @@ for part in ${STEPS:-tests layer b1 b8}; do
         step "all-reduce per call at TP=${part#ar}: NCCL, custom one/two-shot, fused with add + RMSNorm"
         timeout 120 python benchmark/offline/allreduce.py --config .bench-models/qwen3-8b --tp "${part#ar}" \
             --batches 1,8,32,64,128,256 --out "$RES/allreduce-8b-tp${part#ar}.json" 2>&1 | grep -E "^batch|^fused" ;;
-    off8b*)  # Qwen3-8B offline at TP=N (issue 43, item 2's workload), this tree
+    off8b*)  # Qwen3-8B offline at TP=N (the scaling workload), this tree
         step "Qwen3-8B offline, 256 requests <= 1024 in / <= 256 out, TP=${part#off8b}"
         timeout 200 python benchmark/offline/bench.py --model .bench-models/qwen3-8b --dummy-weight --tp "${part#off8b}" \
             --dtype bfloat16 --num-requests 256 --max-input-len 1024 --max-output-len 256 \
             --out "$RES/offline-8b-tp${part#off8b}.json" > "$RES/offline-8b-tp${part#off8b}.log" 2>&1
         grep -E "tok/s|Error|error:" "$RES/offline-8b-tp${part#off8b}.log" | grep -v Warn | tail -4 ;;
-    step8b*)  # Qwen3-8B's batch-256 decode step at TP=N (issue 43, item 2), base then new
+    step8b*)  # Qwen3-8B's batch-256 decode step at TP=N, base then new
         for tree in base new; do
             step "step8b, $tree: Qwen3-8B batch-256 decode at TP=${part#step8b}"
             PYTHONPATH=$(tree_path "$tree") profile_step "8b-tp${part#step8b}-$tree" --model .bench-models/qwen3-8b \

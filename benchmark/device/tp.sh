@@ -23,7 +23,7 @@
 #
 #   bash benchmark/device/tp.sh scale-8b    # nvidia-h200-x4: TP=1, 2 and 4 (those the GPUs allow) in one
 #   bash benchmark/device/tp.sh scale-30b   # call: all-reduce per step, offline tok/s, start-up, batch-1 TPOT
-#   bash benchmark/device/tp.sh profile     # nvidia-h100-x4 (issue 43): Qwen3-30B-A3B batch-1 TPOT and its step's
+#   bash benchmark/device/tp.sh profile     # nvidia-h100-x4: Qwen3-30B-A3B batch-1 TPOT and its step's
 #                                           # kernels and host time at TP=2 and 4; Qwen3-8B offline at TP=1 and 4
 #                                           # and its batch-256 decode and prefill steps profiled at TP=4
 #

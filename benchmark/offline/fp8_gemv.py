@@ -1,5 +1,5 @@
 """FP8 weight-streaming GEMV at decode batch sizes: per-linear and per-token GEMM time against the
-weight-read floor, for Llama-3.1-8B's shapes (issue 16: batch-1 FP8 TPOT <= 3.3 ms).
+weight-read floor, for Llama-3.1-8B's shapes (the batch-1 FP8 TPOT target is in benchmark/NOTES.md).
 
     python benchmark/offline/fp8_gemv.py --config .bench-models/llama-3.1-8b
 

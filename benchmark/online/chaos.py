@@ -1,6 +1,6 @@
-"""Issues 21 and 42's chaos scenarios at full size against a real server (CI runs them small:
+"""The chaos scenarios at full size against a real server (CI runs them small:
 tests/benchmark/test_chaos.py): load with cancels, a soak with every process's RSS sampled,
-slowloris, issue 21's 8 GB request, and issue 42's hostile mixed load on a second server (capped
+slowloris, an 8 GB request, and the hostile mixed load on a second server (capped
 connections, an API key): 100 idle sockets beyond the cap, a 7 MB /tokenize, a 450-deep schema and
 an unauthenticated /health_generate flood at once, /health probed with a 1 s timeout throughout.
 
@@ -50,7 +50,7 @@ def plot_rss(path: str, samples: list[dict]) -> None:
 
 
 def hostile_mixed_load(a: argparse.Namespace, flags: list[str]) -> dict:
-    """Issue 42's mixed load against a server of its own (capped connections, an API key)."""
+    """The hostile mixed load against a server of its own (capped connections, an API key)."""
     port = free_port()
     hostile_flags = [*flags[2:], "--port", str(port), "--max-connections", str(a.hostile_cap)]
     log_path = os.path.join(tempfile.mkdtemp(prefix="minisgl-chaos-"), "server.log")
@@ -76,8 +76,8 @@ def main() -> None:
     p.add_argument("--requests", type=int, default=5000, help="soak: unique requests")
     p.add_argument("--streams", type=int, default=512, help="load with cancels: streams (half cut midway)")
     p.add_argument("--slow-connections", type=int, default=200)
-    p.add_argument("--hostile-seconds", type=float, default=60, help="issue 42's mixed load: how long")
-    p.add_argument("--hostile-cap", type=int, default=40, help="issue 42's mixed load: --max-connections")
+    p.add_argument("--hostile-seconds", type=float, default=60, help="the hostile mixed load: how long")
+    p.add_argument("--hostile-cap", type=int, default=40, help="the hostile mixed load: --max-connections")
     p.add_argument("--out", default="results/chaos")
     p.add_argument("--server-arg", action="append", default=[], help="one more server flag (repeatable)")
     a = p.parse_args()

@@ -85,9 +85,8 @@ def gather_pages(page_table: torch.Tensor, layout: PagedLayout, page_size: int) 
 
 def warm_up_gather_pages(page_table: torch.Tensor, page_size: int) -> None:
     """Gathers a 1-page and a 17-page layout once, so that the kernels a gather runs are loaded at
-    start, not mid-decode (CUDA loads a kernel at its first launch; torch's index_select, which an
-    earlier form of this gather used, has another kernel above 16 indices, and the first decode
-    step whose batch held 17 pages stalled for its loading: benchmark/NOTES.md)."""
+    start, not mid-decode (CUDA loads a kernel at its first launch, and a gather may run another kernel above 16 indices,
+    as torch's index_select does: a first decode step that loads one stalls, benchmark/NOTES.md)."""
     for pages in (1, min(17, page_table.numel() // page_size)):
         layout = paged_layout(np.zeros(1, dtype=np.int64), np.array([pages * page_size]), page_size, 0)
         gather_pages(page_table, layout, page_size)

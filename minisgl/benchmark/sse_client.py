@@ -191,8 +191,8 @@ def _client_process(target: Target, reqs: list[tuple[int, BenchRequest]], max_co
     """One client process: report ready, wait for `go`, send its share from `start_at.value`."""
     _use_uvloop()
     # No garbage-collector pauses while measuring: a full collection of this process's objects
-    # took 80-200 ms (measured under load), which lands on every request in flight here as server
-    # latency. Refcounting frees almost everything; the few cycles are collected after the run.
+    # takes tens of milliseconds or more under load, which lands on every request in flight here as
+    # server latency. Refcounting frees almost everything; the few cycles are collected after the run.
     freeze_startup_objects()
     gc.disable()
     out.put(("ready", None))

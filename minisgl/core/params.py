@@ -67,7 +67,7 @@ class SamplingParams:
     @cached_property
     def stop_token_set(self) -> frozenset[int]:
         """stop_token_ids for the per-token membership test: up to 1024 ids, checked for every
-        sampled token of the request, must not be a tuple scan (issue 21)."""
+        sampled token of the request, must not be a tuple scan."""
         return frozenset(self.stop_token_ids)
 
     @property

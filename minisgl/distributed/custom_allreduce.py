@@ -1,8 +1,8 @@
 """Small all-reduces over NVLink without NCCL: PyTorch's symmetric memory (CUDA IPC buffers that
 every rank maps), whose one-shot kernel reads all peers' copies and sums them in one launch and
 whose two-shot kernel reduce-scatters then all-gathers. A decode step's all-reduces carry a few
-KiB to a few MiB, where NCCL's fixed latency (35-57 µs per call measured on an H200 pair)
-dominates; these kernels take a few µs there. Above `TWO_SHOT_MAX_BYTES` NCCL is used.
+KiB to a few MiB, where NCCL's fixed latency per call dominates (benchmark/NOTES.md has the
+figures); these kernels take a fraction of it there. Above `TWO_SHOT_MAX_BYTES` NCCL is used.
 
 Both kernels synchronise with the peers through signal pads on the device, at the start and the
 end, so one staging buffer serves every call in stream order and the calls are captured in CUDA

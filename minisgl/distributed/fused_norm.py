@@ -3,8 +3,8 @@ that follow it in a pre-norm decoder: FlashInfer's port of TensorRT-LLM's all-re
 
 Why: a decoder layer all-reduces twice (after the attention's o_proj and after the MLP or MoE) and
 each time adds the residual and normalizes next. Unfused that is two launches, and the custom
-all-reduce's signal-pad barriers at its start and end cost ~7 µs a call at one token under TP=4
-(benchmark/NOTES.md): 97 calls a Qwen3-30B-A3B step, as much as its attention. TensorRT-LLM's
+all-reduce's signal-pad barriers at its start and end cost, at one token under TP=4, about as much
+over a Qwen3-30B-A3B step's 97 calls as its attention (benchmark/NOTES.md). TensorRT-LLM's
 one-shot kernel needs no barrier between calls (each rank polls its peers' values out of a
 triple-buffered "Lamport" buffer, cleared a call later) and normalizes in the same launch.
 

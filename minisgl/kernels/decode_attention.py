@@ -40,8 +40,8 @@ import triton.language as tl
 
 from .device import pdl_launch, pdl_supported, sm_count
 
-# At most 32 chunks a request: merging 64 spilled registers (batch-1 attention over one KV head,
-# Qwen3-30B-A3B's TP=4 share: 11.6-23.8 us a layer at 64 slices, 5.1-14.5 at 32).
+# At most 32 chunks a request: merging 64 spilled registers and ran slower (batch-1 attention over
+# one KV head, Qwen3-30B-A3B's TP=4 share; benchmark/NOTES.md).
 MAX_CHUNKS = 32
 MAX_ARRIVALS = 1 << 20  # (request, KV head) pairs a launch: the arrival counts' buffer (4 MB)
 WHOLE_BLOCK_N = 64  # tokens a loop step once the batch fills the GPU
@@ -213,9 +213,9 @@ def launch_shape(batch: int, kv_heads: int, device: torch.device | None = None, 
     batch's KV heads on `device`: a power of two rounded down, at most MAX_CHUNKS; a whole request
     (one slice: the batch fills the GPU) runs on two warps, a slice on four. Over FP8 pages from a
     few requests on, where that gives fewer than 8 slices, eight one-warp programs an SM instead
-    (the power of two nearest): the conversions, not the loads, bound a warp there, and two
-    programs an SM read Qwen3-0.6B's pages at 1.2-1.9 TB/s at 16-64 requests, eight at 1.9-2.6 from
-    16 to 256 requests (benchmark/NOTES.md). At 1-4 requests long four-warp slices stay faster."""
+    (the power of two nearest): the conversions, not the loads, bound a warp there, and eight
+    programs an SM read the pages faster than two from 16 to 256 requests (benchmark/NOTES.md). At 1-4 requests long
+    four-warp slices stay faster."""
     pairs, sms = max(1, batch * kv_heads), sm_count(device)
     splits = min(MAX_CHUNKS, 1 << int(math.log2(max(1, 2 * sms // pairs))))
     if fp8 and splits < 8:

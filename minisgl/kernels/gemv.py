@@ -99,7 +99,7 @@ def _k_step(k: int, cap: int) -> int:
 def gemv_config(m: int, n: int, k: int, gated: bool = False, weight_bytes: int = 1,
                 device: torch.device | None = None) -> GemvConfig:
     """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
-    not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md, issue 16). Output tiles
+    not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md). Output tiles
     only, no split-K: for small N (e.g. tensor-parallel shards) narrower tiles rather than a K
     split. `weight_bytes`: 1 for e4m3, 2 for a bf16 weight (the lm_head), which streams as many
     bytes an output feature as a gated e4m3 one and takes its tiles.

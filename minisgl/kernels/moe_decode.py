@@ -40,7 +40,7 @@ from .gemv import GemvConfig, gemv, gemv_config
 from .gemv_tiles import load_tile, mac, output_tile, zero_accumulator
 
 # Up to this many tokens the layer runs this path, above the block-aligned one (fused_moe): the
-# crossover measured with benchmark/offline/moe_layer.py (benchmark/NOTES.md, issue 43).
+# crossover measured with benchmark/offline/moe_layer.py (benchmark/NOTES.md).
 DECODE_MAX_TOKENS = 4
 # The router's weight (E x H, 0.5 MB for Qwen3-30B-A3B) a row a program, as many programs as SMs.
 ROUTER_TILES = GemvConfig(block_n=1, block_k=1024, num_warps=4, num_stages=4, dot=False)
@@ -163,8 +163,8 @@ def decode_tiles(inter: int, hidden: int, top_k: int, weight_bytes: int,
     K steps divide the expert width where they can, so no step straddles two experts' rows and the
     loads stay unmasked. A tensor-parallel share's narrow experts (Qwen3-30B-A3B's 768 is 384 wide
     at TP=2, 192 at TP=4) leave down's one-row tiles a few hundred bytes a step: there down takes
-    16 or 32 hidden features a program in 64-element steps (the sweep on H200s: at one token 18.0
-    -> 13.6 us a layer at TP=4, 23.0 -> 18.2 at TP=2; at four tokens 38.1 -> 31.4, 58.3 -> 50.1)."""
+    16 or 32 hidden features a program in 64-element steps, faster at TP=2 and TP=4 at one and four
+    tokens in the sweep on H200s (benchmark/NOTES.md)."""
     gate_up = gemv_config(1, inter, hidden, gated=True, weight_bytes=weight_bytes, device=device)
     down = gemv_config(1, hidden, inter, gated=False, weight_bytes=weight_bytes, device=device)
     if inter <= NARROW_EXPERT:

@@ -72,8 +72,7 @@ def _best_of_splits_kernel(val_ptr, idx_ptr, out_ptr, host_ptr, pool_ptr, pool_i
 # Up to WIDE_ROWS rows, a row is cut into slices of one 1,024-token block each, read at once
 # (Llama-3's 128,256 tokens: 128 programs at batch 1, where torch's argmax walks the row in one
 # program, a latency-bound share of a batch-1 step). More rows fill the GPU by themselves:
-# GUMBEL_SPLITS slices a row, and greedy rows take torch's argmax (figures: benchmark/NOTES.md,
-# issue 16).
+# GUMBEL_SPLITS slices a row, and greedy rows take torch's argmax (figures: benchmark/NOTES.md).
 GUMBEL_BLOCK, GUMBEL_SPLITS, WIDE_ROWS = 1024, 16, 16
 
 

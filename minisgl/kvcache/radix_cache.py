@@ -8,7 +8,7 @@ evicted; the base model's is `root`.
 
 Host memory: the tree lives as long as its KV pages, so it grows with the cache until the cache is
 full and eviction balances it (a soak with unique prompts sees the scheduler grow per request
-until then; issue 21 measured 1.5-2 KB per request). Tokens and page numbers are kept as C int32
+until then; benchmark/NOTES.md has the figure). Tokens and page numbers are kept as C int32
 arrays (4 bytes each) rather than tuples and lists of Python ints (about 40 bytes each), so that
 growth is a tenth of what it was, and bounded by the cache size either way.
 """

@@ -40,15 +40,15 @@ def _load_rows(dst: torch.Tensor, src: torch.Tensor, start: int, rows: int) -> N
 
 
 # Rows up to which the linear layers take the GEMV: one and two rows run it on CUDA cores for every
-# shape. At 8 rows (tl.dot) Qwen3-8B decoded 1.8% slower than with cuBLAS (benchmark/NOTES.md).
+# shape. At 8 rows (tl.dot) Qwen3-8B decoded slower than with cuBLAS (benchmark/NOTES.md).
 LINEAR_GEMV_MAX_ROWS = 2
 
 
 def dense_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear, but decode's one or two bf16 rows on a Hopper GPU through the weight-streaming GEMV
     (the lm_head's, minisgl.kernels.dispatch.dense_gemv). Why: at one token a layer's q/k/v and o
-    projections are a few MB each (less under tensor parallelism), and cuBLAS took ~10 us a GEMM
-    there, its launch and tile set-up rather than the read (benchmark/NOTES.md, issue 43)."""
+    projections are a few MB each (less under tensor parallelism), and cuBLAS's time there is its
+    launch and tile set-up rather than the read (benchmark/NOTES.md)."""
     y = dense_gemv(x, weight, max_rows=LINEAR_GEMV_MAX_ROWS)
     if y is None:
         return F.linear(x, weight, bias)

@@ -1,8 +1,7 @@
 """Refusing an over-long prompt from its size in bytes, before tokenizing it.
 
-Tokenizing megabytes takes seconds and blocks every other request in the tokenizer worker (issue
-21: an 8 MB prompt took 7-10 s to be refused). A prompt can be refused unread when its byte count
-*proves* it has more tokens than the limit, and only then:
+Tokenizing megabytes takes seconds and blocks every other request in the tokenizer worker. A
+prompt can be refused unread when its byte count *proves* it has more tokens than the limit, and only then:
 
 - A token stands for at most `max_token_bytes` bytes of normalized input: the longest token in the
   vocabulary (added tokens included), counted as the UTF-8 length of its vocabulary string. That

@@ -4,8 +4,8 @@ Each stop string has a Knuth-Morris-Pratt matcher fed every new character once: 
 length of the longest end of the text so far that begins the stop string. That one number says
 both whether the stop string has just appeared (state == its length) and how much of the text's
 end must be held back because it may still become the stop string. Re-searching the whole text, or
-comparing every prefix of every stop string with the text's end, per token is quadratic (issue 21:
-four 1024-character stop strings cost milliseconds per token)."""
+comparing every prefix of every stop string with the text's end, per token is quadratic (long
+stop strings then cost milliseconds per token)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The chaos scenarios of issues 21 and 42 (tests/chaos.py) at CI size, against the real server
-on a tiny model: load with cancels, a soak with every process's RSS sampled, slowloris, issue 21's
-8 GB request, and issue 42's hostile mixed load (idle sockets beyond the cap, a huge /tokenize, a
+"""The chaos scenarios (tests/chaos.py) at CI size, against the real server
+on a tiny model: load with cancels, a soak with every process's RSS sampled, slowloris, an
+8 GB request, and the hostile mixed load (idle sockets beyond the cap, a huge /tokenize, a
 deep schema and an unauthenticated /health_generate flood at once). `benchmark/online/chaos.py`
 runs the same scenarios big."""
 
@@ -66,7 +66,7 @@ def test_soak_with_unique_prompts_levels_off_in_every_process(server, pids):
 
 
 def test_hostile_mixed_load_fails_no_probe_and_starves_no_paying_client(model_dir):
-    """Issue 42's mixed load for 20 s on a server capped at 40 connections, with an API key: 70
+    """The hostile mixed load for 20 s on a server capped at 40 connections, with an API key: 70
     idle sockets (30 beyond the cap, reopened as they are cut), a 2 MB /tokenize (over
     --max-tokenize-bytes: refused), a 450-deep schema and 10 unauthenticated /health_generate
     loops. /health answers 200 every time and every authenticated chat is served."""

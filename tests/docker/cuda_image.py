@@ -10,7 +10,7 @@ modules with the GPU architectures of their code, whether sgl-kernel's libraries
 `--help` and serves the demo model on the CPU (no GPU here) for one chat completion.
 
 Not part of the test run: a cold build downloads about 4 GB and compiles for a quarter of an hour
-on 2 cores (benchmark/NOTES.md, "The CUDA image built here (issue 41)"). Reruns reuse podman's
+on 2 cores (benchmark/NOTES.md, "The CUDA image built here"). Reruns reuse podman's
 layer cache. Run it niced, beside other work: `nice -n 15 python -m tests.docker.cuda_image`.
 """
 

@@ -4,8 +4,8 @@ The CPU image is ./Dockerfile with docs/container.md's CPU build arguments; only
 debootstrap: no registry serves one here) and torch's source (the local CPU wheel) differ. The
 server in it serves the built-in demo model. The operator image is operator/Dockerfile on the
 same Debian base with Python. tests/docker/podman.py has the how; tests/tools/podman.sh sets
-podman up. A cold run (no cached base or layers: two debootstraps, two builds) took 7 minutes
-on a 2-core machine; a rerun reuses both and takes under 2 minutes.
+podman up. A cold run (no cached base or layers) makes two debootstraps and two builds; a rerun
+reuses both (docs/container.md says how long each takes).
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from tests.docker.test_container_docs import cpu_build_args
 PROBLEM = pm.podman_problem()
 pytestmark = [
     pytest.mark.skipif(PROBLEM is not None, reason=f"podman cannot run containers here: {PROBLEM}"),
-    # A hang guard, not a speed limit: the first test builds the Debian base (debootstrap) and the
-    # image (torch included) from nothing, 10-20 minutes on 2 busy cores; podman.build has its own.
+    # A hang guard, not a speed limit: on a cold machine the first test builds the Debian base
+    # (debootstrap) and the image (torch included) from nothing; podman.build has its own.
     pytest.mark.timeout(2700),
 ]
 

@@ -127,7 +127,7 @@ def test_randomized_against_reference(page_size):
 
 def test_host_memory_per_cached_token_is_small_and_freed_by_eviction():
     """The tree lives as long as its KV pages, so its host memory is the scheduler's growth per
-    unique request until the pool fills (issue 21: 1.5-2 KB per request). Tokens and pages are C
+    unique request until the pool fills (benchmark/NOTES.md has the figure). Tokens and pages are C
     int32 arrays: under 16 bytes per cached token, node overhead included (tuples of Python ints
     cost about 50), and eviction gives it all back."""
     import gc

@@ -91,8 +91,8 @@ def test_a_slowly_sent_body_gets_408_after_the_body_timeout(server):
 
 
 def test_idle_sockets_beyond_max_connections_lock_out_neither_clients_nor_probes(server):
-    """84 sockets opened and left idle against --max-connections 64 (issue 42: 45 idle sockets
-    against a cap of 40 failed every liveness probe): sockets that never sent a request are not
+    """84 sockets opened and left idle against --max-connections 64 (45 idle sockets
+    against a cap of 40 once failed every liveness probe): sockets that never sent a request are not
     in use, so clients and the probes are served (HEAD too, as some load balancers probe)."""
     held = [connect(server.url) for _ in range(64 + 20)]
     try:

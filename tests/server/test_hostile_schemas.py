@@ -1,4 +1,4 @@
-"""Issue 42, item 3, against the real server on a tiny model (loopback only): a crafted schema that
+"""Hostile schemas against the real server on a tiny model (loopback only): a crafted schema that
 would compile for minutes is a 400 naming the field and --grammar-compile-timeout once its budget is
 spent, and holds up no other request meanwhile; a client that leaves while its grammar compiles
 gets that compile killed (not left to run to the budget)."""

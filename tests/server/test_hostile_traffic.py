@@ -1,4 +1,4 @@
-"""Issue 42: no cheap request may freeze the server, fail its probes or starve paying clients. Each
+"""No cheap request may freeze the server, fail its probes or starve paying clients. Each
 test is one of the issue's findings against the real server on a tiny model (loopback only): the
 probes stay cheap and open, /tokenize is bounded and off the event loop, client input is checked
 before it is echoed, and a request right after a worker's death gets the promised 503."""

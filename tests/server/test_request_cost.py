@@ -1,4 +1,4 @@
-"""One request's cost is bounded at the door (issue 21): schemas and grammars have a size cap, an
+"""One request's cost is bounded at the door: schemas and grammars have a size cap, an
 over-long prompt is refused from its byte size before it is tokenized, and every refusal is an
 OpenAI-style 400 naming what was too large. The real server on a tiny model."""
 

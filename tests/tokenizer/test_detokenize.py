@@ -83,7 +83,7 @@ def test_streamed_text_with_stop_strings_equals_the_one_shot_decode_cut_at_the_f
 
 def test_held_back_text_never_exceeds_the_longest_stop_string(tok):
     """Per-request state stays bounded however long the output: only text that may still turn out
-    to be a stop string is held (issue 21: four 1024-character stop strings made every token
+    to be a stop string is held (four 1024-character stop strings once made every token
     rescan the whole text)."""
     stops = ["a" * 1023 + "b", "q" * 1024, "ab" * 512, "xyz"]
     ids = tok.encode("a" * 3000 + "x" * 50 + "a" * 2000)

@@ -64,8 +64,8 @@ def completion_logprobs(entries: list | None, offset: int = 0) -> dict | None:
 
 
 # Stream chunks are plain dicts, not pydantic models: the per-token path is event-loop bound, and a
-# chunk built and dumped through models took 14 us against 1.8 us as a dict (both with orjson, on
-# this project's CPU runner), where the whole per-token path of serve_generation takes about 4 us.
+# chunk built and dumped through models costs several times the whole per-token path of
+# serve_generation (benchmark/NOTES.md).
 
 
 class ChoiceStream(ABC):
@@ -171,7 +171,7 @@ class OpenAIFormat(ABC):
                                  usage=Usage(**usage))
         out = response.model_dump(exclude_unset=True)
         # Logprobs join as plain dicts, in the place the model gave them: validated as models they
-        # cost about 11 us more a token (measured with top_logprobs 5), four times the dicts.
+        # cost several times the dicts a token (benchmark/NOTES.md).
         for entry, c in zip(out["choices"], choices):
             entry["logprobs"] = self.logprobs(c.logprobs if logprobs else None)
         return out
