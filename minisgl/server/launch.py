@@ -20,7 +20,7 @@ from minisgl.utils.logger import get_logger
 
 from .args import ServerArgs
 from .runtime.nodes import NodePlacement
-from .runtime.workers import launch_workers
+from .runtime.workers import context_length, launch_workers
 
 logger = get_logger(__name__)
 
@@ -35,6 +35,7 @@ def serve(args: ServerArgs) -> int:
     open_files = raise_open_file_limit()  # before the workers start: they inherit it
     args = dataclasses.replace(args, max_connections=connection_limit(args.max_connections, open_files))
     args, model_path, workers = launch_workers(args, meanwhile=_import_http)
+    args = dataclasses.replace(args, max_seq_len=context_length(args, model_path))  # resolved, for /v1/models
     import uvicorn
 
     from .http.app import create_app

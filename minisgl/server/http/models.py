@@ -1,24 +1,37 @@
-"""GET /v1/models: the one model this server serves, under each of its names, and its LoRA adapters
-(--lora-modules), each with the base model as its `parent`, as vLLM lists them."""
+"""GET /v1/models and /v1/models/{id}: the one model this server serves, under each of its names,
+and its LoRA adapters (--lora-modules), each with the base model as its `parent`, as vLLM lists
+them; every card carries `max_model_len`, which clients use to size their context."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter
 
-from .deps import ApiDeps
-from .protocol import ModelList
+from .deps import ApiDeps, clipped
+from .protocol import APIError, ModelCard, ModelList
 
 
 def router(deps: ApiDeps) -> APIRouter:
     api = APIRouter()
     args, state = deps.args, deps.state
 
-    @api.get("/v1/models", tags=["openai"], response_model=ModelList)
-    async def models():
-        card = {"object": "model", "created": state.created, "owned_by": "minisgl"}
+    def cards() -> list[dict]:
+        card = {"object": "model", "created": state.created, "owned_by": "minisgl", "max_model_len": args.max_seq_len}
         base = [{"id": name, **card, "root": args.model or args.model_name} for name in args.model_names]
         adapters = [{"id": name, **card, "root": path, "parent": args.model_name}
                     for name, path in deps.adapters.items()]
-        return {"object": "list", "data": base + adapters}
+        return base + adapters
+
+    @api.get("/v1/models", tags=["openai"], response_model=ModelList)
+    async def models():
+        return {"object": "list", "data": cards()}
+
+    # `:path`: a served name may hold slashes (a Hub id such as Qwen/Qwen3-0.6B).
+    @api.get("/v1/models/{model_id:path}", tags=["openai"], response_model=ModelCard)
+    async def model(model_id: str):
+        found = next((card for card in cards() if card["id"] == model_id), None)
+        if found is None:
+            raise APIError(404, f"The model {clipped(model_id)!r} does not exist: this server serves "
+                           f"{', '.join(repr(c['id']) for c in cards())}", param="model", code="model_not_found")
+        return found
 
     return api

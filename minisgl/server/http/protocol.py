@@ -518,6 +518,7 @@ class ModelCard(BaseModel):
     owned_by: str
     root: str
     parent: str | None = None  # a LoRA adapter's base model
+    max_model_len: int | None = None  # prompt plus output tokens a request may have (vLLM's field)
 
 
 class ModelList(BaseModel):

@@ -123,12 +123,18 @@ def check_model(args: ServerArgs, model_path: str) -> None:
                          f"{config.max_position_embeddings} tokens")
 
 
+def context_length(args: ServerArgs, model_path: str) -> int:
+    """Prompt plus output tokens a request may have: --max-seq-len, else the model's context length
+    (what /v1/models reports as max_model_len)."""
+    from minisgl.models import load_model_config
+
+    return min(args.max_seq_len or 1 << 62, load_model_config(model_path).max_position_embeddings)
+
+
 def prompt_token_limit(args: ServerArgs, model_path: str) -> int:
     """Most prompt tokens a request may have: --max-prompt-tokens, else the context length (the
     engine may allow less; the scheduler has the last word)."""
-    from minisgl.models import load_model_config
-
-    context = min(args.max_seq_len or 1 << 62, load_model_config(model_path).max_position_embeddings)
+    context = context_length(args, model_path)
     return min(args.max_prompt_tokens or context, context)
 
 
