@@ -41,6 +41,7 @@ class Req:
     prefill_len: int = -1  # -1: the prompt length
     arrival: int = 0  # the scheduler's arrival order: ties in priority go to the earlier request
     preemptions: int = 0
+    prefix_hit: int = 0  # prompt tokens the prefix cache held at its first admission (usage's cached_tokens)
 
     def __post_init__(self) -> None:
         if self.seq_len < 0:

@@ -76,6 +76,7 @@ class StepOutput:
     finish_reason: str | None = None  # stop | length | abort | error
     error: str | None = None
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, those found in the prefix cache
     logprob: float | None = None  # when the request asked for logprobs
     top_logprobs: list[list] | None = None  # [[token id, logprob], ...], most likely first
 
@@ -97,6 +98,7 @@ class Reply:
     prompt_tokens: int = 0
     # When asked for: per token of this reply, [token text, logprob, [[text, logprob], ...]].
     logprobs: list | None = None
+    cached_tokens: int = 0  # of prompt_tokens, those found in the prefix cache
 
 
 def merge_replies(replies: list[Reply]) -> Reply:
@@ -108,7 +110,8 @@ def merge_replies(replies: list[Reply]) -> Reply:
     if any(r.logprobs for r in replies):
         logprobs = [entry for r in replies for entry in (r.logprobs or [])]
     return Reply(last.uid, "".join(r.text for r in replies), last.completion_tokens, last.finish_reason,
-                 last.error, max(r.prompt_tokens for r in replies), logprobs)
+                 last.error, max(r.prompt_tokens for r in replies), logprobs,
+                 max(r.cached_tokens for r in replies))
 
 
 def merge_by_request(replies: list[Reply]) -> list[Reply]:

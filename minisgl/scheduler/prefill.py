@@ -63,6 +63,7 @@ class PrefillManager:
             if req.preemptions == 0:  # a resumed request's prompt was counted at its first admission
                 self.stats.prompt_tokens += req.prompt_len
                 self.stats.prefix_hit_tokens += req.cached_len
+                req.prefix_hit = req.cached_len
                 self.admitted.append(req.uid)
             ids = torch.tensor(req.all_ids[: req.prefill_len], dtype=torch.int32)
             if self.token_pool.is_cuda:  # asynchronous only from pinned memory

@@ -396,7 +396,7 @@ class Scheduler:
                     reason = "stop"
             if reason:
                 self._finish(r, reason)
-            out = StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len)
+            out = StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len, cached_tokens=r.prefix_hit)
             k = r.sampling_params.logprobs
             if k is not None and lp is not None:  # None on tensor-parallel followers
                 out.logprob = chosen[i]

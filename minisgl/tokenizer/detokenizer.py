@@ -77,6 +77,7 @@ class Detokenizer:
             reason = "stop"
         if reason:
             text += state.finish()
-        replies.append(Reply(uid, text, self.counts[uid], reason, out.error, out.prompt_tokens, logprobs))
+        replies.append(Reply(uid, text, self.counts[uid], reason, out.error, out.prompt_tokens, logprobs,
+                             out.cached_tokens))
         if reason and not (state.stopped and out.finish_reason is None):
             del self.states[uid], self.counts[uid]

@@ -31,6 +31,7 @@ class Choice:
     text: str = ""
     completion_tokens: int = 0
     prompt_tokens: int = 0
+    cached_tokens: int = 0  # of prompt_tokens, those the prefix cache held
     finish_reason: str | None = None
     error: str | None = None  # why it failed, with finish_reason error or unavailable
     logprobs: list = field(default_factory=list)  # Reply.logprobs entries of every token so far
@@ -81,6 +82,7 @@ class Generation:
         choice.text += reply.text
         choice.completion_tokens = reply.completion_tokens
         choice.prompt_tokens = reply.prompt_tokens or choice.prompt_tokens
+        choice.cached_tokens = reply.cached_tokens or choice.cached_tokens
         choice.finish_reason = reply.finish_reason
         choice.error = reply.error or choice.error
         if reply.logprobs:
@@ -132,8 +134,11 @@ class Generation:
 
     def usage(self) -> dict:
         prompts = {c.prompt_index: c.prompt_tokens for c in self.choices}
+        # A prompt counts once however many choices it has; of it, what the least lucky choice found cached.
+        cached = {i: min(c.cached_tokens for c in self.choices if c.prompt_index == i) for i in prompts}
         prompt, completion = sum(prompts.values()), sum(c.completion_tokens for c in self.choices)
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": sum(cached.values())}}
 
 
 def unavailable(reason: str | None) -> JSONResponse:

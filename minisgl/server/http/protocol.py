@@ -505,10 +505,15 @@ def error_response(status: int, message: str, param: str | None = None, code: st
 # -- response bodies (the OpenAPI schema; openai_formats.py builds the JSON ones through them) -----
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int  # prompt tokens found in the prefix cache (not computed again)
+
+
 class Usage(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+    prompt_tokens_details: PromptTokensDetails | None = None
 
 
 class ModelCard(BaseModel):

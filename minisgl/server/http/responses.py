@@ -138,7 +138,7 @@ class OutputItems:
 def _usage(gen: Generation) -> dict:
     u = gen.usage()
     return {"input_tokens": u["prompt_tokens"], "output_tokens": u["completion_tokens"],
-            "total_tokens": u["total_tokens"], "input_tokens_details": {"cached_tokens": 0},
+            "total_tokens": u["total_tokens"], "input_tokens_details": u["prompt_tokens_details"],
             "output_tokens_details": {"reasoning_tokens": 0}}
 
 
