@@ -117,7 +117,8 @@ CACHE_ENV = {
 }
 
 # Without modelCache the weights go to an emptyDir: bounded, so a large model cannot fill the
-# node's disk unnoticed (the kubelet evicts the pod instead). podTemplate can raise it.
+# node's disk unnoticed (the kubelet evicts the pod instead). Sized from the model where its id
+# names its parameter count (sizing.py), else this; podTemplate can change it.
 EMPTYDIR_CACHE_SIZE_LIMIT = "200Gi"
 TMP_SIZE_LIMIT = "16Gi"
 # Node disk a pod asks for beyond its disk-backed emptyDirs: container logs (the root filesystem is
@@ -126,9 +127,23 @@ EPHEMERAL_STORAGE = "ephemeral-storage"
 EPHEMERAL_LOG_MARGIN = "2Gi"
 
 # A GPU pod with no CPU or memory request is BestEffort (evicted first under node pressure): these
-# requests per GPU apply where spec.resources sets none.
-DEFAULT_CPU_PER_GPU = 4
-DEFAULT_MEMORY_GI_PER_GPU = 32
+# requests apply where spec.resources sets none (sizing.py). CPU per GPU: small enough for a
+# 4-vCPU single-GPU node once its system daemons are placed. Memory: each rank's process (CUDA
+# context, pinned buffers, tokenizer) plus a share of the pod's weights for staging them on their way
+# to the GPU (the weight files are memory-mapped: the rest of their pages is page cache the kernel
+# reclaims); no limit, so a pod may use what the node has free. Where the model's size is unknown, a
+# flat amount per GPU.
+DEFAULT_CPU_PER_GPU = 2
+HOST_MEMORY_GI_PER_GPU = 4
+STAGING_SHARE_OF_WEIGHTS = 0.25
+DEFAULT_MEMORY_GI_PER_GPU = 16
+# The disk a known model needs in an emptyDir cache: its weights (bf16: 2 bytes a parameter) and
+# tokenizer and config files beside them, plus the compiled Triton and FlashInfer kernels, plus each
+# Hub adapter.
+WEIGHT_BYTES_PER_PARAMETER = 2
+CACHE_WEIGHTS_FACTOR = 1.1
+KERNEL_CACHE_GI = 4
+ADAPTER_CACHE_GI = 1
 
 # The non-root user the server image runs as (Dockerfile: USER 10001:10001).
 RUN_AS_USER = 10001

@@ -406,8 +406,9 @@ def spec_schema() -> dict[str, Any]:
                 "type": "object",
                 "description": (
                     "CPU and memory of the server container. GPUs come from tp. Where neither requests "
-                    f"nor limits name cpu or memory, {constants.DEFAULT_CPU_PER_GPU} CPUs and "
-                    f"{constants.DEFAULT_MEMORY_GI_PER_GPU}Gi per GPU are requested (never BestEffort)."
+                    f"nor limits name cpu or memory, {constants.DEFAULT_CPU_PER_GPU} CPUs per GPU and "
+                    "memory for the model's weights (from the parameter count its id names) are requested, "
+                    "never BestEffort; status.podResources says what was chosen."
                 ),
                 "x-kubernetes-validations": [
                     {"rule": GPU_RESOURCES_RULE, "message": f"do not set {constants.GPU_RESOURCE}: spec.tp sets the GPUs per pod"}
@@ -448,8 +449,9 @@ def spec_schema() -> dict[str, Any]:
                     f"Model cache mounted at {constants.CACHE_MOUNT} (HF_HOME lives there): an existing PVC "
                     "(claimName), a PVC the operator creates and every pod shares (size, storageClassName, "
                     "accessModes: ReadWriteMany for more than one pod), or one volume per pod (size + perPod, "
-                    "e.g. on node-local storage). Without it the cache is an emptyDir of at most "
-                    f"{constants.EMPTYDIR_CACHE_SIZE_LIMIT} and every new pod downloads the model again."
+                    "e.g. on node-local storage). Without it the cache is an emptyDir sized for the model "
+                    f"(at most {constants.EMPTYDIR_CACHE_SIZE_LIMIT} where its id names no parameter count) "
+                    "and every new pod downloads the model again."
                 ),
                 "oneOf": [{"required": ["claimName"]}, {"required": ["size"]}],
                 "properties": {
@@ -692,6 +694,20 @@ def status_schema() -> dict[str, Any]:
             "selector": {"type": "string", "description": "Label selector of the pods (for the scale subresource)."},
             "url": {"type": "string", "description": "In-cluster URL of the Service."},
             "observedGeneration": {"type": "integer", "format": "int64"},
+            "podResources": {
+                "type": "object",
+                "description": (
+                    "What each server pod requests of its node (the scheduler needs a node where it fits), "
+                    "and on what basis: spec.resources, else defaults sized from the model's parameter count."
+                ),
+                "properties": {
+                    "cpu": {"type": "string"},
+                    "memory": {"type": "string"},
+                    "ephemeralStorage": {"type": "string"},
+                    "gpus": {"type": "integer", "format": "int32"},
+                    "basis": {"type": "string"},
+                },
+            },
             "conditions": {
                 "type": "array",
                 "items": condition,

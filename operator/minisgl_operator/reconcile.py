@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import constants, merge, quantity, render, router, server, status
+from . import constants, merge, quantity, render, router, server, sizing, status
 from . import spec as spec_mod
 from .cache import IndexedApi
 from .kube import ApiError, KubeApi
@@ -148,6 +148,14 @@ def _loader_state(job: Mapping[str, Any]) -> tuple[str | None, status.Problem | 
     return waiting, None
 
 
+def _server_pod(wanted: list[Obj], isvc: spec_mod.InferenceService) -> Obj:
+    """The pod spec of the server (a multi-node group's leader) in the rendered children."""
+    workload = next(o for o in wanted if o["kind"] in WORKLOAD_KINDS and o["metadata"]["name"] == isvc.name)
+    if workload["kind"] == "Deployment":
+        return workload["spec"]["template"]["spec"]
+    return workload["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]
+
+
 def _ref(obj: Mapping[str, Any]) -> str:
     return f"{obj['kind']}/{obj['metadata']['name']}"
 
@@ -262,7 +270,8 @@ class Reconciler:
         problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc))])
         outcome.problem = status.combine(problems)
 
-        self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker, loading=loading)
+        self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker, loading=loading,
+                     pod_resources=sizing.summary(isvc, _server_pod(wanted, isvc)))
         return outcome
 
     def _delete_unwanted(self, isvc: spec_mod.InferenceService, wanted: set[tuple[str, str]], outcome: Outcome,
@@ -352,6 +361,7 @@ class Reconciler:
         isvc: spec_mod.InferenceService | None = None,
         picker: Obj | None = None,
         loading: str | None = None,
+        pod_resources: Obj | None = None,
     ) -> None:
         meta = body["metadata"]
         raw_spec = body.get("spec") or {}
@@ -367,6 +377,7 @@ class Reconciler:
             deployment=deployment,
             picker=picker if isvc is not None and isvc.router is not None else None,
             loading=loading,
+            pod_resources=pod_resources,
             problem=outcome.problem,
             previous=previous,
             now=now,

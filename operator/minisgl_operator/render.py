@@ -38,28 +38,10 @@ def _env(isvc: InferenceService) -> list[Obj]:
     return list(merged.values())
 
 
-def _resources(isvc: InferenceService) -> Obj:
-    requests = dict(isvc.resources.get("requests", {}))
-    limits = dict(isvc.resources.get("limits", {}))
-    limits[constants.GPU_RESOURCE] = isvc.gpus_per_pod
-    # Never BestEffort: QoS counts only cpu and memory, so a GPU limit alone leaves a pod first in
-    # line for eviction. A limit without a request makes the request equal to it, so only a
-    # resource named in neither gets the default.
-    gpus = isvc.gpus_per_pod
-    defaults = {"cpu": str(constants.DEFAULT_CPU_PER_GPU * gpus), "memory": f"{constants.DEFAULT_MEMORY_GI_PER_GPU * gpus}Gi"}
-    for name, value in defaults.items():
-        if name not in requests and name not in limits:
-            requests[name] = value
-    out: Obj = {"limits": limits}
-    if requests:
-        out["requests"] = requests
-    return out
-
-
 def _cache_volume(isvc: InferenceService) -> Obj:
     cache = isvc.model_cache
     if cache is None:
-        return {"name": constants.CACHE_VOLUME, "emptyDir": {"sizeLimit": constants.EMPTYDIR_CACHE_SIZE_LIMIT}}
+        return {"name": constants.CACHE_VOLUME, "emptyDir": {"sizeLimit": sizing.defaults(isvc).cache_size_limit}}
     if cache.per_pod:
         # A generic ephemeral volume: one PVC per pod, created and deleted with it.
         claim_spec: Obj = {"accessModes": list(cache.access_modes), "resources": {"requests": {"storage": cache.size}}}
@@ -95,7 +77,7 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
         "args": _server_args(isvc, role),
         "ports": [{"name": constants.PORT_NAME, "containerPort": isvc.port, "protocol": "TCP"}],
         "env": _env(isvc),
-        "resources": _resources(isvc),
+        "resources": sizing.server_resources(isvc),
         # The startup probe asks /ready, which answers 200 only once the model is loaded (/health
         # does during the download too): a stuck download or NCCL hang is restarted after
         # spec.startupTimeoutSeconds instead of staying NotReady forever.

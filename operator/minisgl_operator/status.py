@@ -118,9 +118,11 @@ def compute(
     now: str,
     picker: Mapping[str, Any] | None = None,
     loading: str | None = None,
+    pod_resources: Mapping[str, Any] | None = None,
 ) -> Obj:
     """``picker``: the router's endpoint picker Deployment, when spec.router asks for one;
-    ``loading``: why the workload waits for the model cache's loader Job, while it does."""
+    ``loading``: why the workload waits for the model cache's loader Job, while it does;
+    ``pod_resources``: what each server pod requests of its node, and why (sizing.summary)."""
     facts = _deployment_facts(deployment)
     # A pod's own reason (Unschedulable, ImagePullBackOff, ...) says more than the deadline's.
     problem = problem or _deployment_problem(facts)
@@ -193,7 +195,7 @@ def compute(
         cond["observedGeneration"] = generation
         conditions.append(cond)
 
-    return {
+    computed = {
         "phase": phase,
         "replicas": facts["replicas"],
         "readyReplicas": ready,
@@ -202,6 +204,9 @@ def compute(
         "observedGeneration": generation,
         "conditions": conditions,
     }
+    if pod_resources is not None:
+        computed["podResources"] = dict(pod_resources)
+    return computed
 
 
 def changed(previous: Mapping[str, Any] | None, new: Mapping[str, Any]) -> bool:

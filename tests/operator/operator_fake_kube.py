@@ -49,6 +49,7 @@ import cel_cost
 import kube_apply
 import kube_lws
 import kube_names
+import kube_nodes
 import kube_webhooks
 import operator_crds
 
@@ -165,6 +166,7 @@ class FakeKube:
         # (kind, namespace, name) -> field manager -> the field paths it owns (server-side apply)
         self.managed: dict[tuple[str, str, str], dict[str, set]] = {}
         self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
+        self.node_allocatable: dict[str, dict[str, Decimal]] = {}  # node name -> cpu, memory, disk it offers
         self.image_faults: dict[str, str] = {}
         self._pod_names = itertools.count(1)
 
@@ -408,8 +410,14 @@ class FakeKube:
 
     # --- the Deployment controller, the scheduler and the kubelet -----------------------------
 
-    def add_node(self, name: str, gpus: int) -> None:
-        self.nodes[name] = gpus
+    def add_node(self, name: str, gpus: int = 0, shape: str | None = None) -> None:
+        """A GPU node; with ``shape`` (kube_nodes.SHAPES) also its allocatable CPU, memory and disk,
+        which the scheduler then fits pods into (a node without a shape has no limit but GPUs)."""
+        if shape is not None:
+            self.nodes[name] = kube_nodes.SHAPES[shape].gpus
+            self.node_allocatable[name] = kube_nodes.allocatable(kube_nodes.SHAPES[shape])
+        else:
+            self.nodes[name] = gpus
 
     def add_secret(self, name: str, keys: dict[str, str], namespace: str = "llm") -> None:
         self.objects[("Secret", namespace, name)] = {
@@ -607,9 +615,17 @@ class FakeKube:
                 continue
             reasons, feasible = [], []
             for node, gpus in sorted(self.nodes.items()):
-                used = sum(self._gpus(p) for p in self.pods(namespace=namespace) if p["spec"].get("nodeName") == node)
-                if gpus - used < self._gpus(pod):
-                    reasons.append(f"node {node}: Insufficient {constants.GPU_RESOURCE}")
+                placed = [p for p in self.pods(namespace=namespace) if p["spec"].get("nodeName") == node]
+                used = sum(self._gpus(p) for p in placed)
+                short = [constants.GPU_RESOURCE] if gpus - used < self._gpus(pod) else []
+                if node in self.node_allocatable:
+                    free = dict(self.node_allocatable[node])
+                    for other in placed:
+                        for resource, value in kube_nodes.pod_requests(other["spec"]).items():
+                            free[resource] -= value
+                    short += kube_nodes.insufficient(free, pod["spec"])
+                if short:
+                    reasons.append(f"node {node}: " + ", ".join(f"Insufficient {r}" for r in short))
                     continue
                 conflict = self._attach_conflict(pod, node, namespace)
                 if conflict:

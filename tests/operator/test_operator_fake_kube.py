@@ -189,6 +189,7 @@ MULTI_NODE = {"model": "m", "tp": 16, "gpusPerNode": 8, "modelCache": {"claimNam
 
 def test_lws_defaults_what_the_operator_leaves_out_and_a_reapply_changes_nothing(fake):
     lws = child("LeaderWorkerSet", MULTI_NODE)
+    del lws["spec"]["networkConfig"]
     stored = fake.apply(lws)
     spec = stored["spec"]
     # kubernetes-sigs/lws v0.10 LeaderWorkerSetWebhook.Default
