@@ -21,6 +21,7 @@ from .generation_defaults import sampling_defaults
 from .metrics import ServerMetrics
 from .middleware import ApiKeyGate, BodyBudget, BodySizeLimit, ConnectionCap, SseKeepAlive, body_routes, guarded_paths
 from .protocol import APIError, ErrorResponse, error_response
+from .request_id import RequestId, current
 
 logger = get_logger(__name__)
 ROUTERS = (probes, models, chat, completions, responses, tokenization, lora)  # in the OpenAPI schema's order
@@ -55,7 +56,9 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
         from fastapi.middleware.cors import CORSMiddleware
 
         app.add_middleware(CORSMiddleware, allow_origins=args.origins(), allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=["X-Request-Id"],
                            allow_credentials="*" not in args.origins())
+    app.add_middleware(RequestId, logged=guarded)  # outermost: every answer carries X-Request-Id
     _document_schema(app, args.model_names, guarded if args.api_key else None)
     return app
 
@@ -82,7 +85,7 @@ def _answer_errors_the_openai_way(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception):  # a bug: the client still gets an OpenAI error body
-        logger.exception("unhandled error in a request")
+        logger.exception("unhandled error in request %s", current.get())
         return error_response(500, f"internal error: {type(e).__name__}", code="internal_error")
 
 
