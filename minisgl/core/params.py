@@ -5,7 +5,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 
-from .request_fields import MAX_LOGPROBS, REQUEST_FIELDS, TOKEN_ID_FIELDS, declare_fields
+from .request_fields import MAX_LOGPROBS, REQUEST_FIELDS, TOKEN_ID_FIELDS
 
 
 def _is_tuple(t) -> bool:
@@ -18,7 +18,6 @@ __all__ = ["SamplingParams", "MAX_LOGPROBS"]
 
 
 @dataclass(frozen=True)
-@declare_fields
 class SamplingParams:
     """What a user asks of one request's generation: one field per entry of
     minisgl.core.request_fields.REQUEST_FIELDS (its type, default, range and meaning are there).
@@ -26,6 +25,28 @@ class SamplingParams:
     temperature 0 means greedy. top_k <= 0 and top_p >= 1 and min_p <= 0 turn those filters off.
     A fixed seed makes the draws of this request reproducible whatever else runs in its batch.
     """
+
+    # The table's entries written out, in its order (the positional and wire form), so that readers,
+    # IDEs and type checkers see them; tests/core/test_request_fields.py holds them equal to it.
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+    min_p: float = 0.0
+    max_tokens: int | None = 128
+    ignore_eos: bool = False
+    stop_token_ids: tuple[int, ...] = ()
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    logprobs: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] = ()
+    min_tokens: int = 0
+    constraint: tuple[str, str] | None = None
+    lora: str | None = None
+    priority: int = 0
 
     def __post_init__(self) -> None:
         # Sequences arrive as lists (JSON, msgpack); stored as tuples, so the params stay hashable.

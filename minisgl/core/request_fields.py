@@ -1,7 +1,10 @@
 """Every sampling field of a generation request, declared once: name, type, default, valid range
-and meaning. `SamplingParams` takes its fields, defaults and range checks from this table, and the
-OpenAI request bodies (minisgl.server.http.protocol) their fields, bounds, descriptions and the
-conversion to SamplingParams. A new sampling field is one entry here plus the code that acts on it.
+and meaning. `SamplingParams` takes its range checks from this table and writes its fields out
+(name, type and default, in this order), and the OpenAI request bodies (minisgl.server.http.protocol)
+write out the fields they take as themselves and take their bounds, descriptions and the conversion
+to SamplingParams from here; tests hold both equal to the table, so a new sampling field is one entry
+here, its line in SamplingParams (and in SamplingFields if the API takes it), and the code that acts
+on it.
 """
 
 from __future__ import annotations
@@ -144,11 +147,3 @@ TOKEN_ID_FIELDS: tuple[RequestField, ...] = tuple(f for f in REQUEST_FIELDS if f
 # generation_config.json keys that are request fields of the same name and meaning.
 MODEL_DEFAULT_KEYS: tuple[str, ...] = tuple(f.name for f in REQUEST_FIELDS if f.model_default)
 
-
-def declare_fields(cls: type) -> type:
-    """Give `cls` (before @dataclass) one annotated attribute per request field, with its default."""
-    annotations = {f.name: f.type for f in REQUEST_FIELDS}
-    cls.__annotations__ = {**annotations, **cls.__dict__.get("__annotations__", {})}
-    for f in REQUEST_FIELDS:
-        setattr(cls, f.name, f.default)
-    return cls

@@ -11,10 +11,16 @@ each hop.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import typing
 from typing import Any, TypeVar
 
 import msgpack
+
+if sys.version_info >= (3, 11):
+    from typing import dataclass_transform
+else:
+    from typing_extensions import dataclass_transform
 
 T = TypeVar("T")
 _CLASSES: list[type] = []
@@ -23,6 +29,7 @@ _FIELDS: dict[type, tuple[str, ...]] = {}
 _NESTED: dict[type, dict[int, tuple[type, bool]]] = {}  # per class: field position -> (M, whether list[M])
 
 
+@dataclass_transform()  # type checkers then see a message's fields as a dataclass's
 def message(cls: type[T]) -> type[T]:
     """Register `cls`, made a dataclass unless it is one already (SamplingParams, from minisgl.core)."""
     if not dataclasses.is_dataclass(cls):

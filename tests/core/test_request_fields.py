@@ -1,9 +1,11 @@
-"""SamplingParams is the table of request fields: its fields, defaults and range checks come from
-minisgl.core.request_fields, so a field declared there exists, defaults and is checked everywhere."""
+"""SamplingParams is the table of request fields: its fields (written out, for readers and type
+checkers), defaults and range checks are minisgl.core.request_fields': a field declared there
+exists, defaults and is checked everywhere."""
 
 from __future__ import annotations
 
 import dataclasses
+import typing
 
 import pytest
 
@@ -11,9 +13,12 @@ from minisgl.core import SamplingParams
 from minisgl.core.request_fields import REQUEST_FIELDS, TOKEN_ID_FIELDS, Range
 
 
-def test_sampling_params_has_the_tables_fields_in_order_with_its_defaults():
+def test_sampling_params_has_the_tables_fields_in_order_with_its_types_and_defaults():
+    """The fields are written out in minisgl/core/params.py; a new table entry needs its line there."""
     fields = dataclasses.fields(SamplingParams)
     assert [f.name for f in fields] == [f.name for f in REQUEST_FIELDS]
+    hints = typing.get_type_hints(SamplingParams)
+    assert [(f.name, hints[f.name]) for f in fields] == [(f.name, f.type) for f in REQUEST_FIELDS]
     assert [f.default for f in fields] == [f.default for f in REQUEST_FIELDS]
     assert SamplingParams() == SamplingParams(**{f.name: f.default for f in REQUEST_FIELDS})
 

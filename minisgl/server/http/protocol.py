@@ -10,7 +10,7 @@ import json
 from typing import Annotated, Any, ClassVar, Literal
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, model_validator
 
 from minisgl.constrained.tools import call_or_answer, forced_calls_schema
 from minisgl.core import SamplingParams
@@ -47,21 +47,16 @@ def check_tool_names_unique(names) -> None:
 
 # The JSON form of the request fields whose values are not plain scalars.
 TokenIdList = Annotated[list[TokenId], Field(max_length=MAX_TOKEN_IDS)]
-JSON_FORMS: dict[str, Any] = {
-    "logit_bias": Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS_TOKENS)],
-}
+LogitBias = Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS_TOKENS)]
+JSON_FORMS: dict[str, Any] = {"logit_bias": LogitBias}
 API_FIELDS = tuple(f for f in REQUEST_FIELDS if f.in_api)  # on the chat and completions bodies as themselves
 
 
-def api_fields(*names: str) -> dict[str, Any]:
-    """pydantic.create_model's definitions of the named request fields (minisgl.core.request_fields):
-    nullable, null or absent meaning the field's default; bounded and described as declared."""
-    out = {}
-    for f in map(FIELDS.__getitem__, names):
-        bounds = f.api_range.bounds() if f.api_range else {}
-        json_form = JSON_FORMS.get(f.name) or (TokenIdList if f.token_ids else f.api_type or f.type)
-        out[f.name] = (json_form | None, Field(None, description=f.doc, **bounds))
-    return out
+def api_field(name: str) -> Any:
+    """The pydantic Field of request field `name`, for a body that writes the field out: null or
+    absent meaning the field's default; bounded and described as minisgl.core.request_fields declares."""
+    f = FIELDS[name]
+    return Field(None, description=f.doc, **(f.api_range.bounds() if f.api_range else {}))
 
 
 def token_limit(default: int | None, description: str | None = None) -> Any:
@@ -142,8 +137,27 @@ class KnownFieldsOnly(BaseModel):
         return None
 
 
-SamplingFields = create_model("SamplingFields", __base__=KnownFieldsOnly, __module__=__name__,
-                              **api_fields(*(f.name for f in API_FIELDS)))
+class SamplingFields(KnownFieldsOnly):
+    """The request fields the chat and completions bodies take as themselves (API_FIELDS), written
+    out in the table's order so that readers, IDEs and type checkers see them; their bounds and
+    descriptions are the table's (api_field), and tests/server/test_request_bodies.py holds the
+    names and JSON forms (JSON_FORMS, TokenIdList for token ids, else the field's api_type or type)
+    equal to the table."""
+
+    temperature: float | None = api_field("temperature")
+    top_k: int | None = api_field("top_k")
+    top_p: float | None = api_field("top_p")
+    min_p: float | None = api_field("min_p")
+    ignore_eos: bool | None = api_field("ignore_eos")
+    stop_token_ids: TokenIdList | None = api_field("stop_token_ids")
+    seed: int | None = api_field("seed")
+    presence_penalty: float | None = api_field("presence_penalty")
+    frequency_penalty: float | None = api_field("frequency_penalty")
+    repetition_penalty: float | None = api_field("repetition_penalty")
+    logit_bias: LogitBias | None = api_field("logit_bias")
+    allowed_token_ids: TokenIdList | None = api_field("allowed_token_ids")
+    min_tokens: int | None = api_field("min_tokens")
+    priority: int | None = api_field("priority")
 
 
 class GenerationRequest(SamplingFields):

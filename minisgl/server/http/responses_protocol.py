@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from minisgl.core.request_fields import FIELDS
 
@@ -17,7 +17,7 @@ from .protocol import (
     Metadata,
     TextFormat,
     ToolChoiceMode,
-    api_fields,
+    api_field,
     check_tool_names_unique,
     token_limit,
 )
@@ -164,9 +164,12 @@ class TextConfig(_Strict):
     format: Annotated[TextFormat | JsonObjectFormat | JsonSchemaTextFormat, Field(discriminator="type")] | None = None
 
 
-# The sampling fields the Responses API has (minisgl.core.request_fields declares them).
-ResponsesSampling = create_model("ResponsesSampling", __base__=KnownFieldsOnly, __module__=__name__,
-                                 **api_fields("temperature", "top_p"))
+class ResponsesSampling(KnownFieldsOnly):
+    """The sampling fields the Responses API has, as minisgl.core.request_fields declares them
+    (tests/server/test_request_bodies.py holds them equal to the table)."""
+
+    temperature: float | None = api_field("temperature")
+    top_p: float | None = api_field("top_p")
 
 
 class ResponsesRequest(ResponsesSampling):
