@@ -103,5 +103,8 @@ class IndexedApi:
     def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
         return self.live.patch_status(namespace, name, status)
 
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        self.live.scale(namespace, name, replicas)
+
     def create_event(self, event: Obj) -> None:
         self.live.create_event(event)

@@ -1,4 +1,4 @@
-"""The operator's only door to the Kubernetes API: a six-method adapter over the official client.
+"""The operator's only door to the Kubernetes API: a seven-method adapter over the official client.
 
 The reconciler and the handlers call :class:`KubeApi`; :class:`KubernetesApi` implements it with
 the ``kubernetes`` package, and the tests pass a recording fake with the same methods. Objects go
@@ -56,6 +56,9 @@ class KubeApi(Protocol):
     def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
         """Merge-patch the status subresource of an InferenceService."""
 
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """Set an InferenceService's replicas through its scale subresource, as an autoscaler does."""
+
     def create_event(self, event: Obj) -> None:
         """Create a core/v1 Event."""
 
@@ -70,6 +73,8 @@ PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     (constants.GROUP, constants.PLURAL): ("get", "list", "watch", "patch"),
     # The reconciler writes status.
     (constants.GROUP, f"{constants.PLURAL}/status"): ("patch",),
+    # The replicas KEDA left at zero, raised when KEDA goes (an HPA never scales a target at zero).
+    (constants.GROUP, f"{constants.PLURAL}/scale"): ("patch",),
     # ownerReferences with blockOwnerDeletion need this where the
     # OwnerReferencesPermissionEnforcement admission plugin is on.
     (constants.GROUP, f"{constants.PLURAL}/finalizers"): ("update",),
@@ -257,6 +262,15 @@ class KubernetesApi:
             _preload_content=False,
         )
         return self._json(response)
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        self._call(
+            self._api("CustomObjectsApi").patch_namespaced_custom_object_scale,
+            constants.GROUP, constants.VERSION, namespace, constants.PLURAL, name,
+            {"spec": {"replicas": replicas}},
+            _content_type=MERGE_PATCH_CONTENT_TYPE,
+            _preload_content=False,
+        )  # fmt: skip
 
     def create_event(self, event: Obj) -> None:
         self._call(

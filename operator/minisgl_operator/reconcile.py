@@ -16,6 +16,7 @@ and the running children are left alone. API errors worth retrying raise ``Retry
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import logging
 from collections.abc import Callable, Mapping
@@ -220,6 +221,9 @@ class Reconciler:
         wanted_refs = {(d["kind"], d["metadata"]["name"]) for d in wanted}
         # An autoscaler the spec replaced goes first: two autoscalers would fight over spec.replicas,
         # and KEDA's admission webhook refuses a ScaledObject while an HPA scales its target.
+        raised = self._leave_zero(isvc, wanted_refs, outcome)
+        if raised is not isvc:
+            isvc, wanted = raised, render.children(raised, self.epp_image)
         self._delete_unwanted(isvc, wanted_refs, outcome, kinds=AUTOSCALER_KINDS)
         # One child refused (a PVC edit the API server forbids, a name taken) does not stop the
         # others: a new image or replica count still reaches the Deployment.
@@ -273,6 +277,25 @@ class Reconciler:
         self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker, loading=loading,
                      pod_resources=sizing.summary(isvc, _server_pod(wanted, isvc)))
         return outcome
+
+    def _leave_zero(self, isvc: spec_mod.InferenceService, wanted: set[tuple[str, str]],
+                    outcome: Outcome) -> spec_mod.InferenceService:
+        """When KEDA goes (the spec moved to the HPA or to no autoscaling) while the replicas are the
+        zero it scaled to, raise them first: an HPA does nothing for a target at zero replicas
+        (ScalingDisabled), and without an autoscaler nothing else would. The spec carries the new
+        count, as an autoscaler's write does; this reconcile renders it at once."""
+        if isvc.replicas != 0 or ("ScaledObject", isvc.name) in wanted:
+            return isvc
+        scaled = self._get("ScaledObject", isvc.namespace, isvc.name, owned=True)
+        if scaled is None or not owned_by(scaled, isvc.uid):
+            return isvc
+        replicas = max(1, isvc.autoscaling.min_replicas if isvc.autoscaling else 1)
+        try:
+            self.api.scale(isvc.namespace, isvc.name, replicas)
+        except ApiError as exc:
+            raise RetryableError(str(exc)) from exc
+        outcome.applied.append(f"{constants.KIND}/{isvc.name} replicas 0 -> {replicas} (KEDA, which scaled it to zero, is gone)")
+        return dataclasses.replace(isvc, replicas=replicas)
 
     def _delete_unwanted(self, isvc: spec_mod.InferenceService, wanted: set[tuple[str, str]], outcome: Outcome,
                          kinds: tuple[str, ...] | None = None) -> None:

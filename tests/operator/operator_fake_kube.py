@@ -47,6 +47,7 @@ from typing import Any
 
 import cel_cost
 import kube_apply
+import kube_hpa
 import kube_lws
 import kube_names
 import kube_nodes
@@ -57,7 +58,7 @@ from minisgl_operator import constants
 from minisgl_operator.kube import ApiError
 
 Obj = dict[str, Any]
-WRITE_VERBS = ("apply", "delete", "patch_status", "create_event")
+WRITE_VERBS = ("apply", "delete", "patch_status", "scale", "create_event")
 KNOWN_KINDS = (
     "Deployment", "Service", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ConfigMap",
     "ServiceAccount", "Role", "RoleBinding", "LeaderWorkerSet", "ScaledObject", "InferencePool", "HTTPRoute", "Job",
@@ -257,6 +258,18 @@ class FakeKube:
         obj["status"] = _merge_patch(obj.get("status") or {}, status)
         obj["metadata"]["resourceVersion"] = str(next(self._versions))
         return copy.deepcopy(obj)
+
+    def scale(self, namespace: str, name: str, replicas: int) -> None:
+        """A merge patch of an InferenceService's scale subresource (its spec.replicas)."""
+        self._record("scale", constants.KIND, namespace, name)
+        self._set_replicas(namespace, name, replicas)
+
+    def _set_replicas(self, namespace: str, name: str, replicas: int) -> None:
+        body = self.objects[(constants.KIND, namespace, name)]
+        if body["spec"].get("replicas") != replicas:
+            body["spec"]["replicas"] = replicas
+            body["metadata"]["generation"] += 1
+            body["metadata"]["resourceVersion"] = str(next(self._versions))
 
     def create_event(self, event: Obj) -> None:
         involved = event["involvedObject"]
@@ -528,6 +541,21 @@ class FakeKube:
             hpa["metadata"]["resourceVersion"] = str(next(self._versions))
             self.objects[key] = hpa
             self.managed[key] = {"keda": set(kube_apply.fieldset(hpa))}
+
+    def run_hpa(self, namespace: str = "llm", wanted_by_metrics: dict[str, int] | None = None) -> None:
+        """The HPA controller (kube_hpa.py), for every HPA that scales an InferenceService (the
+        operator's or KEDA's): ``wanted_by_metrics`` maps an HPA's name to the count its metrics ask."""
+        for hpa in self.watch("HorizontalPodAutoscaler", "", namespace):
+            target = hpa["spec"]["scaleTargetRef"]
+            key = (constants.KIND, namespace, target["name"])
+            if target["kind"] != constants.KIND or key not in self.objects:
+                continue
+            current = self.objects[key]["spec"].get("replicas", constants.DEFAULT_REPLICAS)
+            desired, conditions = kube_hpa.decide(hpa, current, (wanted_by_metrics or {}).get(hpa["metadata"]["name"]))
+            stored = self.objects[("HorizontalPodAutoscaler", namespace, hpa["metadata"]["name"])]
+            stored["status"] = {"currentReplicas": current, "desiredReplicas": desired, "conditions": conditions}
+            if desired != current:
+                self._set_replicas(namespace, target["name"], desired)
 
     def run_jobs(self, namespace: str = "llm") -> None:
         """The Job controller and the kubelet, in one step: each unfinished Job's pod runs to its end,

@@ -173,6 +173,14 @@ def test_status_is_a_merge_patch_of_the_status_subresource(api, stub):
     assert request["body"] == {"status": status}
 
 
+def test_scale_is_a_merge_patch_of_the_scale_subresource(api, stub):
+    api.scale("llm", "chat", 2)
+    (request,) = stub.requests
+    assert (request["method"], request["path"]) == ("PATCH", "/apis/minisgl.io/v1alpha1/namespaces/llm/inferenceservices/chat/scale")
+    assert request["content_type"] == "application/merge-patch+json"
+    assert request["body"] == {"spec": {"replicas": 2}}
+
+
 def test_events_are_core_v1_events_in_the_objects_namespace(api, stub):
     body = {"apiVersion": constants.API_VERSION, "kind": constants.KIND, "metadata": {"name": "chat", "namespace": "llm", "uid": "u1"}}
     event = reconcile.event(body, "Warning", "InvalidSpec", "spec.tp: 3 is not one of [1, 2, 4, 8]", "2026-01-01T00:00:00Z")

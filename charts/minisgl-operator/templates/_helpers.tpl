@@ -58,6 +58,10 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
 - apiGroups: ["minisgl.io"]
   resources: ["inferenceservices/status"]
   verbs: ["patch"]
+# The replicas KEDA left at zero, raised when KEDA goes (an HPA never scales a target at zero).
+- apiGroups: ["minisgl.io"]
+  resources: ["inferenceservices/scale"]
+  verbs: ["patch"]
 # ownerReferences with blockOwnerDeletion (OwnerReferencesPermissionEnforcement).
 - apiGroups: ["minisgl.io"]
   resources: ["inferenceservices/finalizers"]
