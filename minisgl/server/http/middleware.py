@@ -1,8 +1,10 @@
-"""The ASGI middleware in front of the app, outermost first: the connection cap (ConnectionCap,
-which lets the probes through), the API key gate, so a client without the key gets 401 before the
-server reads (and buffers up to --max-request-bytes of) its body or parses it; then the body's size,
-time and memory limits (BodySizeLimit), and keep-alive comments on quiet event streams
-(SseKeepAlive)."""
+"""The ASGI middleware in front of the app, outermost first: the API key gate, so a client without
+the key gets 401 before it counts toward anything or the server reads (and buffers up to
+--max-request-bytes of) its body; the cap on API requests in progress (ConnectionCap: the probes,
+/metrics and every route the key does not guard are never counted nor refused); then the body's
+size, time and memory limits (BodySizeLimit: only bodies of routes that take one are read, so
+nobody reserves the body budget with a declared length on a route that reads none), and keep-alive
+comments on quiet event streams (SseKeepAlive)."""
 
 from __future__ import annotations
 
@@ -16,8 +18,11 @@ GUARDED_TAGS = frozenset({"openai", "extensions"})  # the routes a key protects 
 
 
 def key_matches(authorization: str, api_key: str) -> bool:
-    """Constant-time compare: response timing says nothing about the key."""
-    return hmac.compare_digest(authorization.encode(), f"Bearer {api_key}".encode())
+    """Constant-time compare: response timing says nothing about the key. The scheme is
+    case-insensitive (RFC 9110), the key is not."""
+    scheme, _, given = authorization.partition(" ")
+    return hmac.compare_digest(scheme.lower().encode() + b" " + given.strip(" ").encode("latin-1"),
+                               f"bearer {api_key}".encode())
 
 
 def guarded_paths(routes: Iterable) -> Callable[[str], bool]:
@@ -25,6 +30,16 @@ def guarded_paths(routes: Iterable) -> Callable[[str], bool]:
     else under /v1/ (an unknown /v1 path is 401 to a client without the key, not 404)."""
     paths = frozenset(r.path for r in routes if GUARDED_TAGS & set(getattr(r, "tags", None) or ()))
     return lambda path: path in paths or path.startswith("/v1/")
+
+
+BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def body_routes(routes: Iterable) -> Callable[[str, str], bool]:
+    """Whether a request (method, path) is for a route that reads a body: a POST, PUT or PATCH
+    route of the app."""
+    patterns = [r.path_regex for r in routes if BODY_METHODS & set(getattr(r, "methods", None) or ())]
+    return lambda method, path: method in BODY_METHODS and any(p.match(path) for p in patterns)
 
 
 class ApiKeyGate:
@@ -45,21 +60,27 @@ class ApiKeyGate:
 
 
 class ConnectionCap:
-    """503 (JSON, Retry-After, the connection closed) for a request arriving while more than `limit`
-    connections are in use (have sent a request: `state.connections_in_use`, counted by
-    runtime.connections; sockets left idle from the start never count), except on the `exempt`
-    paths: the probes and /metrics never compete with clients for connections."""
+    """503 (JSON, Retry-After, the connection closed) for an API request (a path the key guards,
+    whether or not a key is set) arriving while `limit` are in progress (`state.requests_in_progress`;
+    an HTTP/1.1 connection carries one at a time). Inside the key gate, so requests without the key
+    never count; the probes, /metrics and other unguarded routes are neither counted nor refused:
+    they never compete with clients, and clients never with them."""
 
-    def __init__(self, app, limit: int, state, exempt: frozenset[str]):
-        self.app, self.limit, self.state, self.exempt = app, limit, state, exempt
+    def __init__(self, app, limit: int, state, capped: Callable[[str], bool]):
+        self.app, self.limit, self.state, self.capped = app, limit, state, capped
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] == "http" and self.state.connections_in_use > self.limit and \
-                scope["path"] not in self.exempt:
+        if scope["type"] != "http" or not self.capped(scope["path"]):
+            return await self.app(scope, receive, send)
+        if self.state.requests_in_progress >= self.limit:
             response = error_response(503, f"the server is at its limit of {self.limit} connections; retry later",
                                       code="service_unavailable", headers={"Retry-After": "1", "Connection": "close"})
             return await response(scope, receive, send)
-        await self.app(scope, receive, send)
+        self.state.requests_in_progress += 1
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            self.state.requests_in_progress -= 1
 
 
 class BodyBudget:
@@ -83,14 +104,18 @@ class BodySizeLimit:
     bodies not complete within `timeout` seconds with 408 (a client trickling its body holds a
     connection and a buffer): the body is read before the app sees it, then handed on unchanged.
     Bodies held at once, in all, stay within `budget` (a declared length is reserved up front): a
-    body beyond it gets 503 with Retry-After. Its bytes count until the app has answered."""
+    body beyond it gets 503 with Retry-After. Its bytes count until the app has answered.
+    Only a request for which `takes_body(method, path)` holds has its body read at all: any other
+    (an unknown path, a probe, OPTIONS) is answered with its body unread, so a declared length
+    there reserves nothing."""
 
-    def __init__(self, app, max_bytes: int, timeout: float = 30.0, budget: BodyBudget | None = None):
-        self.app, self.max_bytes, self.timeout = app, max_bytes, timeout
+    def __init__(self, app, max_bytes: int, timeout: float = 30.0, budget: BodyBudget | None = None,
+                 takes_body: Callable[[str, str], bool] = lambda method, path: True):
+        self.app, self.max_bytes, self.timeout, self.takes_body = app, max_bytes, timeout, takes_body
         self.budget = budget or BodyBudget(1 << 62)
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
+        if scope["type"] != "http" or not self.takes_body(scope.get("method", ""), scope["path"]):
             return await self.app(scope, receive, send)
         reserved = 0
 

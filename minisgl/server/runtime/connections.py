@@ -8,12 +8,15 @@ and httptools buffers headers of any size. `head_deadline_protocol` adds both to
 protocol classes (httptools or h11, whichever uvicorn would pick), and enforces the connection
 cap in two halves. Here: a connection opened beyond the cap closes those that have waited longest
 for a request head (sockets opened and left idle first, then keep-alive ones idle between
-requests), so idle sockets stay bounded. In the app (http.middleware.ConnectionCap): a request
-arriving while more than the cap of connections are in use (have sent a request) gets 503 JSON,
-except the probes and /metrics; sockets that never sent a request are not in use, so they can
-never lock clients out. (uvicorn's own limit_concurrency counted every socket and refused the
-probes too, in plain text: idle sockets beyond the cap failed /health.) The body's deadline and
-size are ASGI concerns (http.middleware.BodySizeLimit, which reads the body anyway).
+requests), so idle sockets stay bounded. In the app (http.middleware.ConnectionCap): an API request
+arriving while the cap of them are in progress gets 503 JSON; requests without the key, the probes
+and /metrics are never counted, so neither idle sockets nor unauthenticated ones can lock clients
+out. (uvicorn's own limit_concurrency counted every socket and refused the probes too, in plain
+text: idle sockets beyond the cap failed /health.) The body's deadline and size are ASGI concerns
+(http.middleware.BodySizeLimit, which reads the body anyway).
+
+A head's size is counted before the parser sees the bytes: a whole oversized head arriving in one
+read is refused as surely as one trickled in.
 """
 
 from __future__ import annotations
@@ -73,15 +76,15 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float, max_hea
     after its previous response, is closed; one whose head grows past `max_head_bytes` gets 431
     and is closed. Both uvicorn protocols create `self.cycle` when a head is complete and call
     `on_response_complete` after each response, which is all this relies on. `state` counts the
-    open connections and those in use (that sent a request); one opened beyond `max_connections`
-    closes as many of the longest idle as it takes to get back to it, where there are such."""
+    open connections; one opened beyond `max_connections` closes as many of the longest idle as it
+    takes to get back to it, where there are such."""
     too_large = json.dumps({"error": {"message": f"request head larger than {max_head_bytes} bytes",
                                       "type": "invalid_request_error", "param": None,
                                       "code": "request_header_too_large"}}).encode()
 
     class HeadDeadlineProtocol(base):  # type: ignore[misc, valid-type]
         def connection_made(self, transport) -> None:
-            self._counted, self._in_use = True, False
+            self._counted, self._head_tail = True, b""
             if state is not None:
                 state.connections += 1
             super().connection_made(transport)
@@ -103,22 +106,23 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float, max_hea
         def _uncount(self) -> None:
             if state is not None and self._counted:
                 state.connections -= 1
-                state.connections_in_use -= self._in_use
-            self._counted = self._in_use = False
+            self._counted = False
 
         def data_received(self, data: bytes) -> None:
-            super().data_received(data)
-            if not self._in_use and self.cycle is not None and self._counted:  # its first request head came
-                self._in_use = True
-                if state is not None:
-                    state.connections_in_use += 1
-            # Counted after parsing: bytes that completed a head (and a body after it) are not head bytes.
             if self.cycle is self._waiting_after and not self.transport.is_closing():
-                self._head_bytes += len(data)
+                # Waiting for a head: its bytes are those up to the blank line that ends it (the rest,
+                # a body or a pipelined request, is the parser's), counted before the parser runs.
+                seen = self._head_tail + data
+                end = seen.find(b"\r\n\r\n")
+                head_part = len(data) if end < 0 else max(0, end + 4 - len(self._head_tail))
+                self._head_tail = seen[-3:] if end < 0 else b""
+                self._head_bytes += head_part
                 if self._head_bytes > max_head_bytes:
                     logger.debug("closing a connection whose request head passed %d bytes", max_head_bytes)
                     self.transport.write(HEAD_TOO_LARGE % (len(too_large), too_large))
                     self.transport.close()
+                    return
+            super().data_received(data)
 
         def on_response_complete(self) -> None:
             # Armed with the finished cycle before uvicorn may start a pipelined next one, which
@@ -134,7 +138,7 @@ def head_deadline_protocol(base: type[asyncio.Protocol], timeout: float, max_hea
         def _arm_head_deadline(self) -> None:
             self._disarm_head_deadline()
             self._waiting_after = waiting_after = self.cycle  # the head has come once self.cycle is a new one
-            self._head_bytes, self._idle_since = 0, self.loop.time()
+            self._head_bytes, self._head_tail, self._idle_since = 0, b"", self.loop.time()
             self._head_timer = self.loop.call_later(timeout, self._head_overdue, waiting_after)
 
         def _disarm_head_deadline(self) -> None:
