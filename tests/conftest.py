@@ -22,6 +22,15 @@ ARCHITECTURES = list(ARCH_CONFIGS)
 torch.set_num_threads(2)
 
 
+def pytest_collection_modifyitems(items) -> None:
+    """The GPU tests live in files named *_cuda.py (skipped without a GPU): marked `cuda`, and `slow`
+    as the fast loop is a CPU one, here once rather than in each file."""
+    for item in items:
+        if item.path.stem.endswith("_cuda"):
+            item.add_marker(pytest.mark.cuda)
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """tiny_model_dir(arch, **overrides) -> path of a saved random model (cached per arguments)."""

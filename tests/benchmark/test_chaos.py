@@ -12,6 +12,8 @@ import pytest
 from tests import chaos
 from tests.server.serving import ServerProcess, tiny_qwen3_server, wait_for
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 ARGS = ["--dtype", "float32", "--page-size", "4", "--num-pages", "4096", "--max-seq-len", "256",
         "--max-running-requests", "128", "--header-timeout", "2"]
 MB = 2**20

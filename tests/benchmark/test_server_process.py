@@ -15,6 +15,8 @@ import pytest
 
 from tests.reaper import end_group, start_in_own_group
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 # A session whose one test starts the demo server, records the pids of the server and its

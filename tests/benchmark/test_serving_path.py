@@ -14,6 +14,8 @@ import pytest
 
 from minisgl.utils.net import free_port
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(REPO, "benchmark", "online", "bench.py")
 CEILING = os.path.join(REPO, "benchmark", "online", "client_ceiling.py")

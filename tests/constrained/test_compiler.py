@@ -12,6 +12,8 @@ import pytest
 from minisgl.constrained import CompileLimits, GrammarCompilerPool, GrammarState
 from tests.constrained.helpers import SIMPLE_SCHEMA, SLOW_SCHEMA, compile_workers, wait_until
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 BUDGET = 4.0  # seconds: the slow schema compiles for far longer; a simple one in milliseconds
 
 

@@ -106,6 +106,7 @@ def test_a_schema_over_the_compile_budget_fails_alone_naming_the_budget(tiny_mod
     assert not s.reqs and not s.compiling
 
 
+@pytest.mark.slow
 def test_aborting_every_request_of_a_compiling_grammar_kills_its_compile(tiny_model_dir):
     """Two requests wait for the same slow grammar: aborting one leaves the compile running for the
     other; aborting both kills its worker process (and no grammar is ever admitted)."""
@@ -130,6 +131,7 @@ def test_aborting_every_request_of_a_compiling_grammar_kills_its_compile(tiny_mo
         s.shutdown()
 
 
+@pytest.mark.slow
 def test_a_schema_nested_past_the_depth_limit_is_refused_before_compiling(scheduler):
     s = scheduler  # the default limit, 64 levels
     s.add_request(1, [5, 6, 7], SamplingParams(max_tokens=20, constraint=("json_schema", nested_schema(450))))

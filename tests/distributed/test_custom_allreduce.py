@@ -4,7 +4,11 @@ The GPU cases are in test_custom_allreduce_cuda.py."""
 
 from __future__ import annotations
 
+import pytest
+
 from tests.distributed.isolation import run_isolated
+
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 
 def _rank(rank: int, world: int, addr: str, results) -> None:

@@ -57,6 +57,7 @@ class WorkerNode:
         self.log.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("device", DEVICES)
 def test_two_nodes_on_loopback_match_tp1(tiny_model_dir, device):
     model_dir = tiny_model_dir("Qwen3ForCausalLM")

@@ -19,6 +19,8 @@ from tests.conftest import ARCHITECTURES
 from tests.distributed.isolation import CaseFailed, run_isolated, session_members
 from tests.server.serving import ServerProcess
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [300], [7] * 20]
 
 

@@ -31,6 +31,8 @@ from tests.docker.test_container_docs import cpu_build_args
 
 PROBLEM = pm.podman_problem()
 pytestmark = [
+    pytest.mark.container,
+    pytest.mark.slow,
     pytest.mark.skipif(PROBLEM is not None, reason=f"podman cannot run containers here: {PROBLEM}"),
     # A hang guard, not a speed limit: on a cold machine the first test builds the Debian base
     # (debootstrap) and the image (torch included) from nothing; podman.build has its own.

@@ -143,11 +143,13 @@ def test_a_full_batch_keeps_each_request_whole_and_its_list_bounded():
     assert sum(n == 1 for *_, n, _ in chunks) > 128
 
 
+@pytest.mark.slow
 def test_a_long_request_among_short_ones():
     run([5, 2000, 17, 300, 1])
     assert not _arrivals(DEVICE).any()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("cache_dtype", [torch.bfloat16, torch.float8_e4m3fn, torch.float8_e5m2])
 def test_a_batch_that_fills_the_gpu(cache_dtype):
     """128 requests x 8 KV heads: whole requests' long loop steps (FP8 through float16 dots on the

@@ -31,6 +31,7 @@ def test_the_gemv_takes_up_to_16_bf16_rows():
     assert gemv_for(torch.zeros(1, 8, dtype=torch.float16)) is None
 
 
+@pytest.mark.slow
 def test_importing_the_package_loads_no_kernel_library():
     code = ("import sys, minisgl.kernels.dispatch, minisgl.layers, minisgl.quantization, minisgl.engine; "
             "print(sorted({'triton', 'flashinfer'} & set(sys.modules)))")

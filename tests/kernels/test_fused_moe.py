@@ -93,6 +93,7 @@ print("built")
 """
 
 
+@pytest.mark.slow
 def test_fused_kernels_build_for_hopper_within_its_shared_memory():
     """So a kernel or tile that cannot build or fit fails here, not at a GPU server's start."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

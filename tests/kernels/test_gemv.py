@@ -157,6 +157,7 @@ print("built")
 """
 
 
+@pytest.mark.slow
 def test_table_tiles_build_for_hopper_with_16_byte_weight_loads():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)

@@ -47,6 +47,7 @@ def reference(layer: MoELayer, x: torch.Tensor) -> torch.Tensor:
 CASES = [(1, 64, 32, 8, 2, True), (5, 64, 48, 16, 4, False), (3, 72, 40, 8, 8, True)]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("split", [True, False], ids=["program per slot", "program per token"])
 @pytest.mark.parametrize("tokens, hidden, inter, experts, top_k, norm_topk_prob", CASES)
 def test_decode_path_equals_the_per_expert_loop(tokens, hidden, inter, experts, top_k, norm_topk_prob, split):
@@ -136,6 +137,7 @@ print("built")
 """
 
 
+@pytest.mark.slow
 def test_decode_kernels_build_for_hopper_within_its_shared_memory():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600,

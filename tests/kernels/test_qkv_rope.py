@@ -138,6 +138,7 @@ print("built")
 """
 
 
+@pytest.mark.slow
 def test_hopper_build_streams_the_weight_and_triggers_the_next_kernel_after_its_stores():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)

@@ -66,6 +66,7 @@ print("built")
 """
 
 
+@pytest.mark.slow
 def test_add_rmsnorm_builds_for_hopper_triggering_the_next_kernel_at_once():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)

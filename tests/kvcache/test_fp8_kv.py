@@ -73,6 +73,7 @@ def scaled_dir(tiny_model_dir, tmp_path_factory):
     return write_with_tensors(base, str(tmp_path_factory.mktemp("kv-scales") / "model"), extra)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_cache_dtype", list(FORMATS))
 def test_fp8_kv_logits_equal_hf_with_an_fp8_rounded_cache(scaled_dir, kv_cache_dtype):
     tokens, logits = minisgl_run(scaled_dir, kv_cache_dtype)
@@ -89,6 +90,7 @@ def test_the_checkpoint_kv_scales_are_used(scaled_dir):
     assert (logits[1] - unscaled).abs().max().item() > 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kv_cache_dtype, mantissa_bits", [("fp8_e4m3", 3), ("fp8_e5m2", 2)])
 def test_fp8_kv_logits_stay_within_the_precision_budget_of_an_exact_cache(tiny_model_dir, kv_cache_dtype,
                                                                         mantissa_bits):

@@ -125,6 +125,7 @@ def test_randomized_against_reference(page_size):
     assert len(cache.evict(10**9)) == len(ref.page_of)
 
 
+@pytest.mark.slow
 def test_host_memory_per_cached_token_is_small_and_freed_by_eviction():
     """The tree lives as long as its KV pages, so its host memory is the scheduler's growth per
     unique request until the pool fills (benchmark/NOTES.md has the figure). Tokens and pages are C

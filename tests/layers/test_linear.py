@@ -103,6 +103,7 @@ def _row_parallel_rank(rank: int, world: int, addr: str, failures) -> None:
         set_global_ctx(None)
 
 
+@pytest.mark.slow
 def test_row_parallel_partial_sums_add_up_to_the_layer_with_its_bias_once():
     from tests.distributed.isolation import failures_of_ranks, run_isolated
 

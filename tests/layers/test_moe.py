@@ -49,6 +49,7 @@ def test_grouped_equals_loop(moe_layer, tokens, experts, top_k):
     assert torch.allclose(layer(x), want, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("norm_topk_prob", [True, False])
 @pytest.mark.parametrize("tokens, experts, top_k", CASES)
 def test_fused_triton_path_equals_loop(moe_layer, tokens, experts, top_k, norm_topk_prob):

@@ -50,6 +50,7 @@ def test_a_demo_cached_by_an_earlier_version_gets_the_tool_template(cache, monke
         assert f.read() == DEMO_CHAT_TEMPLATE
 
 
+@pytest.mark.slow
 def test_the_demo_server_calls_tools_with_tool_choice_auto(cache):
     srv = ServerProcess("--num-pages", "256", env={"MINISGL_CACHE": cache}).wait_ready()
     try:

@@ -13,6 +13,7 @@ NEW_TOKENS = 32
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [7] * 12 + [250, 251, 252], [300]]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_greedy_tokens_and_logits_match_hf(tiny_model_dir, architecture):
     model_dir = tiny_model_dir(architecture)

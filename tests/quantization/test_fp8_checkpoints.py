@@ -124,6 +124,7 @@ def test_unsupported_quantization_is_refused_when_the_engine_starts(base_dir, tm
         Engine(EngineConfig(model_dir, dtype=torch.float32, device="cpu", num_pages=16))
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_an_unknown_method_in_one_line_listing_the_supported(base_dir, tmp_path):
     model_dir = _with_quantization(base_dir, str(tmp_path / "m"), {"quant_method": "gptq", "bits": 4})
     env = {**os.environ, "PYTHONPATH": os.getcwd()}
@@ -135,6 +136,7 @@ def test_the_cli_refuses_an_unknown_method_in_one_line_listing_the_supported(bas
     assert f"supported: {', '.join(QUANT_METHODS)}" in lines[-1]
 
 
+@pytest.mark.slow
 def test_the_cli_refuses_unknown_flag_values(base_dir):
     for flag, value in (("--quantization", "awq"), ("--kv-cache-dtype", "int8")):
         out = subprocess.run([sys.executable, "-m", "minisgl", "--model", base_dir, flag, value],

@@ -21,6 +21,8 @@ from minisgl.utils.net import free_port
 from tests import chaos
 from tests.server.serving import ServerProcess, tiny_qwen3_server, wait_for
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 FAST = ["--num-pages", "256", "--max-seq-len", "256"]
 
 

@@ -33,21 +33,35 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     (["--log-level", "verbose"], "--log-level"),
     (["--attn", "bogus"], "bogus"),
     (["--moe-backend", "bogus"], "--moe-backend"),
-    (["--max-seq-len", "100000000"], "context length"),
     (["--chat-template", "/no/such/file"], "--chat-template"),
     (["--generation-config", "/no/such/dir"], "--generation-config"),
     (["--tool-call-parser", "nope"], "--tool-call-parser"),
     (["--allowed-origins", "[oops"], "--allowed-origins"),
     (["--port", "70000"], "--port"),
 ])
-def test_bad_flags_exit_2_with_one_line_before_any_worker_loads(argv, says):
-    run = _run(*argv)
+def test_bad_flags_exit_2_with_one_line_as_they_are_parsed(argv, says, capsys):
+    """Checked in this process: `python -m minisgl` parses its flags first, with this same function
+    (minisgl/__main__.py), so a bad flag stops it before torch is imported or anything starts."""
+    with pytest.raises(SystemExit) as exited:
+        parse_args(argv)
+    stderr = capsys.readouterr().err
+    assert exited.value.code == 2, stderr
+    lines = [line for line in stderr.splitlines() if line.strip() and "WARNING" not in line]
+    assert len(lines) == 1 and says in lines[0] and lines[0].startswith("minisgl: error:"), stderr
+
+
+@pytest.mark.slow
+def test_a_flag_checked_against_the_model_exits_2_with_one_line_before_any_worker_loads():
+    """The end-to-end form, through the real command: --max-seq-len is checked against the model's
+    context length at launch, after parsing, and still before any worker starts."""
+    run = _run("--max-seq-len", "100000000")
     assert run.returncode == 2, run.stderr
     lines = [line for line in run.stderr.splitlines() if line.strip() and "WARNING" not in line]
-    assert len(lines) == 1 and says in lines[0] and lines[0].startswith("minisgl: error:"), run.stderr
+    assert len(lines) == 1 and "context length" in lines[0] and lines[0].startswith("minisgl: error:"), run.stderr
     assert "started worker" not in run.stderr + run.stdout
 
 
+@pytest.mark.slow
 def test_device_cuda_without_a_gpu_is_refused_up_front():
     import torch
 
@@ -90,6 +104,7 @@ def server(greedy_model_dir):
     assert srv.stop() == 0
 
 
+@pytest.mark.slow
 def test_every_served_name_works_and_is_listed(server):
     client = openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
     assert [m.id for m in client.models.list().data] == ["first", "second"]
@@ -99,6 +114,7 @@ def test_every_served_name_works_and_is_listed(server):
         client.completions.create(model="third", prompt="hi", max_tokens=2)
 
 
+@pytest.mark.slow
 def test_cors_preflight_allows_only_the_given_origin(server):
     def preflight(origin):
         return httpx.options(server.url + "/v1/completions", timeout=10, headers={
@@ -108,6 +124,7 @@ def test_cors_preflight_allows_only_the_given_origin(server):
     assert "access-control-allow-origin" not in preflight("https://evil.example").headers
 
 
+@pytest.mark.slow
 def test_tokenize_and_detokenize_match_the_tokenizer_and_the_request(server, greedy_model_dir):
     tok = AutoTokenizer.from_pretrained(greedy_model_dir)
     text = "The quick brown fox"
@@ -124,6 +141,7 @@ def test_tokenize_and_detokenize_match_the_tokenizer_and_the_request(server, gre
     assert httpx.post(server.url + "/tokenize", json={}, timeout=30).status_code == 400
 
 
+@pytest.mark.slow
 def test_generation_config_supplies_unset_sampling_fields(server, greedy_model_dir):
     """The model asks for top_k 1: requests that leave top_k unset decode greedily; a request
     that sets it samples."""
@@ -139,6 +157,7 @@ def test_generation_config_supplies_unset_sampling_fields(server, greedy_model_d
     assert sampled != {greedy}
 
 
+@pytest.mark.slow
 def test_generation_config_none_turns_the_defaults_off(greedy_model_dir):
     srv = ServerProcess("--model", greedy_model_dir, "--num-pages", "256", "--generation-config", "none").wait_ready()
     try:

@@ -22,6 +22,8 @@ from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from tests.server.serving import ServerProcess, metric, wait_for
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "m"
 COMMON = ["--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4"]
 

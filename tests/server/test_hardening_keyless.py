@@ -14,6 +14,8 @@ import pytest
 
 from tests.server.serving import ServerProcess
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 KEY = "k"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 MAX_CONNECTIONS = 8

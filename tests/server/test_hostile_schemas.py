@@ -16,6 +16,8 @@ import pytest
 from tests.constrained.helpers import SLOW_SCHEMA
 from tests.server.serving import ServerProcess, wait_for
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 # seconds: SLOW_SCHEMA compiles for about 20 s on an idle 2-core machine (longer when busy), a simple
 # constraint in milliseconds. (30 s let it finish in time on an idle machine: the test then failed.)
 BUDGET = 10

@@ -15,6 +15,8 @@ import pytest
 
 from tests.server.serving import ServerProcess, wait_for
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 KEY = "k"
 AUTH = {"Authorization": f"Bearer {KEY}"}
 TOKENIZE_LIMIT = 400_000

@@ -23,6 +23,8 @@ from minisgl.server.args import parse_args
 from tests.lora.peft_adapters import GatedAdapter, peft_greedy
 from tests.server.serving import ServerProcess
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 PROMPT = [5, 17, 42, 99, 3, 250, 251]
 
 

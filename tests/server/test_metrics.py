@@ -206,6 +206,7 @@ def traffic(server, prometheus):
 # -- the tests ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_prometheus_reports_exactly_what_the_clients_received(traffic, prometheus):
     n, tokens = traffic
     prometheus.wait(lambda: prometheus.scalar("sum(minisgl_generation_tokens_total)") == tokens
@@ -219,6 +220,7 @@ def test_prometheus_reports_exactly_what_the_clients_received(traffic, prometheu
                     "a queue time for every request")
 
 
+@pytest.mark.slow
 def test_promtool_finds_no_problem_in_a_scrape_after_traffic(server, traffic):
     text = scrape(server)
     out = subprocess.run([tool("promtool"), "check", "metrics"], input=text, capture_output=True, text=True,
@@ -226,6 +228,7 @@ def test_promtool_finds_no_problem_in_a_scrape_after_traffic(server, traffic):
     assert out.returncode == 0 and not (out.stdout + out.stderr).strip(), out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_names_types_and_labels_follow_prometheus_conventions(server, traffic):
     families = parse(scrape(server))
     for name, kind in REQUIRED.items():
@@ -250,6 +253,7 @@ def test_names_types_and_labels_follow_prometheus_conventions(server, traffic):
     assert reasons == set(FINISHED_REASONS)
 
 
+@pytest.mark.slow
 def test_scheduler_values_reach_the_api_process(server, traffic, tiny_model_dir):
     n, _ = traffic
     families = parse(scrape(server))
@@ -276,6 +280,7 @@ def test_scheduler_values_reach_the_api_process(server, traffic, tiny_model_dir)
     assert value(families, "minisgl_server_ready") == 1
 
 
+@pytest.mark.slow
 def test_load_shows_in_the_gauges_while_requests_run(server, traffic):
     """6 long requests on a server that runs 2 at a time: 2 running, the rest waiting, KV pages in use."""
     body = {"model": MODEL, "prompt": "a long story", "max_tokens": 240, "ignore_eos": True, "stream": True}
@@ -309,6 +314,7 @@ def test_load_shows_in_the_gauges_while_requests_run(server, traffic):
     assert seen["kv_cache_used_pages"] == seen["kv_cache_usage_ratio"] * NUM_PAGES, seen
 
 
+@pytest.mark.slow
 def test_alert_rules_pass_promtool_and_load_into_prometheus(prometheus, traffic):
     out = subprocess.run([tool("promtool"), "check", "rules", str(ALERTS)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
@@ -324,6 +330,7 @@ def test_alert_rules_pass_promtool_and_load_into_prometheus(prometheus, traffic)
     assert all(r["state"] == "inactive" for r in rules if r["name"] in availability), rules
 
 
+@pytest.mark.slow
 def test_every_metric_in_the_dashboard_and_rules_exists_in_a_real_scrape(server, traffic):
     exported = sample_names(scrape(server))
     for source, queries in (("dashboard", dashboard_queries()), ("alert rules", rule_queries())):
@@ -347,6 +354,7 @@ def test_dashboard_shows_what_operators_watch():
         assert any(re.search(pattern, q, re.S) for q in queries), f"the dashboard shows no {what}"
 
 
+@pytest.mark.slow
 def test_every_dashboard_query_returns_data_in_prometheus(prometheus, traffic):
     # Grafana's variables, as Grafana would fill them in.
     fill = {"$__rate_interval": "1m", "$model_name": MODEL}
@@ -424,6 +432,7 @@ def test_alert_rules_fire_as_specified():
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+@pytest.mark.slow
 def test_finish_reasons_are_counted_as_clients_saw_them(server, traffic, tiny_model_dir):
     def counts() -> dict[str, float]:
         families = parse(scrape(server))

@@ -19,6 +19,8 @@ from minisgl.server.http.metrics_vllm import RENAMES
 from tests.server.serving import ServerProcess
 from tests.server.test_metrics import Prometheus, parse, scrape, tool, value
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "tiny-qwen3"
 NUM_PAGES = 256
 VLLM_QUERIES = json.loads((Path(__file__).parent / "data" / "vllm_grafana_queries.json").read_text())["queries"]

@@ -10,6 +10,8 @@ from transformers import AutoConfig
 
 from tests.server.serving import tiny_qwen3_server
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 NAMES = ("org/tiny-qwen3", "tiny")  # a served name may hold a slash, as a Hub id does
 model_dir, server, client = tiny_qwen3_server("--served-model-name", *NAMES, "--dtype", "float32", "--num-pages", "256")
 

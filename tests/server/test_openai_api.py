@@ -17,6 +17,8 @@ from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from tests.server.serving import tiny_qwen3_server
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "tiny-qwen3"
 SERVER_ARGS = ["--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "4096",
                "--max-running-requests", "64", "--max-seq-len", "512"]

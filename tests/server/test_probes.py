@@ -16,6 +16,8 @@ import pytest
 
 from tests.server.serving import ServerProcess, wait_for
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "tiny-qwen3"
 ARGS = ["--served-model-name", MODEL, "--num-pages", "1024", "--max-seq-len", "1024", "--page-size", "4"]
 

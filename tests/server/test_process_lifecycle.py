@@ -18,6 +18,8 @@ import pytest
 
 from tests.server.serving import ServerProcess
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 FAST = ["--num-pages", "256", "--max-seq-len", "256"]
 
 

@@ -7,10 +7,13 @@ from __future__ import annotations
 import asyncio
 
 import httpx
+import pytest
 from transformers import AutoTokenizer
 
 from minisgl.server.http.request_cost import MAX_SCHEMA_BYTES
 from tests.server.serving import tiny_qwen3_server
+
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 MAX_PROMPT = 64
 model_dir, server, client = tiny_qwen3_server(

@@ -16,6 +16,8 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from minisgl.server.http.protocol import REFUSED_UNLESS
 from tests.server.serving import ServerProcess, tiny_qwen3_server
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "tiny-qwen3"
 SERVER_ARGS = ["--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048",
                "--max-running-requests", "16", "--max-seq-len", "256"]

@@ -8,8 +8,11 @@ import re
 
 import httpx
 import openai
+import pytest
 
 from tests.server.serving import tiny_qwen3_server
+
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 MODEL = "tiny-qwen3"
 model_dir, server, client = tiny_qwen3_server("--served-model-name", MODEL, "--dtype", "float32", "--num-pages", "256")

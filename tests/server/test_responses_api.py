@@ -21,6 +21,8 @@ from minisgl.server.parsers import ChatOutputFormat
 from tests.server.serving import ServerProcess, metric, tiny_qwen3_server, wait_for
 from tests.server.tool_chat import CHAT, TEMPLATE, TIME, WEATHER
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "tiny-qwen3"
 # The Responses API's flat function tool (name and parameters beside `type`).
 WEATHER_TOOL = {"type": "function", **WEATHER["function"]}

@@ -16,6 +16,8 @@ import pytest
 from tests.server.in_flight import InFlight, assert_ended_by_the_server, finished_whole, group_processes, leave_early
 from tests.server.serving import ServerProcess, metric, wait_for
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 ARGS = ["--num-pages", "512", "--max-seq-len", "1024", "--max-running-requests", "1"]
 DRAIN_S = 2.0
 

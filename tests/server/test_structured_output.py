@@ -13,6 +13,8 @@ from pydantic import BaseModel, Field
 
 from tests.server.serving import ServerProcess
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "tiny-qwen3"
 CHAT = [{"role": "user", "content": "Describe a fox as JSON."}]
 

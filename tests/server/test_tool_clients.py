@@ -27,6 +27,8 @@ from tests.server.serving import tiny_qwen3_server
 from tests.server.tool_chat import TEMPLATE
 from tests.tool_venvs import tool_binary
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "tiny-qwen3"
 SETTINGS = {"temperature": 0.0, "max_tokens": 120}
 

@@ -18,6 +18,8 @@ from transformers import AutoTokenizer
 from tests.server.serving import ServerProcess, tiny_qwen3_server
 from tests.server.tool_chat import CHAT, LLAMA3_TEMPLATE, TEMPLATE, TIME, WEATHER, streamed_calls
 
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
 MODEL = "tiny-qwen3"
 
 

@@ -9,8 +9,11 @@ import re
 import time
 
 import httpx
+import pytest
 
 from tests.server.serving import tiny_qwen3_server
+
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 MODEL = "tiny-qwen3"
 PAGE = 4

@@ -9,8 +9,12 @@ import os
 import signal
 import time
 
+import pytest
+
 from minisgl.utils.liveness import Heartbeat, Heartbeats, WorkerLink
 from minisgl.utils.process import ParentWatch
+
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 
 def _turn_forever(heartbeat: Heartbeat) -> None:
