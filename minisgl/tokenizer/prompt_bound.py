@@ -13,8 +13,8 @@ prompt can be refused unread when its byte count *proves* it has more tokens tha
   a 3-byte full-width 'Ａ' to 1-byte 'A'; NFC composes three 3-byte Hangul jamo into one 3-byte
   syllable) and lowercasing; not at all for prepending or replacing ' ' with '▁'.
 - Hence tokens >= bytes / (SHRINK * max_token_bytes), and bytes > limit * SHRINK * max_token_bytes
-  means more than `limit` tokens. Chat templates only add tokens, so the message contents' bytes
-  alone are a lower bound too.
+  means more than `limit` tokens. A chat is measured as its template renders it (contents,
+  tool-call arguments, tool definitions, everything the template writes), before tokenizing.
 
 A tokenizer whose normalizer or pre-tokenizer may drop text (BERT's clean-up, whitespace
 splitting that removes spaces, whitespace collapsing) or whose model is not BPE (WordPiece maps a
@@ -63,11 +63,13 @@ def bytes_per_token_bound(backend) -> int | None:
     return shrink * max(longest, 4)
 
 
-def prompt_bytes(text: str | None, messages: list[dict] | None) -> int:
-    """UTF-8 size of a prompt's own text: the completion prompt, or every message's content."""
-    if text is not None:
-        return len(text.encode("utf-8", "surrogatepass"))
-    return sum(len(str(m.get("content") or "").encode("utf-8", "surrogatepass")) for m in messages or ())
+def prompt_bytes(text: str) -> int:
+    """UTF-8 size of a prompt's text (a completion prompt, or a chat as its template renders it)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
+class PromptTooLong(ValueError):
+    """A prompt refused for its size; the message says why."""
 
 
 class PromptLimit:
@@ -78,10 +80,10 @@ class PromptLimit:
         bound = bytes_per_token_bound(backend) if max_prompt_tokens else None
         self.max_bytes = max_prompt_tokens * bound if bound else None
 
-    def check_bytes(self, text: str | None, messages: list[dict] | None) -> str | None:
+    def check_bytes(self, text: str) -> str | None:
         if self.max_bytes is None:
             return None
-        size = prompt_bytes(text, messages)
+        size = prompt_bytes(text)
         if size <= self.max_bytes:
             return None
         return (f"prompt: {size} bytes is more than {self.max_prompt_tokens} tokens, this server's prompt limit "

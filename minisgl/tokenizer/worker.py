@@ -21,21 +21,26 @@ from minisgl.utils.liveness import WorkerLink
 from minisgl.utils.logger import get_logger
 from minisgl.utils.process import ParentWatch, run_worker
 
-from .chat_template import render_chat
+from .chat_template import encode_chat_text, render_chat_text
 from .detokenizer import Detokenizer
-from .prompt_bound import PromptLimit
+from .prompt_bound import PromptLimit, PromptTooLong
 
 logger = get_logger(__name__)
 
 PROMPT_TAIL = 4  # prompt tokens given to the detokenizer so the first output token is spaced right
 
 
-def encode_request(tokenizer, msg: TokenizeMsg) -> list[int]:
+def encode_request(tokenizer, msg: TokenizeMsg, limit: PromptLimit | None = None) -> list[int]:
+    """The prompt's token ids; PromptTooLong, before tokenizing, when `limit` refuses its text's
+    size (a chat's as its template renders it)."""
     if msg.input_ids is not None:
         return list(msg.input_ids)
-    if msg.messages is not None:
-        return render_chat(tokenizer, msg.messages, msg.text_params.template)
-    return tokenizer.encode(msg.text or "")
+    text = msg.text or "" if msg.messages is None else render_chat_text(tokenizer, msg.messages,
+                                                                        msg.text_params.template)
+    problem = limit.check_bytes(text) if limit is not None else None
+    if problem:
+        raise PromptTooLong(problem)
+    return tokenizer.encode(text) if msg.messages is None else encode_chat_text(tokenizer, text)
 
 
 class RepeatedPrompt:
@@ -46,12 +51,12 @@ class RepeatedPrompt:
         self.key: tuple | None = None
         self.ids: list[int] = []
 
-    def encode(self, tokenizer, msg: TokenizeMsg) -> list[int]:
+    def encode(self, tokenizer, msg: TokenizeMsg, limit: PromptLimit | None = None) -> list[int]:
         if msg.input_ids is not None:
             return list(msg.input_ids)
         key = (msg.text, msg.messages, msg.text_params.template)
         if key != self.key:
-            self.key, self.ids = None, encode_request(tokenizer, msg)  # a failure leaves nothing stale
+            self.key, self.ids = None, encode_request(tokenizer, msg, limit)  # a failure leaves nothing stale
             self.key = key
         return self.ids
 
@@ -91,9 +96,11 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat
                     to_scheduler.send(msg)
                     continue
                 try:
-                    problem = limit.check_bytes(msg.text, msg.messages) if msg.input_ids is None else None
-                    ids = repeated.encode(tokenizer, msg) if problem is None else []
-                    problem = problem or limit.check_tokens(len(ids))
+                    try:
+                        ids = repeated.encode(tokenizer, msg, limit)
+                        problem = limit.check_tokens(len(ids))
+                    except PromptTooLong as e:
+                        ids, problem = [], str(e)
                     if problem:
                         to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", problem)]))
                         continue

@@ -1,9 +1,11 @@
 """/tokenize and /detokenize (vLLM's and SGLang's extension routes): the server's own tokenizer
 and chat template, so a client can count tokens exactly as a request would be counted.
 
-Both are bounded (--max-tokenize-bytes, --max-detokenize-tokens) and run on one thread of their
-own, one request at a time: never on the event loop (a multi-megabyte prompt there froze every
-route, the probes included), never in the loop's default executor (which the supervisor uses)."""
+Both are bounded (--max-tokenize-bytes, --max-detokenize-tokens: a chat's size is its text as the
+template renders it, tool-call arguments and tool definitions included) and run on one thread of
+their own, one request at a time, their replies encoded there too: never on the event loop (a
+multi-megabyte prompt there froze every route, the probes included), never in the loop's default
+executor (which the supervisor uses)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,9 @@ import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
 
+import orjson
 from fastapi import APIRouter
+from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..args import load_chat_template
@@ -69,32 +73,35 @@ def router(deps: ApiDeps) -> APIRouter:
             tok.chat_template = template
         return tok
 
+    def json_reply(value) -> bytes:
+        return orjson.dumps(value)
+
     @api.post("/tokenize", tags=["extensions"])
     async def tokenize(body: TokenizePrompt | TokenizeChat):
-        from minisgl.tokenizer.chat_template import render_chat
+        from minisgl.tokenizer.chat_template import encode_chat_text, render_chat_text
         from minisgl.tokenizer.prompt_bound import prompt_bytes
 
         deps.check_serving(body.model)
-        if isinstance(body, TokenizePrompt):
-            param, texts, size = "prompt", [body.prompt], prompt_bytes(body.prompt, None)
-        else:
-            messages = [m.as_template_input() for m in body.messages]
-            param, texts, size = "messages", [m["content"] for m in messages], prompt_bytes(None, messages)
-        check_utf8(param, texts)
-        if size > args.max_tokenize_bytes:
-            raise APIError(400, f"{param} is {size} bytes; /tokenize takes at most {args.max_tokenize_bytes} "
-                                "(--max-tokenize-bytes)", param=param, code="request_too_large")
         tok = await off_loop(tokenizer)  # loaded once
         if isinstance(body, TokenizePrompt):
-            ids = await off_loop(functools.partial(tok.encode, body.prompt, add_special_tokens=body.add_special_tokens))
+            param, text = "prompt", body.prompt
+            encode = functools.partial(tok.encode, add_special_tokens=body.add_special_tokens)
         else:
+            messages = [m.as_template_input() for m in body.messages]
             options = {"add_generation_prompt": body.add_generation_prompt, "kwargs": body.chat_template_kwargs or {},
                        "tools": [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None}
             try:
-                ids = await off_loop(render_chat, tok, messages, options)
+                text = await off_loop(render_chat_text, tok, messages, options)
             except Exception as e:  # noqa: BLE001 - a template that cannot render this chat is the request's problem
                 raise APIError(400, f"cannot render the chat: {e}", param="messages") from None
-        return {"tokens": ids, "count": len(ids)}
+            param, encode = "messages", functools.partial(encode_chat_text, tok)
+        check_utf8(param, text)
+        size = prompt_bytes(text)
+        if size > args.max_tokenize_bytes:
+            raise APIError(400, f"{param} is {size} bytes; /tokenize takes at most {args.max_tokenize_bytes} "
+                                "(--max-tokenize-bytes)", param=param, code="request_too_large")
+        ids = await off_loop(encode, text)
+        return Response(await off_loop(json_reply, {"tokens": ids, "count": len(ids)}), media_type="application/json")
 
     @api.post("/detokenize", tags=["extensions"])
     async def detokenize(body: DetokenizeRequest):
