@@ -8,14 +8,16 @@ from pathlib import Path
 
 import pytest
 
+REPO = Path(__file__).resolve().parents[1]
+
 
 def tool_venv(name: str) -> Path:
-    """$MINISGL_<NAME>_VENV, else $XDG_DATA_HOME (~/.local/share)/minisgl/<name>-venv."""
+    """$MINISGL_<NAME>_VENV, else .tool-venvs/<name>-venv in the checkout (git ignores it): the tests
+    keep out of the user's home directory."""
     override = os.environ.get(f"MINISGL_{name.upper()}_VENV")
     if override:
         return Path(override)
-    data_home = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(data_home) / "minisgl" / f"{name}-venv"
+    return REPO / ".tool-venvs" / f"{name}-venv"
 
 
 def tool_binary(name: str, binary: str) -> Path:

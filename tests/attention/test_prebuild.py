@@ -102,6 +102,7 @@ def test_variants_the_backend_never_runs_are_refused(args, message):
     assert out.returncode == 2 and message in out.stderr, out.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
 def test_without_a_gpu_the_architectures_must_be_named():
     out = run_cli("--prebuild")

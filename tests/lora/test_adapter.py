@@ -171,6 +171,7 @@ def _load_in_a_subprocess(path: str, model_dir: str) -> tuple[str, float, int]:
     return ast.literal_eval(run.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_a_backtracking_rank_pattern_is_matched_in_bounded_time(qwen3, tmp_path):
     """The pattern that backtracks exponentially under Python's re (hours on a 31-character module
     name, holding the GIL) is matched by a bounded engine: the adapter loads at once, with the
@@ -181,6 +182,7 @@ def test_a_backtracking_rank_pattern_is_matched_in_bounded_time(qwen3, tmp_path)
     assert outcome == "rank 4" and seconds < 60
 
 
+@pytest.mark.slow
 def test_a_pattern_that_runs_past_its_budget_refuses_the_adapter_without_holding_the_gil(qwen3, tmp_path):
     """A pattern that even the bounded engine cannot settle quickly refuses the adapter with the
     pattern named, within the budget (plus the load itself), while other threads of the process run."""

@@ -6,6 +6,7 @@ too."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from minisgl.core import SamplingParams
@@ -46,6 +47,7 @@ class Ranks:
         return [o.token_id for o in self.outputs if o.uid == uid and o.token_id is not None]
 
 
+@pytest.mark.slow
 def test_every_rank_installs_the_adapter_in_the_same_step_and_slot(lora_model_dir, lora_adapters, tmp_path):
     llm = LLM(lora_model_dir, tp=2, device="cpu", dtype=torch.float32, page_size=4, num_pages=256, max_prefill_length=16,
               lora_modules={"r4": lora_adapters["r4"]}, max_loras=2)

@@ -89,6 +89,7 @@ def test_an_eager_pass_is_masked_per_token(lora_scheduler, lora_adapters):
     assert pool.state.mask is None  # no adapter: the layers skip it
 
 
+@pytest.mark.slow
 def test_tensor_parallel_adapters_match_tp1_and_peft(lora_model_dir, lora_adapters):
     outs = {}
     for tp in (1, 2):

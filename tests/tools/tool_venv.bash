@@ -9,7 +9,9 @@ tool_venv() {
     local upper
     upper=$(echo "$name" | tr '[:lower:]' '[:upper:]')
     local override="MINISGL_${upper}_VENV"
-    local venv="${!override:-${XDG_DATA_HOME:-$HOME/.local/share}/minisgl/$name-venv}"
+    local repo
+    repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+    local venv="${!override:-$repo/.tool-venvs/$name-venv}"  # in the checkout, not the user's home
     local py
     py=$(command -v python || command -v python3)
     local have=""
