@@ -115,6 +115,27 @@ CACHE_ENV = {
     "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
     "HOME": TMP_MOUNT,
 }
+# A read-only cache (modelCache.readOnly): the compiled kernels go to /tmp, and the Hub client reads
+# the cache without asking the Hub (it would write refs and locks beside the files).
+READ_ONLY_CACHE_ENV = {
+    **CACHE_ENV,
+    "FLASHINFER_WORKSPACE_BASE": f"{TMP_MOUNT}/flashinfer",
+    "TRITON_CACHE_DIR": f"{TMP_MOUNT}/triton",
+    "HF_HUB_OFFLINE": "1",
+}
+# The init container that makes a shared cache's top directory the server user's (root, with
+# CAP_CHOWN alone; only where it is someone else's, like fsGroupChangePolicy OnRootMismatch): its
+# last argument is UID:GID.
+CACHE_OWNER_CONTAINER = "cache-owner"
+CACHE_OWNER_COMMAND = (
+    "python", "-c",
+    "import os, sys\n"
+    "path, (uid, gid) = sys.argv[1], map(int, sys.argv[2].split(':'))\n"
+    "st = os.stat(path)\n"
+    "if (st.st_uid, st.st_gid) != (uid, gid):\n"
+    "    os.chown(path, uid, gid)\n"
+    "print(path, 'owned by', uid, gid)",
+)  # fmt: skip
 
 # Without modelCache the weights go to an emptyDir: bounded, so a large model cannot fill the
 # node's disk unnoticed (the kubelet evicts the pod instead). Sized from the model where its id

@@ -61,6 +61,7 @@ NAME_RULE = (
 AUTOSCALING_RULE = "!has(self.minReplicas) || self.minReplicas <= self.maxReplicas"
 CACHE_RULE = "!has(self.claimName) || (!has(self.storageClassName) && !has(self.accessModes))"
 PER_POD_CACHE_RULE = "!has(self.perPod) || !self.perPod || has(self.size)"
+READ_ONLY_CACHE_RULE = "!has(self.readOnly) || !self.readOnly || has(self.claimName)"
 RETAIN_RULE = "!has(self.retain) || (has(self.size) && !(has(self.perPod) && self.perPod))"
 # A created PVC starts empty: read-only access alone leaves nothing able to write the model.
 WRITABLE_CACHE_RULE = "!has(self.size) || !has(self.accessModes) || self.accessModes.exists(m, m != 'ReadOnlyMany')"
@@ -483,6 +484,24 @@ def spec_schema() -> dict[str, Any]:
                         ),
                         "items": {"type": "string", "enum": list(ACCESS_MODES)},
                     },
+                    "readOnly": {
+                        "type": "boolean",
+                        "description": (
+                            "claimName is a pre-filled cache the pods only read (e.g. ReadOnlyMany): mounted read-only, "
+                            "with the compiled-kernel caches in /tmp and the Hugging Face Hub offline; Hub adapters "
+                            "cannot be downloaded into it."
+                        ),
+                    },
+                    "setOwner": {
+                        "type": "boolean",
+                        "description": (
+                            f"Whether an init container (root, CAP_CHOWN only) makes the top of a shared PVC cache "
+                            f"UID {constants.RUN_AS_USER}'s before the first writer starts (default true): Kubernetes "
+                            "applies fsGroup only to ReadWriteOnce volumes, so an NFS, EFS or Filestore volume is "
+                            "otherwise root's. false where Pod Security 'restricted' forbids it and the storage "
+                            f"already gives UID {constants.RUN_AS_USER} the volume (an EFS access point, an NFS export)."
+                        ),
+                    },
                     "retain": {
                         "type": "boolean",
                         "description": (
@@ -500,6 +519,7 @@ def spec_schema() -> dict[str, Any]:
                         "message": "storageClassName and accessModes apply only to a PVC the operator creates (size)",
                     },
                     {"rule": PER_POD_CACHE_RULE, "message": "perPod needs size (the size of each pod's volume)"},
+                    {"rule": READ_ONLY_CACHE_RULE, "message": "readOnly applies only to an existing PVC (claimName)"},
                     {
                         "rule": WRITABLE_CACHE_RULE,
                         "message": "a created cache cannot be ReadOnlyMany only: nothing could download the model into it",

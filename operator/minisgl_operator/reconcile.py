@@ -339,11 +339,17 @@ class Reconciler:
         """An existing claim (spec.modelCache.claimName) that attaches to one node only, while more
         than one pod may run: the CRD cannot see the PVC, so the operator says it."""
         cache = isvc.model_cache
-        if cache is None or cache.claim_name is None or isvc.max_pods <= 1:
+        if cache is None or cache.claim_name is None:
             return None
         pvc = self._get("PersistentVolumeClaim", isvc.namespace, cache.claim_name)
         modes = set(((pvc or {}).get("spec") or {}).get("accessModes") or [])
-        if not modes or modes & set(constants.SHARED_ACCESS_MODES):
+        if modes == {"ReadOnlyMany"} and not cache.read_only:
+            return status.Problem(
+                "CacheReadOnly",
+                f"PersistentVolumeClaim {cache.claim_name} is ReadOnlyMany: the pods would write the Hub's locks and the "
+                "compiled kernels into it and fail; if it holds the model already, set spec.modelCache.readOnly: true",
+            )
+        if not modes or modes & set(constants.SHARED_ACCESS_MODES) or isvc.max_pods <= 1:
             return None
         return status.Problem(
             "CacheNotShareable",

@@ -32,7 +32,8 @@ def _http_probe(path: str, period: int, failure_threshold: int) -> Obj:
 def _env(isvc: InferenceService) -> list[Obj]:
     # The operator's defaults first; a spec.env entry of the same name replaces one (env is a
     # list keyed by name: a duplicate name would make server-side apply fail).
-    merged: dict[str, Obj] = {name: {"name": name, "value": value} for name, value in constants.CACHE_ENV.items()}
+    cache_env = constants.READ_ONLY_CACHE_ENV if isvc.model_cache and isvc.model_cache.read_only else constants.CACHE_ENV
+    merged: dict[str, Obj] = {name: {"name": name, "value": value} for name, value in cache_env.items()}
     for var in isvc.env:
         merged[var["name"]] = copy.deepcopy(dict(var))
     return list(merged.values())
@@ -51,7 +52,40 @@ def _cache_volume(isvc: InferenceService) -> Obj:
             "name": constants.CACHE_VOLUME,
             "ephemeral": {"volumeClaimTemplate": {"metadata": {"labels": labels(isvc)}, "spec": claim_spec}},
         }
-    return {"name": constants.CACHE_VOLUME, "persistentVolumeClaim": {"claimName": isvc.pvc_name}}
+    claim: Obj = {"claimName": isvc.pvc_name}
+    if cache.read_only:
+        claim["readOnly"] = True
+    return {"name": constants.CACHE_VOLUME, "persistentVolumeClaim": claim}
+
+
+def _cache_mount(isvc: InferenceService) -> Obj:
+    mount: Obj = {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT}
+    if isvc.model_cache is not None and isvc.model_cache.read_only:
+        mount["readOnly"] = True
+    return mount
+
+
+def cache_owner(isvc: InferenceService) -> Obj:
+    """The init container that gives a shared cache's top directory to the server user. The kubelet
+    applies fsGroup to ReadWriteOnce volumes only: an NFS, EFS or Filestore volume stays root's, and
+    the first download would fail. Root with CAP_CHOWN alone, the top directory only, and only where
+    it is someone else's."""
+    uid = constants.RUN_AS_USER
+    return {
+        "name": constants.CACHE_OWNER_CONTAINER,
+        "image": isvc.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [*constants.CACHE_OWNER_COMMAND, constants.CACHE_MOUNT, f"{uid}:{uid}"],
+        "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsNonRoot": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]},
+        },
+        "volumeMounts": [{"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT}],
+    }
 
 
 def _server_args(isvc: InferenceService, role: str) -> list[str]:
@@ -100,7 +134,7 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
         "volumeMounts": [
             {"name": constants.SHM_VOLUME, "mountPath": constants.SHM_MOUNT},
             {"name": constants.TMP_VOLUME, "mountPath": constants.TMP_MOUNT},
-            {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT},
+            _cache_mount(isvc),
         ],
     }
     if isvc.env_from:
@@ -161,6 +195,8 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
         # has, once). After the podTemplate merge: with the server container's final environment.
         server_ctr = next(ctr for ctr in template["spec"]["containers"] if ctr["name"] == constants.CONTAINER_NAME)
         template["spec"].setdefault("initContainers", []).insert(0, adapter_downloader(isvc, server_ctr))
+    if isvc.model_cache is not None and isvc.model_cache.takes_owner and not isvc.loads_model:
+        template["spec"].setdefault("initContainers", []).insert(0, cache_owner(isvc))
     sizing.reserve_disk(template["spec"], constants.CONTAINER_NAME)
     # The Deployment and Service select the pods by these: an override must not change them.
     template["metadata"]["labels"].update(pod_labels)
@@ -333,6 +369,7 @@ def model_loader(isvc: InferenceService) -> Obj | None:
         containers.append(adapter_downloader(isvc, server_ctr))
     pod_spec: Obj = {
         "restartPolicy": "Never",
+        **({"initContainers": [cache_owner(isvc)]} if isvc.model_cache.takes_owner else {}),
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "securityContext": server_pod["securityContext"],

@@ -41,6 +41,16 @@ class ModelCache:
     access_modes: tuple[str, ...] = constants.DEFAULT_CACHE_ACCESS_MODES
     per_pod: bool = False
     retain: bool = constants.DEFAULT_CACHE_RETAIN
+    read_only: bool = False
+    set_owner: bool = True
+
+    @property
+    def takes_owner(self) -> bool:
+        """A claim that fsGroup may not cover (created ReadWriteMany, or an existing claim of unknown
+        modes) that the pods write: its top directory is made the server user's first."""
+        if self.read_only or not self.set_owner or self.per_pod:
+            return False
+        return self.claim_name is not None or self.shared
 
     @property
     def operator_created(self) -> bool:
@@ -250,6 +260,13 @@ def _check_per_pod_cache(obj: Mapping[str, Any]) -> list[str]:
     return []
 
 
+def _check_read_only_cache(obj: Mapping[str, Any]) -> list[str]:
+    cache = _spec(obj).get("modelCache") or {}
+    if cache.get("readOnly") and "claimName" not in cache:
+        return ["spec.modelCache: readOnly applies only to an existing PVC (claimName)"]
+    return []
+
+
 def _check_retain(obj: Mapping[str, Any]) -> list[str]:
     cache = _spec(obj).get("modelCache") or {}
     if "retain" in cache and ("size" not in cache or cache.get("perPod")):
@@ -401,6 +418,7 @@ CEL_TWINS: dict[str, Callable[[Mapping[str, Any]], list[str]]] = {
     crd.AUTOSCALING_RULE: _check_autoscaling,
     crd.CACHE_RULE: _check_cache,
     crd.PER_POD_CACHE_RULE: _check_per_pod_cache,
+    crd.READ_ONLY_CACHE_RULE: _check_read_only_cache,
     crd.RETAIN_RULE: _check_retain,
     crd.WRITABLE_CACHE_RULE: _check_writable_cache,
     crd.GPU_RESOURCES_RULE: _check_gpus,
@@ -474,6 +492,13 @@ def _check_pod_template(spec: Mapping[str, Any]) -> list[str]:
     return problems
 
 
+def _check_read_only_adapters(spec: Mapping[str, Any]) -> list[str]:
+    if (spec.get("modelCache") or {}).get("readOnly") and any(a.from_hub for a in _adapters(spec)):
+        return ["spec.adapters: a Hub adapter is downloaded into the model cache, which modelCache.readOnly makes "
+                "read-only: put it in the cache beforehand and name its path"]
+    return []
+
+
 def _adapter_flags(adapters: tuple[Adapter, ...], args: tuple[str, ...] | list[str]) -> list[str]:
     """--lora-modules, and slots for every adapter (--max-loras) of the largest rank given
     (--max-lora-rank), each unless spec.args sets it (e.g. spare slots for runtime loading)."""
@@ -530,6 +555,7 @@ def parse(obj: Mapping[str, Any], default_image: str = constants.DEFAULT_SERVER_
         problems += twin(obj)
     spec = obj["spec"]
     problems += _check_pod_template(spec)
+    problems += _check_read_only_adapters(spec)
     arg_problems, drain_timeout = _parse_server_args(spec)
     problems += arg_problems
     if problems:
@@ -563,6 +589,8 @@ def parse(obj: Mapping[str, Any], default_image: str = constants.DEFAULT_SERVER_
             access_modes=tuple(cache.get("accessModes", constants.DEFAULT_CACHE_ACCESS_MODES)),
             per_pod=bool(cache.get("perPod", False)),
             retain=bool(cache.get("retain", constants.DEFAULT_CACHE_RETAIN)),
+            read_only=bool(cache.get("readOnly", False)),
+            set_owner=bool(cache.get("setOwner", True)),
         ),
         node_selector=dict(spec.get("nodeSelector", {})),
         tolerations=tuple(spec.get("tolerations", [])),

@@ -51,6 +51,7 @@ import kube_hpa
 import kube_lws
 import kube_names
 import kube_nodes
+import kube_volumes
 import kube_webhooks
 import operator_crds
 
@@ -169,6 +170,8 @@ class FakeKube:
         self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
         self.node_allocatable: dict[str, dict[str, Decimal]] = {}  # node name -> cpu, memory, disk it offers
         self.image_faults: dict[str, str] = {}
+        # (namespace, claim) -> (uid, gid) owning the volume's root; root's unless set (kube_volumes.py)
+        self.volume_owner: dict[tuple[str, str], tuple[int, int]] = {}
         self._pod_names = itertools.count(1)
 
     # --- the KubeApi protocol ----------------------------------------------------------------
@@ -564,7 +567,7 @@ class FakeKube:
             if kind != "Job" or ns != namespace or (job.get("status") or {}).get("conditions"):
                 continue
             (container, *_) = job["spec"]["template"]["spec"]["containers"]
-            if self.image_faults.get(container["image"]):
+            if self.image_faults.get(container["image"]) or self._cache_write_error(job["spec"]["template"]["spec"], ns):
                 condition = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
                              "message": "Job has reached the specified backoff limit"}  # fmt: skip
                 job["status"] = {"failed": job["spec"].get("backoffLimit", 6) + 1, "conditions": [condition]}
@@ -692,6 +695,16 @@ class FakeKube:
             if ref and not ref.get("optional") and ("Secret", namespace, ref["name"]) not in self.objects:
                 waiting = {"reason": "CreateContainerConfigError", "message": f'secret "{ref["name"]}" not found'}
                 return self._not_running(scheduled, container, {"waiting": waiting})
+        failed = self._cache_write_error(pod["spec"], namespace)
+        if failed is not None:
+            name, message = failed
+            culprit = next(c for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]] if c["name"] == name)
+            last = {"terminated": {"reason": "Error", "exitCode": 1, "message": message}}
+            waiting = {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}
+            status = self._not_running(scheduled, culprit, {"waiting": waiting}, last)
+            if culprit is not container:
+                status["initContainerStatuses"] = status.pop("containerStatuses")
+            return status
         fault = self.image_faults.get(container["image"])
         if fault in ("ImagePullBackOff", "ErrImagePull"):
             waiting = {"reason": fault, "message": f'Back-off pulling image "{container["image"]}"'}
@@ -704,6 +717,14 @@ class FakeKube:
         ready = {"type": "Ready", "status": "True"}
         statuses = [{"name": container["name"], "ready": True, "restartCount": 0, "state": {"running": {}}}]
         return {"phase": "Running", "conditions": [scheduled, ready], "containerStatuses": statuses}
+
+    def _cache_write_error(self, pod_spec: Obj, namespace: str) -> tuple[str, str] | None:
+        """kube_volumes.write_error on this namespace's claims; a cache-owner's chown is remembered."""
+        claims = {name: o for (k, ns, name), o in self.objects.items() if k == "PersistentVolumeClaim" and ns == namespace}
+        owners = {claim: owner for (ns, claim), owner in self.volume_owner.items() if ns == namespace}
+        failed = kube_volumes.write_error(pod_spec, claims, owners)
+        self.volume_owner.update({(namespace, claim): owner for claim, owner in owners.items()})
+        return failed
 
     @staticmethod
     def _not_running(scheduled: Obj, container: Obj, state: Obj, last: Obj | None = None) -> Obj:

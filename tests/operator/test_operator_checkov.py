@@ -61,6 +61,13 @@ JUSTIFIED: dict[str, tuple[tuple[str, ...], str]] = {
         "HF_TOKEN environment variable (the example shows it; the loader Job downloads with it); the server reads its API key from "
         "MINISGL_API_KEY the same way.",
     ),
+    "CKV_K8S_25": (
+        (f"Deployment.{SERVER_NAMESPACE}.", f"Job.{SERVER_NAMESPACE}."),
+        "The cache-owner init container adds CAP_CHOWN (all others dropped) to give a shared model cache's top "
+        "directory to the server's UID: the kubelet applies fsGroup only to ReadWriteOnce volumes, so an NFS, EFS "
+        "or Filestore volume is root's. It runs before the server, on that one directory; modelCache.setOwner: "
+        "false leaves it out.",
+    ),
     "CKV2_K8S_6": (
         (f"Pod.{NAMESPACE}.", f"Pod.{SERVER_NAMESPACE}."),
         "Which clients may call a model server is the cluster's own network policy, not the "

@@ -102,16 +102,17 @@ def test_fields_the_operator_stops_applying_are_removed_unless_someone_else_owns
 def test_a_keyed_item_the_operator_stops_applying_goes_whole_with_its_defaulted_fields(fake):
     # structured-merge-diff removes the item (its key path) once its applier drops it and nobody else
     # holds a field of it: the defaults the API server filled in (terminationMessagePath) go with it.
-    adapters = {"model": "m", "modelCache": {"claimName": "models"}, "adapters": [{"name": "a", "source": "org/a"}]}
+    cache = {"claimName": "models", "setOwner": False}  # no cache-owner: the adapters' init container alone
+    adapters = {"model": "m", "modelCache": cache, "adapters": [{"name": "a", "source": "org/a"}]}
     stored = fake.apply(child("Deployment", adapters))
     (init,) = stored["spec"]["template"]["spec"]["initContainers"]
     assert init["terminationMessagePath"] == "/dev/termination-log"  # defaulted, owned by no manager
-    stored = fake.apply(child("Deployment", {"model": "m", "modelCache": {"claimName": "models"}}))
+    stored = fake.apply(child("Deployment", {"model": "m", "modelCache": cache}))
     assert "initContainers" not in stored["spec"]["template"]["spec"]
     # An item another manager holds a field of stays, with that field.
     fake.apply(child("Deployment", adapters))
     fake.edit("Deployment", "chat", lambda d: d["spec"]["template"]["spec"]["initContainers"][0].update(workingDir="/tmp"))
-    stored = fake.apply(child("Deployment", {"model": "m", "modelCache": {"claimName": "models"}}))
+    stored = fake.apply(child("Deployment", {"model": "m", "modelCache": cache}))
     (init,) = stored["spec"]["template"]["spec"]["initContainers"]
     assert init["workingDir"] == "/tmp" and "command" not in init
 

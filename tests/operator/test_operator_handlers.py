@@ -766,11 +766,13 @@ def test_a_new_adapter_is_downloaded_before_the_pods_roll_to_serve_it(fake):
 def test_removing_every_adapter_rolls_the_pods_back_to_the_base_model(fake):
     spec = {"model": "Qwen/Qwen3-8B", "modelCache": {"claimName": "models"}, "adapters": [ADAPTER]}
     create(fake, spec=spec)
-    assert "initContainers" in fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]
+    init = fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["initContainers"]
+    assert constants.ADAPTER_CONTAINER in {c["name"] for c in init}
     body = fake.update_spec("chat", lambda spec: spec.pop("adapters"))
     handlers.on_update(body=body, logger=LOG)
     dep = fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]
-    assert "--lora-modules" not in dep["containers"][0]["args"] and "initContainers" not in dep
+    assert "--lora-modules" not in dep["containers"][0]["args"]
+    assert constants.ADAPTER_CONTAINER not in {c["name"] for c in dep.get("initContainers", [])}
 
 
 @pytest.mark.parametrize("spec", [
