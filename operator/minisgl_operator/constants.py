@@ -241,6 +241,9 @@ LWS_LEADER_ADDRESS_ENV = "LWS_LEADER_ADDRESS"
 LWS_WORKER_INDEX_ENV = "LWS_WORKER_INDEX"
 LWS_WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 LWS_EXCLUSIVE_TOPOLOGY_ANNOTATION = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+# The oldest LWS whose status says which generation it observed (status.observedGeneration, v0.9):
+# without it a rollout cannot be told from a stale status.
+LWS_MIN_VERSION = "v0.9.0"
 # The port rank 0 hosts torch.distributed's rendezvous on (the leader pod's).
 DIST_INIT_PORT = 29500
 

@@ -149,6 +149,21 @@ def _loader_state(job: Mapping[str, Any]) -> tuple[str | None, status.Problem | 
     return waiting, None
 
 
+def _old_lws(workload: Mapping[str, Any] | None) -> status.Problem | None:
+    """A LeaderWorkerSet controller older than v0.9 writes a status without observedGeneration: the
+    InferenceService would wait for it forever (Pending), so say which version it needs."""
+    if workload is None or workload.get("kind") != "LeaderWorkerSet":
+        return None
+    lws_status = workload.get("status") or {}
+    if not lws_status or "observedGeneration" in lws_status:
+        return None
+    return status.Problem(
+        "LeaderWorkerSetTooOld",
+        f"LeaderWorkerSet {workload['metadata']['name']} has a status without observedGeneration: its controller is older "
+        f"than {constants.LWS_MIN_VERSION}, which multi-node InferenceServices need; upgrade kubernetes-sigs/lws",
+    )
+
+
 def _server_pod(wanted: list[Obj], isvc: spec_mod.InferenceService) -> Obj:
     """The pod spec of the server (a multi-node group's leader) in the rendered children."""
     workload = next(o for o in wanted if o["kind"] in WORKLOAD_KINDS and o["metadata"]["name"] == isvc.name)
@@ -271,7 +286,8 @@ class Reconciler:
         if not problems:
             self._delete_unwanted(isvc, wanted_refs, outcome)
         deployment = deployment or self._owned_deployment(body)
-        problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc))])
+        problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc)),
+                                  _old_lws(deployment)])
         outcome.problem = status.combine(problems)
 
         self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker, loading=loading,

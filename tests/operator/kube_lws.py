@@ -33,6 +33,7 @@ SET_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 GROUP_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/group-index"
 WORKER_INDEX_LABEL = "leaderworkerset.sigs.k8s.io/worker-index"
 SHARED, UNIQUE_PER_REPLICA = "Shared", "UniquePerReplica"
+CURRENT_VERSION, OBSERVED_GENERATION_SINCE = (0, 10), (0, 9)
 
 
 def subdomain_policy(lws: Obj) -> str:

@@ -170,6 +170,7 @@ class FakeKube:
         self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
         self.node_allocatable: dict[str, dict[str, Decimal]] = {}  # node name -> cpu, memory, disk it offers
         self.image_faults: dict[str, str] = {}
+        self.lws_version = kube_lws.CURRENT_VERSION  # the LeaderWorkerSet controller's (kube_lws.py)
         # (namespace, claim) -> (uid, gid) owning the volume's root; root's unless set (kube_volumes.py)
         self.volume_owner: dict[tuple[str, str], tuple[int, int]] = {}
         self._pod_names = itertools.count(1)
@@ -522,7 +523,10 @@ class FakeKube:
             ready_groups += all(_ready(pod) for pod in pods)
         replicas = lws["spec"].get("replicas", 1)
         lws["status"] = {"observedGeneration": meta["generation"], "replicas": replicas, "readyReplicas": ready_groups,
-                         "updatedReplicas": replicas}  # fmt: skip
+                         "updatedReplicas": replicas, "hpaPodSelector": f"{kube_lws.SET_NAME_LABEL}={meta['name']},"
+                         f"{kube_lws.WORKER_INDEX_LABEL}=0"}  # fmt: skip
+        if self.lws_version < kube_lws.OBSERVED_GENERATION_SINCE:
+            del lws["status"]["observedGeneration"]
         meta["resourceVersion"] = str(next(self._versions))
 
     def _keda(self, namespace: str) -> None:

@@ -157,3 +157,19 @@ def test_the_lws_controller_running_first_takes_no_name_the_operator_needs(fake)
         assert "Service/ds" in outcome.applied
     finally:
         handlers._reconciler = None
+
+
+def test_an_lws_controller_too_old_to_report_observed_generation_is_named_not_waited_for(fake):
+    """LWS before v0.9 writes no status.observedGeneration: the InferenceService would sit Pending forever."""
+    try:
+        fake.lws_version = (0, 8)
+        body = multi_node_cluster(fake)
+        reconciler = handlers._get_reconciler()
+        reconciler.reconcile(body)
+        fake.run_controllers()
+        reconciler.reconcile(fake.inferenceservice("ds"))
+        status = fake.inferenceservice("ds")["status"]
+        degraded = next(c for c in status["conditions"] if c["type"] == constants.CONDITION_DEGRADED)
+        assert degraded["reason"] == "LeaderWorkerSetTooOld" and constants.LWS_MIN_VERSION in degraded["message"]
+    finally:
+        handlers._reconciler = None

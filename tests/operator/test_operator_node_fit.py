@@ -49,8 +49,11 @@ def test_the_fakes_node_reservations_match_the_providers_published_example():
     assert abs(offered[constants.EPHEMERAL_STORAGE] / Decimal(47060071478) - 1) < Decimal("0.06")
 
 
-def test_the_quick_start_schedules_on_a_4_vcpu_16_gib_single_gpu_node_with_a_100_gib_disk(fake):
-    isvc = quick_start()
+EXAMPLE = Path(__file__).resolve().parents[2] / "operator" / "examples" / "inferenceservice.yaml"
+
+
+@pytest.mark.parametrize("isvc", [quick_start(), yaml.safe_load(EXAMPLE.read_text())], ids=["chart-notes", "docs-example"])
+def test_the_quick_start_schedules_on_a_4_vcpu_16_gib_single_gpu_node_with_a_100_gib_disk(fake, isvc):
     status = serve(fake, isvc["metadata"]["name"], isvc["spec"], {"g5-xlarge": "4vcpu-16gi-1gpu"})["status"]
     assert status["phase"] == constants.PHASE_READY, status["conditions"]
     (pod,) = fake.pods()
@@ -58,6 +61,7 @@ def test_the_quick_start_schedules_on_a_4_vcpu_16_gib_single_gpu_node_with_a_100
     # The status says what each pod asks and why.
     chosen = status["podResources"]
     assert chosen["gpus"] == 1 and "0.6B parameters" in chosen["basis"]
+    assert chosen["cpu"] == str((isvc["spec"].get("resources") or {}).get("requests", {}).get("cpu", chosen["cpu"]))
     assert {"cpu", "memory", "ephemeralStorage"} <= set(chosen)
 
 
