@@ -68,6 +68,7 @@ def _warm(s: Scheduler) -> None:
     wait_until(lambda: s.grammars.workers_ready == s.config.grammar_compile_workers, "every compile worker ready")
 
 
+@pytest.mark.slow
 def test_a_grammar_that_compiles_for_long_holds_up_no_other_request(tiny_model_dir):
     """A constrained and a plain request sent after a slow schema are served while it compiles."""
     s = _scheduler(tiny_model_dir("Qwen3ForCausalLM"), grammar_compile_timeout=3600, grammar_compile_workers=2,
@@ -89,6 +90,7 @@ def test_a_grammar_that_compiles_for_long_holds_up_no_other_request(tiny_model_d
         s.shutdown()
 
 
+@pytest.mark.slow
 def test_a_schema_over_the_compile_budget_fails_alone_naming_the_budget(tiny_model_dir):
     """Its request ends with an error naming the field and the budget's flag (the API's 400) once
     the budget is spent; a plain request beside it is served."""
