@@ -148,6 +148,7 @@ def test_a_schema_nested_past_the_depth_limit_is_refused_before_compiling(schedu
     assert sum(o.token_id is not None for o in outputs) == 20
 
 
+@pytest.mark.slow
 def test_tensor_parallel_ranks_share_rank_0s_verdict_on_the_budget(tiny_model_dir):
     """With tp=2 every rank compiles, but rank 0's budget decides for both (the follower has none of
     its own): the slow request fails with the budget's message, and both ranks serve on in step."""
