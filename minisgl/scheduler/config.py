@@ -23,6 +23,7 @@ class SchedulerConfig(EngineConfig):
     admission: str = "dynamic"
     decode_reserve_tokens: int = 256
     scheduling_policy: str = "fcfs"  # fcfs | priority (the request's priority field, lower first)
+    skip_server_warmup: bool = False  # the server process on a GPU runs Scheduler.warm_up before it is ready
     # Overlap scheduling: prepare and launch step N+1 before reading step N's tokens.
     overlap: bool = True
     # Structured output, what compiling one request's constraint may cost (minisgl.constrained.compiler):

@@ -186,6 +186,8 @@ def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], link: WorkerLi
             # CPU ranks share the machine's cores.
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // config.tp_info.size))
         scheduler = Scheduler(config)
+        if scheduler.engine.device.type == "cuda" and not config.skip_server_warmup:
+            scheduler.warm_up()  # compiles and allocations happen now, not in the first burst's latency
         server = SchedulerServer.over_zmq(scheduler, addrs, link.heartbeat)
         ready()
         try:

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
@@ -433,6 +435,31 @@ class Scheduler:
 
     def _count_finish(self, r: Req) -> None:
         self.stats.finished[r.finish_reason] = self.stats.finished.get(r.finish_reason, 0) + 1
+
+    def warm_up(self) -> None:
+        """Serve a burst shaped like real traffic before the server says ready, and forget it: the
+        first real burst then finds the kernels of every batch shape and sampling path compiled,
+        their plans made and the allocator's pools grown, instead of paying for them in its latency.
+        Full prefill chunks of many requests, decode steps at the largest batch, and each sampling
+        path (greedy, temperature, top-k/top-p, seeded)."""
+        start = time.perf_counter()
+        n, new_tokens = self.table.rows, 8
+        longest = max(1, min(self.engine.max_seq_len - new_tokens - 1, 2 * self.config.max_prefill_length // n))
+        rng = random.Random(0)
+        vocab = self.engine.model_config.vocab_size
+        kinds = [SamplingParams(temperature=0), SamplingParams(temperature=0.8),
+                 SamplingParams(temperature=0.8, top_k=40, top_p=0.9), SamplingParams(temperature=0.8, seed=0)]
+        for i in range(n):
+            params = replace(kinds[i % len(kinds)], max_tokens=new_tokens, ignore_eos=True)
+            self.add_request(-1 - i, [rng.randrange(vocab) for _ in range(rng.randint(1, longest))], params)
+        while self.has_work:
+            self.step()
+        # Nothing of it stays: its pages leave the prefix cache, its counts the statistics.
+        self.cache.free_pages += self.prefix_cache.evict(self.prefix_cache.cached_pages)
+        self.stats.__init__()
+        self.prefill.admitted.clear()
+        self.arrivals = 0
+        logger.info("warmed up with %d requests in %.1f s", n, time.perf_counter() - start)
 
     def shutdown(self) -> None:
         self.grammars.shutdown()

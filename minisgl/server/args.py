@@ -17,11 +17,13 @@ from typing import Any
 from minisgl.utils import env
 from minisgl.utils.choices import (
     ADMISSION_MODES,
+    ATTN_BACKEND_NAMES,
     DEVICES,
     DTYPE_ALIASES,
     DTYPES,
     KV_CACHE_DTYPES,
     METRICS_COMPAT,
+    MOE_BACKENDS,
     ONLINE_QUANTIZATION,
     PREFIX_CACHES,
     REASONING_PARSERS,
@@ -93,6 +95,10 @@ class ServerArgs:
     decode_reserve_tokens: int = _flag(
         "With --admission dynamic: output tokens whose KV pages a request has reserved at admission (at most its "
         "max_tokens); past them it takes pages as it decodes.", 256)
+    skip_server_warmup: bool = _flag(
+        "On a GPU the server serves a short synthetic burst before /ready turns 200, so the first real burst "
+        "finds its kernels compiled and memory pools grown; this skips it (faster start, slower first burst).",
+        False)
     scheduling_policy: str = _flag(
         "Which waiting request runs first, and which running one is preempted first: fcfs (arrival order; a "
         "request's priority must be 0) or priority (the request's priority field, lower first, then arrival).",
@@ -101,7 +107,8 @@ class ServerArgs:
                       "auto")
     moe_backend: str = _flag(
         "How MoE models run their experts: auto (on GPUs fused Triton kernels for small batches, a grouped GEMM "
-        "for large ones; the per-expert loop on the CPU), fused, grouped (bfloat16 on GPUs) or loop.", "auto")
+        "for large ones; the per-expert loop on the CPU), fused, grouped (bfloat16 on GPUs) or loop.", "auto",
+        choices=list(MOE_BACKENDS))
     cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
     disable_custom_all_reduce: bool = _flag(
         "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
@@ -306,6 +313,11 @@ def fail(problem: str) -> None:
 def validate(args: ServerArgs) -> str | None:
     if args.tp < 1:
         return "--tp must be >= 1"
+    if args.attn != "auto":
+        parts = [p.strip() for p in args.attn.split(",")]
+        if len(parts) > 2 or any(p not in ATTN_BACKEND_NAMES for p in parts):
+            return (f"--attn {args.attn!r}: give auto, one backend or 'prefill,decode' of "
+                    f"{', '.join(sorted(ATTN_BACKEND_NAMES))}")
     problem = _check_nodes(args)
     if problem:
         return problem
