@@ -76,6 +76,7 @@ def cache_owner(isvc: InferenceService) -> Obj:
         "image": isvc.image,
         "imagePullPolicy": "IfNotPresent",
         "command": [*constants.CACHE_OWNER_COMMAND, constants.CACHE_MOUNT, f"{uid}:{uid}"],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
         "securityContext": {
             "runAsUser": 0,
@@ -108,6 +109,9 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
         "image": isvc.image,
         "imagePullPolicy": "IfNotPresent",
         "command": list(server.SERVER_COMMAND),
+        # The server writes no termination message: the tail of its log (a wrong model id's 404, a
+        # CUDA error) becomes the crash's message, which the status shows.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "args": _server_args(isvc, role),
         "ports": [{"name": constants.PORT_NAME, "containerPort": isvc.port, "protocol": "TCP"}],
         "env": _env(isvc),
@@ -334,6 +338,7 @@ def _downloader(isvc: InferenceService, name: str, command: list[str], server_ct
         "image": isvc.image,
         "imagePullPolicy": "IfNotPresent",
         "command": command,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
         "env": copy.deepcopy(server_ctr["env"]),
         "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
         "securityContext": copy.deepcopy(server_ctr["securityContext"]),

@@ -62,8 +62,18 @@ def _pod_problems(pod: Mapping[str, Any]) -> list[Problem]:
         if terminated.get("reason") == "OOMKilled" and (waiting or not container.get("ready")):
             found.append(Problem("OOMKilled", f"{where} ran out of memory (raise spec.resources memory)"))
         elif waiting.get("reason") in WAITING_REASONS:
-            found.append(Problem(waiting["reason"], f"{where}: {waiting['reason']} {waiting.get('message') or ''}".rstrip()))
+            said = f"{where}: {waiting['reason']} {waiting.get('message') or ''}".rstrip()
+            if terminated.get("message"):  # its log's tail (terminationMessagePolicy FallbackToLogsOnError)
+                said += f"; it last said: {_tail(terminated['message'])}"
+            found.append(Problem(waiting["reason"], said))
     return found
+
+
+def _tail(message: str, limit: int = 400) -> str:
+    """The end of a crashed container's message (a traceback ends with its error), on one line."""
+    lines = [line.strip() for line in message.strip().splitlines() if line.strip()]
+    text = " | ".join(lines[-3:])
+    return text if len(text) <= limit else "..." + text[-limit:]
 
 
 _PRIORITY = ("Unschedulable", "OOMKilled", *WAITING_REASONS)

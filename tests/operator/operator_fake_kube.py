@@ -170,6 +170,7 @@ class FakeKube:
         self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
         self.node_allocatable: dict[str, dict[str, Decimal]] = {}  # node name -> cpu, memory, disk it offers
         self.image_faults: dict[str, str] = {}
+        self.crash_logs: dict[str, str] = {}  # image -> what its crashing container last logs
         self.lws_version = kube_lws.CURRENT_VERSION  # the LeaderWorkerSet controller's (kube_lws.py)
         # (namespace, claim) -> (uid, gid) owning the volume's root; root's unless set (kube_volumes.py)
         self.volume_owner: dict[tuple[str, str], tuple[int, int]] = {}
@@ -514,8 +515,7 @@ class FakeKube:
             if not kube_lws.resolves(services, leader["metadata"]["labels"], kube_lws.leader_subdomain(lws, group)):
                 for pod in pods:
                     (container, *_) = pod["spec"]["containers"]
-                    last = {"terminated": {"reason": "Error", "exitCode": 1,
-                                           "message": f"could not resolve the leader address {address}"}}  # fmt: skip
+                    last = self._terminated(container, "Error", 1, f"could not resolve the leader address {address}")
                     waiting = {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}
                     pod["status"] = self._not_running({"type": "PodScheduled", "status": "True"}, container,
                                                       {"waiting": waiting}, last)  # fmt: skip
@@ -703,7 +703,7 @@ class FakeKube:
         if failed is not None:
             name, message = failed
             culprit = next(c for c in [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]] if c["name"] == name)
-            last = {"terminated": {"reason": "Error", "exitCode": 1, "message": message}}
+            last = self._terminated(culprit, "Error", 1, message)
             waiting = {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}
             status = self._not_running(scheduled, culprit, {"waiting": waiting}, last)
             if culprit is not container:
@@ -715,7 +715,8 @@ class FakeKube:
             return self._not_running(scheduled, container, {"waiting": waiting})
         if fault in ("OOMKilled", "CrashLoopBackOff"):
             oom = fault == "OOMKilled"
-            last = {"terminated": {"reason": "OOMKilled" if oom else "Error", "exitCode": 137 if oom else 1}}
+            last = self._terminated(container, "OOMKilled" if oom else "Error", 137 if oom else 1,
+                                    self.crash_logs.get(container["image"], ""))
             waiting = {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}
             return self._not_running(scheduled, container, {"waiting": waiting}, last)
         ready = {"type": "Ready", "status": "True"}
@@ -729,6 +730,17 @@ class FakeKube:
         failed = kube_volumes.write_error(pod_spec, claims, owners)
         self.volume_owner.update({(namespace, claim): owner for claim, owner in owners.items()})
         return failed
+
+    @staticmethod
+    def _terminated(container: Obj, reason: str, exit_code: int, log: str) -> Obj:
+        """lastState.terminated as the kubelet reports it (kubernetes pkg/kubelet/kuberuntime/
+        kuberuntime_container.go): the server writes no termination message file, so a message is there
+        only under terminationMessagePolicy FallbackToLogsOnError, the tail of the container's log
+        (at most 80 lines and 2048 bytes)."""
+        terminated = {"reason": reason, "exitCode": exit_code}
+        if log and container.get("terminationMessagePolicy") == "FallbackToLogsOnError":
+            terminated["message"] = "\n".join(log.splitlines()[-80:])[-2048:]
+        return {"terminated": terminated}
 
     @staticmethod
     def _not_running(scheduled: Obj, container: Obj, state: Obj, last: Obj | None = None) -> Obj:
