@@ -10,10 +10,6 @@ TRITON_INTERPRET=1); the device runs this file on the GPU too.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -21,6 +17,7 @@ pytest.importorskip("triton")
 
 from minisgl.kernels.gemv import GemvConfig, gemv, gemv_config  # noqa: E402
 from minisgl.quantization.fp8 import quantize_rows  # noqa: E402
+from tests.kernels.hopper_build import assert_builds_for_hopper  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
@@ -159,6 +156,4 @@ print("built")
 
 @pytest.mark.slow
 def test_table_tiles_build_for_hopper_with_16_byte_weight_loads():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "built" in proc.stdout, proc.stderr[-4000:]
+    assert_builds_for_hopper(HOPPER_BUILD)

@@ -10,10 +10,6 @@ TRITON_INTERPRET=1; the FP8 cache only on the GPU); the device runs this file on
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
 
@@ -22,6 +18,7 @@ pytest.importorskip("triton")
 from minisgl.kernels.qkv_rope import fused_tile  # noqa: E402
 from minisgl.quantization.fp8 import quantize_rows  # noqa: E402
 from minisgl.quantization.gemm import fp8_qkv_rope_store  # noqa: E402
+from tests.kernels.hopper_build import assert_builds_for_hopper  # noqa: E402
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SLOTS = 40
@@ -140,6 +137,4 @@ print("built")
 
 @pytest.mark.slow
 def test_hopper_build_streams_the_weight_and_triggers_the_next_kernel_after_its_stores():
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", HOPPER_BUILD], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0 and "built" in proc.stdout, proc.stderr[-4000:]
+    assert_builds_for_hopper(HOPPER_BUILD)
