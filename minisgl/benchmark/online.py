@@ -114,10 +114,10 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
         "output_throughput": out_tokens / duration_s if duration_s > 0 else None,
         "input_tokens": sum(r.prompt_tokens for r in ok),
         "output_tokens": out_tokens,
-        "expected_output_tokens": sum(r.max_tokens for r in results),
+        "expected_output_tokens": sum(r.max_tokens or 0 for r in results),
         # Requests that came back with fewer tokens than asked (a server that ignored max_tokens
         # or ignore_eos): their throughput is not comparable.
-        "short_outputs": sum(1 for r in ok if r.output_tokens < r.max_tokens),
+        "short_outputs": sum(1 for r in ok if r.max_tokens is not None and r.output_tokens < r.max_tokens),
         "tokens_from": "/".join(sorted({r.tokens_from for r in ok})) or None,
         "chunks": sum(r.chunks for r in ok),
         "ttft_ms": percentiles([r.ttft for r in ok]),

@@ -35,16 +35,17 @@ _WORDS = ("the of and to in is it that for on with as was at by be this from or 
 @dataclass
 class BenchRequest:
     prompt_ids: list[int]
-    max_tokens: int
+    max_tokens: int | None  # None: sent without max_tokens or ignore_eos, as default clients send
     arrival_s: float = 0.0  # offset from the start of the run
     model: str | None = None  # the request's own model field (one of several LoRA adapters); None: the target's
+    fields: dict | None = None  # more body fields (seed, stop_token_ids, priority, ...)
 
 
 @dataclass
 class RequestResult:
     ok: bool
     prompt_len: int
-    max_tokens: int
+    max_tokens: int | None
     start: float = 0.0  # time.monotonic()
     end: float = 0.0
     ttft: float | None = None
@@ -80,15 +81,18 @@ class Target:
     def body(self, req: BenchRequest) -> bytes:
         # max_tokens is honoured by every server; chat also gets its newer name. ignore_eos makes
         # the output length exactly max_tokens where the server supports it.
-        body = {"model": req.model or self.model, "stream": True, "stream_options": {"include_usage": True},
-                "max_tokens": req.max_tokens, "ignore_eos": True}
+        body = {"model": req.model or self.model, "stream": True, "stream_options": {"include_usage": True}}
+        if req.max_tokens is not None:
+            body.update(max_tokens=req.max_tokens, ignore_eos=True)
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if self.api == "chat":
             body["messages"] = [{"role": "user", "content": chat_text(req.prompt_ids)}]
-            body["max_completion_tokens"] = req.max_tokens
+            if req.max_tokens is not None:
+                body["max_completion_tokens"] = req.max_tokens
         else:
             body["prompt"] = req.prompt_ids
+        body.update(req.fields or {})
         return orjson.dumps(body)
 
 
