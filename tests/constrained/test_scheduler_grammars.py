@@ -167,6 +167,7 @@ def test_tensor_parallel_ranks_share_rank_0s_verdict_on_the_budget(tiny_model_di
         llm.shutdown()
 
 
+@pytest.mark.slow
 def test_constrained_and_free_requests_finish_with_valid_output(scheduler):
     s = scheduler
     s.add_request(1, [5, 6, 7], SamplingParams(temperature=1.0, seed=1, max_tokens=30, constraint=("json_schema", SCHEMA)))
@@ -196,6 +197,7 @@ def _tokens(outputs) -> dict[int, tuple[list[int], str]]:
             for uid, _, _ in MIXED}
 
 
+@pytest.mark.slow
 def test_constrained_batches_give_the_same_tokens_with_and_without_overlap(tiny_model_dir):
     results = {}
     for overlap in (True, False):
@@ -211,6 +213,7 @@ def test_constrained_batches_give_the_same_tokens_with_and_without_overlap(tiny_
     assert results[True][2] == (results[True][2][0], "length") and len(results[True][2][0]) == 7
 
 
+@pytest.mark.slow
 def test_a_constrained_batch_is_launched_before_the_previous_tokens_are_read(scheduler):
     """The order of one overlapped step with a grammar: launch the forward pass, read the previous
     step's tokens, then fill the masks and sample (Engine.forward_batch calls back)."""

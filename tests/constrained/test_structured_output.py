@@ -48,6 +48,7 @@ def _run(llm, constraint, count: int, max_tokens: int = 120, **kw) -> list[tuple
     return [(tok.decode(o["token_ids"], skip_special_tokens=True), o["finish_reason"]) for o in outs]
 
 
+@pytest.mark.slow
 def test_json_schema_output_is_always_valid_and_ends_by_itself(llm):
     for text, reason in _run(llm, ("json_schema", json.dumps(SCHEMA)), 12):
         assert reason == "stop", text
@@ -57,6 +58,7 @@ def test_json_schema_output_is_always_valid_and_ends_by_itself(llm):
         assert len(note.encode("utf-8", "surrogatepass")) <= 6 * 4
 
 
+@pytest.mark.slow
 def test_json_object_mode_gives_a_json_object(llm):
     finished = [(t, r) for t, r in _run(llm, ("json_object", ""), 6, max_tokens=200) if r == "stop"]
     assert finished, "no JSON object ended within 200 tokens"

@@ -65,6 +65,7 @@ def test_decode_path_in_bf16_at_qwen3_30b_a3b_shapes_is_within_bf16_rounding(tok
     assert torch.linalg.norm(got.double() - want) / torch.linalg.norm(want) < 1e-2
 
 
+@pytest.mark.slow
 def test_split_down_leaves_its_arrival_counts_at_zero_for_the_next_launch():
     layer, x = layer_and_input(3, 64, 32, 8, 4, True)
     for _ in range(2):  # the second launch starts from the counts the first left

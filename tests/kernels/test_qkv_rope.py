@@ -65,6 +65,7 @@ def close(got: torch.Tensor, want: torch.Tensor, rel: float) -> bool:
     return bool(((got - want).abs() <= rel * want.abs() + rel * 0.05 * want.abs().max()).all())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [1, 2, 5, 16])
 @pytest.mark.parametrize("head_dim", [64, 128])
 def test_q_is_returned_and_k_v_are_stored_rotated_as_hf_rotates_them(rows, head_dim):

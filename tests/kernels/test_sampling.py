@@ -18,6 +18,7 @@ from minisgl.kernels.sampling import sample_gumbel_max  # noqa: E402
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("rows", [4, 20])  # one block a program; above WIDE_ROWS, 16 slices a row
 def test_greedy_rows_are_torch_argmax_with_ties_to_the_lowest_index(dtype, rows):
