@@ -21,5 +21,9 @@ SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
 # --tool-call-parser and --reasoning-parser (minisgl.server.parsers maps each to its parser).
 TOOL_PARSERS: tuple[str, ...] = ("hermes", "qwen", "llama3_json")
 REASONING_PARSERS: tuple[str, ...] = ("qwen3", "deepseek_r1")
+# --attn: the attention backends' names (minisgl.attention.ATTN_BACKENDS maps each to its class),
+# and --moe-backend's (minisgl.layers.moe): here, so a wrong one is refused before anything loads.
+ATTN_BACKEND_NAMES: tuple[str, ...] = ("torch", "sgl-fa3", "fa2", "fa3", "fi", "flashinfer")
+MOE_BACKENDS: tuple[str, ...] = ("loop", "grouped", "fused", "auto")
 # --metrics-compat: other servers' metric names /metrics also exports (minisgl.server.http.metrics_vllm).
 METRICS_COMPAT: tuple[str, ...] = ("vllm",)
