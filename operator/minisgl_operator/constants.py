@@ -258,6 +258,11 @@ PRESTOP_SLEEP_SECONDS = 10
 # Grace period = preStop + the server's drain timeout + this margin (uvicorn shutdown, teardown).
 TERMINATION_GRACE_MARGIN_SECONDS = 15
 
+# How long a pod may wait Unschedulable before that is a problem: long enough for a cluster
+# autoscaler or Karpenter to boot a GPU node (and its driver) for it; until then the status says
+# the pod waits for capacity (Progressing), with no Warning.
+CAPACITY_WAIT_SECONDS = 900
+
 # Status vocabulary.
 PHASE_PENDING = "Pending"
 PHASE_PROGRESSING = "Progressing"

@@ -286,12 +286,12 @@ class Reconciler:
         if not problems:
             self._delete_unwanted(isvc, wanted_refs, outcome)
         deployment = deployment or self._owned_deployment(body)
-        problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(self._pods(isvc)),
-                                  _old_lws(deployment)])
+        pods, now = self._pods(isvc), self.clock()
+        problems += filter(None, [self._unshareable_claim(isvc), status.pod_problem(pods, now), _old_lws(deployment)])
         outcome.problem = status.combine(problems)
 
         self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker, loading=loading,
-                     pod_resources=sizing.summary(isvc, _server_pod(wanted, isvc)))
+                     pod_resources=sizing.summary(isvc, _server_pod(wanted, isvc)), capacity=status.capacity_wait(pods, now))
         return outcome
 
     def _leave_zero(self, isvc: spec_mod.InferenceService, wanted: set[tuple[str, str]],
@@ -407,6 +407,7 @@ class Reconciler:
         picker: Obj | None = None,
         loading: str | None = None,
         pod_resources: Obj | None = None,
+        capacity: str | None = None,
     ) -> None:
         meta = body["metadata"]
         raw_spec = body.get("spec") or {}
@@ -423,6 +424,7 @@ class Reconciler:
             picker=picker if isvc is not None and isvc.router is not None else None,
             loading=loading,
             pod_resources=pod_resources,
+            capacity=capacity,
             problem=outcome.problem,
             previous=previous,
             now=now,

@@ -6,6 +6,7 @@ twice from the same Deployment gives the same dict, and the reconciler writes no
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,15 +44,56 @@ WAITING_REASONS = (
 )
 
 
-def _pod_problems(pod: Mapping[str, Any]) -> list[Problem]:
+def _seconds_between(since: str | None, now: str | None) -> float | None:
+    if not since or not now:
+        return None
+    parse = datetime.datetime.fromisoformat
+    return (parse(now.replace("Z", "+00:00")) - parse(since.replace("Z", "+00:00"))).total_seconds()
+
+
+# What the scheduler says of a volume a new node would not fix (a Multi-Attach, a zone-bound
+# volume, a missing claim).
+_NOT_CAPACITY = ("Multi-Attach", "volume node affinity conflict", "persistentvolumeclaim")
+
+
+def _unschedulable(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            return cond
+    return None
+
+
+def _waits_for_capacity(cond: Mapping[str, Any], now: str | None) -> bool:
+    """Short of a resource ('Insufficient nvidia.com/gpu'), which a new node gives, and not for long.
+    A volume that attaches elsewhere or is missing is no question of capacity: a new node would not help."""
+    message = cond.get("message") or ""
+    if "Insufficient " not in message or any(sign in message for sign in _NOT_CAPACITY):
+        return False
+    waited = _seconds_between(cond.get("lastTransitionTime"), now)
+    return waited is not None and waited < constants.CAPACITY_WAIT_SECONDS
+
+
+def capacity_wait(pods: list[Mapping[str, Any]], now: str | None) -> str | None:
+    """Why the rollout waits, while pods have been Unschedulable for less than CAPACITY_WAIT_SECONDS:
+    a node autoscaler may be booting a GPU node for them (a scale-up is not a failure)."""
+    for pod in pods:
+        cond = _unschedulable(pod)
+        if cond is not None and not (pod.get("metadata") or {}).get("deletionTimestamp") and _waits_for_capacity(cond, now):
+            name = (pod.get("metadata") or {}).get("name", "?")
+            return (f"pod {name} waits for a node with room for it (up to {constants.CAPACITY_WAIT_SECONDS} s for a node "
+                    f"autoscaler to add one): {cond.get('message', '')}").rstrip(": ")  # fmt: skip
+    return None
+
+
+def _pod_problems(pod: Mapping[str, Any], now: str | None = None) -> list[Problem]:
     meta, pod_status = pod.get("metadata") or {}, pod.get("status") or {}
     if meta.get("deletionTimestamp"):
         return []  # an old pod on its way out
     name = meta.get("name", "?")
     found = []
-    for cond in pod_status.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
-            found.append(Problem("Unschedulable", f"pod {name} cannot be scheduled: {cond.get('message', '')}".rstrip(": ")))
+    cond = _unschedulable(pod)
+    if cond is not None and not _waits_for_capacity(cond, now):
+        found.append(Problem("Unschedulable", f"pod {name} cannot be scheduled: {cond.get('message', '')}".rstrip(": ")))
     # Init containers first: one that fails (an adapter download without its token) keeps the server
     # container from ever starting.
     for container in [*(pod_status.get("initContainerStatuses") or []), *(pod_status.get("containerStatuses") or [])]:
@@ -79,10 +121,10 @@ def _tail(message: str, limit: int = 400) -> str:
 _PRIORITY = ("Unschedulable", "OOMKilled", *WAITING_REASONS)
 
 
-def pod_problem(pods: list[Mapping[str, Any]]) -> Problem | None:
+def pod_problem(pods: list[Mapping[str, Any]], now: str | None = None) -> Problem | None:
     """What keeps the InferenceService's pods from running, from the pods themselves: a Deployment's
     conditions only say 'progressing' until its deadline, whatever the reason."""
-    found = [p for pod in pods for p in _pod_problems(pod)]
+    found = [p for pod in pods for p in _pod_problems(pod, now)]
     found.sort(key=lambda p: _PRIORITY.index(p.reason))
     return found[0] if found else None
 
@@ -129,10 +171,12 @@ def compute(
     picker: Mapping[str, Any] | None = None,
     loading: str | None = None,
     pod_resources: Mapping[str, Any] | None = None,
+    capacity: str | None = None,
 ) -> Obj:
     """``picker``: the router's endpoint picker Deployment, when spec.router asks for one;
     ``loading``: why the workload waits for the model cache's loader Job, while it does;
-    ``pod_resources``: what each server pod requests of its node, and why (sizing.summary)."""
+    ``pod_resources``: what each server pod requests of its node, and why (sizing.summary);
+    ``capacity``: why pods wait for a node (capacity_wait), while they may."""
     facts = _deployment_facts(deployment)
     # A pod's own reason (Unschedulable, ImagePullBackOff, ...) says more than the deadline's.
     problem = problem or _deployment_problem(facts)
@@ -173,6 +217,8 @@ def compute(
         degraded_cond = _condition(constants.CONDITION_DEGRADED, False, "AsExpected", "")
         if loading is not None:
             progressing_cond = _condition(constants.CONDITION_PROGRESSING, True, "LoadingModel", loading)
+        elif capacity is not None:
+            progressing_cond = _condition(constants.CONDITION_PROGRESSING, True, "WaitingForCapacity", capacity)
         elif rolled_out:
             progressing_cond = _condition(constants.CONDITION_PROGRESSING, False, "RolloutComplete", f"{desired} replicas up to date")
         else:

@@ -170,6 +170,7 @@ class FakeKube:
         self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
         self.node_allocatable: dict[str, dict[str, Decimal]] = {}  # node name -> cpu, memory, disk it offers
         self.image_faults: dict[str, str] = {}
+        self.now = "2026-01-01T00:00:00Z"  # when the controllers act (a pod condition's lastTransitionTime)
         self.crash_logs: dict[str, str] = {}  # image -> what its crashing container last logs
         self.lws_version = kube_lws.CURRENT_VERSION  # the LeaderWorkerSet controller's (kube_lws.py)
         # (namespace, claim) -> (uid, gid) owning the volume's root; root's unless set (kube_volumes.py)
@@ -674,8 +675,9 @@ class FakeKube:
             else:
                 message = f"0/{len(self.nodes)} nodes are available: " + "; ".join(reasons)
                 condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
-                if pod["status"].get("conditions") != [condition]:
-                    pod["status"] = {"phase": "Pending", "conditions": [condition]}
+                before = (pod["status"].get("conditions") or [{}])[0]
+                if {k: v for k, v in before.items() if k != "lastTransitionTime"} != condition:
+                    pod["status"] = {"phase": "Pending", "conditions": [{**condition, "lastTransitionTime": self.now}]}
         return changed
 
     def _attach_conflict(self, pod: Obj, node: str, namespace: str) -> str | None:

@@ -31,6 +31,9 @@ def wire(fake, monkeypatch):
     handlers._reconciler = None
 
 
+AN_HOUR_AGO = "2025-12-31T23:00:00Z"  # the reconciler's clock is 2026-01-01T00:00:00Z
+
+
 def gpu_pool(fake, nodes: int, gpus: int = 8) -> None:
     for i in range(nodes):
         fake.add_node(f"gpu-{i}", gpus)
@@ -154,15 +157,16 @@ def test_the_default_rollout_completes_on_a_full_gpu_pool(fake):
     assert condition(body, constants.CONDITION_DEGRADED)["status"] == "False"
 
 
-def test_a_surge_rollout_on_a_full_pool_says_why_it_is_stuck_at_once(fake):
+def test_a_surge_rollout_on_a_full_pool_says_why_it_is_stuck(fake):
     gpu_pool(fake, 2)
+    fake.now = AN_HOUR_AGO  # the surge pod has waited longer than a node autoscaler needs
     create(fake, {"model": "m", "tp": 8, "replicas": 2, "modelCache": SHARED, "rollout": {"maxSurge": 1, "maxUnavailable": 0}})
     settle(fake)
     update(fake, lambda spec: spec.update(image=NEW_IMAGE))
     body = settle(fake)
 
-    # The old pods keep serving; the surge pod waits for a GPU, and the status says so now,
-    # not after the progress deadline.
+    # The old pods keep serving; the surge pod waits for a GPU, and the status says so, not only
+    # after the progress deadline.
     assert pod_states(fake) == [(IMAGE, "Running"), (IMAGE, "Running"), (NEW_IMAGE, "Pending")]
     assert condition(body, constants.CONDITION_READY)["status"] == "True"
     degraded = condition(body, constants.CONDITION_DEGRADED)
@@ -301,7 +305,8 @@ def _missing_secret(fake):
 @pytest.mark.parametrize(
     "setup, reason, words",
     [
-        (lambda fake: (fake.add_node("gpu-0", 4), {"tp": 8})[1], "Unschedulable", f"Insufficient {constants.GPU_RESOURCE}"),
+        (lambda fake: (fake.add_node("gpu-0", 4), setattr(fake, "now", AN_HOUR_AGO), {"tp": 8})[2], "Unschedulable",
+         f"Insufficient {constants.GPU_RESOURCE}"),
         (lambda fake: (gpu_pool(fake, 1), fake.image_faults.update({IMAGE: "ImagePullBackOff"}), {})[2], "ImagePullBackOff", IMAGE),
         (lambda fake: (gpu_pool(fake, 1), _missing_secret(fake))[1], "CreateContainerConfigError", 'secret "hf-token" not found'),
         (lambda fake: (gpu_pool(fake, 1), fake.image_faults.update({IMAGE: "OOMKilled"}), {})[2], "OOMKilled", "memory"),

@@ -101,3 +101,31 @@ def test_the_defaults_follow_the_parameter_count_the_model_id_names():
     assert sizing.model_parameters("Qwen/Qwen3-30B-A3B") == 30  # all parameters, not the active ones
     unknown = chosen("/models/private-model")
     assert unknown.cache_size_limit == constants.EMPTYDIR_CACHE_SIZE_LIMIT and "names no parameter count" in unknown.basis
+
+
+def test_a_pod_waiting_for_a_node_autoscaler_is_progressing_not_degraded_until_the_wait_runs_out(fake):
+    """A cluster autoscaler or Karpenter boots a GPU node in minutes: meanwhile the pod is
+    Unschedulable, which is a scale-up, not a failure: no Degraded, no Warning, until it lasts."""
+    from minisgl_operator import handlers as h
+
+    fake.add_node("cpu-only", gpus=0)
+    h.configure(fake, default_image="registry.example/minisgl:1", clock=lambda: "2026-01-01T00:05:00Z")
+    try:
+        reconciler = h._get_reconciler()
+        reconciler.reconcile(fake.create_inferenceservice("chat", {"model": "Qwen/Qwen3-0.6B"}))
+        fake.run_controllers()  # Unschedulable since 00:00
+        reconciler.reconcile(fake.inferenceservice("chat"))
+        status = fake.inferenceservice("chat")["status"]
+        conditions = {c["type"]: c for c in status["conditions"]}
+        assert conditions[constants.CONDITION_DEGRADED]["status"] == "False"
+        assert conditions[constants.CONDITION_PROGRESSING]["reason"] == "WaitingForCapacity"
+        assert f"Insufficient {constants.GPU_RESOURCE}" in conditions[constants.CONDITION_PROGRESSING]["message"]
+        assert not [e for e in fake.events if e["type"] == "Warning"]
+        # The node never came: after the wait it is a problem someone must see.
+        h.configure(fake, default_image="registry.example/minisgl:1", clock=lambda: "2026-01-01T00:20:00Z")
+        h._get_reconciler().reconcile(fake.inferenceservice("chat"))
+        status = fake.inferenceservice("chat")["status"]
+        degraded = next(c for c in status["conditions"] if c["type"] == constants.CONDITION_DEGRADED)
+        assert (degraded["status"], degraded["reason"]) == ("True", "Unschedulable")
+    finally:
+        h._reconciler = None
