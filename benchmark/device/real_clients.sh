@@ -13,14 +13,15 @@ set -uo pipefail
 start_results
 BASE=${BASE:-.base}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$RES/device.txt"
-base_cmd() {  # $1 the model dir, $2 the port: BASE's server
-    echo "bash -c 'cd $PWD/$BASE && PYTHONPATH=$PWD/$BASE:/tmp/site exec python -m minisgl --model $PWD/$1 --dummy-weight --port $2'"
+base_cmd() {  # $1 the model dir, $2 the port: BASE's server, with a Triton cache of its own, empty as a new pod's
+    echo "bash -c 'cd $PWD/$BASE && TRITON_CACHE_DIR=\$(mktemp -d) PYTHONPATH=$PWD/$BASE:/tmp/site exec python -m minisgl --model $PWD/$1 --dummy-weight --port $2'"
 }
 
 for model in ${SERVE_MODELS:-qwen3-0.6b}; do
     [ -n "${SKIP_SERVE:-}" ] && break
     step "serving workload, first and second burst: $model, this tree then BASE"
-    timeout "${SERVE_TIMEOUT:-400}" python benchmark/online/bench.py --launch --api chat --rates inf,inf --num-requests 256 \
+    # A new pod's Triton cache is empty (the image prebuilds FlashInfer's kernels, not Triton's).
+    TRITON_CACHE_DIR=$(mktemp -d) timeout "${SERVE_TIMEOUT:-400}" python benchmark/online/bench.py --launch --api chat --rates inf,inf --num-requests 256 \
         --max-input-len 1024 --max-output-len 256 --client-processes 4 --ready-timeout 300 --no-progress \
         --out "$RES/serve-$model.json" --compare-base-url http://127.0.0.1:1920 --compare-name base \
         --compare-launch "$(base_cmd .bench-models/$model 1920)" -- --model .bench-models/$model --dummy-weight \

@@ -5,9 +5,10 @@
     python benchmark/online/real_clients.py --server-dir .base --phases natural -- --model ...  # an earlier tree
 
 natural: the workload's prompts (<= --max-input-len tokens), sent at once on the completions API at
-  temperature 1 with a seed each and no max_tokens; each carries stop_token_ids of vocab / --mean-len
-  random ids, so its length ends naturally (geometric with mean about --mean-len on a model whose
-  next-token distribution is near uniform, as dummy weights' is). Then the same requests with
+  temperature 1 with a seed each and no max_tokens; each carries stop_token_ids whose share of the
+  model's output is 1 / --mean-len (measured first on 64 requests of 256 tokens: the ids of a
+  benchmark model's synthetic tokenizer read back from the text), so its length ends naturally,
+  geometric with mean about --mean-len. Then the same requests with
   max_tokens equal to the lengths they reached (ignore_eos, no stop ids). Each pair runs twice; the
   second is reported, and the ratio of the output throughputs, natural over given.
 priority: --priority-requests requests at Poisson --priority-rate (inf: all at once), every other one
@@ -24,7 +25,9 @@ import argparse
 import json
 import os
 import random
+import re
 import sys
+from collections import Counter
 
 from minisgl.benchmark.online import percentiles, poisson_arrivals, summarize
 from minisgl.benchmark.report import bar_plot, device_name, write_json
@@ -95,11 +98,40 @@ def burst(target: Target, reqs: list[BenchRequest], processes: int, name: str) -
     return summary
 
 
+def stop_ids(target: Target, work, mean_len: int, rng: random.Random) -> list[int]:
+    """Token ids that make up about 1 / mean_len of what the model generates at temperature 1: the
+    output of 64 requests read back as ids ("t<i>", benchmark/prepare_model.py's tokenizer), then
+    ids drawn at random among those seen, each rarer than a tenth of the target, until their
+    share reaches it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    def sample(i: int) -> list[int]:
+        body = {"model": target.model, "prompt": work[i].prompt_ids, "max_tokens": 256, "ignore_eos": True,
+                "temperature": 1.0, "seed": 10_000 + i}
+        text = httpx.post(target.url(), json=body, timeout=600).json()["choices"][0]["text"]
+        return [int(m) for m in re.findall(r"\bt(\d+)\b", text)]
+
+    with ThreadPoolExecutor(16) as pool:
+        seen = [t for ids in pool.map(sample, range(min(64, len(work)))) for t in ids]
+    counts = Counter(seen)
+    target_share, chosen, share = 1 / mean_len, [], 0.0
+    for token in rng.sample(sorted(counts), len(counts)):
+        if share >= target_share:
+            break
+        if counts[token] / len(seen) <= target_share / 10:
+            chosen.append(token)
+            share += counts[token] / len(seen)
+    print(f"stop ids: {len(chosen)} of {len(counts)} seen in {len(seen)} tokens, share {share:.4f}", flush=True)
+    return chosen
+
+
 def natural(args, target: Target, vocab: int) -> dict:
     rng = random.Random(1)
     work = offline_workload(args.num_requests, args.max_input_len, vocab_size=vocab)
-    stops = [rng.sample(range(vocab), max(1, vocab // args.mean_len)) for _ in work]
-    free = [BenchRequest(w.prompt_ids, None, fields={"temperature": 1.0, "seed": i, "stop_token_ids": stops[i]})
+    stops = stop_ids(target, work, args.mean_len, rng)
+    free = [BenchRequest(w.prompt_ids, None, fields={"temperature": 1.0, "seed": i, "stop_token_ids": stops})
             for i, w in enumerate(work)]
     out = {}
     for run in (1, 2):

@@ -437,29 +437,35 @@ class Scheduler:
         self.stats.finished[r.finish_reason] = self.stats.finished.get(r.finish_reason, 0) + 1
 
     def warm_up(self) -> None:
-        """Serve a burst shaped like real traffic before the server says ready, and forget it: the
-        first real burst then finds the kernels of every batch shape and sampling path compiled,
+        """Serve bursts shaped like real traffic before the server says ready, and forget them: the
+        first real burst then finds the kernels of its batch shapes and sampling path compiled,
         their plans made and the allocator's pools grown, instead of paying for them in its latency.
-        Full prefill chunks of many requests, decode steps at the largest batch, and each sampling
-        path (greedy, temperature, top-k/top-p, seeded)."""
+        One burst per sampling path, since a batch whose rows all sample alike takes its own kernel
+        (greedy, temperature alone, top-k/top-p, seeded, penalties): each fills prefill chunks of
+        many requests, then decodes at the largest batch down to one."""
         start = time.perf_counter()
         n, new_tokens = self.table.rows, 8
-        longest = max(1, min(self.engine.max_seq_len - new_tokens - 1, 2 * self.config.max_prefill_length // n))
+        longest = max(1, min(self.engine.max_seq_len - 2 * new_tokens, 2 * self.config.max_prefill_length // n))
         rng = random.Random(0)
         vocab = self.engine.model_config.vocab_size
-        kinds = [SamplingParams(temperature=0), SamplingParams(temperature=0.8),
-                 SamplingParams(temperature=0.8, top_k=40, top_p=0.9), SamplingParams(temperature=0.8, seed=0)]
-        for i in range(n):
-            params = replace(kinds[i % len(kinds)], max_tokens=new_tokens, ignore_eos=True)
-            self.add_request(-1 - i, [rng.randrange(vocab) for _ in range(rng.randint(1, longest))], params)
-        while self.has_work:
-            self.step()
+        kinds = [SamplingParams(temperature=0), SamplingParams(temperature=0.7),
+                 SamplingParams(temperature=0.7, top_k=40, top_p=0.9), SamplingParams(temperature=0.7, seed=0),
+                 SamplingParams(temperature=0.7, frequency_penalty=0.5)]
+        uid = -1
+        for kind in kinds:
+            for i in range(n):
+                # The last request of a burst runs longer: decode steps at every batch size down to one.
+                params = replace(kind, max_tokens=new_tokens * (2 if i == n - 1 else 1), ignore_eos=True)
+                self.add_request(uid, [rng.randrange(vocab) for _ in range(rng.randint(1, longest))], params)
+                uid -= 1
+            while self.has_work:
+                self.step()
         # Nothing of it stays: its pages leave the prefix cache, its counts the statistics.
         self.cache.free_pages += self.prefix_cache.evict(self.prefix_cache.cached_pages)
         self.stats.__init__()
         self.prefill.admitted.clear()
         self.arrivals = 0
-        logger.info("warmed up with %d requests in %.1f s", n, time.perf_counter() - start)
+        logger.info("warmed up with %d bursts of %d requests in %.1f s", len(kinds), n, time.perf_counter() - start)
 
     def shutdown(self) -> None:
         self.grammars.shutdown()
