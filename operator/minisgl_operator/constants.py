@@ -115,6 +115,11 @@ CACHE_ENV = {
     "TRITON_CACHE_DIR": f"{CACHE_MOUNT}/triton",
     "HOME": TMP_MOUNT,
 }
+# The CUDA base image sets NVIDIA_VISIBLE_DEVICES=all: a container of it that asks no GPU (the loader,
+# the adapters' download, the cache-owner) would still see every GPU of its node through the NVIDIA
+# container runtime, beside the pods the device plugin gave them to. "void" makes the runtime leave
+# the container alone (no GPU, no driver).
+NO_GPU_ENV = {"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"}
 # A read-only cache (modelCache.readOnly): the compiled kernels go to /tmp, and the Hub client reads
 # the cache without asking the Hub (it would write refs and locks beside the files).
 READ_ONLY_CACHE_ENV = {

@@ -779,6 +779,8 @@ PRINTER_COLUMNS = [
     {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
     {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+    # Why it is Degraded (AsExpected when it is not): Unschedulable, CrashLoopBackOff, CacheReadOnly, ...
+    {"name": "Reason", "type": "string", "jsonPath": f'.status.conditions[?(@.type=="{constants.CONDITION_DEGRADED}")].reason'},
     {"name": "URL", "type": "string", "jsonPath": ".status.url", "priority": 1},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
 ]

@@ -77,5 +77,16 @@ def scale_selector(isvc: InferenceService) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(serving_selector(isvc).items()))
 
 
+def pull_policy(image: str) -> str:
+    """Kubernetes' own default for a container's imagePullPolicy: Always for ':latest' or no tag (a
+    moving reference, which a node's stale copy would silently pin), IfNotPresent for a pinned tag or
+    a digest (a GPU pod then restarts from the node's copy when the registry is unreachable)."""
+    if "@" in image:
+        return "IfNotPresent"
+    name = image.rsplit("/", 1)[-1]
+    tag = name.partition(":")[2]
+    return "Always" if tag in ("", "latest") else "IfNotPresent"
+
+
 def config_hash(obj: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:16]

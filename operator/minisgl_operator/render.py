@@ -14,7 +14,7 @@ from typing import Any
 
 from . import constants, merge, router, server, sizing
 from . import spec as spec_mod
-from .meta import Obj, child_metadata, config_hash, labels, selector_labels, serving_selector
+from .meta import Obj, child_metadata, config_hash, labels, pull_policy, selector_labels, serving_selector
 from .spec import InferenceService
 
 # --- the pod -----------------------------------------------------------------------------------
@@ -74,9 +74,10 @@ def cache_owner(isvc: InferenceService) -> Obj:
     return {
         "name": constants.CACHE_OWNER_CONTAINER,
         "image": isvc.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(isvc.image),
         "command": [*constants.CACHE_OWNER_COMMAND, constants.CACHE_MOUNT, f"{uid}:{uid}"],
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        "env": [dict(constants.NO_GPU_ENV)],
         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"cpu": "1", "memory": "256Mi"}},
         "securityContext": {
             "runAsUser": 0,
@@ -107,7 +108,7 @@ def pod_template(isvc: InferenceService, role: str = SINGLE) -> Obj:
     container: Obj = {
         "name": constants.CONTAINER_NAME,
         "image": isvc.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(isvc.image),
         "command": list(server.SERVER_COMMAND),
         # The server writes no termination message: the tail of its log (a wrong model id's 404, a
         # CUDA error) becomes the crash's message, which the status shows.
@@ -336,10 +337,11 @@ def _downloader(isvc: InferenceService, name: str, command: list[str], server_ct
     container: Obj = {
         "name": name,
         "image": isvc.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(isvc.image),
         "command": command,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "env": copy.deepcopy(server_ctr["env"]),
+        "env": [*(e for e in copy.deepcopy(server_ctr["env"]) if e["name"] != constants.NO_GPU_ENV["name"]),
+                dict(constants.NO_GPU_ENV)],
         "resources": {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "8Gi"}},
         "securityContext": copy.deepcopy(server_ctr["securityContext"]),
         "volumeMounts": [

@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 
 from . import constants, server
-from .meta import Obj, child_metadata, config_hash, labels, serving_selector
+from .meta import Obj, child_metadata, config_hash, labels, pull_policy, serving_selector
 from .sizing import reserve_disk
 from .spec import InferenceService
 
@@ -161,7 +161,7 @@ def deployment(isvc: InferenceService, image: str) -> Obj:
     container = {
         "name": constants.EPP_CONTAINER,
         "image": image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(image),
         "args": args,
         "env": [_field_env("NAMESPACE", "metadata.namespace"), _field_env("POD_NAME", "metadata.name"),
                 {"name": "HOME", "value": constants.TMP_MOUNT}],

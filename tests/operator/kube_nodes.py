@@ -95,3 +95,15 @@ def insufficient(free: dict[str, Decimal], pod_spec: Obj) -> list[str]:
     """The resources the pod asks more of than ``free`` holds, named as the scheduler names them."""
     asked = pod_requests(pod_spec)
     return [name for name in RESOURCES if asked[name] > free[name]]
+
+
+def visible_gpus(container: Obj, image_env: dict[str, str], node_gpus: int) -> int:
+    """The GPUs a container sees through the NVIDIA container runtime (NVIDIA container toolkit,
+    "Specialized Configurations with Docker", NVIDIA_VISIBLE_DEVICES): the device plugin sets the
+    variable to the GPUs it allocated to a container that asks for some; otherwise the container's
+    environment, over its image's, decides: 'all' is every GPU of the node, 'none', 'void' or unset none."""
+    asked = int(((container.get("resources") or {}).get("limits") or {}).get(constants.GPU_RESOURCE, 0))
+    if asked:
+        return asked
+    env = {**image_env, **{e["name"]: e.get("value", "") for e in container.get("env") or []}}
+    return node_gpus if env.get("NVIDIA_VISIBLE_DEVICES") == "all" else 0

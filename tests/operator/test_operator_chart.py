@@ -256,6 +256,18 @@ def test_monitors_are_off_by_default():
     assert [o for o in helm_template() if o["apiVersion"] == MONITORING] == []
 
 
+def test_pod_and_service_monitors_alike_label_series_with_their_inference_service():
+    """KEDA's queries select on inference_service: whichever monitor values.yaml turns on must add it."""
+    relabel = {"sourceLabels": ["__meta_kubernetes_pod_label_app_kubernetes_io_instance"], "targetLabel": constants.PROMETHEUS_ISVC_LABEL}
+    for mode in ("podMonitor", "serviceMonitor"):
+        objects = helm_template({"metrics": {mode: {"enabled": True}}})
+        monitors = [o for o in objects if o["apiVersion"] == MONITORING]
+        assert len(monitors) == 2, mode  # the servers' and the endpoint pickers'
+        for monitor in monitors:
+            endpoints = monitor["spec"].get("podMetricsEndpoints") or monitor["spec"]["endpoints"]
+            assert all(relabel in e["relabelings"] for e in endpoints), (mode, monitor["metadata"]["name"])
+
+
 def test_pod_and_service_monitors_scrape_the_inference_servers_metrics_path():
     objects = helm_template({**ALL_ON, "watchNamespaces": ["llm"]})
     (pm,) = [m for m in by_kind(objects, "PodMonitor") if m["metadata"]["name"].endswith("-servers")]
@@ -266,7 +278,9 @@ def test_pod_and_service_monitors_scrape_the_inference_servers_metrics_path():
     assert pm["spec"]["podMetricsEndpoints"] == [
         {"port": constants.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s", "relabelings": [relabel]}
     ]
-    assert sm["spec"]["endpoints"] == [{"port": constants.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s"}]
+    assert sm["spec"]["endpoints"] == [
+        {"port": constants.PORT_NAME, "path": server_args.METRICS_PATH, "interval": "15s", "relabelings": [relabel]}
+    ]
     labels = _pod_labels()
     for monitor in (pm, sm):
         assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["llm"]}
@@ -387,3 +401,16 @@ def test_notes_show_how_to_serve_a_model():
     notes = helm_notes()
     assert "kind: InferenceService" in notes
     assert "kubectl get misvc" in notes
+
+
+def test_the_notes_say_what_an_install_still_needs():
+    """After `helm install`: the images to build and push (no public registry has them), the release
+    label kube-prometheus-stack selects monitors by, and the cluster-wide grant watchNamespaces narrows."""
+    notes = helm_notes()
+    assert "docker build" in notes and "docker push" in notes and "serverImage.repository" in notes
+    assert "watchNamespaces" in notes and "ClusterRole" in notes
+    assert "release:" not in notes  # no monitor, nothing to label
+    for mode in ("podMonitor", "serviceMonitor"):
+        monitored = helm_notes({"metrics": {mode: {"enabled": True}}})
+        assert "release:" in monitored and f"metrics.{mode}.labels" in monitored
+    assert "ClusterRole" not in helm_notes({"watchNamespaces": ["llm"]})

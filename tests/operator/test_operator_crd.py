@@ -92,7 +92,14 @@ def test_printer_columns_show_model_tp_ready_and_age_from_real_fields():
     assert columns["Age"]["jsonPath"] == ".metadata.creationTimestamp"
     for col in columns.values():
         if col["jsonPath"].startswith((".spec", ".status")):
-            _at(col["jsonPath"])  # the column's field exists in the schema
+            _at(col["jsonPath"].split("[", 1)[0])  # the column's field exists in the schema
+
+
+def test_the_reason_column_shows_why_an_inference_service_is_degraded():
+    (column,) = [c for c in VERSION["additionalPrinterColumns"] if c["name"] == "Reason"]
+    match = re.fullmatch(r'\.status\.conditions\[\?\(@\.type=="(\w+)"\)\]\.reason', column["jsonPath"])
+    assert match and match.group(1) == constants.CONDITION_DEGRADED
+    assert "reason" in _at(".status.conditions")["items"]["properties"]
 
 
 def test_status_schema_has_phase_ready_replicas_conditions_url_and_observed_generation():
