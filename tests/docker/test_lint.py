@@ -87,6 +87,7 @@ def test_every_hadolint_ignore_is_justified_in_the_config():
 # --- checkov -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # checkov's run: tens of seconds on 2 cores
 def test_checkov_passes(checkov_report):
     name, report = checkov_report
     failed = report["results"]["failed_checks"]

@@ -80,7 +80,8 @@ def test_the_cpu_suite_runs_triton_kernels_under_the_interpreter():
 
 # float32 to compare tokens with HF: the fused kernels on the GPU (or under the interpreter); the
 # grouped GEMM on the CPU, as on CUDA it is bfloat16 only (see the refusal test below).
-@pytest.mark.parametrize("moe_backend, device", [("grouped", "cpu"), ("fused", str(DEVICE))])
+@pytest.mark.parametrize("moe_backend, device", [("grouped", "cpu"),
+                                                  pytest.param("fused", str(DEVICE), marks=pytest.mark.slow)])
 def test_qwen3_moe_with_gpu_moe_paths_matches_hf(tiny_model_dir, moe_backend, device):
     model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
     engine = Engine(EngineConfig(model_dir, dtype=torch.float32, device=device, moe_backend=moe_backend,

@@ -38,7 +38,9 @@ def make_llm(model_dir: str, adapters: dict[str, str], **kwargs) -> LLM:
                lora_modules=adapters, max_lora_rank=16, **kwargs)
 
 
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
+# Qwen3 in the fast loop, the other architectures with the slow tests (tens of seconds each on 2 cores).
+@pytest.mark.parametrize("architecture", [a if a == "Qwen3ForCausalLM" else pytest.param(a, marks=pytest.mark.slow)
+                                          for a in ARCHITECTURES])
 def test_a_batch_mixing_three_adapters_and_the_base_model_matches_peft(tiny_model_dir, adapters, architecture):
     model_dir, paths = tiny_model_dir(architecture), adapters(architecture)
     llm = make_llm(model_dir, paths)

@@ -19,6 +19,8 @@ from operator_chart_tools import NAMESPACE, helm_template
 from minisgl_operator import constants, render
 from tests.tool_venvs import tool_binary
 
+pytestmark = pytest.mark.slow  # checkov's run: tens of seconds on 2 cores
+
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_DEPLOYMENT = f"Deployment.{NAMESPACE}."
 CRD_UPGRADE_JOB = f"Job.{NAMESPACE}."
