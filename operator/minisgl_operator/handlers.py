@@ -82,7 +82,7 @@ def _run(body: Mapping[str, Any], logger: logging.Logger | logging.LoggerAdapter
         try:
             outcome = _get_reconciler().reconcile(plain)
         except RetryableError as exc:
-            raise kopf.TemporaryError(str(exc), delay=RETRY_DELAY_SECONDS) from exc
+            raise kopf.TemporaryError(str(exc), delay=exc.delay or RETRY_DELAY_SECONDS) from exc
     if outcome.applied or outcome.deleted:
         logger.info("applied %s, deleted %s", outcome.applied, outcome.deleted)
     if outcome.problem is not None:

@@ -40,7 +40,19 @@ AUTOSCALER_KINDS = ("HorizontalPodAutoscaler", "ScaledObject")
 
 
 class RetryableError(Exception):
-    """A transient API failure; the handler should run again later."""
+    """A transient API failure; the handler should run again later (after ``delay`` seconds, if given)."""
+
+    def __init__(self, message: str, delay: float | None = None):
+        super().__init__(message)
+        self.delay = delay
+
+
+# KEDA's admission webhook reads HPAs from its informer cache: right after the operator deleted the
+# HPA it replaces, the webhook may still see it and refuse the ScaledObject (403). The cache catches
+# up within moments: retry soon, rather than leave the InferenceService without an autoscaler until
+# the next resync.
+KEDA_SEES_OLD_HPA = "is already managed by the hpa"
+KEDA_RETRY_SECONDS = 3
 
 
 @dataclass
@@ -147,6 +159,12 @@ def _loader_state(job: Mapping[str, Any]) -> tuple[str | None, status.Problem | 
         message = f"Job {name} could not fill the model cache: {failed.get('reason', '')} {failed.get('message', '')}".rstrip()
         return waiting, status.Problem("ModelLoadFailed", message + " (kubectl logs job/" + name + ")")
     return waiting, None
+
+
+def _keda_saw_deleted_hpa(exc: ApiError, kind: str, outcome: Outcome) -> bool:
+    """KEDA's webhook refused a ScaledObject for an HPA this very reconcile deleted (its cache lags)."""
+    deleted_hpa = any(ref.startswith("HorizontalPodAutoscaler/") for ref in outcome.deleted)
+    return kind == "ScaledObject" and exc.status == 403 and KEDA_SEES_OLD_HPA in exc.message and deleted_hpa
 
 
 def _old_lws(workload: Mapping[str, Any] | None) -> status.Problem | None:
@@ -271,6 +289,8 @@ class Reconciler:
                     if exc.retryable:
                         self._report_retry(body, outcome, isvc, kind, name, exc)
                         raise RetryableError(str(exc)) from exc
+                    if _keda_saw_deleted_hpa(exc, kind, outcome):
+                        raise RetryableError(str(exc), delay=KEDA_RETRY_SECONDS) from exc
                     problems.append(status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}"))
                     continue
                 outcome.applied.append(_ref(desired))

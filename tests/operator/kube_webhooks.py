@@ -10,6 +10,8 @@
   the rollout strategy and the subdomain policy; ``generalValidate`` refuses a name that is not a
   DNS-1035 label, more than a million groups, a size below 1, and a rolling update with neither
   surge nor unavailability.
+KEDA's webhook reads through its manager's client, which controller-runtime backs with informer
+caches: an HPA deleted a moment ago may still be listed (``FakeKube.keda_cache_delay``).
 A refusal is what controller-runtime makes of a validator's error (``admission.Denied``): 403
 Forbidden, which the API server reports as 'admission webhook "NAME" denied the request: ...'.
 """

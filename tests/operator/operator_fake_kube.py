@@ -170,6 +170,9 @@ class FakeKube:
         self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
         self.node_allocatable: dict[str, dict[str, Decimal]] = {}  # node name -> cpu, memory, disk it offers
         self.image_faults: dict[str, str] = {}
+        # KEDA's webhook sees a deleted HPA for this many more of its admissions (kube_webhooks.py)
+        self.keda_cache_delay = 0
+        self._keda_stale: list[tuple[Obj, int]] = []
         self.now = "2026-01-01T00:00:00Z"  # when the controllers act (a pod condition's lastTransitionTime)
         self.crash_logs: dict[str, str] = {}  # image -> what its crashing container last logs
         self.lws_version = kube_lws.CURRENT_VERSION  # the LeaderWorkerSet controller's (kube_lws.py)
@@ -215,7 +218,7 @@ class FakeKube:
             raise ApiError(422, "Invalid", problem)
         try:
             if obj["kind"] == "ScaledObject":
-                kube_webhooks.validate_scaled_object(new, lambda kind: self.watch(kind, "", meta["namespace"]))
+                kube_webhooks.validate_scaled_object(new, lambda kind: self._keda_cache(kind, meta["namespace"]))
             if obj["kind"] == "LeaderWorkerSet":
                 kube_webhooks.validate_leader_worker_set(new)
         except kube_webhooks.Denied as exc:
@@ -248,8 +251,17 @@ class FakeKube:
         self.objects[("CustomResourceDefinition", "", name)] = stored
         return copy.deepcopy(stored)
 
+    def _keda_cache(self, kind: str, namespace: str) -> list[Obj]:
+        """What KEDA's webhook lists: the objects, and for a few admissions more those deleted lately."""
+        stale = [copy.deepcopy(o) for o, _ in self._keda_stale if o["kind"] == kind and o["metadata"]["namespace"] == namespace]
+        if kind == "HorizontalPodAutoscaler":  # once per admission
+            self._keda_stale = [(o, n - 1) for o, n in self._keda_stale if n > 1]
+        return self.watch(kind, "", namespace) + stale
+
     def delete(self, kind: str, namespace: str, name: str) -> None:
         self._record("delete", kind, namespace, name)
+        if kind == "HorizontalPodAutoscaler" and self.keda_cache_delay and (kind, namespace, name) in self.objects:
+            self._keda_stale.append((copy.deepcopy(self.objects[(kind, namespace, name)]), self.keda_cache_delay))
         self._delete((kind, namespace, name))
         self._release_claims()
 

@@ -77,3 +77,23 @@ def test_the_hpa_controller_disables_itself_for_a_target_at_zero(fake):
     fake.objects[(constants.KIND, "llm", "chat")]["spec"]["replicas"] = 1
     fake.run_hpa(wanted_by_metrics={"chat": 3})
     assert fake.inferenceservice("chat")["spec"]["replicas"] == 3
+
+
+def test_keda_refusing_the_scaled_object_for_the_hpa_just_deleted_is_retried_soon_not_degraded(fake):
+    """KEDA's webhook lists HPAs from its informer cache: for a moment after the operator deletes the
+    HPA it still sees it and answers 403. That is a retry in seconds, not a Degraded InferenceService
+    left without an autoscaler until the next resync."""
+    import kopf
+
+    fake.create_inferenceservice("chat", {"model": "Qwen/Qwen3-0.6B", "autoscaling": {"minReplicas": 1, "maxReplicas": 4}})
+    reconcile(fake)
+    fake.keda_cache_delay = 1
+    body = fake.update_spec("chat", lambda spec: spec["autoscaling"].update(keda=KEDA))
+    with pytest.raises(kopf.TemporaryError) as info:
+        handlers.on_update(body=body, logger=LOG)
+    assert info.value.delay is not None and info.value.delay <= 5
+    degraded = next(c for c in fake.inferenceservice("chat").get("status", {}).get("conditions", [])
+                    if c["type"] == constants.CONDITION_DEGRADED)  # fmt: skip
+    assert degraded["status"] == "False"
+    handlers.on_update(body=fake.inferenceservice("chat"), logger=LOG)  # kopf's retry: the cache caught up
+    assert ("ScaledObject", "chat") in fake.children() and ("HorizontalPodAutoscaler", "chat") not in fake.children()
