@@ -4,8 +4,8 @@
     python benchmark/online/real_clients.py --phases priority -- --model ... --scheduling-policy priority
     python benchmark/online/real_clients.py --server-dir .base --phases natural -- --model ...  # an earlier tree
 
-natural: the workload's prompts (<= --max-input-len tokens), sent at once on the completions API at
-  temperature 1 with a seed each and no max_tokens; each carries stop_token_ids whose share of the
+natural: the workload's prompts (<= --max-input-len tokens, as chat messages), sent at once on the
+  chat API (the completions API's max_tokens defaults to 16, OpenAI's rule) at temperature 1 with a seed each and no max_tokens; each carries stop_token_ids whose share of the
   model's output is 1 / --mean-len (measured first on 64 requests of 256 tokens: the ids of a
   benchmark model's synthetic tokenizer read back from the text), so its length ends naturally,
   geometric with mean about --mean-len. Then the same requests with
@@ -32,7 +32,7 @@ from collections import Counter
 from minisgl.benchmark.online import percentiles, poisson_arrivals, summarize
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.server_process import ServerProcess
-from minisgl.benchmark.sse_client import BenchRequest, Target, run_requests
+from minisgl.benchmark.sse_client import BenchRequest, Target, chat_text, run_requests
 from minisgl.benchmark.workload import offline_workload
 from minisgl.utils.net import free_port
 
@@ -108,9 +108,9 @@ def stop_ids(target: Target, work, mean_len: int, rng: random.Random) -> list[in
     import httpx
 
     def sample(i: int) -> list[int]:
-        body = {"model": target.model, "prompt": work[i].prompt_ids, "max_tokens": 256, "ignore_eos": True,
-                "temperature": 1.0, "seed": 10_000 + i}
-        text = httpx.post(target.url(), json=body, timeout=600).json()["choices"][0]["text"]
+        body = {"model": target.model, "messages": [{"role": "user", "content": chat_text(work[i].prompt_ids)}],
+                "max_tokens": 256, "ignore_eos": True, "temperature": 1.0, "seed": 10_000 + i}
+        text = httpx.post(target.url(), json=body, timeout=600).json()["choices"][0]["message"]["content"]
         return [int(m) for m in re.findall(r"\bt(\d+)\b", text)]
 
     with ThreadPoolExecutor(16) as pool:
@@ -172,7 +172,7 @@ def main() -> None:
     srv = launch(args, flags)
     report = {"device": device_name(), "server_flags": flags, "server_dir": args.server_dir}
     try:
-        target = Target(srv.url, served_model(srv.url), api="completions", timeout=1800)
+        target = Target(srv.url, served_model(srv.url), api="chat", timeout=1800)
         for phase in args.phases.split(","):
             report[phase] = {"natural": natural, "priority": priority}[phase](args, target, vocab)
     finally:

@@ -440,23 +440,26 @@ class Scheduler:
         """Serve bursts shaped like real traffic before the server says ready, and forget them: the
         first real burst then finds the kernels of its batch shapes and sampling path compiled,
         their plans made and the allocator's pools grown, instead of paying for them in its latency.
-        One burst per sampling path, since a batch whose rows all sample alike takes its own kernel
-        (greedy, temperature alone, top-k/top-p, seeded, penalties): each fills prefill chunks of
-        many requests, then decodes at the largest batch down to one."""
+        First a burst of prompts of every length (log-uniform up to 2,048 tokens: chunked prefills,
+        prefill batches of every size, decode over long contexts), then one short burst per
+        sampling path, since a batch whose rows all sample alike takes its own kernel (greedy,
+        temperature alone, top-k/top-p, seeded, penalties)."""
         start = time.perf_counter()
         n, new_tokens = self.table.rows, 8
-        longest = max(1, min(self.engine.max_seq_len - 2 * new_tokens, 2 * self.config.max_prefill_length // n))
+        longest = max(1, min(self.engine.max_seq_len - 2 * new_tokens, 2048))
+        short = max(1, min(longest, 2 * self.config.max_prefill_length // n))
         rng = random.Random(0)
         vocab = self.engine.model_config.vocab_size
-        kinds = [SamplingParams(temperature=0), SamplingParams(temperature=0.7),
-                 SamplingParams(temperature=0.7, top_k=40, top_p=0.9), SamplingParams(temperature=0.7, seed=0),
-                 SamplingParams(temperature=0.7, frequency_penalty=0.5)]
+        bursts = [(SamplingParams(temperature=0), lambda: int(longest ** rng.random())),
+                  *((params, lambda: rng.randint(1, short)) for params in (
+                      SamplingParams(temperature=0.7), SamplingParams(temperature=0.7, top_k=40, top_p=0.9),
+                      SamplingParams(temperature=0.7, seed=0), SamplingParams(temperature=0.7, frequency_penalty=0.5)))]
         uid = -1
-        for kind in kinds:
+        for kind, length in bursts:
             for i in range(n):
                 # The last request of a burst runs longer: decode steps at every batch size down to one.
                 params = replace(kind, max_tokens=new_tokens * (2 if i == n - 1 else 1), ignore_eos=True)
-                self.add_request(uid, [rng.randrange(vocab) for _ in range(rng.randint(1, longest))], params)
+                self.add_request(uid, [rng.randrange(vocab) for _ in range(length())], params)
                 uid -= 1
             while self.has_work:
                 self.step()
@@ -465,7 +468,7 @@ class Scheduler:
         self.stats.__init__()
         self.prefill.admitted.clear()
         self.arrivals = 0
-        logger.info("warmed up with %d bursts of %d requests in %.1f s", len(kinds), n, time.perf_counter() - start)
+        logger.info("warmed up with %d bursts of %d requests in %.1f s", len(bursts), n, time.perf_counter() - start)
 
     def shutdown(self) -> None:
         self.grammars.shutdown()
