@@ -77,6 +77,8 @@ class SamplingParams:
                 return problem
             if self.min_tokens:  # the grammar may allow nothing but its end, which min_tokens forbids
                 return "min_tokens cannot be combined with structured output (response_format, guided_*)"
+            if self.allowed_token_ids:  # the grammar's tokens and these may have nothing in common
+                return "allowed_token_ids cannot be combined with structured output (response_format, guided_*, tools)"
         return None
 
     def token_ids(self) -> Iterator[tuple[str, Iterable[int]]]:

@@ -4,6 +4,7 @@ errors for everything that goes wrong; the middleware (API key, body limits, COR
 from __future__ import annotations
 
 import time
+import traceback
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -63,6 +64,13 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     return app
 
 
+def bounded_traceback(e: BaseException, frames: int = 16, chars: int = 8192) -> str:
+    """The exception's last `frames` frames, at most `chars` characters: a RecursionError's
+    thousand frames, or a message quoting the request, must not put a request's size in the log."""
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__, limit=-frames))
+    return text if len(text) <= chars else f"{text[:chars // 2]}\n[... {len(text) - chars} characters ...]\n{text[-chars // 2:]}"
+
+
 def _answer_errors_the_openai_way(app: FastAPI) -> None:
     @app.exception_handler(APIError)
     async def api_error(_: Request, e: APIError):
@@ -85,7 +93,7 @@ def _answer_errors_the_openai_way(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception):  # a bug: the client still gets an OpenAI error body
-        logger.exception("unhandled error in request %s", current.get())
+        logger.error("unhandled error in request %s:\n%s", current.get(), bounded_traceback(e))
         return error_response(500, f"internal error: {type(e).__name__}", code="internal_error")
 
 

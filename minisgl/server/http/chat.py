@@ -11,7 +11,7 @@ from ..parsers import TOOL_PARSERS, ChatOutputFormat
 from .deps import ApiDeps
 from .formats import ChatFormat
 from .generation import nth_choice, serve_generation, with_lora
-from .protocol import ChatCompletionRequest, ChatCompletionResponse, generation_responses
+from .protocol import APIError, ChatCompletionRequest, ChatCompletionResponse, generation_responses
 
 
 def chat_jobs(body: ChatCompletionRequest, output: ChatOutputFormat) -> list:
@@ -20,7 +20,10 @@ def chat_jobs(body: ChatCompletionRequest, output: ChatOutputFormat) -> list:
     params = body.sampling_params()
     either = body.call_or_answer(output.tool_parser and TOOL_PARSERS[output.tool_parser].syntax)
     if either is not None:
-        params = replace(params, constraint=either)
+        try:
+            params = replace(params, constraint=either)
+        except ValueError as e:  # a field that cannot go with it (min_tokens, allowed_token_ids)
+            raise APIError(400, str(e), code="invalid_request") from None
     kw = {"messages": [m.as_template_input() for m in body.messages],
           "text_params": body.text_params(body.template_options())}
     return [(0, nth_choice(params, j), kw) for j in range(body.n)]

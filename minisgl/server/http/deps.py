@@ -13,7 +13,7 @@ from ..runtime.frontend import FrontendClient
 from ..runtime.state import ServerState
 from .metrics import ObservedClient, ServerMetrics
 from .protocol import APIError, ChatCompletionRequest, CompletionRequest
-from .request_cost import ref_cycle_problem, request_cost_problem
+from .request_cost import depth_problem, ref_cycle_problem, request_cost_problem
 
 ECHO_CHARS = 100  # the most of a client's own value an error message repeats
 
@@ -99,6 +99,9 @@ class ApiDeps:
         if choices // body.n > args.max_n:
             raise APIError(400, f"{choices // body.n} prompts in one request; this server takes at most {args.max_n}",
                            param="prompt")
+        too_deep = depth_problem(body, args.max_grammar_depth)
+        if too_deep:
+            raise APIError(400, too_deep[1], param=too_deep[0], code="invalid_request")
         too_costly = request_cost_problem(body)
         if too_costly:
             raise APIError(400, too_costly[1], param=too_costly[0], code="request_too_large")

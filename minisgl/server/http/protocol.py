@@ -24,6 +24,8 @@ from minisgl.core.request_fields import (
 )
 from minisgl.message import TextParams
 
+from ..parsers.tool_calls import loads
+
 # Per-request cost is bounded at the door: every stop string is matched against each new piece of
 # text, and the parameters travel through every process.
 MAX_STOP_CHARS = 1024
@@ -308,7 +310,7 @@ class FunctionCall(BaseModel):
 
     def parsed_arguments(self) -> dict | str:
         try:
-            value = json.loads(self.arguments)
+            value = loads(self.arguments)  # bounded in depth: a client's arguments may nest a thousand deep
         except ValueError:
             return self.arguments
         return value if isinstance(value, dict) else self.arguments

@@ -4,12 +4,16 @@ Field-level caps live in the request models (protocol.py: stop strings, stop_tok
 logit_bias, the number of tools) and the prompt-token limit in the tokenizer worker
 (minisgl.tokenizer.prompt_bound). What is checked here spans fields: the total size of the schemas
 and grammars a request asks the grammar compiler to build (tools' parameter schemas, a JSON
-schema, a regex, a grammar, the choices), which compile in time and memory that grow with them.
+schema, a regex, a grammar, the choices), which compile in time and memory that grow with them,
+and how deeply those schemas nest (checked first, without recursion: reading or writing a deeply
+nested value recursively fails, and compile time grows steeply with depth).
 """
 
 from __future__ import annotations
 
 import json
+
+from minisgl.constrained.grammar import json_depth
 
 from .protocol import ChatCompletionRequest, CompletionRequest
 
@@ -35,6 +39,32 @@ def structured_output_sizes(body: ChatCompletionRequest | CompletionRequest) -> 
     if tools:
         sizes["tools"] = sum(_size(t.function.parameters) + _size(t.function.description) for t in tools)
     return sizes
+
+
+def value_depth(value) -> int:
+    """How deeply the objects and arrays of a parsed JSON value nest (as json_depth for text),
+    without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def depth_problem(body: ChatCompletionRequest | CompletionRequest, max_depth: int) -> tuple[str, str] | None:
+    """(field, message) for the first schema that nests deeper than `max_depth`, or None."""
+    rf = body.response_format
+    values = {"guided_json": body.guided_json, "tools": [t.function.parameters for t in getattr(body, "tools", None) or ()],
+              "response_format": rf.json_schema.schema_ if rf is not None and rf.type == "json_schema" else None}
+    for name, value in values.items():
+        depth = json_depth(value) if isinstance(value, str) else value_depth(value) - (name == "tools")
+        if depth > max_depth:
+            return name, (f"{name}: the schema nests {depth} levels deep, more than this server's limit of "
+                          f"{max_depth} (--max-grammar-depth)")
+    return None
 
 
 def structured_output_schemas(body: ChatCompletionRequest | CompletionRequest) -> dict[str, list]:

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 
 from .reasoning import REASONING_PARSERS, _partial_suffix
-from .tool_calls import TOOL_PARSERS, ParsedCall
+from .tool_calls import TOOL_PARSERS, ParsedCall, loads, raw_decode
 
 
 @dataclass(frozen=True)
@@ -52,13 +52,13 @@ def _forced_calls(fmt: ChatOutputFormat, text: str) -> list[ParsedCall] | None:
     as they were written (never the call syntax as content)."""
     if not fmt.forced_list:
         try:
-            return [ParsedCall(fmt.forced_tool, json.dumps(json.loads(text), ensure_ascii=False))]
+            return [ParsedCall(fmt.forced_tool, json.dumps(loads(text), ensure_ascii=False))]
         except ValueError:
             return [ParsedCall(fmt.forced_tool, text)]
     if fmt.or_answer and not text.lstrip().startswith("["):
         return None
     try:
-        value = json.loads(text)
+        value = loads(text)
     except ValueError:
         return _cut_calls(text)
     if not all(isinstance(c, dict) and c.keys() == {"name", "parameters"} for c in value):
@@ -75,7 +75,7 @@ def _cut_calls(text: str) -> list[ParsedCall]:
             return calls + [ParsedCall(name, "")]
         start = arguments.end()
         try:
-            args, at = _DECODER.raw_decode(text, start)
+            args, at = raw_decode(_DECODER, text, start)
         except ValueError:
             return calls + [ParsedCall(name, text[start:])]
         calls.append(ParsedCall(name, json.dumps(args, ensure_ascii=False)))

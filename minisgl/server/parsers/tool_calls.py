@@ -11,6 +11,27 @@ import re
 import uuid
 from dataclasses import dataclass
 
+from minisgl.constrained.grammar import json_depth
+
+# Model output nested deeper than this is never read as a call: json's decoder recurses (a
+# RecursionError near a thousand levels, a request's worth of stack), so depth is checked first by
+# a scan that does not.
+MAX_JSON_DEPTH = 128
+
+
+def loads(text: str):
+    """json.loads for model output: a ValueError (not a call) for JSON nested beyond MAX_JSON_DEPTH."""
+    if json_depth(text) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    return json.loads(text)
+
+
+def raw_decode(decoder: json.JSONDecoder, text: str, at: int):
+    """decoder.raw_decode(text, at), bounded as `loads` is (the depth of what follows `at`)."""
+    if json_depth(text[at:]) > MAX_JSON_DEPTH:
+        raise ValueError(f"JSON nested more than {MAX_JSON_DEPTH} levels deep")
+    return decoder.raw_decode(text, at)
+
 
 @dataclass(frozen=True)
 class ParsedCall:
@@ -29,7 +50,7 @@ def _call(obj) -> ParsedCall | None:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # some models emit the arguments already as a JSON string
         try:
-            args = json.loads(args)
+            args = loads(args)
         except ValueError:
             return None
     if not isinstance(args, dict):
@@ -54,7 +75,7 @@ class HermesToolParser:
         calls = []
         for match in self._block.finditer(text, at):
             try:
-                call = _call(json.loads(match.group(1)))
+                call = _call(loads(match.group(1)))
             except ValueError:
                 call = None
             if call is None:
@@ -79,7 +100,7 @@ class Llama3JsonToolParser:
         calls, at = [], 0
         while at < len(body):
             try:
-                obj, end = self._decoder.raw_decode(body, at)
+                obj, end = raw_decode(self._decoder, body, at)
             except ValueError:
                 return text, []
             call = _call(obj)

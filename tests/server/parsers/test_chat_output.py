@@ -71,3 +71,20 @@ def test_required_beside_a_response_format_reads_calls_or_the_answer(step):
     # An answer whose schema is a list (not of {name, parameters}) is still the answer.
     listed = json.dumps([{"city": "Oslo"}])
     assert EITHER.reader().message(listed, "stop")[0]["content"] == listed
+
+
+@pytest.mark.parametrize("fmt, text", [
+    (ChatOutputFormat(tool_parser="hermes"), '<tool_call>\n{"name": "f", "arguments": {"a": ' + "[" * 5000),
+    (ChatOutputFormat(tool_parser="hermes"), '<tool_call>\n{"name": "f", "arguments": "' + "[" * 5000 + '"}</tool_call>'),
+    (ChatOutputFormat(tool_parser="llama3_json"), '{"name": "f", "parameters": ' + "[" * 5000 + "]" * 5000 + "}"),
+    (REQUIRED, '[{"name": "f", "parameters": {"a": ' + "[" * 5000),
+    (REQUIRED, "[" * 5000 + "]" * 5000),
+    (NAMED, '{"a": ' + "[" * 5000 + "]" * 5000 + "}"),
+], ids=["hermes-cut", "hermes-string-arguments", "llama3-closed", "required-cut", "required-closed", "named-closed"])
+def test_output_nested_thousands_deep_is_read_without_recursion(fmt, text):
+    """A model can be steered to write brackets for as long as max_tokens lets it: such output is
+    read (as text, or as a call whose arguments are the text) whole and streamed, never a
+    RecursionError."""
+    message, reason = fmt.reader().message(text, "length")
+    assert reason == "length" and message["role"] == "assistant"
+    _stream(fmt, text, 7, "length")
