@@ -22,6 +22,7 @@ from .generation_defaults import sampling_defaults
 from .metrics import ServerMetrics
 from .middleware import ApiKeyGate, BodyBudget, BodySizeLimit, ConnectionCap, SseKeepAlive, body_routes, guarded_paths
 from .protocol import APIError, ErrorResponse, error_response
+from .request_errors import describe
 from .request_id import RequestId, current
 
 logger = get_logger(__name__)
@@ -78,14 +79,8 @@ def _answer_errors_the_openai_way(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_: Request, e: RequestValidationError):
-        first = e.errors()[0] if e.errors() else {}
-        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        message = first.get("msg", "invalid request")
-        # A field nested in an object (stream_options, a message, a tool) that the server does not
-        # know is as unsupported as an unknown top-level field.
-        code = "unsupported_parameter" if first.get("type") == "extra_forbidden" else "invalid_request"
-        return error_response(400, f"{'.'.join(loc) + ': ' if loc else ''}{message}", param=".".join(loc) or None,
-                              code=code)
+        message, param, code = describe(e.errors())
+        return error_response(400, message, param=param, code=code)
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(_: Request, e: StarletteHTTPException):
@@ -94,7 +89,9 @@ def _answer_errors_the_openai_way(app: FastAPI) -> None:
     @app.exception_handler(Exception)
     async def unexpected(_: Request, e: Exception):  # a bug: the client still gets an OpenAI error body
         logger.error("unhandled error in request %s:\n%s", current.get(), bounded_traceback(e))
-        return error_response(500, f"internal error: {type(e).__name__}", code="internal_error")
+        # Outside the middleware by now (Starlette answers it last): the id goes on here.
+        return error_response(500, f"internal error: {type(e).__name__}", code="internal_error",
+                              headers={"X-Request-Id": current.get() or ""})
 
 
 def _document_schema(app: FastAPI, names: tuple[str, ...], guarded=None) -> None:

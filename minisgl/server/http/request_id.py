@@ -44,7 +44,8 @@ class RequestId:
             await self.app(scope, receive, send)
             return
         rid = request_id(next((v for k, v in scope["headers"] if k.lower() == HEADER), None))
-        status, start, token = 0, time.perf_counter(), current.set(rid)
+        status, start = 0, time.perf_counter()
+        current.set(rid)
 
         async def send_with_id(message) -> None:
             nonlocal status
@@ -57,7 +58,8 @@ class RequestId:
         try:
             await self.app(scope, receive, send_with_id)
         finally:
-            current.reset(token)
+            # `current` stays set: the error handler of a crash runs after this returns. Each
+            # request runs in a task of its own, so it never leaks into another request.
             if self.logged(scope["path"]):
                 path = scope.get("raw_path", b"").decode("latin-1")[:200]  # as sent: %0A stays three characters
                 logger.info("%s %s %s %.3fs request_id=%s", scope["method"], path, status or "-",
