@@ -24,6 +24,7 @@ from torch import nn
 
 from minisgl.core import get_global_ctx
 from minisgl.distributed import all_reduce
+from minisgl.utils.choices import MOE_BACKENDS
 
 from .activation import silu_and_mul
 from .linear import ReplicatedLinear
@@ -32,7 +33,7 @@ from .linear import ReplicatedLinear
 # Qwen3-30B-A3B's shapes, whole experts and TP=2 shares alike (benchmark/offline/moe_layer.py; the
 # figures are in benchmark/NOTES.md).
 FUSED_MAX_TOKENS = 1024
-BACKENDS = ("loop", "grouped", "fused", "auto")
+BACKENDS = MOE_BACKENDS  # --moe-backend's names live with the flag's other choices
 
 
 class MoELayer(nn.Module):

@@ -5,6 +5,7 @@ defaults."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -167,3 +168,26 @@ def test_generation_config_none_turns_the_defaults_off(greedy_model_dir):
         assert len(texts) > 1
     finally:
         assert srv.stop() == 0
+
+
+@pytest.mark.parametrize("argv", [["--attn", "bogus"], ["--attn", "torch,fa3,fi"], ["--moe-backend", "bogus"]])
+def test_a_wrong_backend_name_is_refused_before_torch_is_imported(argv):
+    """Its check needs no package: the flag fails at once, not after the workers' imports."""
+    run = subprocess.run([sys.executable, "-X", "importtime", "-m", "minisgl", *argv], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 2 and argv[0] in run.stderr, run.stderr[-2000:]
+    assert "torch" not in _imported(run.stderr)
+
+
+@pytest.mark.parametrize("hub, says", [
+    ({"HF_HUB_OFFLINE": "1"}, "HF_HUB_OFFLINE is set"),
+    ({"HF_ENDPOINT": "http://127.0.0.1:9"}, "http://127.0.0.1:9 could not be reached"),  # the discard port: refused
+])
+def test_a_hub_model_that_cannot_be_downloaded_is_one_line_and_exit_2(hub, says, tmp_path):
+    env = {**os.environ, "HF_HUB_CACHE": str(tmp_path), **hub}
+    run = subprocess.run([sys.executable, "-m", "minisgl", "--model", "no-such-org/no-such-model"], env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert run.stderr.splitlines() == [f"minisgl: error: --model no-such-org/no-such-model: not a local directory, "
+                                       f"and not in the Hub cache; {says} to download it (give a local directory, or "
+                                       "download the model first where the Hub can be reached)"], run.stderr[-3000:]

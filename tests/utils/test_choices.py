@@ -7,8 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
+from minisgl.attention import ATTN_BACKENDS
 from minisgl.engine.config import resolve_device, resolve_dtype
 from minisgl.kvcache import KV_CACHE_DTYPES, PREFIX_CACHES
+from minisgl.layers.moe import BACKENDS as MOE_BACKENDS
 from minisgl.quantization.config import ONLINE_QUANTIZATION
 from minisgl.server.args import ServerArgs, build_parser
 from minisgl.server.parsers import REASONING_PARSERS, TOOL_PARSERS
@@ -25,11 +27,17 @@ def flag_choices(dest: str) -> list[str] | None:
     ("reasoning_parser", choices.REASONING_PARSERS, REASONING_PARSERS),
     ("kv_cache_dtype", tuple(choices.KV_CACHE_DTYPES), KV_CACHE_DTYPES),
     ("quantization", choices.ONLINE_QUANTIZATION, ONLINE_QUANTIZATION),
+    ("moe_backend", choices.MOE_BACKENDS, MOE_BACKENDS),
 ])
 def test_a_flag_offers_exactly_the_names_its_implementation_serves(flag, names, implemented):
     assert flag in {f.name for f in ServerArgs.__dataclass_fields__.values()}
     assert flag_choices(flag) == list(names)
     assert tuple(implemented) == tuple(names)
+
+
+def test_the_attention_backends_are_the_names_attn_accepts():
+    """--attn takes a name or two (prefill,decode), so the flag checks them itself, against this list."""
+    assert sorted(ATTN_BACKENDS) == sorted(choices.ATTN_BACKEND_NAMES)
 
 
 def test_every_dtype_and_device_name_resolves_and_others_are_refused_naming_them_all():

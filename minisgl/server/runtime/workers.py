@@ -79,6 +79,10 @@ def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
         path = args.model
         if path.startswith((".", "/", "~")) and not os.path.isdir(os.path.expanduser(path)):
             raise ValueError(f"model directory {path} does not exist")
+        if not os.path.isdir(path):
+            from .hub import check_hub_model
+
+            check_hub_model(path)
         return args, path
     from minisgl.models.demo import demo_model_dir
 
@@ -90,21 +94,10 @@ def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
 
 
 def check_runtime_flags(args: ServerArgs) -> None:
-    """Flags whose check needs the packages args.py may not import (it is standard library only,
-    for the operator): the attention and MoE backends' names, a CUDA device. Raise ValueError."""
+    """Flags whose check needs torch, which args.py may not import (it is standard library only, for
+    the operator): a CUDA device. Raise ValueError."""
     import torch
 
-    from minisgl.attention import ATTN_BACKENDS
-    from minisgl.layers.moe import BACKENDS as MOE_BACKENDS
-
-    if args.attn != "auto":
-        parts = [p.strip() for p in args.attn.split(",")]
-        unknown = next((p for p in parts if p not in ATTN_BACKENDS), None)
-        if len(parts) > 2 or unknown is not None:
-            raise ValueError(f"--attn {args.attn!r}: give auto, one backend or 'prefill,decode' of "
-                             f"{', '.join(sorted(ATTN_BACKENDS))}")
-    if args.moe_backend not in MOE_BACKENDS:
-        raise ValueError(f"--moe-backend {args.moe_backend!r}: give one of {', '.join(MOE_BACKENDS)}")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda: no CUDA GPU is available here (use --device cpu or auto)")
 
