@@ -397,21 +397,16 @@ class ChatCompletionRequest(GenerationRequest):
     def constraint(self) -> tuple[str, str] | None:
         """Forced tool calls are structured output: the arguments of the named function (a client
         naming one expects that call, response_format or not: instructor's RESPONSES_TOOLS), or
-        for `required` a list of {name, parameters} (minisgl.constrained.tools), which beside a
-        JSON answer format may instead be an answer in it."""
-        mode, answer = self.tool_mode, self.answer_constraint()
+        for `required` a list of {name, parameters} (minisgl.constrained.tools). Either way this
+        turn is a call, as OpenAI guarantees: a response_format beside them shapes the final answer,
+        in a later turn whose tool_choice lets the model answer."""
+        mode = self.tool_mode
         if mode not in ("named", "required"):
-            return answer
+            return self.answer_constraint()
         schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools}
         if mode == "named":
             return ("json_schema", json.dumps(schemas[self.tool_choice.function.name]))
-        try:
-            answer_schema = None if answer is None else json.loads(answer[1]) if answer[0] == "json_schema" \
-                else {"type": "object"}
-        except ValueError as e:
-            raise ValueError(f"guided_json: the JSON schema is not valid JSON: {e}") from None
-        return ("json_schema", json.dumps(forced_calls_schema(schemas, one_call=self.parallel_tool_calls is False,
-                                                              answer=answer_schema)))
+        return ("json_schema", json.dumps(forced_calls_schema(schemas, one_call=self.parallel_tool_calls is False)))
 
     def call_or_answer(self, tool_syntax: str | None) -> tuple[str, str] | None:
         """tool_choice auto beside a JSON answer format (the Agents SDK's agent with tools and an

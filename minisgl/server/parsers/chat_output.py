@@ -19,10 +19,9 @@ class ChatOutputFormat:
     tool_parser: str | None = None  # --tool-call-parser, for tool_choice auto
     # Forced tool calls (tool_choice required / named): the grammar made the output JSON
     # (minisgl.constrained.tools), read here directly: a named function's arguments object, or
-    # for required a list of {name, parameters}, beside a response_format that or an answer in it.
+    # for required a list of {name, parameters}.
     forced_tool: str | None = None  # the named function
     forced_list: bool = False  # tool_choice required
-    or_answer: bool = False  # required beside a response_format: the output may be an answer (JSON, not a list)
 
     @classmethod
     def for_chat(cls, body, reasoning_parser: str | None, tool_call_parser: str | None) -> ChatOutputFormat:
@@ -30,7 +29,7 @@ class ChatOutputFormat:
         mode = body.tool_mode
         return cls(reasoning_parser=reasoning_parser, tool_parser=tool_call_parser if mode == "auto" else None,
                    forced_tool=body.tool_choice.function.name if mode == "named" else None,
-                   forced_list=mode == "required", or_answer=mode == "required" and body.answer_constraint() is not None)
+                   forced_list=mode == "required")
 
     @property
     def plain(self) -> bool:
@@ -47,7 +46,7 @@ _DECODER = json.JSONDecoder()
 
 
 def _forced_calls(fmt: ChatOutputFormat, text: str) -> list[ParsedCall] | None:
-    """The calls of a forced output, or None for an answer in the response format. An output cut
+    """The calls of a forced output, or None for output that is no list of calls (read as content). An output cut
     off by max_tokens gives what OpenAI gives: the calls so far, the last one's arguments as far
     as they were written (never the call syntax as content)."""
     if not fmt.forced_list:
@@ -55,14 +54,12 @@ def _forced_calls(fmt: ChatOutputFormat, text: str) -> list[ParsedCall] | None:
             return [ParsedCall(fmt.forced_tool, json.dumps(loads(text), ensure_ascii=False))]
         except ValueError:
             return [ParsedCall(fmt.forced_tool, text)]
-    if fmt.or_answer and not text.lstrip().startswith("["):
-        return None
     try:
         value = loads(text)
     except ValueError:
         return _cut_calls(text)
     if not all(isinstance(c, dict) and c.keys() == {"name", "parameters"} for c in value):
-        return None  # an answer whose schema is a list
+        return None
     return [ParsedCall(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
 
 
@@ -179,8 +176,6 @@ class ChatOutputReader:
         if self.holding:
             self.held += answer
             answer = ""
-            if self.fmt.or_answer and self.held.strip() and not self.held.lstrip().startswith("["):
-                self.holding, answer, self.held = False, self.held, ""  # an answer, not calls: it streams
         elif self.tools is not None:
             answer, self.held = self.held + answer, ""
             at = self._call_start(answer)

@@ -1,10 +1,7 @@
 """Forced tool calls read back at their edges: a call cut off by max_tokens is still a call (its
-arguments as far as written, finish_reason length), never call syntax as content; tool_choice
-required beside a response_format gives calls or the answer, whole and streamed alike."""
+arguments as far as written, finish_reason length), never call syntax as content."""
 
 from __future__ import annotations
-
-import json
 
 import pytest
 
@@ -13,7 +10,6 @@ from tests.server.test_parsers import _stream
 
 REQUIRED = ChatOutputFormat(forced_list=True)
 NAMED = ChatOutputFormat(forced_tool="get_time")
-EITHER = ChatOutputFormat(forced_list=True, or_answer=True)
 WHOLE = '[{"name": "get_time", "parameters": {"zone": "UTC"}}, {"name": "get_weather", "parameters": {"city": "Oslo"}}]'
 
 
@@ -54,23 +50,6 @@ def test_a_named_call_cut_off_keeps_its_name_and_the_arguments_so_far():
     assert reason == "length"
     _, content, calls, reason = _stream(NAMED, '{"zone": "U', 4, "length")
     assert content == "" and _pairs(calls) == [("get_time", '{"zone": "U')] and reason == "length"
-
-
-@pytest.mark.parametrize("step", [1, 5, 1000])
-def test_required_beside_a_response_format_reads_calls_or_the_answer(step):
-    message, reason = EITHER.reader().message(WHOLE, "stop")
-    assert _pairs(message["tool_calls"]) == _pairs(REQUIRED.reader().message(WHOLE, "stop")[0]["tool_calls"])
-    assert reason == "tool_calls" and message["content"] is None
-    _, content, calls, reason = _stream(EITHER, WHOLE, step)
-    assert content == "" and _pairs(calls) == _pairs(message["tool_calls"]) and reason == "tool_calls"
-    answer = '{"city": "Oslo", "sunny": true}'
-    message, reason = EITHER.reader().message(answer, "stop")
-    assert message == {"role": "assistant", "content": answer} and reason == "stop"
-    _, content, calls, reason = _stream(EITHER, answer, step)
-    assert content == answer and calls == [] and reason == "stop"
-    # An answer whose schema is a list (not of {name, parameters}) is still the answer.
-    listed = json.dumps([{"city": "Oslo"}])
-    assert EITHER.reader().message(listed, "stop")[0]["content"] == listed
 
 
 @pytest.mark.parametrize("fmt, text", [
