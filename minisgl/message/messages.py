@@ -99,6 +99,7 @@ class Reply:
     # When asked for: per token of this reply, [token text, logprob, [[text, logprob], ...]].
     logprobs: list | None = None
     cached_tokens: int = 0  # of prompt_tokens, those found in the prefix cache
+    stop: str | None = None  # the stop string that ended it (finish_reason stop)
 
 
 def merge_replies(replies: list[Reply]) -> Reply:
@@ -111,7 +112,7 @@ def merge_replies(replies: list[Reply]) -> Reply:
         logprobs = [entry for r in replies for entry in (r.logprobs or [])]
     return Reply(last.uid, "".join(r.text for r in replies), last.completion_tokens, last.finish_reason,
                  last.error, max(r.prompt_tokens for r in replies), logprobs,
-                 max(r.cached_tokens for r in replies))
+                 max(r.cached_tokens for r in replies), last.stop)
 
 
 def merge_by_request(replies: list[Reply]) -> list[Reply]:

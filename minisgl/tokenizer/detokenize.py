@@ -46,6 +46,14 @@ class IncrementalDetokenizer:
         return self._release(final=True)
 
     @property
+    def matched_stop(self) -> str | None:
+        """The stop string that ended the text (the longest of those starting there); None while none has."""
+        if not self.stopped:
+            return None
+        rest = "".join(self.pieces)[self.stops.found_at:]
+        return max((m.pattern for m in self.stops.matchers if rest.startswith(m.pattern)), key=len, default=None)
+
+    @property
     def text_before_stop(self) -> str | None:
         """The whole text decoded before the stop string that ended it; None while none has."""
         return "".join(self.pieces)[: self.stops.found_at] if self.stopped else None

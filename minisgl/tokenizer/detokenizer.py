@@ -78,6 +78,6 @@ class Detokenizer:
         if reason:
             text += state.finish()
         replies.append(Reply(uid, text, self.counts[uid], reason, out.error, out.prompt_tokens, logprobs,
-                             out.cached_tokens))
+                             out.cached_tokens, state.matched_stop))
         if reason and not (state.stopped and out.finish_reason is None):
             del self.states[uid], self.counts[uid]

@@ -16,7 +16,7 @@ from ..args import ServerArgs
 from ..parsers import tool_parser_for
 from ..runtime.frontend import FrontendClient
 from ..runtime.state import ServerState
-from . import chat, completions, lora, models, probes, responses, tokenization
+from . import anthropic, chat, completions, lora, models, probes, responses, tokenization
 from .deps import ApiDeps
 from .generation_defaults import sampling_defaults
 from .metrics import ServerMetrics
@@ -26,7 +26,7 @@ from .request_errors import describe
 from .request_id import RequestId, current
 
 logger = get_logger(__name__)
-ROUTERS = (probes, models, chat, completions, responses, tokenization, lora)  # in the OpenAPI schema's order
+ROUTERS = (probes, models, chat, completions, responses, anthropic, tokenization, lora)  # in the OpenAPI schema's order
 
 
 def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,

@@ -32,6 +32,7 @@ class Choice:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, those the prefix cache held
+    stop: str | None = None  # the stop string that ended it
     finish_reason: str | None = None
     error: str | None = None  # why it failed, with finish_reason error or unavailable
     logprobs: list = field(default_factory=list)  # Reply.logprobs entries of every token so far
@@ -83,6 +84,7 @@ class Generation:
         choice.completion_tokens = reply.completion_tokens
         choice.prompt_tokens = reply.prompt_tokens or choice.prompt_tokens
         choice.cached_tokens = reply.cached_tokens or choice.cached_tokens
+        choice.stop = reply.stop or choice.stop
         choice.finish_reason = reply.finish_reason
         choice.error = reply.error or choice.error
         if reply.logprobs:
