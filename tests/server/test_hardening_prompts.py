@@ -107,3 +107,30 @@ def test_a_large_tokenize_reply_is_encoded_off_the_event_loop(server):
     worker.join()
     assert done[0].status_code == 200 and done[0].json()["count"] > 500_000
     assert slowest < 1.0, f"/health took {slowest:.2f} s"
+
+
+def test_a_tokenize_in_flight_at_sigterm_is_drained_and_then_gets_503_json(tiny_model_dir):
+    """/tokenize counts as in flight, as a generation does: a drain waits for it, and one still
+    running at the drain's deadline gets the promised 503 JSON (not a cancelled handler's
+    plain-text 500); the server exits 0 with no traceback."""
+    import signal
+
+    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--num-pages", "256", "--max-seq-len", "256",
+                        "--drain-timeout", "0.5").wait_ready()
+    try:
+        assert httpx.post(srv.url + "/tokenize", json={"prompt": "warm"}, timeout=60).status_code == 200
+        done: list[httpx.Response] = []
+        worker = threading.Thread(target=lambda: done.append(
+            httpx.post(srv.url + "/tokenize", json={"prompt": "a " * 524_000}, timeout=120)))
+        worker.start()
+        time.sleep(0.5)  # its tokenizing (seconds) has begun
+        assert worker.is_alive(), "the tokenize ended before the signal: the test proves nothing"
+        srv.proc.send_signal(signal.SIGTERM)
+        worker.join(120)
+        resp = done[0]
+        assert resp.status_code == 503, (resp.status_code, resp.text[:300])
+        assert resp.json()["error"]["code"] == "service_unavailable" and resp.headers["retry-after"]
+        assert srv.proc.wait(60) == 0
+        assert "Traceback" not in srv.output()
+    finally:
+        srv.stop()

@@ -5,11 +5,13 @@ Both are bounded (--max-tokenize-bytes, --max-detokenize-tokens: a chat's size i
 template renders it, tool-call arguments and tool definitions included) and run on one thread of
 their own, one request at a time, their replies encoded there too: never on the event loop (a
 multi-megabyte prompt there froze every route, the probes included), never in the loop's default
-executor (which the supervisor uses)."""
+executor (which the supervisor uses). Each counts as in flight while it runs, as a generation does:
+a drain waits for it, and one still running when the server ends what is left gets the same 503."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated
@@ -59,7 +61,21 @@ def router(deps: ApiDeps) -> APIRouter:
     executor = ThreadPoolExecutor(1, thread_name_prefix="tokenize")
 
     async def off_loop(fn, *fn_args):
-        return await asyncio.get_running_loop().run_in_executor(executor, fn, *fn_args)
+        """fn(*fn_args) on the tokenize thread; a 503 once the server ends what is in flight."""
+        work = asyncio.get_running_loop().run_in_executor(executor, fn, *fn_args)
+        while not (await asyncio.wait([work], timeout=0.05))[0]:
+            if deps.client.closed:  # the thread cannot be stopped; its result is dropped
+                raise APIError(503, deps.client.closed, code="service_unavailable", headers={"Retry-After": "5"})
+        return work.result()
+
+    @contextlib.contextmanager
+    def in_flight():
+        """Counted with the generations in flight (FrontendClient.in_flight), which a drain waits for."""
+        deps.client.created(1)
+        try:
+            yield
+        finally:
+            deps.client.created(-1)
 
     @functools.cache
     def tokenizer():
@@ -78,10 +94,14 @@ def router(deps: ApiDeps) -> APIRouter:
 
     @api.post("/tokenize", tags=["extensions"])
     async def tokenize(body: TokenizePrompt | TokenizeChat):
+        deps.check_serving(body.model)
+        with in_flight():
+            return await _tokenize(body)
+
+    async def _tokenize(body: TokenizePrompt | TokenizeChat):
         from minisgl.tokenizer.chat_template import encode_chat_text, render_chat_text
         from minisgl.tokenizer.prompt_bound import prompt_bytes
 
-        deps.check_serving(body.model)
         tok = await off_loop(tokenizer)  # loaded once
         if isinstance(body, TokenizePrompt):
             param, text = "prompt", body.prompt
@@ -92,6 +112,8 @@ def router(deps: ApiDeps) -> APIRouter:
                        "tools": [t.model_dump(exclude_none=True) for t in body.tools] if body.tools else None}
             try:
                 text = await off_loop(render_chat_text, tok, messages, options)
+            except APIError:
+                raise
             except Exception as e:  # noqa: BLE001 - a template that cannot render this chat is the request's problem
                 raise APIError(400, f"cannot render the chat: {e}", param="messages") from None
             param, encode = "messages", functools.partial(encode_chat_text, tok)
@@ -109,9 +131,10 @@ def router(deps: ApiDeps) -> APIRouter:
         if len(body.tokens) > args.max_detokenize_tokens:
             raise APIError(400, f"{len(body.tokens)} token ids; /detokenize takes at most {args.max_detokenize_tokens} "
                                 "(--max-detokenize-tokens)", param="tokens", code="request_too_large")
-        tok = await off_loop(tokenizer)
-        if any(t >= len(tok) for t in body.tokens):
-            raise APIError(400, f"token ids must be below the vocabulary size {len(tok)}", param="tokens")
-        return {"prompt": await off_loop(tok.decode, body.tokens)}
+        with in_flight():
+            tok = await off_loop(tokenizer)
+            if any(t >= len(tok) for t in body.tokens):
+                raise APIError(400, f"token ids must be below the vocabulary size {len(tok)}", param="tokens")
+            return {"prompt": await off_loop(tok.decode, body.tokens)}
 
     return api
