@@ -176,7 +176,8 @@ class ServerArgs:
         "Requests in the server at once, running or queued; beyond it new ones get 429 with Retry-After.", 1024)
     chat_template: str | None = _flag("A Jinja chat template replacing the model's: a file path or the template itself.")
     tool_call_parser: str | None = _flag(
-        "How the model writes tool calls, for tool_choice auto: hermes (also Qwen2.5/Qwen3) or llama3_json. "
+        "How the model writes tool calls, for tool_choice auto: hermes (also Qwen2.5/Qwen3), llama3_json, "
+        "qwen3_coder (<function=...> XML) or mistral ([TOOL_CALLS]). "
         "Default: the one the model's chat template writes (else its architecture's), logged at start; a model "
         "whose template renders no tools refuses tool_choice auto.",
         choices=list(TOOL_PARSERS))

@@ -19,7 +19,7 @@ PREFIX_CACHES: tuple[str, ...] = ("radix", "naive")
 ADMISSION_MODES: tuple[str, ...] = ("dynamic", "reserve")
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
 # --tool-call-parser and --reasoning-parser (minisgl.server.parsers maps each to its parser).
-TOOL_PARSERS: tuple[str, ...] = ("hermes", "qwen", "llama3_json")
+TOOL_PARSERS: tuple[str, ...] = ("hermes", "qwen", "llama3_json", "qwen3_coder", "mistral")
 REASONING_PARSERS: tuple[str, ...] = ("qwen3", "deepseek_r1")
 # --attn: the attention backends' names (minisgl.attention.ATTN_BACKENDS maps each to its class),
 # and --moe-backend's (minisgl.layers.moe): here, so a wrong one is refused before anything loads.

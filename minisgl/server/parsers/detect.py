@@ -15,13 +15,14 @@ logger = get_logger(__name__)
 
 # What a template shows of each parser's syntax (it renders earlier calls, or tells the model how to
 # call), first match wins: Llama 3.1 writes <|python_tag|>, Llama 3.2 only the JSON's "parameters".
-TEMPLATE_MARKERS = (("hermes", "<tool_call>"), ("llama3_json", "<|python_tag|>"), ("llama3_json", '"parameters": '))
+# Qwen3-Coder's template also writes <tool_call>, around its XML: its own marker comes first.
+TEMPLATE_MARKERS = (("qwen3_coder", "<function="), ("hermes", "<tool_call>"), ("mistral", "[TOOL_CALLS]"),
+                    ("llama3_json", "<|python_tag|>"), ("llama3_json", '"parameters": '))
 # Families whose templates describe calls in words only, trained on one syntax.
 ARCHITECTURE_PARSERS = {"Qwen2ForCausalLM": "hermes", "Qwen3ForCausalLM": "hermes", "Qwen3MoeForCausalLM": "hermes",
                         "LlamaForCausalLM": "llama3_json"}
 # Syntaxes other servers read that minisgl does not: named in the reason a request gets.
-UNREAD_MARKERS = {"[TOOL_CALLS]": "Mistral's [TOOL_CALLS]", "<|tool_call_begin|>": "Kimi's / DeepSeek's",
-                  "<function=": "a <function=...> syntax"}
+UNREAD_MARKERS = {"<|tool_call_begin|>": "Kimi's / DeepSeek's"}
 _RENDERS_TOOLS = re.compile(r"\btools\b")
 
 

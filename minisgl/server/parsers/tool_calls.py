@@ -113,5 +113,75 @@ class Llama3JsonToolParser:
         return "", calls
 
 
+def _xml_value(text: str):
+    """A <parameter=...> value as written: JSON where it reads as JSON (numbers, true, objects,
+    lists), else the text itself (a string needs no quotes in this syntax)."""
+    try:
+        return loads(text)
+    except ValueError:
+        return text
+
+
+class Qwen3CoderToolParser:
+    """Qwen3-Coder's XML calls: `<tool_call>\\n<function=NAME>\\n<parameter=KEY>\\nVALUE\\n</parameter>
+    ...\\n</function>\\n</tool_call>`, one block per call, after optional content."""
+
+    starts = ("<tool_call>",)
+    only_at_start = False
+    syntax = None  # arguments are not one JSON object as written: calls stream whole, at their end
+    _function = re.compile(r"<tool_call>\s*<function=([^>\n]+)>(.*?)</function>\s*(?:</tool_call>|$)", re.DOTALL)
+    _parameter = re.compile(r"<parameter=([^>\n]+)>\n?(.*?)\n?</parameter>", re.DOTALL)
+
+    def parse(self, text: str) -> tuple[str, list[ParsedCall]]:
+        at = text.find(self.starts[0])
+        if at == -1:
+            return text, []
+        calls, end = [], at
+        for match in self._function.finditer(text, at):
+            if text[end:match.start()].strip():
+                return text, []  # something between the calls that is not a call
+            args = {key.strip(): _xml_value(value) for key, value in self._parameter.findall(match.group(2))}
+            calls.append(ParsedCall(match.group(1).strip(), json.dumps(args, ensure_ascii=False)))
+            end = match.end()
+        if not calls or text[end:].strip():
+            return text, []
+        return text[:at].rstrip(), calls
+
+
+class MistralToolParser:
+    """Mistral's `[TOOL_CALLS]`: `[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]` (v3 tokenizers),
+    or `[TOOL_CALLS]NAME[ARGS]{...}` once per call (v11 and later), after optional content."""
+
+    starts = ("[TOOL_CALLS]",)
+    only_at_start = False
+    syntax = None
+    _decoder = json.JSONDecoder()
+
+    def parse(self, text: str) -> tuple[str, list[ParsedCall]]:
+        at = text.find(self.starts[0])
+        if at == -1:
+            return text, []
+        calls = []
+        for part in text[at:].split(self.starts[0])[1:]:
+            part = part.strip()
+            name, sep, args = part.partition("[ARGS]")
+            try:
+                if sep:  # NAME[ARGS]{...}
+                    obj, end = raw_decode(self._decoder, args, 0)
+                    call = _call({"name": name.strip(), "arguments": obj}) if not args[end:].strip() else None
+                    found = [call]
+                else:  # a JSON list of calls (or one call)
+                    obj, end = raw_decode(self._decoder, part, 0)
+                    found = [_call(c) for c in (obj if isinstance(obj, list) else [obj])] if not part[end:].strip() \
+                        else [None]
+            except ValueError:
+                return text, []
+            if not found or None in found:
+                return text, []
+            calls += found
+        return text[:at].rstrip(), calls
+
+
 # --tool-call-parser's names are minisgl.utils.choices.TOOL_PARSERS (the flags import no parser); the same here.
-TOOL_PARSERS = {"hermes": HermesToolParser, "qwen": HermesToolParser, "llama3_json": Llama3JsonToolParser}
+TOOL_PARSERS = {"hermes": HermesToolParser, "qwen": HermesToolParser, "llama3_json": Llama3JsonToolParser,
+                "qwen3_coder": Qwen3CoderToolParser, "mistral": MistralToolParser}

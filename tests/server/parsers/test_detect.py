@@ -18,6 +18,12 @@ LLAMA31_EXCERPT = ("{%- if tools is not none %}{%- set tools_in_user_message = t
                    "{{- '{\"name\": \"' + tool_call.name + '\", ' }}{{- '\"parameters\": ' }}")
 # Mistral's: calls after [TOOL_CALLS], which minisgl has no parser for.
 MISTRAL_EXCERPT = "{%- if tools %}[AVAILABLE_TOOLS]{{ tools|tojson }}[/AVAILABLE_TOOLS]{%- endif %}[TOOL_CALLS]"
+# Qwen3-Coder's template: XML calls inside <tool_call> (which alone would read as hermes).
+QWEN3_CODER_EXCERPT = ("{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}{% endfor %}</tools>{% endif %}"
+                       "{% for c in m.tool_calls %}<tool_call>\n<function={{ c.function.name }}>\n"
+                       "{% for k, v in c.function.arguments.items() %}<parameter={{ k }}>\n{{ v }}\n</parameter>\n"
+                       "{% endfor %}</function>\n</tool_call>{% endfor %}")
+KIMI_EXCERPT = "{% if tools %}{{ tools | tojson }}{% endif %}<|tool_calls_section_begin|><|tool_call_begin|>"
 # Tools described in words only.
 WORDS_ONLY = "{% if tools %}You may call these functions: {{ tools | tojson }}{% endif %}{{ messages }}"
 
@@ -41,8 +47,13 @@ def test_no_tools_or_an_unread_syntax_gives_no_parser_and_says_why():
     for template in (CHAT_TEMPLATE, None, ""):
         choice = choose_tool_parser(template, "Qwen3ForCausalLM")
         assert choice.parser is None and "does not render tools" in choice.why
-    mistral = choose_tool_parser(MISTRAL_EXCERPT, "MistralForCausalLM")
-    assert mistral.parser is None and "[TOOL_CALLS]" in mistral.why
+    kimi = choose_tool_parser(KIMI_EXCERPT, "DeepseekV3ForCausalLM")
+    assert kimi.parser is None and "Kimi's / DeepSeek's" in kimi.why
+
+
+def test_qwen3_coder_and_mistral_templates_pick_their_parsers():
+    assert choose_tool_parser(QWEN3_CODER_EXCERPT, "Qwen3MoeForCausalLM").parser == "qwen3_coder"  # not hermes
+    assert choose_tool_parser(MISTRAL_EXCERPT, "MistralForCausalLM").parser == "mistral"
 
 
 def test_every_choice_is_a_parser_the_server_has():
