@@ -161,6 +161,14 @@ def _loader_state(job: Mapping[str, Any]) -> tuple[str | None, status.Problem | 
     return waiting, None
 
 
+def _applied_as(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """(config hash, version) of an object: its generation where it has one (a spec edit bumps it, a
+    status update does not), else its resourceVersion."""
+    meta = obj.get("metadata") or {}
+    version = str(meta["generation"]) if "generation" in meta else f"rv{meta.get('resourceVersion', '')}"
+    return (meta.get("annotations") or {}).get(constants.ANNOTATION_CONFIG_HASH, ""), version
+
+
 def _keda_saw_deleted_hpa(exc: ApiError, kind: str, outcome: Outcome) -> bool:
     """KEDA's webhook refused a ScaledObject for an HPA this very reconcile deleted (its cache lags)."""
     deleted_hpa = any(ref.startswith("HorizontalPodAutoscaler/") for ref in outcome.deleted)
@@ -233,6 +241,10 @@ class Reconciler:
         self.default_image = default_image
         self.epp_image = epp_image
         self.clock = clock
+        # (kind, namespace, name) -> (config hash, version) of what the last apply returned: an object
+        # nobody changed since is up to date even where a mutating webhook rewrote a field the operator
+        # sets (an image mirror), which would otherwise read as drift on every event and resync.
+        self._applied: dict[tuple[str, str, str], tuple[str, str]] = {}
 
     def reconcile(self, body: Mapping[str, Any]) -> Outcome:
         meta = body["metadata"]
@@ -272,7 +284,8 @@ class Reconciler:
             if kind in WORKLOAD_KINDS and name == isvc.name and loading is not None:
                 deployment = current  # the pods start (or change model) once the cache holds the model
                 continue
-            if current is not None and up_to_date(current, desired):
+            key = (kind, isvc.namespace, name)
+            if current is not None and (up_to_date(current, desired) or self._unchanged_since_applied(key, current, desired)):
                 result = current
             else:
                 if kind == "Job" and current is not None:
@@ -294,6 +307,7 @@ class Reconciler:
                     problems.append(status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}"))
                     continue
                 outcome.applied.append(_ref(desired))
+                self._applied[key] = _applied_as(result)
             if kind in WORKLOAD_KINDS and name == isvc.name:
                 deployment = result
             elif kind == "Deployment" and isvc.router is not None and name == router.epp_name(isvc):
@@ -313,6 +327,12 @@ class Reconciler:
         self._finish(body, outcome, deployment=deployment, isvc=isvc, picker=picker, loading=loading,
                      pod_resources=sizing.summary(isvc, _server_pod(wanted, isvc)), capacity=status.capacity_wait(pods, now))
         return outcome
+
+    def _unchanged_since_applied(self, key: tuple[str, str, str], current: Mapping[str, Any], desired: Obj) -> bool:
+        """The same config as the last apply, and nobody changed the object since (its version is the one
+        that apply returned)."""
+        wanted = desired["metadata"]["annotations"][constants.ANNOTATION_CONFIG_HASH]
+        return self._applied.get(key) == _applied_as(current) and _applied_as(current)[0] == wanted
 
     def _leave_zero(self, isvc: spec_mod.InferenceService, wanted: set[tuple[str, str]],
                     outcome: Outcome) -> spec_mod.InferenceService:

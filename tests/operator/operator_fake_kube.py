@@ -145,6 +145,16 @@ def _template_hash(template: Obj) -> str:
     return hashlib.sha256(json.dumps(template, sort_keys=True).encode()).hexdigest()[:10]
 
 
+def _mirror_images(pod_spec: Obj, registry: str, mirror: str) -> None:
+    """A mutating admission webhook that sends image pulls to a mirror (Kyverno's or
+    k8s-image-swapper's image rewrite): it rewrites each container's image on every create and update.
+    Server-side apply attributes a webhook's changes to the request's field manager, so managedFields
+    show the operator owning the rewritten value."""
+    for container in [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]:
+        if container.get("image", "").startswith(registry):
+            container["image"] = mirror + container["image"][len(registry):]
+
+
 def _merge_patch(target: Obj, patch: Obj) -> Obj:
     for key, value in patch.items():
         if value is None:
@@ -170,6 +180,7 @@ class FakeKube:
         self.nodes: dict[str, int] = {}  # node name -> nvidia.com/gpu it has
         self.node_allocatable: dict[str, dict[str, Decimal]] = {}  # node name -> cpu, memory, disk it offers
         self.image_faults: dict[str, str] = {}
+        self.image_mirror: tuple[str, str] | None = None  # a mutating webhook's (registry, mirror)
         # KEDA's webhook sees a deleted HPA for this many more of its admissions (kube_webhooks.py)
         self.keda_cache_delay = 0
         self._keda_stale: list[tuple[Obj, int]] = []
@@ -205,6 +216,8 @@ class FakeKube:
         except kube_apply.Conflict as exc:
             raise ApiError(409, "Conflict", str(exc)) from None
         _apply_defaults(new)
+        if self.image_mirror is not None and obj["kind"] == "Deployment":
+            _mirror_images(new["spec"]["template"]["spec"], *self.image_mirror)  # a mutating webhook
         if obj["kind"] == "LeaderWorkerSet":
             kube_webhooks.default_leader_worker_set(new)  # the LWS mutating webhook
         problems = kube_names.object_problems(new)

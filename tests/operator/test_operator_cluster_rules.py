@@ -395,3 +395,22 @@ def test_a_changed_value_inside_a_keyed_list_is_still_drift(fake):
     fake.reset_calls()
     handlers.on_deployment_event(event={"type": "MODIFIED", "object": fake.objects[("Deployment", "llm", "chat")]}, logger=LOG)
     assert [w for w in fake.writes() if w[0] == "apply"] == [("apply", "Deployment", "llm", "chat")]
+
+
+def test_a_field_a_mutating_webhook_rewrites_is_not_drift_applied_on_every_resync(fake):
+    """An image mirror webhook rewrites the image the operator sets: the object never contains what
+    the operator renders, yet nobody changed it since the operator applied it; no apply, no Event."""
+    gpu_pool(fake, 1)
+    fake.image_mirror = ("registry.example/", "mirror.internal/")
+    create(fake, {"model": "m"})
+    settle(fake)
+    fake.reset_calls()
+    events = len(fake.events)
+    for _ in range(3):
+        handlers._get_reconciler().reconcile(fake.inferenceservice("chat"))
+    assert [c for c in fake.writes() if c[0] == "apply"] == []
+    assert len(fake.events) == events
+    # A real edit is still drift, and repaired.
+    fake.edit("Deployment", "chat", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(image="other:1"))
+    outcome = handlers._get_reconciler().reconcile(fake.inferenceservice("chat"))
+    assert "Deployment/chat" in outcome.applied

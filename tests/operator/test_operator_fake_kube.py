@@ -218,3 +218,11 @@ def test_more_than_a_million_groups_are_refused(fake):
     lws["spec"]["replicas"] = 1_000_001
     error = refused(fake, lws)
     assert error.status == 422 and "spec.replicas" in error.message and "1000000" in error.message
+
+
+def test_a_mutating_webhook_rewrites_what_the_operator_applies(fake):
+    fake.image_mirror = ("registry.example/", "mirror.internal/")
+    dep = child("Deployment", {"model": "m", "image": "registry.example/minisgl:1"})
+    stored = fake.apply(dep)
+    assert stored["spec"]["template"]["spec"]["containers"][0]["image"] == "mirror.internal/minisgl:1"
+    assert fake.apply(dep)["metadata"]["generation"] == stored["metadata"]["generation"]  # the same result again

@@ -779,8 +779,8 @@ def test_hub_adapters_are_downloaded_into_the_model_cache_before_the_server_star
     assert init["command"] == [*constants.ADAPTER_DOWNLOAD_COMMAND, "org/sql-lora", "/models/lora/org/sql-lora",
                                "summarize-lora", "/models/lora/summarize-lora"]  # fmt: skip
     assert {"name": constants.CACHE_VOLUME, "mountPath": constants.CACHE_MOUNT} in init["volumeMounts"]
-    # The server container's environment (HF_TOKEN, HF_HOME) and lockdown.
-    assert (init["env"], init["envFrom"]) == (server_ctr["env"], server_ctr["envFrom"])
+    # The server container's environment (HF_TOKEN, HF_HOME) and lockdown, but no GPU.
+    assert (init["env"], init["envFrom"]) == ([*server_ctr["env"], constants.NO_GPU_ENV], server_ctr["envFrom"])
     assert init["securityContext"] == server_ctr["securityContext"]
     assert "nvidia.com/gpu" not in str(init["resources"])
 
