@@ -197,3 +197,55 @@ def test_a_runtime_load_the_engine_cannot_serve_is_refused_with_the_reason(runti
     r = httpx.post(runtime_server.url + "/v1/load_lora_adapter", json={"lora_name": "base", "lora_path": big},
                    timeout=60)
     assert r.status_code == 400 and "already been loaded" in r.json()["error"]["message"]
+
+
+def test_an_unloaded_adapters_metrics_go_with_it_and_names_are_bounded(runtime_server, lora_adapters):
+    """/metrics cannot grow with load/unload cycles: an adapter's lora_name series leave with it,
+    and a name is at most 128 characters (a model id and a label value)."""
+    url = runtime_server.url
+
+    def labelled(name: str) -> bool:
+        return f'lora_name="{name}"' in httpx.get(url + "/metrics", timeout=10).text
+
+    for cycle in range(3):
+        name = f"cycle{cycle}"
+        assert httpx.post(url + "/v1/load_lora_adapter", json={"lora_name": name, "lora_path": lora_adapters["r8"]},
+                          timeout=120).status_code == 200
+        done = httpx.post(url + "/v1/completions", json={"model": name, "prompt": PROMPT, "max_tokens": 2}, timeout=60)
+        assert done.status_code == 200 and labelled(name)
+        assert httpx.post(url + "/v1/unload_lora_adapter", json={"lora_name": name}, timeout=60).status_code == 200
+        assert not labelled(name)
+    long = httpx.post(url + "/v1/load_lora_adapter", json={"lora_name": "n" * 129, "lora_path": lora_adapters["r8"]},
+                      timeout=60)
+    assert long.status_code == 400 and long.json()["error"]["param"] == "lora_name"
+
+
+def test_a_backtracking_rank_pattern_is_refused_while_requests_flow(runtime_server, lora_adapters, tmp_path):
+    """An adapter whose rank_pattern backtracks is refused (400 naming the pattern) within the
+    pattern budget, and requests on the base model are answered promptly all the while: the
+    pattern is never matched holding the GIL without bound."""
+    import json
+    import shutil
+    import threading
+
+    path = str(tmp_path / "redos")
+    shutil.copytree(lora_adapters["r4"], path)
+    with open(f"{path}/adapter_config.json") as f:
+        config = json.load(f)
+    with open(f"{path}/adapter_config.json", "w") as f:
+        json.dump({**config, "rank_pattern": {r"((\w|\.)+)+X": 8, r"(?:.*?){20}\d{20}": 8}}, f)
+    url, out = runtime_server.url, []
+    load = threading.Thread(target=lambda: out.append(httpx.post(
+        url + "/v1/load_lora_adapter", json={"lora_name": "redos", "lora_path": path}, timeout=300)))
+    start = time.monotonic()
+    load.start()
+    slowest = 0.0
+    while load.is_alive():
+        t0 = time.monotonic()
+        done = httpx.post(url + "/v1/completions", json={"model": "base", "prompt": PROMPT, "max_tokens": 2}, timeout=60)
+        assert done.status_code == 200
+        slowest = max(slowest, time.monotonic() - t0)
+    load.join()
+    assert out[0].status_code == 400 and "did not finish matching" in out[0].json()["error"]["message"], out[0].text
+    assert time.monotonic() - start < 60
+    assert slowest < 5, f"a request on the base model took {slowest:.1f} s during the load"

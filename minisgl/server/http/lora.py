@@ -4,7 +4,8 @@ not exist). A load is read off the scheduler's loop and installed between two st
 goes on around it; its route returns once requests may name the adapter (until then they get the
 404 of an unknown model), or with the reason it cannot be served (400). An adapter in use is never
 unloaded (400 with the count), nor one still loading (400). The names the API answers to change
-with them."""
+with them, and so do /metrics' lora_name labels: an unloaded adapter's series go with it, and a name
+is at most MAX_LORA_NAME characters, so load/unload cycles cannot grow /metrics without bound."""
 
 from __future__ import annotations
 
@@ -12,17 +13,20 @@ import asyncio
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..runtime.frontend import UNAVAILABLE
 from .deps import ApiDeps
 from .protocol import APIError
 
 
+MAX_LORA_NAME = 128  # a name is a model id and a metrics label value
+
+
 class LoadLoraAdapterRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
-    lora_name: str
-    lora_path: str
+    lora_name: str = Field(min_length=1, max_length=MAX_LORA_NAME)
+    lora_path: str = Field(max_length=4096)
 
 
 class UnloadLoraAdapterRequest(BaseModel):
@@ -78,6 +82,10 @@ def router(deps: ApiDeps) -> APIRouter:
                            code="model_not_found")
         await update(body.lora_name, None)
         del deps.adapters[body.lora_name]
+        try:
+            deps.metrics.lora_requests.remove(deps.metrics.model_name, body.lora_name)
+        except KeyError:  # never served a request
+            pass
         return f"Success: LoRA adapter '{body.lora_name}' removed successfully."
 
     return api
