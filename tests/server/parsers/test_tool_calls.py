@@ -52,6 +52,7 @@ def test_text_that_is_not_a_well_formed_call_stays_content(parser, text):
     assert message["content"] == text and "tool_calls" not in message and reason == "stop"
 
 
+@pytest.mark.slow  # starts the server: out of the fast loop (tests/test_tiers.py)
 def test_a_qwen3_coder_templated_server_takes_tool_choice_auto(tiny_model_dir, tmp_path):
     """Before these parsers, tool_choice auto was refused for such a model (no parser read its calls)."""
     import openai
