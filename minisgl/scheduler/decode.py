@@ -28,7 +28,9 @@ class DecodeManager:
         """The step's batch: every running request, less those preempted (`victim` picks, `preempt`
         frees) until the pages the batch needs beyond its reservations are in the pool."""
         reqs = list(self.running.values())
-        while reqs and sum(self.cache.pages_beyond_reservation(r, r.seq_len) for r in reqs) > self.cache.available:
+        # A step adds one token a request, so at most one page each: with that many free, no need to count.
+        while len(reqs) > self.cache.available and \
+                sum(self.cache.pages_beyond_reservation(r, r.seq_len) for r in reqs) > self.cache.available:
             loser = victim(reqs)
             preempt(loser)
             reqs.remove(loser)

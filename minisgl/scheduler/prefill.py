@@ -53,7 +53,7 @@ class PrefillManager:
             picked.append(req)
         while budget > 0 and self.waiting and self.table.num_free > 0:
             req = self.waiting[0]
-            if len(req.all_ids) < req.prefill_len:
+            if req.prompt_len + len(req.output_ids) < req.prefill_len:
                 break  # preempted while its last token was in flight: it resumes once that token is read
             req.table_idx = self.table.acquire()
             if not self.cache.try_admit(req):
