@@ -54,6 +54,7 @@ def test_the_readmes_curl_command_answers_with_a_chat_completion(demo_server):
     assert reply["choices"][0]["message"]["content"] and reply["usage"]["completion_tokens"] <= 32
 
 
+@pytest.mark.slow  # loads the demo in a process of its own (a minute on a busy CPU)
 def test_the_offline_llm_example_runs_on_the_demo_without_the_hub():
     code = one_block("docs/serving.md", "python", "demo_model_dir")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,

@@ -22,7 +22,7 @@ from tests.server.test_metrics import Prometheus, parse, scrape, tool, value
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 MODEL = "tiny-qwen3"
-NUM_PAGES = 256
+NUM_PAGES = 100  # 400 tokens: two long requests outgrow it together (a preemption)
 VLLM_QUERIES = json.loads((Path(__file__).parent / "data" / "vllm_grafana_queries.json").read_text())["queries"]
 # The series the issue names, as vLLM spells their samples, and their type there.
 VLLM_SERIES = {
@@ -46,7 +46,7 @@ VLLM_SERIES = {
 def server(tiny_model_dir):
     srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--served-model-name", MODEL, "--dtype",
                         "float32", "--page-size", "4", "--num-pages", str(NUM_PAGES), "--max-running-requests", "2",
-                        "--max-seq-len", "256", "--metrics-compat", "vllm").wait_ready()
+                        "--max-seq-len", "256", "--decode-reserve-tokens", "16", "--metrics-compat", "vllm").wait_ready()
     yield srv
     assert srv.stop() == 0
 
@@ -142,6 +142,21 @@ def test_promtool_objects_only_to_the_colon_in_vllms_names(server, traffic):
     problems = [line for line in (out.stdout + out.stderr).splitlines()
                 if line.strip() and not re.fullmatch(r"vllm:\w+ metric names should not contain ':'", line)]
     assert not problems, problems
+
+
+def test_a_preemption_counts_in_vllm_num_preemptions_total(server, prometheus, traffic):
+    """Two requests of 240 tokens, each admitted with 16 reserved, outgrow the 400-token pool
+    together: the scheduler preempts one (and resumes it), and vLLM's counter says so."""
+    body = {"model": MODEL, "prompt": "x", "max_tokens": 240, "ignore_eos": True}
+
+    async def run() -> list[int]:
+        async with httpx.AsyncClient(base_url=server.url, timeout=300) as http:
+            replies = await asyncio.gather(*(http.post("/v1/completions", json=body) for _ in range(2)))
+        return [r.json()["usage"]["completion_tokens"] for r in replies]
+
+    assert asyncio.run(run()) == [240, 240]  # both whole: a preempted request resumes
+    prometheus.wait(lambda: (prometheus.scalar("sum(vllm:num_preemptions_total)") or 0) > 0, "a preemption counted")
+    assert prometheus.scalar("sum(vllm:num_preemptions_total)") == prometheus.scalar("sum(minisgl_num_preemptions_total)")
 
 
 def test_without_the_flag_no_vllm_series_is_exported(tiny_model_dir):

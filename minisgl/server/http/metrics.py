@@ -237,7 +237,7 @@ class ServerMetrics:
                                     "num_pages": str(msg.num_pages)})
         self.prefix_queries.inc(msg.prefix_queried_tokens)
         self.prefix_hits.inc(msg.prefix_hit_tokens)
-        self.preemptions.inc(getattr(msg, "preemptions", 0))  # a scheduler that never preempts sends none
+        self.preemptions.inc(msg.preemptions)
         for seconds in msg.queue_times:
             self.queue_time.observe(seconds)
         self.running.set(msg.num_running)
