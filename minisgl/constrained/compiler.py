@@ -7,6 +7,11 @@ slow schema never holds up the others; a compile whose every request was aborted
 same way. The pool's thread starts the workers at the first constrained request (servers that never
 see one never pay for them) and keeps them warm after. Compiled grammars are cached by their text,
 bounded by count and by their size in memory.
+
+A worker that dies before it is ready (killed, or failing to start) takes structured output down
+only for a while: requests meanwhile get the reason, and a new worker is tried after a backoff
+that doubles with each failure in a row (RESTART_BACKOFF_S up to RESTART_BACKOFF_MAX_S), so a
+transient failure heals itself and a permanent one does not spin.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class _Worker:
 
 class GrammarCompilerPool:
     CACHE_SIZE = 256  # compiled grammars kept at most, least recently used dropped first
+    RESTART_BACKOFF_S = 1.0
+    RESTART_BACKOFF_MAX_S = 60.0
 
     def __init__(self, model_path: str, vocab_size: int, stop_token_ids: list[int], limits: CompileLimits):
         self.model_path, self.vocab_size, self.stop_token_ids = model_path, vocab_size, stop_token_ids
@@ -77,6 +84,9 @@ class GrammarCompilerPool:
         self._info_json: str | None = None
         self._no_control = None
         self._broken: str | None = None  # why no worker can start: every request gets it
+        self._down: str | None = None  # why no worker started lately: requests get it until a retry
+        self._retry_at = 0.0  # time.monotonic() of the next start after a failed one
+        self._start_failures = 0  # in a row
         self._closed = False
         self._thread: threading.Thread | None = None
         self._wake_r, self._wake_w = os.pipe()
@@ -199,9 +209,9 @@ class GrammarCompilerPool:
                 self._finish(job, error=f"{CONSTRAINT_FIELDS[kind]}: the {kind} constraint did "
                                         f"not compile within this server's budget of {self.limits.timeout:g} s "
                                         f"(--grammar-compile-timeout); simplify it")
-        if self._broken:
+        if self._broken or (self._down and now < self._retry_at):
             while self._queue:
-                self._finish(self._queue.popleft(), error=self._broken)
+                self._finish(self._queue.popleft(), error=self._broken or self._down)
             return
         # One worker first; the others once it is ready, with its tokenizer info (they skip loading the tokenizer).
         wanted = self.limits.workers if self._info_json is not None else 1
@@ -238,6 +248,8 @@ class GrammarCompilerPool:
             if self._info is None and msg[1] is not None:
                 self._set_tokenizer_info(msg[1])
             w.ready = True
+            with self._lock:
+                self._down, self._start_failures = None, 0
             logger.info("grammar compile worker ready (pid %d)", w.proc.pid)
         elif msg[0] == "failed":
             with self._lock:
@@ -248,8 +260,12 @@ class GrammarCompilerPool:
                     self._finish(w.job, error=f"{CONSTRAINT_FIELDS[kind]}: the grammar compiler failed on this "
                                               f"{kind} constraint ({msg[1]})")
                 elif not w.ready:
-                    self._broken = f"structured output is unavailable here: its compiler did not start ({msg[1]})"
-                    logger.error("%s", self._broken)
+                    self._start_failures += 1
+                    backoff = min(self.RESTART_BACKOFF_S * 2 ** (self._start_failures - 1), self.RESTART_BACKOFF_MAX_S)
+                    self._retry_at = time.monotonic() + backoff
+                    self._down = (f"structured output is unavailable for now: its compiler did not start ({msg[1]}); "
+                                  f"retried in {backoff:g} s")
+                    logger.error("%s", self._down)
         else:
             _, ok, payload = msg  # from the worker holding the job: its id is w.job.id
             job, w.job = w.job, None

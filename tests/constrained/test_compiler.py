@@ -109,3 +109,24 @@ def test_the_cache_keeps_compiled_grammars_within_its_byte_budget(make_pool):
     once = tiny.submit(small)
     once.result(timeout=600)
     assert tiny.submit(small) is not once
+
+
+def test_a_worker_killed_before_it_is_ready_takes_structured_output_down_only_for_a_backoff(make_pool):
+    """SIGKILL of the compile worker while it starts: the compile waiting for it fails with the
+    reason, and once the backoff has passed a new worker starts and compiles; structured output is
+    not off until a restart."""
+    import signal
+    import time
+
+    pool = make_pool(workers=1)
+    first = pool.submit(("regex", "[0-9]+"))
+    wait_until(lambda: compile_workers(), "the first worker to be started")
+    (worker,) = compile_workers()
+    assert pool.workers_ready == 0, "the worker was ready before it could be killed: the test proves nothing"
+    os.kill(worker, signal.SIGKILL)
+    with pytest.raises(ValueError, match="structured output is unavailable for now: its compiler did not start"):
+        first.result(timeout=600)
+    time.sleep(GrammarCompilerPool.RESTART_BACKOFF_S + 0.5)
+    later = pool.submit(("regex", "[a-z]+"))
+    assert GrammarState.start(later.result(timeout=600)).matcher is not None
+    assert pool.workers_ready == 1
