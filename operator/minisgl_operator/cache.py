@@ -18,8 +18,9 @@ A reconcile with nothing to do then reads nothing from the API server, however m
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from . import constants
 from .kube import KubeApi
@@ -50,6 +51,25 @@ INDEXED_KINDS: dict[str, tuple[str, str, str]] = {
 OPTIONAL_KINDS = frozenset(("LeaderWorkerSet", "ScaledObject", "InferencePool", "HTTPRoute"))
 
 
+# How long a live GET that found no object of an optional kind is believed (the operator's own apply
+# forgets it at once): where a CRD is not installed every reconcile would otherwise GET each such
+# child, for a 404 each time.
+ABSENT_TTL_SECONDS = 60.0
+# kopf's event loop updates an index while a handler thread copies it; a copy that meets a change
+# ("dictionary changed size during iteration") is taken again.
+COPY_ATTEMPTS = 5
+T = TypeVar("T")
+
+
+def _copied(read: Callable[[], T]) -> T:
+    for _ in range(COPY_ATTEMPTS - 1):
+        try:
+            return read()
+        except RuntimeError:
+            continue
+    return read()
+
+
 def index_id(kind: str) -> str:
     """The kopf index's id, which is also the keyword its handlers receive it by."""
     return f"minisgl_index_{INDEXED_KINDS[kind][2]}"
@@ -63,18 +83,24 @@ def _labels_match(labels: Mapping[str, str] | None, selector: str) -> bool:
 class IndexedApi:
     """:class:`kube.KubeApi` reading from kopf's indexes (``kind -> index``); with none, every read is live."""
 
-    def __init__(self, api: KubeApi, indexes: Mapping[str, Mapping[Any, Any]] | None = None):
+    def __init__(self, api: KubeApi, indexes: Mapping[str, Mapping[Any, Any]] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
         self.live = api
         self.indexes: dict[str, Mapping[Any, Any]] = dict(indexes or {})
+        self.clock = clock
+        self._absent: dict[tuple[str, str, str], float] = {}  # (kind, namespace, name) -> believed until
 
     def _indexed(self, kind: str, namespace: str, name: str) -> tuple[bool, Obj | None]:
         """(whether kind is indexed, the object it holds or None)."""
         index = self.indexes.get(kind)
         if index is None:
             return False, None
-        store = index.get((namespace, name)) if hasattr(index, "get") else None
-        found = next(iter(store), None) if store is not None else None
-        return True, copy.deepcopy(dict(found)) if found is not None else None
+        def read() -> Obj | None:
+            store = index.get((namespace, name)) if hasattr(index, "get") else None
+            found = next(iter(store), None) if store is not None else None
+            return copy.deepcopy(dict(found)) if found is not None else None
+
+        return True, _copied(read)
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         _, found = self._indexed(kind, namespace, name)
@@ -85,16 +111,23 @@ class IndexedApi:
         indexed, found = self._indexed(kind, namespace, name)
         if found is not None or (indexed and kind not in OPTIONAL_KINDS):
             return found
-        return self.live.get(kind, namespace, name)
+        key = (kind, namespace, name)
+        if self._absent.get(key, 0.0) > self.clock():
+            return None
+        found = self.live.get(kind, namespace, name)
+        if found is None and kind in OPTIONAL_KINDS:
+            self._absent[key] = self.clock() + ABSENT_TTL_SECONDS
+        return found
 
     def list_pods(self, namespace: str, label_selector: str) -> list[Obj]:
         index = self.indexes.get("Pod")
         if index is None:
             return self.live.list_pods(namespace, label_selector)
-        pods = [pod for (ns, _), store in list(index.items()) if ns == namespace for pod in list(store)]
+        pods = _copied(lambda: [pod for (ns, _), store in list(index.items()) if ns == namespace for pod in list(store)])
         return [copy.deepcopy(dict(p)) for p in pods if _labels_match((p.get("metadata") or {}).get("labels"), label_selector)]
 
     def apply(self, obj: Obj) -> Obj:
+        self._absent.pop((obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]), None)
         return self.live.apply(obj)
 
     def delete(self, kind: str, namespace: str, name: str) -> None:

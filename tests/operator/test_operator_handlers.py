@@ -705,6 +705,43 @@ def test_a_reconcile_with_nothing_to_do_reads_nothing_from_the_api_server(fake, 
     assert {kind for _, kind, _, _ in fake.calls} <= cache.OPTIONAL_KINDS
 
 
+def test_children_of_crds_the_cluster_lacks_are_not_read_live_on_every_reconcile(fake):
+    """Without the LWS, KEDA or Gateway CRDs each optional kind's GET is a 404: asked once, believed a
+    while, and forgotten when the operator applies such an object itself."""
+    create(fake, spec={"model": "m"})
+    for _ in range(5):
+        reconcile_with_indexes(fake)
+    optional_gets = [call for call in fake.calls if call[0] == "get" and call[1] in cache.OPTIONAL_KINDS]
+    assert len(optional_gets) == len(set(optional_gets)) <= len(cache.OPTIONAL_KINDS) + 1, optional_gets
+    # The spec moves to KEDA: the ScaledObject the operator applies is seen at once, not a minute later.
+    keda = {"prometheusAddress": "http://prom:9090", "target": "4"}
+    fake.update_spec("chat", lambda spec: spec.update(autoscaling={"maxReplicas": 3, "keda": keda}))
+    reconcile_with_indexes(fake)
+    fake.update_spec("chat", lambda spec: spec.pop("autoscaling"))
+    reconcile_with_indexes(fake)
+    assert ("ScaledObject", "chat") not in fake.children()
+
+
+def test_an_index_copied_while_kopf_updates_it_is_copied_again():
+    """kopf's loop changes an index while a handler thread reads it: the copy meets
+    'dictionary changed size during iteration' and is taken again."""
+
+    class Busy(dict):
+        def __init__(self, *args, clashes: int = 2):
+            super().__init__(*args)
+            self.clashes = clashes
+
+        def items(self):
+            if self.clashes:
+                self.clashes -= 1
+                raise RuntimeError("dictionary changed size during iteration")
+            return super().items()
+
+    pod = {"metadata": {"name": "p", "namespace": "llm", "labels": {"a": "b"}}}
+    api = cache.IndexedApi(None, indexes={"Pod": Busy({("llm", "p"): [pod]})})
+    assert api.list_pods("llm", "a=b") == [pod]
+
+
 def test_with_indexes_a_foreign_object_of_a_childs_name_is_still_not_overwritten(fake):
     # A foreign object carries no operator label, so no index holds it: a miss is read live.
     create(fake, spec={"model": "m"})
