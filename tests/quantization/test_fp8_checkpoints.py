@@ -61,6 +61,7 @@ def test_fp8_checkpoint_greedy_tokens_equal_hf_on_the_dequantized_weights(base_d
     assert [hf_greedy(base_dir, p, NEW_TOKENS)[0] for p in PROMPTS] != want
 
 
+@pytest.mark.slow  # two ranks: worker processes
 def test_fp8_block_checkpoint_split_over_two_ranks_gives_the_same_tokens(base_dir, tmp_path):
     """Tensor parallelism shards the weights with their block scales (applied as they are read),
     including k/v tiles that the split cuts in half."""
@@ -74,6 +75,7 @@ def test_fp8_block_checkpoint_split_over_two_ranks_gives_the_same_tokens(base_di
     assert [o["token_ids"] for o in outs] == [hf_greedy(ref_dir, p, NEW_TOKENS)[0] for p in PROMPTS]
 
 
+@pytest.mark.slow  # PEFT's reference and two ranks: tens of seconds on 2 cores
 @pytest.mark.parametrize("tp", [1, 2])
 def test_lora_adapters_over_an_fp8_checkpoint_give_peft_tokens_on_the_dequantized_weights(base_dir, tmp_path, tp):
     """The adapters add to the FP8 layers' output as to any other: peft on HF's model of the

@@ -70,6 +70,7 @@ def run(model_dir: str, batch, params, num_pages: int, **options):
         s.shutdown()
 
 
+@pytest.mark.slow  # tens of seconds per architecture on 2 cores
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 def test_greedy_and_seeded_streams_under_a_quarter_pool_equal_the_unpressured_ones(tiny_model_dir, architecture):
     model_dir = tiny_model_dir(architecture)
@@ -101,6 +102,7 @@ def test_greedy_under_pressure_still_equals_hf(tiny_model_dir):
         assert got[uid] == hf_greedy(model_dir, prompt, 24)[0]
 
 
+@pytest.mark.slow  # a minute on 2 cores: a grammar compile, an adapter and preemption
 def test_a_preempted_request_keeps_its_grammar_adapter_and_stop_string(tiny_model_dir, tmp_path):
     """Each special request arrives last behind a batch of plain ones, so it is the first victim
     whenever the pool runs out while it runs."""
@@ -205,6 +207,7 @@ def test_requests_without_max_tokens_run_together_instead_of_reserving_the_conte
     assert counts["reserve"] <= 4  # 4096 tokens of pool, each holding ~1024 - prompt
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores
 def test_reserve_admission_never_preempts(tiny_model_dir):
     model_dir = tiny_model_dir("Qwen3ForCausalLM")
     batch = prompts(16)
@@ -214,6 +217,7 @@ def test_reserve_admission_never_preempts(tiny_model_dir):
     assert not preempted and got == want
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores
 def test_priority_orders_admission_and_preempts_the_lower_class(tiny_model_dir):
     """Under --scheduling-policy priority later, more urgent requests (lower value) take the place of
     running requests of the lower class when the pool is full, are never preempted while a lower

@@ -56,6 +56,7 @@ CONFIGS = {
 }
 
 
+@pytest.mark.slow  # 64 requests per configuration: tens of seconds each on 2 cores
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_batch_of_64_matches_hf(model_dir, workload, expected, name):
     got, scheduler = run(model_dir, workload, **CONFIGS[name])
