@@ -6,7 +6,7 @@
 #   NATURAL:  requests without max_tokens whose lengths end naturally, against the same requests with
 #             max_tokens (benchmark/online/real_clients.py, Llama-3.1-8B shapes);
 #   PRIORITY: two priority classes at saturation, TTFT p90 of each (the same script).
-# BASE (default .base) holds the previous commit's minisgl (git archive REV minisgl | tar x -C .base).
+# SERVER_EXTRA: more flags for both servers (e.g. --log-level warning). BASE (default .base) holds the previous commit's minisgl (git archive REV minisgl | tar x -C .base).
 # Run after the kit preamble (../shared/device/kit.sh) with .device-kit, .bench-models and .base carried.
 set -uo pipefail
 . benchmark/device/lib.sh
@@ -14,7 +14,7 @@ start_results
 BASE=${BASE:-.base}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$RES/device.txt"
 base_cmd() {  # $1 the model dir, $2 the port: BASE's server, with a Triton cache of its own, empty as a new pod's
-    echo "bash -c 'cd $PWD/$BASE && TRITON_CACHE_DIR=\$(mktemp -d) PYTHONPATH=$PWD/$BASE:/tmp/site exec python -m minisgl --model $PWD/$1 --dummy-weight --port $2'"
+    echo "bash -c 'cd $PWD/$BASE && TRITON_CACHE_DIR=\$(mktemp -d) PYTHONPATH=$PWD/$BASE:/tmp/site exec python -m minisgl --model $PWD/$1 --dummy-weight --port $2 ${SERVER_EXTRA:-}'"
 }
 
 for model in ${SERVE_MODELS:-qwen3-0.6b}; do
@@ -24,7 +24,7 @@ for model in ${SERVE_MODELS:-qwen3-0.6b}; do
     TRITON_CACHE_DIR=$(mktemp -d) timeout "${SERVE_TIMEOUT:-400}" python benchmark/online/bench.py --launch --api chat --rates inf,inf --num-requests 256 \
         --max-input-len 1024 --max-output-len 256 --client-processes 4 --ready-timeout 300 --no-progress \
         --out "$RES/serve-$model.json" --compare-base-url http://127.0.0.1:1920 --compare-name base \
-        --compare-launch "$(base_cmd .bench-models/$model 1920)" -- --model .bench-models/$model --dummy-weight \
+        --compare-launch "$(base_cmd .bench-models/$model 1920)" -- --model .bench-models/$model --dummy-weight ${SERVER_EXTRA:-} \
         > "$RES/serve-$model.log" 2>&1
     echo "exit $?"; tail -14 "$RES/serve-$model.log"
     grep -h "warmed up\|minisgl ready" "$RES"/serve-$model-server.log 2>/dev/null | cut -c1-160
