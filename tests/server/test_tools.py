@@ -253,6 +253,18 @@ def _calls(calls) -> list[tuple[str, str]]:
     return [(c.function.name, c.function.arguments) for c in calls]
 
 
+def test_a_forced_call_cut_inside_its_name_is_still_the_call(client):
+    """However short max_tokens is, a required call of one tool comes back as that tool's call
+    (its arguments as far as written, often none yet) with finish_reason length, never an empty
+    message a client would take for an answer."""
+    for max_tokens in (1, 3, 6, 8, 12, 20):
+        choice = client.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], tool_choice="required",
+                                                temperature=0, max_tokens=max_tokens).choices[0]
+        assert choice.finish_reason == "length" and not choice.message.content, max_tokens
+        [call] = choice.message.tool_calls
+        assert call.function.name == "get_weather", max_tokens
+
+
 def test_a_forced_call_cut_by_max_tokens_is_a_call_with_finish_length_never_content(client):
     kw = dict(model=MODEL, messages=CHAT, tools=[WEATHER, TIME], tool_choice="required", parallel_tool_calls=False,
               temperature=0)

@@ -22,6 +22,7 @@ class ChatOutputFormat:
     # for required a list of {name, parameters}.
     forced_tool: str | None = None  # the named function
     forced_list: bool = False  # tool_choice required
+    tool_names: tuple[str, ...] = ()  # a required list's tools: a call cut inside its name may still name one
 
     @classmethod
     def for_chat(cls, body, reasoning_parser: str | None, tool_call_parser: str | None) -> ChatOutputFormat:
@@ -29,7 +30,8 @@ class ChatOutputFormat:
         mode = body.tool_mode
         return cls(reasoning_parser=reasoning_parser, tool_parser=tool_call_parser if mode == "auto" else None,
                    forced_tool=body.tool_choice.function.name if mode == "named" else None,
-                   forced_list=mode == "required")
+                   forced_list=mode == "required",
+                   tool_names=tuple(t.function.name for t in body.tools) if mode == "required" else ())
 
     @property
     def plain(self) -> bool:
@@ -57,16 +59,21 @@ def _forced_calls(fmt: ChatOutputFormat, text: str) -> list[ParsedCall] | None:
     try:
         value = loads(text)
     except ValueError:
-        return _cut_calls(text)
+        return _cut_calls(text, fmt.tool_names)
     if not all(isinstance(c, dict) and c.keys() == {"name", "parameters"} for c in value):
         return None
     return [ParsedCall(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
 
 
-def _cut_calls(text: str) -> list[ParsedCall]:
-    """The calls of a list cut short: each whole one, then the last one's with its arguments so far."""
+def _cut_calls(text: str, names: tuple[str, ...] = ()) -> list[ParsedCall]:
+    """The calls of a list cut short: each whole one, then the last one's with its arguments so far
+    (cut inside its opening: the one tool of `names` its name can still become, with no arguments)."""
     calls, at = [], text.find("[") + 1
-    while at and (head := _CALL_NAME.match(text, at)):
+    while at:
+        head = _CALL_NAME.match(text, at)
+        if head is None:
+            name = _cut_name(text[at:], names, first=not calls)
+            return calls + ([ParsedCall(name, "")] if name else [])
         name, arguments = json.loads(head.group(1)), _CALL_ARGUMENTS.match(text, head.end())
         if arguments is None:  # cut before its arguments began
             return calls + [ParsedCall(name, "")]
@@ -78,6 +85,16 @@ def _cut_calls(text: str) -> list[ParsedCall]:
         calls.append(ParsedCall(name, json.dumps(args, ensure_ascii=False)))
         at = text.find("}", at) + 1  # past the call's own closing brace
     return calls
+
+
+def _cut_name(rest: str, names: tuple[str, ...], first: bool) -> str | None:
+    """The tool a call cut inside its opening (`rest`, as written) can only be, if one: the grammar
+    lets the list hold nothing but calls of `names`, so a prefix of one's name is that call."""
+    started = re.sub(r"\s", "", rest).removeprefix(",")
+    if not started.startswith("{") and not (first and started == ""):
+        return None  # after the last call: the list was closing, or nothing began
+    fits = [n for n in names if f'{{"name":"{n}"'.startswith(started)]
+    return fits[0] if len(fits) == 1 else None
 
 
 _STRING = r'("(?:[^"\\]|\\.)*")'

@@ -44,6 +44,21 @@ def test_a_list_cut_before_any_name_has_no_call_and_no_content():
         assert _stream(REQUIRED, text, 2, "length")[1:] == ("", [], "length")
 
 
+@pytest.mark.parametrize("cut", range(1, len('[{"name": "get_time", "')))
+def test_a_call_cut_inside_its_name_is_the_one_tool_it_can_still_become(cut):
+    """The grammar lets the list hold only calls of the request's tools: once the name written so
+    far fits one tool alone, the call is that tool's (no arguments yet, finish_reason length); with
+    one tool, from the list's first character."""
+    text = WHOLE[:cut]
+    two, one = (ChatOutputFormat(forced_list=True, tool_names=names) for names in (("get_time", "get_weather"),
+                                                                                    ("get_time",)))
+    for fmt, want in ((two, [("get_time", "")] if '"get_t' in text else []), (one, [("get_time", "")])):
+        message, reason = fmt.reader().message(text, "length")
+        assert _pairs(message.get("tool_calls", [])) == want and not message["content"] and reason == "length"
+        _, content, calls, reason = _stream(fmt, text, 2, "length")
+        assert content == "" and _pairs(calls) == want and reason == "length"
+
+
 def test_a_named_call_cut_off_keeps_its_name_and_the_arguments_so_far():
     message, reason = NAMED.reader().message('{"zone": "U', "length")
     assert message["content"] is None and _pairs(message["tool_calls"]) == [("get_time", '{"zone": "U')]
