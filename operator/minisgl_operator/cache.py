@@ -130,8 +130,8 @@ class IndexedApi:
         self._absent.pop((obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]), None)
         return self.live.apply(obj)
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
-        self.live.delete(kind, namespace, name)
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        self.live.delete(kind, namespace, name, uid=uid)
 
     def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
         return self.live.patch_status(namespace, name, status)

@@ -90,6 +90,9 @@ LOADER_COMMAND = (
     "python", "-c", "import sys; from minisgl.engine.engine import _local_path; print(_local_path(sys.argv[1]))",
 )  # fmt: skip
 LOADER_BACKOFF_LIMIT = 4
+# What a loader Job downloads (the model and the Hub adapters): a Job that succeeded at it is kept
+# when something else changes (env, image, placement), since the cache already holds those files.
+ANNOTATION_DOWNLOADS = f"{GROUP}/downloads"
 # LoRA adapters (spec.adapters). The server reads a local PEFT directory (adapter_config.json +
 # adapter_model.safetensors) and downloads none, so a Hub adapter is fetched first into the model
 # cache, each into a directory of its own named by its id: the loader Job does it for a shared created

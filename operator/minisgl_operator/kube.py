@@ -50,8 +50,9 @@ class KubeApi(Protocol):
     def apply(self, obj: Obj) -> Obj:
         """Server-side apply ``obj`` (creating it if needed) as the operator's field manager."""
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
-        """Delete the object; no error when it is already gone."""
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        """Delete the object; no error when it is already gone. With ``uid``, only if it is still that
+        object (a precondition: 409 Conflict otherwise)."""
 
     def patch_status(self, namespace: str, name: str, status: Obj) -> Obj:
         """Merge-patch the status subresource of an InferenceService."""
@@ -236,15 +237,16 @@ class KubernetesApi:
                               _content_type=APPLY_CONTENT_TYPE, _preload_content=False)
         return self._json(response)
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
+        options = {"propagation_policy": "Background", **({"body": {"preconditions": {"uid": uid}}} if uid else {})}
         try:
             if kind in _CUSTOM and kind != constants.KIND:
                 group, version, plural = _CUSTOM[kind]
                 self._call(self._api("CustomObjectsApi").delete_namespaced_custom_object, group, version, namespace,
-                           plural, name, propagation_policy="Background")
+                           plural, name, **options)
                 return
             api, suffix = self._typed(kind)
-            self._call(getattr(api, f"delete_{suffix}"), name, namespace, propagation_policy="Background")
+            self._call(getattr(api, f"delete_{suffix}"), name, namespace, **options)
         except ApiError as exc:
             if exc.status != 404:
                 raise

@@ -161,6 +161,16 @@ def _loader_state(job: Mapping[str, Any]) -> tuple[str | None, status.Problem | 
     return waiting, None
 
 
+def _loaded_already(current: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
+    """A loader Job that succeeded at the same downloads: the cache holds the files, and a change to
+    anything else (env, image, placement) neither replaces the Job nor holds the rollout."""
+    if desired["kind"] != "Job":
+        return False
+    done, _ = _loader_state(current)
+    said = ((current.get("metadata") or {}).get("annotations") or {}).get(constants.ANNOTATION_DOWNLOADS)
+    return done is None and said == desired["metadata"]["annotations"][constants.ANNOTATION_DOWNLOADS]
+
+
 def _applied_as(obj: Mapping[str, Any]) -> tuple[str, str]:
     """(config hash, version) of an object: its generation where it has one (a spec edit bumps it, a
     status update does not), else its resourceVersion."""
@@ -285,12 +295,16 @@ class Reconciler:
                 deployment = current  # the pods start (or change model) once the cache holds the model
                 continue
             key = (kind, isvc.namespace, name)
-            if current is not None and (up_to_date(current, desired) or self._unchanged_since_applied(key, current, desired)):
+            if current is not None and (up_to_date(current, desired) or self._unchanged_since_applied(key, current, desired)
+                                        or _loaded_already(current, desired)):
                 result = current
             else:
                 if kind == "Job" and current is not None:
-                    # A Job's pod template is immutable: a new model (or image, or token) is a new Job.
-                    self._delete(kind, isvc.namespace, name)
+                    # A Job's pod template is immutable: a new download is a new Job. Only the one read
+                    # (its uid): a stale read must not delete the Job that replaced it already.
+                    if not self._delete_exactly(current):
+                        loading = f"Job {name} is being replaced; the server pods wait for it"
+                        continue
                     outcome.deleted.append(_ref(desired))
                 refusal = immutable_change(current, desired)
                 if refusal is not None:
@@ -384,6 +398,17 @@ class Reconciler:
             return (self.api.get_owned if owned else self.api.get)(kind, namespace, name)
         except ApiError as exc:
             raise RetryableError(str(exc)) from exc
+
+    def _delete_exactly(self, obj: Mapping[str, Any]) -> bool:
+        """Delete ``obj`` if it is still the object of that name (its uid); False where another replaced it."""
+        meta = obj["metadata"]
+        try:
+            self.api.delete(obj["kind"], meta["namespace"], meta["name"], uid=meta.get("uid"))
+        except ApiError as exc:
+            if exc.status == 409:  # the uid precondition failed: what was read is gone already
+                return False
+            raise RetryableError(str(exc)) from exc
+        return True
 
     def _delete(self, kind: str, namespace: str, name: str) -> None:
         try:

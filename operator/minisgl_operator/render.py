@@ -360,6 +360,11 @@ def adapter_downloader(isvc: InferenceService, server_ctr: Obj) -> Obj:
     return _downloader(isvc, constants.ADAPTER_CONTAINER, [*constants.ADAPTER_DOWNLOAD_COMMAND, *pairs], server_ctr)
 
 
+def downloads(isvc: InferenceService) -> str:
+    """What the loader Job fetches into the cache, as its annotation records it."""
+    return " ".join([*([] if isvc.model.startswith("/") else [isvc.model]), *sorted(a.source for a in isvc.hub_adapters)])
+
+
 def model_loader(isvc: InferenceService) -> Obj | None:
     """A Job that downloads the model into a shared created cache once, with the server's own
     download function and the server pods' environment (HF_TOKEN...), before any server pod starts:
@@ -389,6 +394,7 @@ def model_loader(isvc: InferenceService) -> Obj | None:
     sizing.reserve_disk(pod_spec, containers[0]["name"])
     meta = child_metadata(isvc, loader_name(isvc))
     meta["labels"] = pod_labels
+    meta["annotations"] = {constants.ANNOTATION_DOWNLOADS: downloads(isvc)}
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",

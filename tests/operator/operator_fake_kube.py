@@ -271,8 +271,12 @@ class FakeKube:
             self._keda_stale = [(o, n - 1) for o, n in self._keda_stale if n > 1]
         return self.watch(kind, "", namespace) + stale
 
-    def delete(self, kind: str, namespace: str, name: str) -> None:
+    def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         self._record("delete", kind, namespace, name)
+        stored = self.objects.get((kind, namespace, name))
+        if uid and stored is not None and stored["metadata"].get("uid") != uid:
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "
+                                            f"UID in object meta: {stored['metadata'].get('uid')}")  # fmt: skip
         if kind == "HorizontalPodAutoscaler" and self.keda_cache_delay and (kind, namespace, name) in self.objects:
             self._keda_stale.append((copy.deepcopy(self.objects[(kind, namespace, name)]), self.keda_cache_delay))
         self._delete((kind, namespace, name))

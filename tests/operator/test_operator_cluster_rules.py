@@ -9,6 +9,7 @@ refuses and plays the Deployment controller, the scheduler and the kubelet on a 
 
 from __future__ import annotations
 
+import copy
 import logging
 
 import kopf
@@ -414,3 +415,35 @@ def test_a_field_a_mutating_webhook_rewrites_is_not_drift_applied_on_every_resyn
     fake.edit("Deployment", "chat", lambda d: d["spec"]["template"]["spec"]["containers"][0].update(image="other:1"))
     outcome = handlers._get_reconciler().reconcile(fake.inferenceservice("chat"))
     assert "Deployment/chat" in outcome.applied
+
+
+def test_a_change_that_downloads_nothing_new_keeps_the_loader_job_and_rolls_at_once(fake):
+    """The loader Job succeeded at the model: a new env var, image or node selector needs no second
+    download, so the Job stays and the Deployment takes the change now, not after a new Job."""
+    gpu_pool(fake, 2)
+    create(fake, {"model": "org/m", "replicas": 2, "modelCache": SHARED})
+    settle(fake)
+    fake.reset_calls()
+    body = fake.update_spec("chat", lambda spec: spec.update(env=[{"name": "MINISGL_LOG_LEVEL", "value": "debug"}], image=NEW_IMAGE))
+    outcome = handlers._get_reconciler().reconcile(body)
+    assert "Job/chat-load" not in outcome.deleted and "Deployment/chat" in outcome.applied
+    env = fake.objects[("Deployment", "llm", "chat")]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "MINISGL_LOG_LEVEL", "value": "debug"} in env
+    # A new model is a new download: a new Job, and the pods wait for it.
+    outcome = handlers._get_reconciler().reconcile(fake.update_spec("chat", lambda spec: spec.update(model="org/other")))
+    assert "Job/chat-load" in outcome.deleted and "Job/chat-load" in outcome.applied
+
+
+def test_a_stale_read_of_the_loader_job_never_deletes_the_job_that_replaced_it(fake):
+    """kopf's index may still hold the old Job after the operator replaced it: deleting by name would
+    take the new one. The delete names the uid it read; the API server refuses it (409) for another."""
+    gpu_pool(fake, 1)
+    create(fake, {"model": "org/m", "modelCache": SHARED})
+    stale = copy.deepcopy(fake.objects[("Job", "llm", "chat-load")])
+    handlers._get_reconciler().reconcile(fake.update_spec("chat", lambda spec: spec.update(model="org/other")))  # a new Job
+    new_uid = fake.objects[("Job", "llm", "chat-load")]["metadata"]["uid"]
+    assert new_uid != stale["metadata"]["uid"]
+    reconciler = handlers._get_reconciler()
+    reconciler.api.indexes["Job"] = {("llm", "chat-load"): [stale]}  # the index has not caught up
+    reconciler.reconcile(fake.update_spec("chat", lambda spec: spec.update(model="org/third")))
+    assert fake.objects[("Job", "llm", "chat-load")]["metadata"]["uid"] == new_uid

@@ -125,6 +125,12 @@ def test_every_child_kind_goes_to_its_api(api, stub, kind, path):
     assert stub.requests[2]["query"] == {"propagationPolicy": ["Background"]}
 
 
+def test_a_delete_with_a_uid_deletes_only_that_object(api, stub):
+    api.delete("Job", "llm", "chat-load", uid="uid-1")
+    (request,) = stub.requests
+    assert request["method"] == "DELETE" and request["body"]["preconditions"] == {"uid": "uid-1"}
+
+
 def test_get_returns_none_for_a_missing_object(api, stub):
     stub.reply("GET", "/apis/apps/v1/namespaces/llm/deployments/gone", 404, {"kind": "Status", "reason": "NotFound", "code": 404})
     assert api.get("Deployment", "llm", "gone") is None
