@@ -249,3 +249,40 @@ def test_a_backtracking_rank_pattern_is_refused_while_requests_flow(runtime_serv
     assert out[0].status_code == 400 and "did not finish matching" in out[0].json()["error"]["message"], out[0].text
     assert time.monotonic() - start < 60
     assert slowest < 5, f"a request on the base model took {slowest:.1f} s during the load"
+
+
+def test_a_request_racing_its_adapters_unload_gets_404_like_any_unknown_model(lora_model_dir, lora_adapters):
+    """The unload reaches the scheduler first, the request (which passed the API's check while the
+    adapter was still listed) right after it: a 404 model_not_found, as for a name never loaded.
+    The scheduler stands still while both are queued, in this order, behind one tokenizer."""
+    import threading
+
+    srv = ServerProcess("--model", lora_model_dir, "--served-model-name", "base", "--dtype", "float32", "--page-size",
+                        "4", "--num-pages", "256", "--lora-modules", f"r4={lora_adapters['r4']}", "--max-loras", "2",
+                        "--allow-runtime-lora-updating", "--tokenizer-workers", "1",
+                        env={"MINISGL_LOG_LEVEL": "debug"}).wait_ready()
+    try:
+        out: dict[str, httpx.Response] = {}
+
+        def call(key: str, path: str, body: dict) -> threading.Thread:
+            t = threading.Thread(target=lambda: out.__setitem__(key, httpx.post(srv.url + path, json=body, timeout=120)))
+            t.start()
+            return t
+
+        with srv.stopped("scheduler"):
+            unload = call("unload", "/v1/unload_lora_adapter", {"lora_name": "r4"})
+            time.sleep(1.0)  # the unload is on its way through the tokenizer first
+            before = srv.sent_to_scheduler()
+            request = call("request", "/v1/completions", {"model": "r4", "prompt": PROMPT, "max_tokens": 2})
+            deadline = time.monotonic() + 60
+            while srv.sent_to_scheduler() == before:
+                assert time.monotonic() < deadline, "the request never reached the scheduler's queue"
+                time.sleep(0.05)
+        unload.join(120)
+        request.join(120)
+        assert out["unload"].status_code == 200, out["unload"].text
+        resp = out["request"]
+        assert resp.status_code == 404, resp.text
+        assert resp.json()["error"]["code"] == "model_not_found" and resp.json()["error"]["param"] == "model"
+    finally:
+        assert srv.stop() == 0

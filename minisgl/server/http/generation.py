@@ -75,6 +75,11 @@ class Generation:
         if ended is not None:
             return unavailable(ended.error)
         if bad is not None:
+            lora = next((params.lora for _, params, _ in self.jobs if params.lora), None)
+            if lora is not None and (bad.error or "").startswith(f"unknown LoRA adapter {lora!r}"):
+                # Unloaded between the API's check and the scheduler's: as unknown as one never loaded.
+                return error_response(404, f"the model '{lora}' does not exist (its LoRA adapter was unloaded)",
+                                      param="model", code="model_not_found")
             return error_response(400, bad.error or "request failed", code="invalid_request")
         return firsts
 
