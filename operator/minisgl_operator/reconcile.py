@@ -185,6 +185,28 @@ def _keda_saw_deleted_hpa(exc: ApiError, kind: str, outcome: Outcome) -> bool:
     return kind == "ScaledObject" and exc.status == 403 and KEDA_SEES_OLD_HPA in exc.message and deleted_hpa
 
 
+# What a Gateway (HTTPRoute) or the inference extension (InferencePool) reports per parent Gateway in
+# status.parents[].conditions (gateway-api apis/v1 RouteConditionAccepted and RouteConditionResolvedRefs;
+# the InferencePool's InferencePoolConditionAccepted and InferencePoolConditionResolvedRefs).
+ROUTING_KINDS = ("HTTPRoute", "InferencePool")
+PARENT_CONDITIONS = ("Accepted", "ResolvedRefs")
+
+
+def _refused_by_gateway(obj: Mapping[str, Any]) -> status.Problem | None:
+    """A route or pool a Gateway did not accept (a listener that admits no route from this namespace,
+    a backend it cannot resolve): without this the requests just never arrive."""
+    for parent in (obj.get("status") or {}).get("parents") or []:
+        for cond in parent.get("conditions") or []:
+            if cond.get("type") in PARENT_CONDITIONS and cond.get("status") == "False":
+                gateway = (parent.get("parentRef") or {}).get("name", "?")
+                return status.Problem(
+                    "GatewayRefused",
+                    f"{obj['kind']} {obj['metadata']['name']}: Gateway {gateway} says {cond['type']}=False "
+                    f"({cond.get('reason', '')}): {cond.get('message', '')}".rstrip(": "),
+                )
+    return None
+
+
 def _old_lws(workload: Mapping[str, Any] | None) -> status.Problem | None:
     """A LeaderWorkerSet controller older than v0.9 writes a status without observedGeneration: the
     InferenceService would wait for it forever (Pending), so say which version it needs."""
@@ -330,6 +352,8 @@ class Reconciler:
                 loading, failed = _loader_state(result)
                 if failed is not None:
                     problems.append(failed)
+            elif kind in ROUTING_KINDS:
+                problems += filter(None, [_refused_by_gateway(result)])
 
         if not problems:
             self._delete_unwanted(isvc, wanted_refs, outcome)

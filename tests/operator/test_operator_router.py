@@ -304,3 +304,25 @@ def test_the_route_lets_a_response_stream_and_a_held_request_wait_for_a_pod():
     assert _seconds(rule["timeouts"]["backendRequest"]) == 600
     assert _seconds(rule["timeouts"]["request"]) == 600 + held
     operator_crds.validate(objs[("HTTPRoute", "chat")])
+
+
+def test_a_route_the_gateway_did_not_accept_is_degraded_with_the_gateways_words(fake):
+    """The Gateway reports per parent whether it accepted the route and resolved its backends
+    (status.parents[].conditions, as gateway-api defines them): a refusal reaches the status."""
+    handlers.configure(fake, default_image="registry.example/minisgl:1")
+    try:
+        fake.create_inferenceservice("chat", {"model": "m", "router": {"gateway": {"name": "gw"}}})
+        reconciler = handlers._get_reconciler()
+        reconciler.reconcile(fake.inferenceservice("chat"))
+        # The gateway controller writes the route's status (the operator never does).
+        refusal = {"type": "Accepted", "status": "False", "reason": "NotAllowedByListeners",
+                   "message": "No listener allows routes from namespace llm"}  # fmt: skip
+        fake.objects[("HTTPRoute", "llm", "chat")]["status"] = {"parents": [
+            {"parentRef": {"name": "gw"}, "controllerName": "gateway.envoyproxy.io/gatewayclass-controller",
+             "conditions": [refusal, {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs"}]}]}  # fmt: skip
+        reconciler.reconcile(fake.inferenceservice("chat"))
+        degraded = next(c for c in fake.inferenceservice("chat")["status"]["conditions"] if c["type"] == constants.CONDITION_DEGRADED)
+        assert degraded["reason"] == "GatewayRefused"
+        assert "NotAllowedByListeners" in degraded["message"] and "gw" in degraded["message"]
+    finally:
+        handlers._reconciler = None
