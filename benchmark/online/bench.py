@@ -44,6 +44,7 @@ from minisgl.benchmark.online import (
     poisson_arrivals,
     random_ids,
     rate_label,
+    split_server_flags,
     summarize,
 )
 from minisgl.benchmark.report import device_name, write_json
@@ -58,10 +59,7 @@ MODEL_FREE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_fre
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """Benchmark flags, and the server flags after `--` (for --launch)."""
-    server_args: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, server_args = argv[:i], argv[i + 1:]
+    argv, server_args = split_server_flags(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--base-url", default="http://127.0.0.1:1919", help="server to drive (without /v1)")
     p.add_argument("--launch", action="store_true",

@@ -5,10 +5,11 @@
     python benchmark/online/real_clients.py --server-dir .base --phases natural -- --model ...  # an earlier tree
 
 natural: the workload's prompts (<= --max-input-len tokens, as chat messages), sent at once on the
-  chat API (the completions API's max_tokens defaults to 16, OpenAI's rule) at temperature 1 with a seed each and no max_tokens; each carries stop_token_ids whose share of the
-  model's output is 1 / --mean-len (measured first on 64 requests of 256 tokens: the ids of a
-  benchmark model's synthetic tokenizer read back from the text), so its length ends naturally,
-  geometric with mean about --mean-len. Then the same requests with
+  chat API (the completions API's max_tokens defaults to 16, OpenAI's rule) at temperature 1 with a
+  seed each and no max_tokens; each carries stop_token_ids whose share of the model's output is
+  1 / --mean-len (measured first on 64 requests of 256 tokens: the ids of a benchmark model's
+  synthetic tokenizer read back from the text), so its length ends naturally, geometric with mean
+  about --mean-len. Then the same requests with
   max_tokens equal to the lengths they reached (ignore_eos, no stop ids). Each pair runs twice; the
   second is reported, and the ratio of the output throughputs, natural over given.
 priority: --priority-requests requests at Poisson --priority-rate (inf: all at once), every other one
@@ -29,7 +30,7 @@ import re
 import sys
 from collections import Counter
 
-from minisgl.benchmark.online import percentiles, poisson_arrivals, summarize
+from minisgl.benchmark.online import percentiles, poisson_arrivals, split_server_flags, summarize
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.server_process import ServerProcess
 from minisgl.benchmark.sse_client import BenchRequest, Target, chat_text, run_requests
@@ -38,10 +39,7 @@ from minisgl.utils.net import free_port
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
-    server_args: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, server_args = argv[:i], argv[i + 1:]
+    argv, server_args = split_server_flags(argv)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--phases", default="natural,priority")
     p.add_argument("--server-dir", help="start the server from this folder's minisgl (an earlier tree)")

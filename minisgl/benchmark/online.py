@@ -20,6 +20,14 @@ from .sse_client import BenchRequest, RequestResult
 PERCENTILES = (50, 90, 99)
 # ---------------------------------------------------------------------------------------- workload
 
+def split_server_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """A benchmark's command line: its own flags, and the server's after `--`."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
 def parse_rates(text: str) -> list[float]:
     rates = []
     for part in text.split(","):
