@@ -136,3 +136,22 @@ def test_a_head_over_the_limit_is_refused_even_when_it_arrives_in_one_packet(ser
         sock.close()
     assert answer.startswith(b"HTTP/1.1 431"), answer[:200]
     assert httpx.get(server.url + "/health", headers={"X-Big": "a" * 60_000}, timeout=5).status_code == 200
+
+
+
+def test_a_websocket_upgrade_is_answered_without_a_traceback(server):
+    """The server speaks no websocket: an upgrade (with or without the key, on any path) is
+    refused or answered as plain HTTP, never a 5xx, and leaves no traceback in the log."""
+    for path in (b"/", b"/v1/completions", b"/health", b"/x"):
+        for auth in (b"", b"Authorization: Bearer " + KEY.encode() + b"\r\n"):
+            head = (b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n"
+                    b"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n" + auth + b"\r\n")
+            (sock,) = send_heads(server.url, [head])
+            try:
+                status = sock.recv(65536).split(b"\r\n", 1)[0]
+            finally:
+                sock.close()
+            assert status.startswith(b"HTTP/1.1 ") and not status.startswith(b"HTTP/1.1 5"), (path, auth, status)
+            assert not status.startswith(b"HTTP/1.1 101"), (path, status)
+    assert httpx.get(server.url + "/health", timeout=5).status_code == 200
+    assert "Traceback" not in server.output()
