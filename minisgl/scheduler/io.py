@@ -57,8 +57,9 @@ class StatsReporter:
 
     def stepped(self, step_start: float) -> None:
         """After a step that began at `step_start`: the requests it admitted have waited until then."""
-        admitted, self.scheduler.prefill.admitted = self.scheduler.prefill.admitted, []
-        for uid in admitted:
+        admitted = self.scheduler.prefill.admitted
+        while admitted:
+            uid = admitted.popleft()
             arrived = self.arrived.pop(uid, None)
             if arrived is not None:
                 self.queue_times.append(step_start - arrived)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+from collections import deque
 from typing import TYPE_CHECKING
 
 import torch
@@ -30,7 +31,9 @@ class PrefillManager:
         self.waiting: list[Req] = []
         # Admitted requests whose prompt is only partly computed; they go first next time.
         self.chunked: list[Req] = []
-        self.admitted: list[int] = []  # uids admitted for the first time, until the stats reporter reads them
+        # uids admitted for the first time, until the stats reporter reads them (bounded: the offline
+        # LLM has no reporter, and a reporter reads far more often than this many arrive).
+        self.admitted: deque[int] = deque(maxlen=1 << 16)
 
     @property
     def has_work(self) -> bool:
