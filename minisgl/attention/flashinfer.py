@@ -19,11 +19,12 @@ import numpy as np
 import torch
 
 from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
+from minisgl.core.host import indptr, pinned
 from minisgl.prebuild import ATTENTION_DTYPES, ATTENTION_FP8_KV_DTYPES, ATTENTION_HEAD_DIMS
 from minisgl.utils import env
 
 from .base import AttnShape
-from .paging import batch_arrays, gather_pages, indptr, paged_layout, pinned, warm_up_gather_pages
+from .paging import gather_pages, paged_layout, warm_up_gather_pages
 
 WORKSPACE_BYTES = 256 << 20
 INT_WORKSPACE_BYTES = 8 << 20
@@ -149,7 +150,7 @@ class FlashInferBackend(BaseAttnBackend):
     # -- eager batches ---------------------------------------------------------------------------
 
     def prepare_metadata(self, batch: Batch) -> None:
-        rows, cached, device_lens = batch_arrays(batch)
+        rows, cached, device_lens = batch.host_arrays
         layout = paged_layout(rows, device_lens, self.page_size, self.table_width)
         pages = gather_pages(self.ctx.page_table, layout, self.page_size)
         s, dtype, kv_dtype = self.shape, self.shape.dtype, self.shape.cache_dtype
@@ -239,7 +240,7 @@ class FlashInferBackend(BaseAttnBackend):
         self._plan_graph(batch, bs, np.full(bs, self.dummy_row, dtype=np.int64), np.ones(bs, dtype=np.int64))
 
     def prepare_for_replay(self, batch: Batch, bs: int) -> None:
-        rows, _, device_lens = batch_arrays(batch)
+        rows, _, device_lens = batch.host_arrays
         pad = bs - len(rows)
         rows = np.concatenate([rows, np.full(pad, self.dummy_row, dtype=np.int64)])
         seq_lens = np.concatenate([device_lens, np.ones(pad, dtype=np.int64)])

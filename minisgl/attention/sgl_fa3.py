@@ -18,9 +18,9 @@ import numpy as np
 import torch
 
 from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
+from minisgl.core.host import indptr, to_device
 
 from .base import AttnShape
-from .paging import batch_arrays, indptr, to_device
 
 SUPPORTED_HEAD_DIMS = (64, 96, 128, 256)
 
@@ -78,7 +78,7 @@ class SglFA3Backend(BaseAttnBackend):
                          for i in range(kv.k_buffer.shape[0])]
 
     def prepare_metadata(self, batch: Batch) -> None:
-        rows, cached, device_lens = batch_arrays(batch)
+        rows, cached, device_lens = batch.host_arrays
         extend = device_lens - cached
         dev = self.ctx.device
         max_len = int(device_lens.max())
@@ -116,7 +116,7 @@ class SglFA3Backend(BaseAttnBackend):
         self._graph_metadata(batch, bs, [])
 
     def prepare_for_replay(self, batch: Batch, bs: int) -> None:
-        rows, _, device_lens = batch_arrays(batch)
+        rows, _, device_lens = batch.host_arrays
         pad = bs - len(rows)
         rows = np.concatenate([rows, np.full(pad, self.dummy_row, dtype=np.int64)])
         lens = np.concatenate([device_lens, np.ones(pad, dtype=np.int64)]).astype(np.int32)

@@ -10,8 +10,7 @@ import torch
 import torch.nn.functional as F
 
 from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
-
-from .paging import batch_arrays
+from minisgl.core.host import to_device
 
 # Decode graphs gather every request's whole page-table row: only for short tables (tests).
 GRAPH_MAX_TABLE_WIDTH = 4096
@@ -91,9 +90,7 @@ class TorchNativeBackend(BaseAttnBackend):
         batch.attn_metadata = TorchGraphMetadata([1] * bs, [1] * bs, self.g_rows[:bs], self.g_lens[:bs])
 
     def prepare_for_replay(self, batch: Batch, bs: int) -> None:
-        from .paging import to_device
-
-        rows, _, device_lens = batch_arrays(batch)
+        rows, _, device_lens = batch.host_arrays
         pad = bs - len(rows)
         host = np.concatenate([rows, np.full(pad, self.dummy_row, dtype=np.int64),
                                device_lens, np.ones(pad, dtype=np.int64)])

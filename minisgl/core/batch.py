@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
+import numpy as np
 import torch
 
+from .host import req_arrays
 from .params import SamplingParams
 
 if TYPE_CHECKING:
@@ -105,6 +108,13 @@ class Batch:
     @property
     def size(self) -> int:
         return len(self.reqs)
+
+    @cached_property
+    def host_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(table rows, cached lengths, device lengths) of the requests as int64 arrays, computed once
+        (the engine and the attention backend both read them; requests do not change while a batch
+        is being launched)."""
+        return req_arrays(self.reqs)
 
     @property
     def is_decode(self) -> bool:

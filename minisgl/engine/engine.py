@@ -13,8 +13,8 @@ import numpy as np
 import torch
 
 from minisgl.attention import AttnShape, create_attention_backend
-from minisgl.attention.paging import batch_arrays, ragged_arange, to_device
 from minisgl.core import Batch, Context, set_global_ctx
+from minisgl.core.host import ragged_arange, to_device
 from minisgl.distributed import all_reduce_min, destroy, enable_fused_norm, init_process_group
 from minisgl.kernels.jit_builds import report_builds
 from minisgl.kvcache import MHAKVCache, kv_storage_dtype
@@ -274,7 +274,7 @@ class Engine:
     def prepare(self, batch: Batch) -> None:
         """Fill the batch's input tensors from the token pool and page table (one host-to-device
         copy of positions and table indices; the gathers run on the device)."""
-        rows, cached, device_lens = batch_arrays(batch)
+        rows, cached, device_lens = batch.host_arrays
         extend = device_lens - cached
         self._check(batch, device_lens, extend)
         if (extend == 1).all():
@@ -302,7 +302,7 @@ class Engine:
         forward pass is launched: host work the sampling waits for (the scheduler's grammar
         masks) then runs beside the GPU's."""
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
-            _, cached, device_lens = batch_arrays(batch)
+            _, cached, device_lens = batch.host_arrays
             self._check(batch, device_lens, device_lens - cached)
             logits = self.graph_runner.replay(batch)
             store_at = self.graph_runner.next_token_index[: batch.size]
@@ -337,7 +337,7 @@ class Engine:
     def _next_token_slots(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """(the batch rows whose sampled token goes into the token pool: finished prefills and
         decodes with room left; their flat pool indices)."""
-        rows, _, device_lens = batch_arrays(batch)
+        rows, _, device_lens = batch.host_arrays
         seq_lens = np.fromiter((r.seq_len for r in batch.reqs), dtype=np.int64, count=len(batch.reqs))
         width = self.token_pool.shape[1]
         idx = np.flatnonzero((device_lens == seq_lens) & (device_lens < width))

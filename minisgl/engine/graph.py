@@ -18,8 +18,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minisgl.attention.paging import batch_arrays, pinned
 from minisgl.core import Batch
+from minisgl.core.host import pinned
 from minisgl.utils.logger import get_logger
 
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class GraphRunner:
         e = self.engine
         bs = batch.size
         padded = padded_batch_size(bs, self.batch_sizes)
-        rows, _, device_lens = batch_arrays(batch)
+        rows, _, device_lens = batch.host_arrays
         pad = padded - bs
         positions = np.concatenate([device_lens - 1, np.zeros(pad, dtype=np.int64)])
         flat = np.concatenate([rows * self.table_width + device_lens - 1,

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from minisgl.attention.paging import to_device
 from minisgl.core import Req
+from minisgl.core.host import to_device
 
 if TYPE_CHECKING:
     from minisgl.constrained.grammar import BatchMasks

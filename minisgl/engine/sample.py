@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from minisgl.attention.paging import to_device
 from minisgl.core import Req
+from minisgl.core.host import to_device
 from minisgl.kernels.dispatch import triton_ops
 from minisgl.utils import env
 

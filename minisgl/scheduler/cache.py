@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from minisgl.attention.paging import to_device
 from minisgl.core import Req
+from minisgl.core.host import to_device
 from minisgl.kvcache import BasePrefixCache
 
 

@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from minisgl.attention import HybridBackend, create_attention_backend
-from minisgl.attention.paging import gather_pages, indptr, paged_layout, ragged_arange, warm_up_gather_pages
+from minisgl.attention.paging import gather_pages, paged_layout, warm_up_gather_pages
 from minisgl.attention.torch_native import TorchGraphMetadata, TorchNativeBackend
 from minisgl.core import Batch, Context, Req, SamplingParams
+from minisgl.core.host import indptr, ragged_arange
 from minisgl.distributed import DistributedInfo
 from minisgl.kvcache import MHAKVCache
 from minisgl.layers import AttentionLayer

@@ -1,0 +1,54 @@
+"""Host-side helpers of a batch: per-request lengths as numpy arrays, ragged index arithmetic, and
+host-to-device copies through pinned memory. The engine, the sampler, the logits processors, the
+scheduler's page table and the attention backends all build their inputs with them.
+
+Everything here is computed on the CPU from what the scheduler already knows, so building a
+batch's inputs never waits for the GPU.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from .batch import Req
+
+
+def req_arrays(reqs: list[Req]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(table rows, cached lengths, device lengths) of `reqs` as int64 arrays."""
+    n = len(reqs)
+    rows = np.fromiter((r.table_idx for r in reqs), dtype=np.int64, count=n)
+    cached = np.fromiter((r.cached_len for r in reqs), dtype=np.int64, count=n)
+    device = np.fromiter((r.device_len for r in reqs), dtype=np.int64, count=n)
+    return rows, cached, device
+
+
+def ragged_arange(counts: np.ndarray) -> np.ndarray:
+    """concat(arange(c) for c in counts), vectorized."""
+    total = int(counts.sum())
+    starts = np.cumsum(counts) - counts
+    return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
+
+
+def indptr(counts: np.ndarray) -> np.ndarray:
+    out = np.zeros(len(counts) + 1, dtype=np.int32)
+    np.cumsum(counts, out=out[1:])
+    return out
+
+
+def pinned(arr: np.ndarray) -> torch.Tensor:
+    """A page-locked copy of `arr` (from torch's caching host allocator, so it is only reused once
+    the asynchronous copies reading it have run)."""
+    src = torch.from_numpy(np.ascontiguousarray(arr))
+    out = torch.empty(src.shape, dtype=src.dtype, pin_memory=True)
+    return out.copy_(src)
+
+
+def to_device(arr: np.ndarray, device: torch.device) -> torch.Tensor:
+    """`arr` on `device`: an asynchronous copy from pinned memory on CUDA, no copy on the CPU."""
+    if device.type != "cuda":
+        return torch.from_numpy(np.ascontiguousarray(arr))
+    return pinned(arr).to(device, non_blocking=True)
