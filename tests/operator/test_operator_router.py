@@ -326,3 +326,20 @@ def test_a_route_the_gateway_did_not_accept_is_degraded_with_the_gateways_words(
         assert "NotAllowedByListeners" in degraded["message"] and "gw" in degraded["message"]
     finally:
         handlers._reconciler = None
+
+
+def test_the_docs_state_what_the_picker_arrangement_costs_where_the_render_has_it():
+    """Two active pickers (no leader election) each keep their own prefix index, FailOpen routes at
+    random without them, the picker speaks TLS the gateway must accept, and held requests outlast
+    common ext-proc timeouts: the render has each of these, so the Kubernetes page must say it."""
+    from pathlib import Path
+
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "kubernetes.md").read_text()
+    objs = {(o["kind"], o["metadata"]["name"]): o for o in render.render(isvc({"model": "m", "router": {}}))}
+    picker = objs[("Deployment", "chat-epp")]
+    assert picker["spec"]["replicas"] == constants.EPP_REPLICAS > 1
+    assert "--ha-enable-leader-election=false" in picker["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "own prefix index" in docs and "active-passive" in docs
+    assert constants.DEFAULT_FAILURE_MODE == "FailOpen" and "at random" in docs
+    assert "DestinationRule" in docs and "HealthCheckPolicy" in docs
+    assert "startupTimeoutSeconds` + 60 s" in docs and "ext-proc" in docs
