@@ -21,7 +21,8 @@ def server(tiny_model_dir, tmp_path_factory):
     template = tmp_path_factory.mktemp("template") / "chat_template.jinja"
     template.write_text(DEMO_CHAT_TEMPLATE)
     srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM", max_position_embeddings=4096),
-                        "--num-pages", "2048", "--max-seq-len", "4096", "--chat-template", str(template), "--tool-call-parser", "hermes").wait_ready()
+                        "--num-pages", "2048", "--max-seq-len", "4096", "--chat-template", str(template),
+                        "--tool-call-parser", "hermes").wait_ready()
     yield srv
     assert srv.stop() == 0
 

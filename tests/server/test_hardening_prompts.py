@@ -84,8 +84,9 @@ def test_tokenize_measures_a_chat_as_rendered_and_leaves_the_loop_free(server):
     assert seconds < 15, f"refused after {seconds:.1f} s"
     assert max(others, default=0) < 5, f"other clients waited {max(others):.1f} s"
     # Within the limit, the count is the chat's as rendered, tool calls included.
-    small = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "",
-                                                              "tool_calls": [{**call, "function": {"name": "f", "arguments": '{"a": 1}'}}]}]}
+    small_call = {**call, "function": {"name": "f", "arguments": '{"a": 1}'}}
+    small = {"messages": [{"role": "user", "content": "hi"},
+                          {"role": "assistant", "content": "", "tool_calls": [small_call]}]}
     plain = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": ""}]}
     with_call = httpx.post(server.url + "/tokenize", json=small, timeout=60).json()
     assert with_call["count"] > httpx.post(server.url + "/tokenize", json=plain, timeout=60).json()["count"]

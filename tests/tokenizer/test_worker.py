@@ -40,12 +40,10 @@ def test_a_chat_is_measured_as_its_template_renders_it_before_any_tokenizing():
     import time
 
     import pytest
-
-    from minisgl.tokenizer.prompt_bound import PromptLimit, PromptTooLong
-
     from transformers import AutoTokenizer
 
     from minisgl.models.demo import demo_model_dir
+    from minisgl.tokenizer.prompt_bound import PromptLimit, PromptTooLong
 
     class Counting:  # the demo model's tokenizer: its chat template writes tool calls, as Qwen's does
         def __init__(self):

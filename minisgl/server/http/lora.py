@@ -19,7 +19,6 @@ from ..runtime.frontend import UNAVAILABLE
 from .deps import ApiDeps
 from .protocol import APIError
 
-
 MAX_LORA_NAME = 128  # a name is a model id and a metrics label value
 
 
