@@ -56,7 +56,7 @@ class ModelFreeEngine(Engine):
 def run_model_free_scheduler(config, addrs: dict[str, str], link) -> None:
     """The scheduler process, its Engine a ModelFreeEngine."""
     import minisgl.scheduler.scheduler
-    from minisgl.scheduler.io import run_scheduler
+    from minisgl.scheduler.process import run_scheduler
 
     minisgl.scheduler.scheduler.Engine = ModelFreeEngine
     run_scheduler(config, addrs, link)

@@ -18,8 +18,8 @@ from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo, destroy
 from minisgl.message import AbortMsg, ExitMsg, UserMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
-from minisgl.scheduler.io import LocalInbox, SchedulerServer, run_scheduler
-from minisgl.tokenizer.detokenize import IncrementalDetokenizer
+from minisgl.scheduler.process import LocalInbox, SchedulerServer, run_scheduler
+from minisgl.tokenizer.incremental import IncrementalDetokenizer
 from minisgl.tokenizer.worker import prompt_tail
 from minisgl.utils.liveness import WorkerLink
 from minisgl.utils.logger import get_logger

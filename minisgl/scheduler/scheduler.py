@@ -32,10 +32,10 @@ from minisgl.message import StepOutput
 from minisgl.utils import env
 from minisgl.utils.logger import get_logger
 
-from .adapters import AdapterUpdates
 from .cache import CacheManager
 from .config import SchedulerConfig
 from .decode import DecodeManager
+from .lora_updates import AdapterUpdates
 from .prefill import PrefillManager
 from .table import RequestTable
 
@@ -84,7 +84,8 @@ class Scheduler:
         self.overlap = config.overlap and not env.DISABLE_OVERLAP.on()
         self._in_flight: InFlight | None = None
         self._last_phase = "decode"
-        self._early: list[StepOutput] = []  # outputs decided outside a step (rejections, aborts)
+        # Outputs decided outside a step (rejections, aborts, LoRA updates), sent with the next one.
+        self._outputs_outside_steps: list[StepOutput] = []
         # Structured output: requests whose grammar is compiling (in the pool's worker processes)
         # wait here, out of the prefill queue, so they never hold up the others. With tensor
         # parallelism rank 0's budget decides for every rank (_grammar_outcomes).
@@ -165,7 +166,7 @@ class Scheduler:
             logger.exception("admitting request %d failed", uid)
             params, problem = params, f"the request could not be admitted: {e}"
         if problem:
-            self._early.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
+            self._outputs_outside_steps.append(StepOutput(uid, None, "error", problem, len(prompt_ids)))
             return
         req = Req(uid=uid, prompt_ids=list(prompt_ids), sampling_params=params, arrival=self.arrivals)
         self.arrivals += 1
@@ -179,12 +180,12 @@ class Scheduler:
 
     def update_lora(self, uid: int, name: str, path: str | None) -> None:
         """Load the adapter at `path` under `name` (path None: unload it), answering request `uid` with
-        its outcome (scheduler/adapters.py): a load is read off the loop and answered in the step that
+        its outcome (scheduler/lora_updates.py): a load is read off the loop and answered in the step that
         installs it; one that cannot be served, no free slot, or an unload of an adapter in use or
         still loading is an error with the reason, and nothing changes."""
         answer = self.lora_updates.update(uid, name, path)
         if answer is not None:
-            self._early.append(answer)
+            self._outputs_outside_steps.append(answer)
 
     def abort(self, uid: int) -> None:
         req = self.reqs.get(uid)
@@ -196,7 +197,7 @@ class Scheduler:
             self._remove(req)
         else:
             self._finish(req, "abort")
-        self._early.append(StepOutput(uid, None, "abort", prompt_tokens=req.prompt_len))
+        self._outputs_outside_steps.append(StepOutput(uid, None, "abort", prompt_tokens=req.prompt_len))
 
     def _unqueue(self, req: Req) -> bool:
         """Take a request that was not admitted yet out of its queue (grammar compiling, or
@@ -213,7 +214,7 @@ class Scheduler:
 
     @property
     def has_work(self) -> bool:
-        return bool(self.prefill.has_work or self.decode.has_work or self._in_flight or self._early or self.compiling
+        return bool(self.prefill.has_work or self.decode.has_work or self._in_flight or self._outputs_outside_steps or self.compiling
                     or self.lora_updates.pending)
 
     @property
@@ -245,7 +246,7 @@ class Scheduler:
                 req.finish_reason = "error"
                 self._count_finish(req)
                 self._remove(req)
-                self._early.append(StepOutput(req.uid, None, "error", outcomes[req.uid], req.prompt_len))
+                self._outputs_outside_steps.append(StepOutput(req.uid, None, "error", outcomes[req.uid], req.prompt_len))
                 failed.append(fut)
         self.compiling = still
         for fut in failed:  # a follower's own compile of what rank 0 gave up on
@@ -273,7 +274,7 @@ class Scheduler:
     def step(self) -> list[StepOutput]:
         self._admit_compiled()
         idle = not (self.prefill.has_work or self.decode.has_work or self._in_flight or self.compiling)
-        self._early += self.lora_updates.finished(idle)
+        self._outputs_outside_steps += self.lora_updates.finished(idle)
         previous, self._in_flight = self._in_flight, None
         processed: list[StepOutput] = []
 
@@ -288,8 +289,8 @@ class Scheduler:
         batch = self._schedule()
         launched = self._launch(batch, read_previous) if batch else None
         read_previous()
-        early, self._early = self._early, []
-        outputs = early + processed
+        outside, self._outputs_outside_steps = self._outputs_outside_steps, []
+        outputs = outside + processed
         if self.overlap:
             self._in_flight = launched
         elif launched:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from minisgl.message import AbortMsg, DetokenizeInfoMsg, Reply, StepOutput
 from minisgl.utils.logger import get_logger
 
-from .detokenize import IncrementalDetokenizer
+from .incremental import IncrementalDetokenizer
 
 logger = get_logger(__name__)
 

@@ -12,7 +12,7 @@ import torch
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import LoraUpdateMsg, UserMsg
-from minisgl.scheduler.io import LocalInbox, SchedulerServer
+from minisgl.scheduler.process import LocalInbox, SchedulerServer
 from tests.lora.peft_adapters import build_adapter, peft_greedy
 
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 37)), [300, 301, 302]]

@@ -9,9 +9,9 @@ from fastapi import APIRouter, Request
 
 from ..parsers import TOOL_PARSERS, ChatOutputFormat
 from .deps import ApiDeps
-from .formats import ChatFormat
 from .generation import nth_choice, serve_generation, with_lora
 from .protocol import APIError, ChatCompletionRequest, ChatCompletionResponse, generation_responses
+from .response_shapes import ChatShape
 
 
 def chat_jobs(body: ChatCompletionRequest, output: ChatOutputFormat) -> list:
@@ -40,7 +40,7 @@ def router(deps: ApiDeps) -> APIRouter:
         deps.check_limits(body, body.n)
         output = deps.chat_output(body)
         jobs = with_lora(chat_jobs(body, output), lora)
-        return await serve_generation(ChatFormat(output), body, jobs, lora or deps.args.model_name, deps.client,
+        return await serve_generation(ChatShape(output), body, jobs, lora or deps.args.model_name, deps.client,
                                       request)
 
     return api

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from .deps import ApiDeps
-from .formats import CompletionFormat
 from .generation import nth_choice, serve_generation, with_lora
 from .protocol import APIError, CompletionRequest, CompletionResponse, generation_responses
+from .response_shapes import CompletionShape
 
 
 def completion_jobs(body: CompletionRequest) -> list:
@@ -28,7 +28,7 @@ def router(deps: ApiDeps) -> APIRouter:
         if not body.prompts():
             raise APIError(400, "prompt must not be empty", param="prompt")
         deps.check_limits(body, len(body.prompts()) * body.n)
-        return await serve_generation(CompletionFormat(), body, with_lora(completion_jobs(body), lora),
+        return await serve_generation(CompletionShape(), body, with_lora(completion_jobs(body), lora),
                                       lora or deps.args.model_name, deps.client, request)
 
     return api

@@ -1,7 +1,7 @@
 """Serving a generation request, the same way for /v1/chat/completions, /v1/completions and
 /v1/responses: its choices run concurrently (Generation), their first replies decide the HTTP
 status, then the replies become one JSON response or server-sent events. What the chat and
-completions spell differently is their format's (formats.py)."""
+completions spell differently is their shape's (response_shapes.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from minisgl.core import SamplingParams
 from minisgl.message import Reply
 
 from ..runtime.frontend import UNAVAILABLE, FrontendClient
-from .formats import OpenAIFormat
 from .protocol import ChatCompletionRequest, CompletionRequest, error_body, error_response
+from .response_shapes import ResponseShape
 
 
 @dataclass
@@ -261,28 +261,28 @@ async def _collect(gen: Generation, firsts: list[Reply], request: Request) -> li
     return gen.choices
 
 
-async def serve_generation(fmt: OpenAIFormat, body: ChatCompletionRequest | CompletionRequest, jobs: list,
+async def serve_generation(shape: ResponseShape, body: ChatCompletionRequest | CompletionRequest, jobs: list,
                            model: str, client: FrontendClient, request: Request):
-    """Run `jobs` (the request's choices) and answer in `fmt`: one JSON response, or with
+    """Run `jobs` (the request's choices) and answer in `shape`: one JSON response, or with
     body.stream server-sent events as the replies come."""
     gen, firsts = await start_generation(client, jobs, request)
     if isinstance(firsts, JSONResponse):
         return firsts
-    rid, created = fmt.new_id(), int(time.time())
+    rid, created = shape.new_id(), int(time.time())
 
     if not body.stream:
         choices = await finished_choices(gen, firsts, request)
         if isinstance(choices, JSONResponse):
             return choices
-        return JSONResponse(fmt.body(rid, created, model, choices, gen.usage(), body.logprobs_k() is not None))
+        return JSONResponse(shape.body(rid, created, model, choices, gen.usage(), body.logprobs_k() is not None))
 
     include_usage = bool(body.stream_options and body.stream_options.include_usage)
-    chunk_base = {"id": rid, "object": fmt.chunk_object, "created": created, "model": model}
+    chunk_base = {"id": rid, "object": shape.chunk_object, "created": created, "model": model}
 
     def chunk(choices: list[dict]) -> dict:
         return {**chunk_base, "choices": choices, **({"usage": None} if include_usage else {})}
 
-    streams = [fmt.stream(c.index) for c in gen.choices]
+    streams = [shape.stream(c.index) for c in gen.choices]
 
     async def events() -> AsyncIterator[bytes]:
         for stream in streams:

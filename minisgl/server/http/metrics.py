@@ -12,7 +12,7 @@ Where the numbers come from, and why no multiprocess mode:
   tokens are what the client actually receives.
 * Queue time, running/waiting requests, KV pages and prefix-cache hits are known only to the
   scheduler process. It ships them as a small ``SchedulerStatsMsg`` over a ZMQ socket of their own
-  a few times a second (``minisgl.scheduler.io.StatsReporter``), and this process exports them.
+  a few times a second (``minisgl.scheduler.process.StatsReporter``), and this process exports them.
   Counters and queue times travel as increments since the previous message, so each is applied
   exactly once (PUSH/PULL between live processes drops nothing, and what the scheduler could not
   send without blocking goes with its next message); only tensor-parallel rank 0 reports. No

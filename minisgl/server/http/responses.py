@@ -24,9 +24,9 @@ from ..parsers import ChatOutputFormat
 from ..runtime.frontend import UNAVAILABLE
 from .chat import chat_jobs
 from .deps import ApiDeps, check_utf8
-from .formats import openai_finish_reason
 from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure, with_lora
 from .protocol import APIError, generation_responses
+from .response_shapes import openai_finish_reason
 from .responses_protocol import ResponseObject, ResponsesRequest
 
 logger = get_logger(__name__)

@@ -3,7 +3,7 @@
 The ranks are split evenly and in order: with --tp 8 --nnodes 2, node 0 runs ranks 0-3 and node 1
 ranks 4-7, so each node's ranks share its NVLink and only the node boundary crosses the network.
 Node 0 (the head) also runs everything else: API, tokenizers, detokenizer and the scheduler, which
-lives on rank 0 and broadcasts what it receives to the other ranks (minisgl.scheduler.io), so the
+lives on rank 0 and broadcasts what it receives to the other ranks (minisgl.scheduler.process), so the
 other nodes need no ZMQ socket nor HTTP server: torch.distributed carries all they get.
 
 One node meets locally through a file (no port to race for). Several meet at --dist-init-addr

@@ -266,7 +266,7 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
 
 def _scheduler_main(args: ServerArgs, model_path: str, rank: int, dist_addr: str, addrs: dict[str, str],
                     link: WorkerLink, verdict: mp.Queue | None, go: Event) -> None:
-    from minisgl.scheduler.io import run_scheduler
+    from minisgl.scheduler.process import run_scheduler
 
     try:
         check_model(args, model_path)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from minisgl.models.demo import build_tokenizer
-from minisgl.tokenizer.detokenize import IncrementalDetokenizer
+from minisgl.tokenizer.incremental import IncrementalDetokenizer
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
-"""The two OpenAI response formats, /v1/chat/completions (`ChatFormat`) and /v1/completions
-(`CompletionFormat`): each knows its id prefix and `object` names, how a finished choice reads
-and the stream events of one choice. `serve_generation` (openai_api.py) runs a request the same
-way for both and asks its format for everything the two spell differently."""
+"""The shapes of the two OpenAI responses, /v1/chat/completions (`ChatShape`) and /v1/completions
+(`CompletionShape`): each knows its id prefix and `object` names, how a finished choice reads and
+the stream events of one choice. `serve_generation` (generation.py) runs a request the same way for
+both and asks its shape for everything the two spell differently. (A request's `response_format` is
+the structured-output constraint, minisgl.constrained; nothing here.)"""
 
 from __future__ import annotations
 
@@ -140,7 +141,7 @@ class CompletionStream(ChoiceStream):
                  "finish_reason": openai_finish_reason(reply.finish_reason)}]
 
 
-class OpenAIFormat(ABC):
+class ResponseShape(ABC):
     """What a generation route calls its objects, and how its choices read."""
 
     id_prefix: ClassVar[str]
@@ -178,7 +179,7 @@ class OpenAIFormat(ABC):
 
 
 @dataclass(frozen=True)
-class ChatFormat(OpenAIFormat):
+class ChatShape(ResponseShape):
     """/v1/chat/completions: an assistant message per choice, read back by `output`'s parsers."""
 
     output: ChatOutputFormat = ChatOutputFormat()
@@ -202,7 +203,7 @@ class ChatFormat(OpenAIFormat):
 
 
 @dataclass(frozen=True)
-class CompletionFormat(OpenAIFormat):
+class CompletionShape(ResponseShape):
     """/v1/completions: the text of each choice as it is."""
 
     id_prefix: ClassVar[str] = "cmpl"
