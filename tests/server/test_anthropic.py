@@ -102,3 +102,17 @@ def test_what_it_does_not_implement_is_refused_by_name(claude):
         claude.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}],
                                thinking={"type": "enabled", "budget_tokens": 1024})
     assert "thinking" in str(err.value)
+
+
+def test_a_request_the_chat_path_cannot_take_is_a_400_in_the_messages_apis_words(claude):
+    """Valid as a Messages request, not as the chat it means: still the client's error, named as
+    the client named it, never a 500."""
+    with pytest.raises(anthropic.BadRequestError) as err:
+        claude.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}],
+                               stop_sequences=["a", "b", "c", "d", "e"])
+    error = err.value.body["error"]  # the SDK keeps the whole body
+    assert error["param"] == "stop_sequences" and "at most 4" in error["message"]
+    with pytest.raises(anthropic.BadRequestError) as err:
+        claude.messages.create(model=MODEL, max_tokens=8, messages=[{"role": "user", "content": "hi"}], tools=[TOOL],
+                               tool_choice={"type": "tool"})
+    assert err.value.body["error"]["param"] == "tool_choice"

@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
+from pydantic import ValidationError
 
 from minisgl.message import Reply
 
@@ -22,9 +23,10 @@ from ..runtime.frontend import UNAVAILABLE
 from .anthropic_protocol import CountTokensRequest, MessagesRequest
 from .chat import chat_jobs
 from .deps import ApiDeps
-from .formats import openai_finish_reason
 from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure, with_lora
 from .protocol import APIError, ChatCompletionRequest
+from .request_errors import describe
+from .response_shapes import openai_finish_reason
 
 # Chat field names in the errors of the chat path, as the Messages request names them.
 _MESSAGES_NAMES = {"stop": "stop_sequences", "max_tokens": "max_tokens", "tool_choice": "tool_choice"}
@@ -121,7 +123,13 @@ def router(deps: ApiDeps) -> APIRouter:
 
     def chat_for(body: MessagesRequest) -> tuple[ChatCompletionRequest, str | None]:
         lora = deps.check_serving(body.model)
-        chat = body.chat_request().with_defaults(deps.sampling_defaults)
+        try:
+            chat = body.chat_request().with_defaults(deps.sampling_defaults)
+        except ValidationError as e:  # valid as a Messages request, not as the chat it means: still the client's
+            message, param, code = describe(e.errors())
+            for ours, theirs in _MESSAGES_NAMES.items():
+                message = message.replace(f"{ours}:", f"{theirs}:", 1) if param == ours else message
+            raise APIError(400, message, param=_MESSAGES_NAMES.get(param, param), code=code) from None
         try:
             deps.check_limits(chat, 1)
         except APIError as e:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .protocol import ChatCompletionRequest
 
@@ -64,6 +64,12 @@ class ToolChoice(_Strict):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
+
+    @model_validator(mode="after")
+    def _a_tool_is_named(self):
+        if (self.type == "tool") != (self.name is not None):
+            raise ValueError("type tool names one tool (name), and only it takes a name")
+        return self
 
 
 class Metadata(_Strict):

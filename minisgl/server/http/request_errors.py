@@ -90,6 +90,8 @@ def _describe(errors: list[dict]) -> tuple:
     if e["type"] == "extra_forbidden":
         return f"{where}: not a field this server knows", where, "unsupported_parameter"
     message = e.get("msg", "invalid value")
+    if e["type"] == "value_error":  # a check of the field's own, which says what is wrong itself
+        return f"{where}: {message.removeprefix('Value error, ')}", where
     return f"{where}: {message[0].lower() + message[1:]}; got {sent(e.get('input'))}", where
 
 
