@@ -28,7 +28,7 @@ from minisgl.benchmark.floor import active_weight_bytes, copy_bandwidth, kv_byte
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from minisgl.message import UserMsg
+from minisgl.message import TokenizedRequestMsg
 from minisgl.server.args import add_flags
 
 # The batch sets max_running_requests (and the lengths max_seq_len).
@@ -66,7 +66,7 @@ def measure(args, graphs: bool) -> dict:
         # requests too; a timestamp per step that produced tokens.
         first = 10**9
         for i, p in enumerate(prompts):
-            llm.inbox.put(UserMsg(first + i, p, params))
+            llm.inbox.put(TokenizedRequestMsg(first + i, p, params))
         stamps: list[float] = []
         finished = 0
         begin = time.perf_counter()

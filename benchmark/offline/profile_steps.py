@@ -28,7 +28,7 @@ from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from minisgl.message import AbortMsg, UserMsg
+from minisgl.message import AbortMsg, TokenizedRequestMsg
 from minisgl.server.args import add_flags
 
 CATEGORIES = [  # first match wins; lower-case substrings of kernel names
@@ -112,7 +112,7 @@ def main() -> None:
     llm.generate([[1, 2, 3]], SamplingParams(max_tokens=4), use_tqdm=False)  # warm-up
 
     def add(uid: int, ids: list[int], params: SamplingParams) -> None:
-        llm.inbox.put(UserMsg(uid, ids, params))  # received (and broadcast to the other ranks) by the next step
+        llm.inbox.put(TokenizedRequestMsg(uid, ids, params))  # received (and broadcast to the other ranks) by the next step
 
     step = llm.server.run_once
     for uid in range(args.requests):

@@ -16,7 +16,7 @@ from transformers import AutoTokenizer
 
 from minisgl.core import SamplingParams
 from minisgl.distributed import DistributedInfo, destroy
-from minisgl.message import AbortMsg, ExitMsg, UserMsg
+from minisgl.message import AbortMsg, ExitMsg, TokenizedRequestMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput
 from minisgl.scheduler.process import LocalInbox, SchedulerServer, run_scheduler
 from minisgl.tokenizer.incremental import IncrementalDetokenizer
@@ -91,7 +91,7 @@ class LLM:
         # (its later outputs dropped, its pages freed before this call returns).
         texts = {uid: self._stop_watch(ids, params) for uid, (ids, params) in zip(uids, requests) if params.stop}
         for uid, (ids, params) in zip(uids, requests):
-            self.inbox.put(UserMsg(uid, ids, params))
+            self.inbox.put(TokenizedRequestMsg(uid, ids, params))
         results = {uid: [] for uid in uids}
         logprobs = {uid: [] if params.logprobs is not None else None for uid, params in zip(uids, sampling_params)}
         finished: dict[int, str] = {}

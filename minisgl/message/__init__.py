@@ -14,13 +14,13 @@ from .messages import (
     StepOutput,
     TextParams,
     TokenBatchMsg,
+    TokenizedRequestMsg,
     TokenizeMsg,
-    UserMsg,
     merge_by_request,
     merge_replies,
 )
 
 __all__ = ["decode", "encode", "message", "AbortMsg", "DetokenizeInfoMsg", "ExitMsg", "LoraUpdateMsg", "Reply",
            "ReplyBatchMsg",
-           "SchedulerStatsMsg", "StepOutput", "TextParams", "TokenBatchMsg", "TokenizeMsg", "UserMsg",
+           "SchedulerStatsMsg", "StepOutput", "TextParams", "TokenBatchMsg", "TokenizeMsg", "TokenizedRequestMsg",
            "merge_by_request", "merge_replies"]

@@ -3,7 +3,7 @@
 Every message is a dataclass registered in order of definition; on the wire it is a msgpack
 array `[class index, field values...]`. Messages nest: a field annotated with a registered class
 M travels as M's field-value array, one annotated `list[M]` as a list of them, and both come
-back as M objects. So `UserMsg` carries `SamplingParams` and a batch message carries `StepOutput`
+back as M objects. So `TokenizedRequestMsg` carries `SamplingParams` and a batch message carries `StepOutput`
 or `Reply` objects end to end, with no dicts of field names on the wire and no conversions at
 each hop.
 """

@@ -1,6 +1,6 @@
 """The messages of the serving pipeline, in the order a request meets them:
 
-API server --TokenizeMsg--> tokenizer --UserMsg--> scheduler --TokenBatchMsg--> detokenizer
+API server --TokenizeMsg--> tokenizer --TokenizedRequestMsg--> scheduler --TokenBatchMsg--> detokenizer
 --ReplyBatchMsg--> API server. AbortMsg travels the same way as the request it aborts, so it can
 never overtake it.
 """
@@ -33,7 +33,7 @@ class TextParams:
 @message
 class TokenizeMsg:
     uid: int
-    params: SamplingParams  # max_tokens may be None, as in UserMsg; checked by the API server already
+    params: SamplingParams  # max_tokens may be None, as in TokenizedRequestMsg; checked by the API server already
     text_params: TextParams
     text: str | None = None
     input_ids: list[int] | None = None
@@ -41,7 +41,9 @@ class TokenizeMsg:
 
 
 @message
-class UserMsg:
+class TokenizedRequestMsg:
+    """A request as the scheduler takes it: the prompt's token ids and its sampling parameters."""
+
     uid: int
     input_ids: list[int]
     params: SamplingParams  # max_tokens may still be None: the scheduler resolves it (Scheduler.resolve)

@@ -10,7 +10,15 @@ import torch
 import zmq
 
 from minisgl.distributed import broadcast_objects
-from minisgl.message import AbortMsg, ExitMsg, LoraUpdateMsg, SchedulerStatsMsg, TokenBatchMsg, UserMsg, encode
+from minisgl.message import (
+    AbortMsg,
+    ExitMsg,
+    LoraUpdateMsg,
+    SchedulerStatsMsg,
+    TokenBatchMsg,
+    TokenizedRequestMsg,
+    encode,
+)
 from minisgl.message.sockets import PullSocket, PushSocket
 from minisgl.utils.liveness import Heartbeat, WorkerLink
 from minisgl.utils.logger import get_logger
@@ -148,7 +156,7 @@ class SchedulerServer:
             if self.stats:
                 self.stats.aborted(msg.uid)
             s.abort(msg.uid)
-        elif isinstance(msg, UserMsg):
+        elif isinstance(msg, TokenizedRequestMsg):
             s.add_request(msg.uid, msg.input_ids, msg.params)  # a request that cannot run gets an error output
             if self.stats:
                 self.stats.queued(msg.uid)

@@ -12,8 +12,8 @@ from minisgl.message import (
     Reply,
     ReplyBatchMsg,
     TokenBatchMsg,
+    TokenizedRequestMsg,
     TokenizeMsg,
-    UserMsg,
     merge_by_request,
 )
 from minisgl.message.sockets import PullSocket, PushSocket
@@ -110,7 +110,7 @@ def run_tokenizer(model_path: str, addrs: dict[str, str], link: WorkerLink, chat
                     to_api.send(ReplyBatchMsg([Reply(msg.uid, "", 0, "error", f"cannot tokenize: {e}")]))
                     continue
                 to_detok.send(info)
-                to_scheduler.send(UserMsg(msg.uid, ids, msg.params))
+                to_scheduler.send(TokenizedRequestMsg(msg.uid, ids, msg.params))
                 logger.debug("request %d: %d prompt tokens sent to the scheduler", msg.uid, len(ids))
 
     run_worker(link, body)

@@ -11,7 +11,7 @@ import torch
 
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
-from minisgl.message import LoraUpdateMsg, UserMsg
+from minisgl.message import LoraUpdateMsg, TokenizedRequestMsg
 from minisgl.scheduler.process import LocalInbox, SchedulerServer
 from tests.lora.peft_adapters import build_adapter, peft_greedy
 
@@ -54,10 +54,10 @@ def test_every_rank_installs_the_adapter_in_the_same_step_and_slot(lora_model_di
     try:
         ranks = Ranks(llm)
         # Requests of r4 and the base model run while r8 loads.
-        ranks.send(UserMsg(0, PROMPTS[0], greedy("r4")), LoraUpdateMsg(1, "r8", lora_adapters["r8"]),
-                   UserMsg(2, PROMPTS[1], greedy()))
+        ranks.send(TokenizedRequestMsg(0, PROMPTS[0], greedy("r4")), LoraUpdateMsg(1, "r8", lora_adapters["r8"]),
+                   TokenizedRequestMsg(2, PROMPTS[1], greedy()))
         assert ranks.until_finished(1) == {1: ("stop", None)}
-        ranks.send(UserMsg(3, PROMPTS[2], greedy("r8")), UserMsg(4, PROMPTS[1], greedy("r8")))
+        ranks.send(TokenizedRequestMsg(3, PROMPTS[2], greedy("r8")), TokenizedRequestMsg(4, PROMPTS[1], greedy("r8")))
         assert set(ranks.until_finished(0, 2, 3, 4).values()) == {("length", None)}
         expected = {0: (PROMPTS[0], "r4"), 2: (PROMPTS[1], None), 3: (PROMPTS[2], "r8"), 4: (PROMPTS[1], "r8")}
         for uid, (prompt, name) in expected.items():
@@ -71,7 +71,7 @@ def test_every_rank_installs_the_adapter_in_the_same_step_and_slot(lora_model_di
         # The slot r8 left, which the refused load held meanwhile, takes r16 on both ranks.
         ranks.send(LoraUpdateMsg(7, "r16", lora_adapters["r16"]))
         assert ranks.until_finished(7) == {7: ("stop", None)}
-        ranks.send(UserMsg(8, PROMPTS[0], greedy("r16")), UserMsg(9, PROMPTS[2], greedy("r4")))
+        ranks.send(TokenizedRequestMsg(8, PROMPTS[0], greedy("r16")), TokenizedRequestMsg(9, PROMPTS[2], greedy("r4")))
         assert set(ranks.until_finished(8, 9).values()) == {("length", None)}
         assert ranks.tokens(8) == peft_greedy(lora_model_dir, lora_adapters["r16"], PROMPTS[0], NEW_TOKENS)
         assert ranks.tokens(9) == peft_greedy(lora_model_dir, lora_adapters["r4"], PROMPTS[2], NEW_TOKENS)

@@ -10,8 +10,8 @@ from minisgl.message import (
     StepOutput,
     TextParams,
     TokenBatchMsg,
+    TokenizedRequestMsg,
     TokenizeMsg,
-    UserMsg,
     decode,
     encode,
     merge_by_request,
@@ -34,14 +34,14 @@ def test_a_request_carries_its_sampling_params_object_both_ways():
                             min_tokens=4, constraint=None)
     constrained = SamplingParams(max_tokens=30, stop=("\u2028end",), constraint=("json_schema", '{"type": "object"}'))
     for p in (params, constrained, SamplingParams()):
-        back = decode(encode(UserMsg(11, [1, 2, 3], p)))
-        assert back == UserMsg(11, [1, 2, 3], p) and type(back.params) is SamplingParams
+        back = decode(encode(TokenizedRequestMsg(11, [1, 2, 3], p)))
+        assert back == TokenizedRequestMsg(11, [1, 2, 3], p) and type(back.params) is SamplingParams
         # Hashable as built (tuples, not the lists msgpack hands back): the scheduler keys caches on them.
         assert hash(back.params) == hash(p) and back.params.logit_bias == p.logit_bias
 
 
 def test_a_nested_sampling_params_travels_without_field_names():
-    data = encode(UserMsg(1, [5], SamplingParams(repetition_penalty=1.1)))
+    data = encode(TokenizedRequestMsg(1, [5], SamplingParams(repetition_penalty=1.1)))
     assert b"repetition_penalty" not in data and b"temperature" not in data
 
 

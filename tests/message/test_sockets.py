@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from minisgl.core import SamplingParams
-from minisgl.message import AbortMsg, ExitMsg, UserMsg
+from minisgl.message import AbortMsg, ExitMsg, TokenizedRequestMsg
 from minisgl.message.sockets import AsyncPullSocket, AsyncPushSocket, PullSocket, PushSocket
 from minisgl.utils.net import ipc_addresses
 
@@ -17,11 +17,11 @@ def test_messages_arrive_as_equal_typed_objects_in_order():
     addr = ipc_addresses(["scheduler"])["scheduler"]
     pull, push = PullSocket(addr), PushSocket(addr)
     try:
-        sent = [UserMsg(1, [5, 6], SamplingParams(max_tokens=4)), AbortMsg(1), ExitMsg()]
+        sent = [TokenizedRequestMsg(1, [5, 6], SamplingParams(max_tokens=4)), AbortMsg(1), ExitMsg()]
         for msg in sent:
             push.send(msg)
         got = [pull.recv(WAIT_MS) for _ in sent]
-        assert got == sent and [type(m) for m in got] == [UserMsg, AbortMsg, ExitMsg]
+        assert got == sent and [type(m) for m in got] == [TokenizedRequestMsg, AbortMsg, ExitMsg]
     finally:
         push.close()
         pull.close()
