@@ -113,6 +113,7 @@ def test_checkov_skips_are_justified_inline(checkov_report):
         assert reason and reason != "No comment provided", f"{name}: {check['check_id']} is skipped without a reason"
 
 
+@pytest.mark.slow  # checkov's run: tens of seconds on 2 cores
 def test_checkov_flags_a_bad_dockerfile(tmp_path):
     bad = tmp_path / "Dockerfile"
     bad.write_text(BAD_DOCKERFILE)

@@ -71,6 +71,7 @@ def test_one_at_a_time_matches_hf(model_dir, workload, expected):
     assert got == expected[:12]
 
 
+@pytest.mark.slow  # tens of seconds on 2 cores
 def test_small_pool_makes_requests_wait_not_fail(model_dir, workload, expected):
     got, scheduler = run(model_dir, workload[:16], num_pages=30, page_size=4)
     assert got == expected[:16]
