@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from typing import cast
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -19,7 +20,7 @@ from pydantic import ValidationError
 from minisgl.message import Reply
 
 from ..parsers import ChatOutputFormat
-from ..runtime.frontend import UNAVAILABLE
+from ..runtime.frontend import UNAVAILABLE, FrontendClient
 from .anthropic_protocol import CountTokensRequest, MessagesRequest
 from .chat import chat_jobs
 from .deps import ApiDeps
@@ -94,7 +95,9 @@ class Blocks:
         if self.open is None or self.open["type"] != kind:
             events = self._close() + self._start({"type": kind, kind: "", **({"signature": ""} if kind == "thinking"
                                                                               else {})})
-        self.open[kind] += text
+        block = self.open
+        assert block is not None  # opened above, or still open
+        block[kind] += text
         delta = {"type": "text_delta", "text": text} if kind == "text" else {"type": "thinking_delta", "thinking": text}
         return events + [self._delta(delta)]
 
@@ -121,6 +124,9 @@ class Blocks:
 def router(deps: ApiDeps) -> APIRouter:
     api = APIRouter()
 
+    def client() -> FrontendClient:
+        return cast(FrontendClient, deps.client)  # the observed client forwards all of FrontendClient
+
     def chat_for(body: MessagesRequest) -> tuple[ChatCompletionRequest, str | None]:
         lora = deps.check_serving(body.model)
         try:
@@ -129,7 +135,7 @@ def router(deps: ApiDeps) -> APIRouter:
             message, param, code = describe(e.errors())
             for ours, theirs in _MESSAGES_NAMES.items():
                 message = message.replace(f"{ours}:", f"{theirs}:", 1) if param == ours else message
-            raise APIError(400, message, param=_MESSAGES_NAMES.get(param, param), code=code) from None
+            raise APIError(400, message, param=_MESSAGES_NAMES.get(param, param) if param else None, code=code) from None
         try:
             deps.check_limits(chat, 1)
         except APIError as e:
@@ -142,7 +148,7 @@ def router(deps: ApiDeps) -> APIRouter:
     async def messages(body: MessagesRequest, request: Request):
         chat, lora = chat_for(body)
         output = deps.chat_output(chat)
-        gen, firsts = await start_generation(deps.client, with_lora(chat_jobs(chat, output), lora), request)
+        gen, firsts = await start_generation(client(), with_lora(chat_jobs(chat, output), lora), request)
         if isinstance(firsts, JSONResponse):
             return firsts
         base = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant",
@@ -164,7 +170,7 @@ def router(deps: ApiDeps) -> APIRouter:
         prefill, which the prefix cache then keeps for the request that follows)."""
         full = MessagesRequest.model_validate({**body.model_dump(exclude_none=True), "max_tokens": 1})
         chat, lora = chat_for(full)
-        gen, firsts = await start_generation(deps.client, with_lora(chat_jobs(chat, deps.chat_output(chat)), lora),
+        gen, firsts = await start_generation(client(), with_lora(chat_jobs(chat, deps.chat_output(chat)), lora),
                                              request)
         if isinstance(firsts, JSONResponse):
             return firsts

@@ -88,7 +88,7 @@ class CountTokensRequest(_Strict):
         tool_result block a tool message (before the rest of its user turn)."""
         system = self.system if isinstance(self.system, str) or self.system is None \
             else "".join(b.text for b in self.system)
-        out = [] if system is None else [{"role": "system", "content": system}]
+        out: list[dict] = [] if system is None else [{"role": "system", "content": system}]
         for m in self.messages:
             if isinstance(m.content, str):
                 out.append({"role": m.role, "content": m.content})

@@ -7,6 +7,8 @@ a list that is too long, not a string that is not one)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .deps import clipped
 
@@ -44,14 +46,14 @@ def field(loc) -> list:
     return [p for p in loc if p != "body" and not is_branch(p)]
 
 
-def describe(errors: list[dict]) -> tuple[str, str | None, str]:
+def describe(errors: Sequence[Mapping[str, Any]]) -> tuple[str, str | None, str]:
     """(message, param, code) for the first problem of a request body: code unsupported_parameter
     for a field the server does not know (in a nested object too), else invalid_request."""
     message, param, *code = _describe(errors)
     return message, param, code[0] if code else "invalid_request"
 
 
-def _describe(errors: list[dict]) -> tuple:
+def _describe(errors: Sequence[Mapping[str, Any]]) -> tuple:
     if not errors:
         return "invalid request", None
     first = errors[0]
@@ -95,7 +97,7 @@ def _describe(errors: list[dict]) -> tuple:
     return f"{where}: {message[0].lower() + message[1:]}; got {sent(e.get('input'))}", where
 
 
-def _plain(error: dict) -> str:
+def _plain(error: Mapping[str, Any]) -> str:
     """What a type error of a single-type field expects, from pydantic's error type (`int_type`)."""
     return KINDS.get(error.get("type", "").removesuffix("_type").replace("string", "str").replace("model", "dict")
                      .replace("dict_attributes", "dict"), "another type")

@@ -178,7 +178,7 @@ class MistralToolParser:
                 return text, []
             if not found or None in found:
                 return text, []
-            calls += found
+            calls += [c for c in found if c is not None]
         return text[:at].rstrip(), calls
 
 
