@@ -5,7 +5,6 @@ one line naming the reason, not every worker's traceback and retries."""
 from __future__ import annotations
 
 import logging
-import os
 
 
 def check_hub_model(model: str) -> None:
@@ -40,7 +39,7 @@ def check_hub_model(model: str) -> None:
         from huggingface_hub import constants
 
         why = ("HF_HUB_OFFLINE is set" if constants.HF_HUB_OFFLINE
-               else f"{os.environ.get('HF_ENDPOINT', 'https://huggingface.co')} could not be reached")
+               else f"{constants.ENDPOINT} could not be reached")  # HF_ENDPOINT, as huggingface_hub reads it
         raise ValueError(f"--model {model}: not a local directory, and not in the Hub cache; {why} to download it "
                          "(give a local directory, or download the model first where the Hub can be reached)") from None
     except EntryNotFoundError:
