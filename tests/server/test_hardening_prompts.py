@@ -117,12 +117,12 @@ def test_a_tokenize_in_flight_at_sigterm_is_drained_and_then_gets_503_json(tiny_
     import signal
 
     srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--num-pages", "256", "--max-seq-len", "256",
-                        "--drain-timeout", "0.5").wait_ready()
+                        "--drain-timeout", "0.5", "--max-tokenize-bytes", str(4 << 20)).wait_ready()
     try:
         assert httpx.post(srv.url + "/tokenize", json={"prompt": "warm"}, timeout=60).status_code == 200
         done: list[httpx.Response] = []
         worker = threading.Thread(target=lambda: done.append(
-            httpx.post(srv.url + "/tokenize", json={"prompt": "a " * 524_000}, timeout=120)))
+            httpx.post(srv.url + "/tokenize", json={"prompt": "x y " * 1_000_000}, timeout=120)))  # tens of seconds
         worker.start()
         time.sleep(0.5)  # its tokenizing (seconds) has begun
         assert worker.is_alive(), "the tokenize ended before the signal: the test proves nothing"
