@@ -25,3 +25,14 @@ from operator_fake_kube import FakeKube  # noqa: E402
 @pytest.fixture
 def fake() -> FakeKube:
     return FakeKube()
+
+
+@pytest.fixture
+def operator_on_a_gpu_node(fake):
+    """The operator's handlers wired to `fake`, which has one 8-GPU node; unwired after the test."""
+    from minisgl_operator import handlers
+
+    fake.add_node("gpu-0", gpus=8)
+    handlers.configure(fake, default_image="registry.example/minisgl:1")
+    yield
+    handlers._reconciler = None

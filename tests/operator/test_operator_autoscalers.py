@@ -15,12 +15,7 @@ SCALE_TO_ZERO = {"model": "Qwen/Qwen3-0.6B", "router": {},
                  "autoscaling": {"minReplicas": 0, "maxReplicas": 4, "keda": KEDA}}  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def wire(fake):
-    fake.add_node("gpu-0", gpus=8)
-    handlers.configure(fake, default_image="registry.example/minisgl:1")
-    yield
-    handlers._reconciler = None
+pytestmark = pytest.mark.usefixtures("operator_on_a_gpu_node")
 
 
 def reconcile(fake, name: str = "chat") -> dict:

@@ -12,12 +12,7 @@ RWX_CLAIM = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"
              "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "500Gi"}}}}  # fmt: skip
 
 
-@pytest.fixture(autouse=True)
-def wire(fake):
-    fake.add_node("gpu-0", gpus=8)
-    handlers.configure(fake, default_image="registry.example/minisgl:1")
-    yield
-    handlers._reconciler = None
+pytestmark = pytest.mark.usefixtures("operator_on_a_gpu_node")
 
 
 def settle(fake, name: str = "chat", rounds: int = 3) -> dict:

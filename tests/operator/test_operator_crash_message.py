@@ -13,12 +13,7 @@ HUB_404 = """Traceback (most recent call last):
 huggingface_hub.errors.RepositoryNotFoundError: 404 Client Error. Repository Not Found for url: https://huggingface.co/api/models/Qwen/Qwen3-0.6b/revision/main."""
 
 
-@pytest.fixture(autouse=True)
-def wire(fake):
-    fake.add_node("gpu-0", gpus=8)
-    handlers.configure(fake, default_image="registry.example/minisgl:1")
-    yield
-    handlers._reconciler = None
+pytestmark = pytest.mark.usefixtures("operator_on_a_gpu_node")
 
 
 def test_a_wrong_model_id_shows_the_hubs_404_not_only_crashloopbackoff(fake):
