@@ -72,9 +72,11 @@ class StatsReporter:
             if arrived is not None:
                 self.queue_times.append(step_start - arrived)
 
-    def send(self) -> None:
+    def send(self, idle: bool = False) -> None:
+        """Rate-limited while busy; once idle, what changed goes at once, so the gauges read 0 by
+        the time the last reply reaches its client (it takes the detokenizer's extra hop)."""
         now = time.monotonic()
-        if now - self.last_sent < self.INTERVAL_S:
+        if now - self.last_sent < self.INTERVAL_S and not idle:
             return
         s = self.scheduler
         gauges = (s.num_running, s.num_waiting, s.cache.used_pages, s.engine.num_pages)
@@ -179,7 +181,7 @@ class SchedulerServer:
             if self.stats:
                 self.stats.stepped(step_start)
         if self.stats:
-            self.stats.send()
+            self.stats.send(idle=not self.scheduler.has_work)
         return True
 
     def serve(self) -> None:

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from minisgl.models.demo import DEMO_CHAT_TEMPLATE
-from tests.server.serving import ServerProcess, metric
+from tests.server.serving import ServerProcess, metric, wait_for
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
@@ -126,4 +126,4 @@ def test_no_request_leaves_a_traceback_of_its_own_size_in_the_log(server):
     RecursionError and stays small."""
     assert "RecursionError" not in server.output()
     assert os.path.getsize(server.log_path) < 200_000, os.path.getsize(server.log_path)
-    assert metric(server, "minisgl_num_requests_running") == 0
+    wait_for(lambda: metric(server, "minisgl_num_requests_running") == 0, 10, "no request running")

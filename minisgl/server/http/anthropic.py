@@ -25,7 +25,7 @@ from .anthropic_protocol import CountTokensRequest, MessagesRequest
 from .chat import chat_jobs
 from .deps import ApiDeps
 from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure, with_lora
-from .protocol import APIError, ChatCompletionRequest
+from .protocol import APIError, ChatCompletionRequest, generation_responses
 from .request_errors import describe
 from .response_shapes import openai_finish_reason
 
@@ -144,7 +144,7 @@ def router(deps: ApiDeps) -> APIRouter:
             raise
         return chat, lora
 
-    @api.post("/v1/messages", tags=["openai"], response_model=None)
+    @api.post("/v1/messages", tags=["openai"], response_model=None, responses=generation_responses())
     async def messages(body: MessagesRequest, request: Request):
         chat, lora = chat_for(body)
         output = deps.chat_output(chat)

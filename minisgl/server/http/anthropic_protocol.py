@@ -15,7 +15,7 @@ from .protocol import ChatCompletionRequest
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(strict=True, extra="forbid")  # as protocol.py: JSON false is no temperature
 
 
 class TextBlock(_Strict):

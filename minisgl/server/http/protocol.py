@@ -620,7 +620,10 @@ SSE_EVENT = {"type": "object", "required": ["data"],
                             "event": {"type": "string"}}}
 
 
-def generation_responses(model: type[BaseModel]) -> dict:
-    """OpenAPI responses of a generation route: JSON, or server-sent events when stream=true."""
-    return {200: {"model": model, "content": {"text/event-stream": {"schema": SSE_EVENT}}},
-            413: {"model": ErrorResponse}, 429: {"model": ErrorResponse}}
+def generation_responses(model: type[BaseModel] | None = None) -> dict:
+    """OpenAPI responses of a generation route: JSON (of `model` where the body has one here),
+    or server-sent events when stream=true."""
+    ok: dict = {"content": {"application/json": {}, "text/event-stream": {"schema": SSE_EVENT}}}
+    if model is not None:
+        ok = {"model": model, "content": {"text/event-stream": {"schema": SSE_EVENT}}}
+    return {200: ok, 413: {"model": ErrorResponse}, 429: {"model": ErrorResponse}}
