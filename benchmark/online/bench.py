@@ -49,7 +49,7 @@ from minisgl.benchmark.online import (
 )
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.benchmark.server_process import ServerProcess
-from minisgl.benchmark.sse_client import BenchRequest, Target, run_requests
+from minisgl.benchmark.sse_client import CHAT_WORDS, BenchRequest, Target, chat_words, run_requests
 from minisgl.benchmark.workload import offline_workload
 from minisgl.utils.net import free_port
 
@@ -202,7 +202,7 @@ def drive(args: argparse.Namespace, base_url: str, model: str | None, runs: list
     model, root = served_model(base_url, args.api_key or os.environ.get("MINISGL_API_KEY"), model)
     vocab = vocab_size(args, root)
     target = Target(base_url, model, args.api, args.api_key or os.environ.get("MINISGL_API_KEY"), args.temperature,
-                    args.request_timeout)
+                    args.request_timeout, chat_words(root) if args.api == "chat" else CHAT_WORDS)
     common = dict(processes=args.client_processes, progress=not args.no_progress)
     if args.warmup:
         rng = random.Random(-1)

@@ -33,7 +33,7 @@ from collections import Counter
 from minisgl.benchmark.online import percentiles, poisson_arrivals, split_server_flags, summarize
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.server_process import ServerProcess
-from minisgl.benchmark.sse_client import BenchRequest, Target, chat_text, run_requests
+from minisgl.benchmark.sse_client import BenchRequest, Target, chat_text, chat_words, run_requests
 from minisgl.benchmark.workload import offline_workload
 from minisgl.utils.net import free_port
 
@@ -106,7 +106,7 @@ def stop_ids(target: Target, work, mean_len: int, rng: random.Random) -> list[in
     import httpx
 
     def sample(i: int) -> list[int]:
-        body = {"model": target.model, "messages": [{"role": "user", "content": chat_text(work[i].prompt_ids)}],
+        body = {"model": target.model, "messages": [{"role": "user", "content": chat_text(work[i].prompt_ids, target.words)}],
                 "max_tokens": 256, "ignore_eos": True, "temperature": 1.0, "seed": 10_000 + i}
         text = httpx.post(target.url(), json=body, timeout=600).json()["choices"][0]["message"]["content"]
         return [int(m) for m in re.findall(r"\bt(\d+)\b", text)]
@@ -170,7 +170,7 @@ def main() -> None:
     srv = launch(args, flags)
     report = {"device": device_name(), "server_flags": flags, "server_dir": args.server_dir}
     try:
-        target = Target(srv.url, served_model(srv.url), api="chat", timeout=1800)
+        target = Target(srv.url, served_model(srv.url), api="chat", timeout=1800, words=chat_words(model_dir))
         for phase in args.phases.split(","):
             report[phase] = {"natural": natural, "priority": priority}[phase](args, target, vocab)
     finally:

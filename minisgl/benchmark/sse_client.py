@@ -27,9 +27,30 @@ import orjson
 from minisgl.utils.gc_freeze import freeze_startup_objects
 
 # Words for chat prompts: about one token each in common tokenizers, so input lengths stay close.
-_WORDS = ("the of and to in is it that for on with as was at by be this from or have not are but what all "
-          "were when we there can an your which their said if will each about how up out them then she many "
-          "some so these would other into has more her two like him see time could no make than first been").split()
+CHAT_WORDS = tuple((
+    "the of and to in is it that for on with as was at by be this from or have not are but what all "
+    "were when we there can an your which their said if will each about how up out them then she many "
+    "some so these would other into has more her two like him see time could no make than first been").split())
+
+
+def chat_words(model_root: str | None, limit: int = 4096) -> tuple[str, ...]:
+    """Words the served model's tokenizer reads as distinct single tokens, for chat prompts. The
+    English words above are, in real tokenizers; the synthetic tokenizer of dummy-weight benchmark
+    models (t<i>) reads them all as its unknown token, which would make every chat prompt the same
+    and every later burst a prefix-cache hit, so there its own tokens are used."""
+    if model_root is None:
+        return CHAT_WORDS
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(model_root)
+    except Exception:  # not a local model directory (a Hub id the client cannot read): the defaults
+        return CHAT_WORDS
+    if len({tuple(tok.encode(" " + w, add_special_tokens=False)) for w in CHAT_WORDS}) == len(CHAT_WORDS):
+        return CHAT_WORDS
+    words = (tok.decode([i]).strip() for i in range(1, min(tok.vocab_size, limit + 1)))
+    own = tuple(w for w in words if w and len(tok.encode(" " + w, add_special_tokens=False)) == 1)
+    return own or CHAT_WORDS
 
 
 @dataclass
@@ -71,6 +92,7 @@ class Target:
     api_key: str | None = None
     temperature: float | None = None
     timeout: float = 600.0
+    words: tuple[str, ...] = CHAT_WORDS  # chat prompts are made of these (chat_words)
 
     def url(self) -> str:
         return self.base_url.rstrip("/") + ("/v1/chat/completions" if self.api == "chat" else "/v1/completions")
@@ -87,7 +109,7 @@ class Target:
         if self.temperature is not None:
             body["temperature"] = self.temperature
         if self.api == "chat":
-            body["messages"] = [{"role": "user", "content": chat_text(req.prompt_ids)}]
+            body["messages"] = [{"role": "user", "content": chat_text(req.prompt_ids, self.words)}]
             if req.max_tokens is not None:
                 body["max_completion_tokens"] = req.max_tokens
         else:
@@ -96,9 +118,9 @@ class Target:
         return orjson.dumps(body)
 
 
-def chat_text(ids: list[int]) -> str:
+def chat_text(ids: list[int], words: tuple[str, ...] = CHAT_WORDS) -> str:
     """A user message of about len(ids) tokens, derived from the ids (for --api chat)."""
-    return " ".join(_WORDS[i % len(_WORDS)] for i in ids)
+    return " ".join(words[i % len(words)] for i in ids)
 
 
 # --------------------------------------------------------------------------------- one request
