@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The serving path against the engine and the reference server, on one lent GPU, in one call:
 #   1. the offline engine (LLM.generate) on the serving workload: Qwen3-0.6B shapes, dummy weights,
-#      256 requests, prompts <= 1024 tokens, outputs <= 256, ignore_eos;
+#      1024 requests (NREQ), prompts <= 1024 tokens, outputs <= 256 (NOUT=2048: the long-output mode), ignore_eos;
 #   2. minisgl's server at Poisson rates 8, 32, 128 and inf (chat API, the same workload), then
 #      Mini-SGLang's server (from the git-ignored .ref/mini-sglang, --attn fi) with the same requests
 #      once minisgl's is stopped, so each has the GPU alone: one table with both and the ratio.
@@ -15,7 +15,7 @@ RES=${RES:-${OUT:-/tmp}/results}
 mkdir -p "$RES"
 . benchmark/device/lib.sh
 MODEL=$PWD/.bench-models/qwen3-0.6b
-SIZE=(--num-requests "${NREQ:-256}" --max-input-len 1024 --max-output-len "${NOUT:-256}")
+SIZE=(--num-requests "${NREQ:-1024}" --max-input-len 1024 --max-output-len "${NOUT:-256}")
 restore_jit_cache
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
@@ -56,7 +56,7 @@ if [ -n "${BASE:-}" ]; then
     COMPARE=(--compare-base-url http://127.0.0.1:1920 --compare-name "base" --compare-launch "bash -c '$BASE_CMD'")
 fi
 timeout "${ONLINE_TIMEOUT:-420}" python benchmark/online/bench.py --launch --api chat --rates "${RATES:-8,32,128,inf}" \
-    "${SIZE[@]}" --client-processes 4 --ready-timeout 300 --no-progress --out "$RES/online.json" "${COMPARE[@]}" \
+    "${SIZE[@]}" --repeats "${REPEATS:-1}" --client-processes 4 --ready-timeout 300 --no-progress --out "$RES/online.json" "${COMPARE[@]}" \
     -- --model "$MODEL" --dummy-weight "${SERVER_FLAGS[@]}" > "$RES/online.log" 2>&1
 echo "exit $?"
 tail -32 "$RES/online.log"

@@ -37,6 +37,7 @@ from urllib.parse import urlparse
 from minisgl.benchmark.online import (
     comparison_table,
     fmt,
+    format_spread,
     format_table,
     latency_plot,
     load_trace,
@@ -45,6 +46,7 @@ from minisgl.benchmark.online import (
     random_ids,
     rate_label,
     split_server_flags,
+    spread,
     summarize,
 )
 from minisgl.benchmark.report import device_name, write_json
@@ -78,7 +80,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--rates", default="2,8,32", help="comma-separated Poisson rates in requests/s; inf = all at once")
     p.add_argument("--trace", help="JSONL trace (arrival_s|timestamp[ms], input_len, output_len) instead of --rates")
     p.add_argument("--trace-speedup", type=float, default=1.0, help="divide the trace's arrival times by this")
-    p.add_argument("--num-requests", type=int, default=256, help="requests per rate (trace: the first N)")
+    p.add_argument("--num-requests", type=int, default=1024,
+                   help="requests per rate (trace: the first N); fewer finish too fast on a GPU to tell 5%% apart")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run each rate this many times (fresh prompts each) and report the spread of throughput")
     p.add_argument("--max-input-len", type=int, default=1024)
     p.add_argument("--max-output-len", type=int, default=1024)
     p.add_argument("--max-concurrency", type=int, default=None, help="cap on requests in flight (default: none)")
@@ -103,7 +108,7 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         p.error("--compare-launch needs --compare-base-url (where the launched server listens)")
     if args.client_processes < 1:
         p.error("--client-processes must be >= 1")
-    for name in ("num_requests", "max_input_len", "max_output_len", "warmup"):
+    for name in ("num_requests", "max_input_len", "max_output_len", "warmup", "repeats"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             p.error(f"--{name.replace('_', '-')} is too small")
     return args, server_args
@@ -176,12 +181,16 @@ def _workloads(args: argparse.Namespace, vocab: int) -> list[tuple[str, float | 
         return [("trace", offered, reqs, {"trace": args.trace, "clipped": clipped, "span_s": span})]
     lengths = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab, args.seed)
     runs = []
-    for i, rate in enumerate(parse_rates(args.rates)):
-        rng = random.Random(args.seed * 1000 + i + 1)  # fresh ids per rate: no prefix-cache hits across rates
-        arrivals = poisson_arrivals(len(lengths), rate, args.seed + i)
-        reqs = [BenchRequest(random_ids(rng, len(w.prompt_ids), vocab), w.max_tokens, t)
-                for w, t in zip(lengths, arrivals)]
-        runs.append((rate_label(rate), None if rate == float("inf") else rate, reqs, {}))
+    rates = parse_rates(args.rates)
+    for repeat in range(args.repeats):
+        for j, rate in enumerate(rates):
+            i = repeat * len(rates) + j
+            rng = random.Random(args.seed * 1000 + i + 1)  # fresh ids per run: no prefix-cache hits across runs
+            arrivals = poisson_arrivals(len(lengths), rate, args.seed + i)
+            reqs = [BenchRequest(random_ids(rng, len(w.prompt_ids), vocab), w.max_tokens, t)
+                    for w, t in zip(lengths, arrivals)]
+            runs.append((rate_label(rate), None if rate == float("inf") else rate, reqs,
+                         {"repeat": repeat} if args.repeats > 1 else {}))
     return runs
 
 
@@ -231,7 +240,8 @@ def drive(args: argparse.Namespace, base_url: str, model: str | None, runs: list
               f"ITL p50 {fmt(row['itl_ms']['p50'])} ms"
               + (f", {row['short_outputs']} outputs shorter than asked" if row["short_outputs"] else "")
               + (f", {row['failed']} failed: {next(iter(row['errors']))}" if row["failed"] else ""), flush=True)
-    return {"model": model, "model_root": root, "vocab_size": vocab, "results": rows, "runs": runs}
+    return {"model": model, "model_root": root, "vocab_size": vocab, "results": rows, "spread": spread(rows),
+            "runs": runs}
 
 
 def launch_command(command: str, url: str, log_path: str, timeout: float) -> ServerProcess:
@@ -276,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "online", "device": device_name(), "base_url": base_url, "launched": bool(server),
         "server_args": server_flags if server else None, "api": args.api, "client_processes": args.client_processes,
         "workload": {k: getattr(args, k) for k in ("num_requests", "max_input_len", "max_output_len", "temperature",
-                                                   "max_concurrency", "seed", "trace", "trace_speedup")},
+                                                   "max_concurrency", "seed", "trace", "trace_speedup", "repeats")},
         **{k: v for k, v in run.items() if k != "runs"},
     }
     if other:
@@ -287,6 +297,8 @@ def main(argv: list[str] | None = None) -> int:
     title = f"Online serving: {run['model']} on {result['device']}" + (f", {names[0]} vs {names[1]}" if other else "")
     latency_plot(png, title, run["results"], other["results"] if other else None, names)
     print(format_table(run["results"]))
+    if args.repeats > 1:
+        print(f"\nspread over {args.repeats} repeats:\n" + format_spread(run["spread"]))
     if other:
         print(f"\n{names[1]}:\n" + format_table(other["results"]))
         print(f"\n{names[0]} vs {names[1]} (ratio = {names[0]} / {names[1]}):\n"

@@ -135,6 +135,28 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
     }
 
 
+def spread(rows: list[dict]) -> list[dict]:
+    """Output throughput over the repeats of each rate (rows of the same `rate` label): mean, min,
+    max and the coefficient of variation, so a difference can be read against the run-to-run noise."""
+    by_rate: dict[str, list[float]] = {}
+    for r in rows:
+        if r["output_throughput"] is not None:
+            by_rate.setdefault(r["rate"], []).append(r["output_throughput"])
+    out = []
+    for rate, values in by_rate.items():
+        a = np.asarray(values, dtype=float)
+        out.append({"rate": rate, "runs": len(a), "mean": float(a.mean()), "min": float(a.min()),
+                    "max": float(a.max()), "cv": float(a.std() / a.mean()) if a.mean() else None})
+    return out
+
+
+def format_spread(stats: list[dict]) -> str:
+    lines = ["| rate (req/s) | runs | out tok/s mean | min | max | CV |", "|---|---|---|---|---|---|"]
+    lines += [f"| {s['rate']} | {s['runs']} | {fmt(s['mean'])} | {fmt(s['min'])} | {fmt(s['max'])} | "
+              f"{fmt(None if s['cv'] is None else 100 * s['cv'], 2)}% |" for s in stats]
+    return "\n".join(lines)
+
+
 def fmt(x: float | None, digits: int = 1) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 

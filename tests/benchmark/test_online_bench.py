@@ -23,7 +23,7 @@ REQUESTS, OUTPUT_LEN, RATES = 8, 6, ["20", "inf"]
 @pytest.mark.timeout(600)  # a hang, not a slow machine: the run takes 1-2 minutes on 2 loaded cores
 def test_online_bench_launches_the_demo_server_and_reports(tmp_path):
     out = tmp_path / "online.json"
-    cmd = [sys.executable, SCRIPT, "--launch", "--rates", ",".join(RATES), "--num-requests", str(REQUESTS),
+    cmd = [sys.executable, SCRIPT, "--launch", "--rates", ",".join(RATES), "--repeats", "2", "--num-requests", str(REQUESTS),
            "--max-input-len", "24", "--max-output-len", str(OUTPUT_LEN), "--request-timeout", "60",
            "--ready-timeout", "90", "--out", str(out), "--", "--device", "cpu", "--num-pages", "256",
            "--max-seq-len", "128"]
@@ -38,7 +38,10 @@ def test_online_bench_launches_the_demo_server_and_reports(tmp_path):
 
     data = json.loads(out.read_text())
     assert data["benchmark"] == "online" and data["launched"] and data["model"] == "minisgl-demo"
-    assert [r["rate"] for r in data["results"]] == RATES
+    assert [r["rate"] for r in data["results"]] == RATES * 2  # --repeats 2: the sweep twice, fresh prompts
+    assert [(s["rate"], s["runs"]) for s in data["spread"]] == [(rate, 2) for rate in RATES]
+    for s in data["spread"]:
+        assert 0 < s["min"] <= s["mean"] <= s["max"] and s["cv"] >= 0
     for r in data["results"]:
         assert r["completed"] == REQUESTS and r["failed"] == 0
         # ignore_eos: every request streams exactly max_tokens, counted by the usage chunk
@@ -50,4 +53,4 @@ def test_online_bench_launches_the_demo_server_and_reports(tmp_path):
             assert 0 < p["p50"] <= p["p90"] <= p["p99"] <= p["max"], (key, p)
         assert r["ttft_ms"]["p99"] <= r["e2e_ms"]["max"]
     assert (tmp_path / "online.png").stat().st_size > 10_000
-    assert "| inf | 8/8 |" in stdout and "server stopped (exit 0)" in stdout
+    assert "| inf | 8/8 |" in stdout and "spread over 2 repeats" in stdout and "server stopped (exit 0)" in stdout
