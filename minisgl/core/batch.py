@@ -74,7 +74,9 @@ class Req:
         return self.prompt_ids + self.output_ids
 
 
-Phase = Literal["prefill", "decode"]
+# verify: decoding requests with speculative drafts (minisgl.speculative), each computing its last
+# token and its drafts (the extend path), with logits at every one of them.
+Phase = Literal["prefill", "decode", "verify"]
 
 
 @dataclass
@@ -104,6 +106,8 @@ class Batch:
     attn_metadata: BaseAttnMetadata | None = None
     # float32 logits of each request's last token, kept after the forward pass.
     logits: torch.Tensor | None = None
+    # A verify batch's draft tokens, by request uid (a request without drafts computes one token).
+    drafts: dict[int, list[int]] | None = None
 
     @property
     def size(self) -> int:

@@ -285,8 +285,9 @@ class Engine:
             flat = np.repeat(rows * self.page_table.shape[1], extend) + positions
         if self.lora is not None:
             self.lora.prepare([r.lora_slot for r in batch.reqs], extend)
-        ends = np.cumsum(extend) - 1
         n_tok = len(positions)
+        # A verify batch samples every token it computes (each checks the draft after it).
+        ends = np.arange(n_tok) if batch.phase == "verify" else np.cumsum(extend) - 1
         dev = to_device(np.concatenate([positions, flat, ends]), self.device)
         batch.positions = dev[:n_tok]
         flat_d = dev[n_tok : 2 * n_tok]
@@ -318,7 +319,7 @@ class Engine:
         store_rows, store_flat = self._next_token_slots(batch)
         outputs = None
         if self.device.type == "cuda":  # the sampling kernel may write the tokens where they go
-            outputs = TokenOutputs(self.token_pool.view(-1), store_at if len(store_rows) == batch.size else None)
+            outputs = TokenOutputs(self.token_pool.view(-1), store_at if len(store_rows) == len(logits) else None)
         next_tokens = self.sampler.sample(adjusted, args, outputs).to(torch.int32)
         if outputs is None or not outputs.written or outputs.pool_index is None:
             self._store_next_tokens(next_tokens, store_rows, store_flat, store_at)
@@ -337,9 +338,14 @@ class Engine:
     def _next_token_slots(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """(the batch rows whose sampled token goes into the token pool: finished prefills and
         decodes with room left; their flat pool indices)."""
-        rows, _, device_lens = batch.host_arrays
-        seq_lens = np.fromiter((r.seq_len for r in batch.reqs), dtype=np.int64, count=len(batch.reqs))
+        rows, cached, device_lens = batch.host_arrays
         width = self.token_pool.shape[1]
+        if batch.phase == "verify":  # every row: the token after each computed position
+            extend = device_lens - cached
+            after = np.repeat(cached, extend) + ragged_arange(extend) + 1
+            idx = np.flatnonzero(after < width)
+            return idx, (np.repeat(rows, extend) * width + after)[idx]
+        seq_lens = np.fromiter((r.seq_len for r in batch.reqs), dtype=np.int64, count=len(batch.reqs))
         idx = np.flatnonzero((device_lens == seq_lens) & (device_lens < width))
         return idx, rows[idx] * width + device_lens[idx]
 

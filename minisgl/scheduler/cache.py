@@ -27,6 +27,7 @@ class ReqPages:
     shared: int = 0  # leading pages that belong to the prefix cache (matched, locked)
     reserved: int = 0  # pages promised but not yet allocated (the prompt's rest, the decode headroom)
     handle: Any = None
+    promised: int = 0  # pages and reservation together at admission (what trim restores the reservation to)
 
 
 class CacheManager:
@@ -85,7 +86,8 @@ class CacheManager:
             self.prefix_cache.unlock(handle)
             return False
         self.reserved += need
-        self.owned[req.uid] = ReqPages(pages=list(shared), shared=len(shared), reserved=need, handle=handle)
+        self.owned[req.uid] = ReqPages(pages=list(shared), shared=len(shared), reserved=need, handle=handle,
+                                       promised=len(shared) + need)
         req.cached_len = len(shared) * self.page_size
         if shared:
             self.unwritten.append((req.table_idx, 0, list(shared)))
@@ -114,6 +116,21 @@ class CacheManager:
         state.pages += new
         state.reserved -= from_reservation
         self.reserved -= from_reservation
+
+    def trim(self, req: Req, tokens: int) -> None:
+        """Free `req`'s pages past those `tokens` tokens need (speculative decoding's rejected
+        drafts); those its reservation had given return to it, so the pool's bookkeeping is as if
+        the drafts never were."""
+        state = self.owned[req.uid]
+        keep = max(self.pages_for(tokens), state.shared)
+        extra = state.pages[keep:]
+        if not extra:
+            return
+        del state.pages[keep:]
+        self.free_pages += extra
+        back = min(len(extra), max(0, state.promised - len(state.pages) - state.reserved))
+        state.reserved += back
+        self.reserved += back
 
     def release(self, req: Req) -> None:
         """Hand the request's computed full pages to the prefix cache and free the rest."""

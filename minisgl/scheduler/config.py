@@ -33,3 +33,12 @@ class SchedulerConfig(EngineConfig):
     grammar_compile_workers: int = 2
     max_grammar_depth: int = 64
     grammar_cache_bytes: int = 64 << 20
+    # Speculative decoding (minisgl.speculative): the drafter (None: off), the most tokens a request
+    # drafts a step, the n-gram sizes prompt lookup matches, the most running requests that still
+    # draft, and the acceptance below which a request stops drafting for a while.
+    speculative: str | None = None
+    speculative_num_tokens: int = 4
+    speculative_ngram_min: int = 1
+    speculative_ngram_max: int = 4
+    speculative_max_batch: int = 16
+    speculative_min_acceptance: float = 0.3

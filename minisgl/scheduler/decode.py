@@ -24,18 +24,26 @@ class DecodeManager:
     def remove(self, req: Req) -> None:
         self.running.pop(req.uid, None)
 
-    def schedule(self, preempt: Callable[[Req], None], victim: Callable[[list[Req]], Req]) -> list[Req]:
+    def schedule(self, preempt: Callable[[Req], None], victim: Callable[[list[Req]], Req],
+                 drafts: dict[int, list[int]] | None = None) -> tuple[list[Req], dict[int, list[int]]]:
         """The step's batch: every running request, less those preempted (`victim` picks, `preempt`
-        frees) until the pages the batch needs beyond its reservations are in the pool."""
+        frees) until the pages the batch needs beyond its reservations are in the pool; and the
+        `drafts` (uid -> speculative tokens) it computes too: none when their pages do not fit
+        (a draft never costs a preemption)."""
         reqs = list(self.running.values())
+        drafts = drafts or {}
+        if drafts and self._pages_needed(reqs, drafts) > self.cache.available:
+            drafts = {}
         # A step adds one token a request, so at most one page each: with that many free, no need to count.
-        while len(reqs) > self.cache.available and \
-                sum(self.cache.pages_beyond_reservation(r, r.seq_len) for r in reqs) > self.cache.available:
+        while len(reqs) > self.cache.available and self._pages_needed(reqs, {}) > self.cache.available:
             loser = victim(reqs)
             preempt(loser)
             reqs.remove(loser)
         for r in reqs:
-            r.device_len = r.seq_len
+            r.device_len = r.seq_len + len(drafts.get(r.uid, ()))
             self.cache.allocate(r)
         self.cache.write_table()
-        return reqs
+        return reqs, drafts
+
+    def _pages_needed(self, reqs: list[Req], drafts: dict[int, list[int]]) -> int:
+        return sum(self.cache.pages_beyond_reservation(r, r.seq_len + len(drafts.get(r.uid, ()))) for r in reqs)

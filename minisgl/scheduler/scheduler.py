@@ -37,6 +37,7 @@ from .config import SchedulerConfig
 from .decode import DecodeManager
 from .lora_updates import AdapterUpdates
 from .prefill import PrefillManager
+from .speculation import Speculator
 from .table import RequestTable
 
 logger = get_logger(__name__)
@@ -59,6 +60,8 @@ class SchedulerStats:
     prefix_hit_tokens: int = 0
     generated_tokens: int = 0
     preemptions: int = 0
+    draft_tokens: int = 0  # speculative decoding: tokens drafted and verified
+    accepted_tokens: int = 0  # of those, the ones the target model agreed with
     finished: dict[str, int] = field(default_factory=dict)
 
 
@@ -78,6 +81,7 @@ class Scheduler:
                                       self.by_priority)
         self.arrivals = 0
         self.decode = DecodeManager(self.cache)
+        self.speculator = Speculator(config, e.max_seq_len) if config.speculative else None
         self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_ids = tuple(sorted(self.eos_token_ids))  # what min_tokens holds back
         self.reqs: dict[int, Req] = {}
@@ -286,12 +290,15 @@ class Scheduler:
                 processed.extend(self._process(previous))
                 previous = None
 
+        if self.speculator is not None and self.speculator.wants_fresh_tokens(list(self.decode.running.values())):
+            read_previous()  # the drafter continues from the previous step's tokens
         batch = self._schedule()
         launched = self._launch(batch, read_previous) if batch else None
         read_previous()
         outside, self._outputs_outside_steps = self._outputs_outside_steps, []
         outputs = outside + processed
-        if self.overlap:
+        # A verify step's positions are known once its tokens are read: the next step waits for them.
+        if self.overlap and not (launched and launched.batch.phase == "verify"):
             self._in_flight = launched
         elif launched:
             outputs += self._process(launched)
@@ -308,7 +315,12 @@ class Scheduler:
                 return Batch(reqs=reqs, phase="prefill")
         if self.decode.has_work:
             self._last_phase = "decode"
-            reqs = self.decode.schedule(self._preempt, self._victim)
+            drafts = self.speculator.propose(list(self.decode.running.values())) if self.speculator else {}
+            reqs, drafts = self.decode.schedule(self._preempt, self._victim, drafts)
+            drafts = {r.uid: drafts[r.uid] for r in reqs if r.uid in drafts}  # not the preempted ones'
+            if reqs and drafts:
+                Speculator.write(self.engine.token_pool, reqs, drafts)
+                return Batch(reqs=reqs, phase="verify", drafts=drafts)
             if reqs:
                 return Batch(reqs=reqs, phase="decode")
         return None
@@ -344,6 +356,8 @@ class Scheduler:
 
     def _launch(self, batch: Batch, read_previous: Callable[[], None]) -> InFlight:
         out = self.engine.forward_batch(batch, self._sampling_args(batch, read_previous))
+        if batch.phase == "verify":  # positions advance by what is accepted (_process_verify)
+            return InFlight(batch, out, [True] * batch.size)
         samples = [r.samples_this_step for r in batch.reqs]
         # Advance positions now, so the next batch can be scheduled before these tokens are read.
         for r, sampled in zip(batch.reqs, samples):
@@ -361,51 +375,83 @@ class Scheduler:
         """The batch's sampling arguments or, when it has constrained requests, a callable the engine
         calls once the batch's forward pass is launched: their grammar masks need the previous
         step's tokens, which the host then reads while the GPU runs the forward (overlap kept)."""
+        rows = Speculator.sampling_rows(batch.reqs, batch.drafts) if batch.drafts else batch.reqs
         if not any(r.grammar is not None and r.samples_this_step for r in batch.reqs):
-            return BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids)
+            return BatchSamplingArgs.from_reqs(rows, self.engine.device, self.eos_ids)
 
         def after_forward_launch() -> BatchSamplingArgs:
             read_previous()
-            return BatchSamplingArgs.from_reqs(batch.reqs, self.engine.device, self.eos_ids, self._grammar_masks(batch))
+            return BatchSamplingArgs.from_reqs(rows, self.engine.device, self.eos_ids, self._grammar_masks(rows))
 
         return after_forward_launch
 
-    def _grammar_masks(self, batch: Batch) -> BatchMasks | None:
+    def _grammar_masks(self, rows: list[Req]) -> BatchMasks | None:
         """The grammar masks of the batch's constrained sampling rows (a request the previous step
         finished gets none: its token here is dropped), or None when there are none."""
-        constrained = [(i, r.grammar) for i, r in enumerate(batch.reqs)
+        constrained = [(i, r.grammar) for i, r in enumerate(rows)
                        if r.grammar is not None and r.samples_this_step and not r.finished]
         if not constrained:
             return None
         return BatchMasks.fill(constrained, self.engine.model_config.vocab_size)
 
     def _process(self, done: InFlight) -> list[StepOutput]:
+        if done.batch.phase == "verify":
+            return self._process_verify(done)
         done.out.copy_done_event.synchronize()
         tokens = done.out.next_tokens_cpu.tolist()
-        lp = done.out.logprobs_cpu
-        if lp is not None:
-            chosen, top_values, top_ids = lp.chosen.tolist(), lp.top_values.tolist(), lp.top_ids.tolist()
+        logprobs = self._logprob_lists(done)
         outputs = []
         for i, (r, token, sampled) in enumerate(zip(done.batch.reqs, tokens, done.samples)):
             if not sampled or r.finished:
                 continue  # a prompt chunk's sample is meaningless; a finished request wants no more
-            r.output_ids.append(token)
-            self.stats.generated_tokens += 1
-            reason = self._finish_reason(r, token)
-            if r.grammar is not None and not reason:
-                if not r.grammar.accept(token):
-                    reason = "error"  # the grammar allowed no token of this vocabulary (the mask was empty)
-                elif r.grammar.finished:
-                    reason = "stop"
-            if reason:
-                self._finish(r, reason)
-            out = StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len, cached_tokens=r.prefix_hit)
-            k = r.sampling_params.logprobs
-            if k is not None and lp is not None:  # None on tensor-parallel followers
-                out.logprob = chosen[i]
-                out.top_logprobs = [list(pair) for pair in zip(top_ids[i][:k], top_values[i][:k])]
-            outputs.append(out)
+            outputs.append(self._emit(r, token, i, logprobs))
         return outputs
+
+    def _process_verify(self, done: InFlight) -> list[StepOutput]:
+        """A verify step's kept tokens, emitted one by one as decode steps would (a request that
+        finishes keeps none after), and each request's positions moved past them."""
+        done.out.copy_done_event.synchronize()
+        logprobs = self._logprob_lists(done)
+        verdicts = self.speculator.verdicts(done.batch.reqs, done.batch.drafts, done.out.next_tokens_cpu.tolist())
+        outputs = []
+        for r, v in zip(done.batch.reqs, verdicts):
+            self.stats.draft_tokens += v.proposed
+            self.stats.accepted_tokens += v.accepted
+            base = r.seq_len  # its last token's KV was computed here, and the accepted drafts'
+            r.seq_len = base + v.accepted + 1
+            for j, (token, row) in enumerate(zip(v.tokens, v.rows)):
+                r.cached_len = r.device_len = base + min(v.accepted, j + 1)  # KV of known tokens only
+                outputs.append(self._emit(r, token, row, logprobs))
+                if r.finished:
+                    break
+            else:
+                self.cache.trim(r, r.seq_len)  # the pages of rejected drafts only
+        return outputs
+
+    @staticmethod
+    def _logprob_lists(done: InFlight) -> tuple[list, list, list] | None:
+        lp = done.out.logprobs_cpu
+        return None if lp is None else (lp.chosen.tolist(), lp.top_values.tolist(), lp.top_ids.tolist())
+
+    def _emit(self, r: Req, token: int, row: int, logprobs: tuple[list, list, list] | None) -> StepOutput:
+        """`token` appended to `r`'s output (its logprobs at logits row `row`), `r` finished if it ends it."""
+        r.output_ids.append(token)
+        self.stats.generated_tokens += 1
+        reason = self._finish_reason(r, token)
+        if r.grammar is not None and not reason:
+            if not r.grammar.accept(token):
+                reason = "error"  # the grammar allowed no token of this vocabulary (the mask was empty)
+            elif r.grammar.finished:
+                reason = "stop"
+        if reason:
+            self._finish(r, reason)
+        out = StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len, cached_tokens=r.prefix_hit)
+        k = r.sampling_params.logprobs
+        if k is not None and logprobs is not None:  # None on tensor-parallel followers
+            chosen, top_values, top_ids = logprobs
+            out.logprob = chosen[row]
+            out.top_logprobs = [list(pair) for pair in zip(top_ids[row][:k], top_values[row][:k])]
+        return out
 
     def _finish_reason(self, r: Req, token: int) -> str | None:
         p = r.sampling_params
@@ -431,6 +477,8 @@ class Scheduler:
     def _remove(self, r: Req) -> None:
         """The request leaves the scheduler (finished, aborted, refused): its adapter is free of it."""
         del self.reqs[r.uid]
+        if self.speculator is not None:
+            self.speculator.forget(r.uid)
         if r.lora_slot:
             self.engine.lora.release(r.lora_slot)
 

@@ -28,6 +28,7 @@ from minisgl.utils.choices import (
     PREFIX_CACHES,
     REASONING_PARSERS,
     SCHEDULING_POLICIES,
+    SPECULATIVE_DRAFTERS,
     TOOL_PARSERS,
 )
 from minisgl.utils.lora_modules import parse_lora_modules
@@ -103,6 +104,21 @@ class ServerArgs:
         "Which waiting request runs first, and which running one is preempted first: fcfs (arrival order; a "
         "request's priority must be 0) or priority (the request's priority field, lower first, then arrival).",
         "fcfs", choices=list(SCHEDULING_POLICIES))
+    speculative: str | None = _flag(
+        "Speculative decoding: ngram (prompt lookup: drafts copied from where the request's last tokens appeared "
+        "before in its prompt or output; no extra weights). Each decode step then verifies up to "
+        "--speculative-num-tokens drafted tokens per request in one forward pass; outputs are unchanged "
+        "(docs/serving.md: when it pays).", choices=list(SPECULATIVE_DRAFTERS))
+    speculative_num_tokens: int = _flag("With --speculative: most tokens a request drafts per step (k).", 4)
+    speculative_ngram_min: int = _flag("With --speculative ngram: shortest suffix n-gram looked up.", 1)
+    speculative_ngram_max: int = _flag("With --speculative ngram: longest suffix n-gram looked up (the longest "
+                                       "match wins).", 4)
+    speculative_max_batch: int = _flag(
+        "With --speculative: above this many running requests nobody drafts (a large batch is compute-bound, "
+        "and verifying k + 1 tokens a request costs nearly k + 1 times a decode step).", 16)
+    speculative_min_acceptance: float = _flag(
+        "With --speculative: a request whose share of accepted drafts (a moving average) falls below this stops "
+        "drafting for a while (twice as long each time in a row), then tries again.", 0.3)
     attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
                       "auto")
     moe_backend: str = _flag(
@@ -342,6 +358,9 @@ def validate(args: ServerArgs) -> str | None:
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')} must be >= 1"
+    problem = _check_speculative(args)
+    if problem:
+        return problem
     if args.grammar_compile_timeout <= 0:
         return "--grammar-compile-timeout must be > 0"
     for name in ("grammar_compile_workers", "max_grammar_depth", "grammar_cache_bytes"):
@@ -383,6 +402,17 @@ def validate(args: ServerArgs) -> str | None:
         return f"--allowed-origins: not a JSON list: {e}"
     if args.generation_config not in ("auto", "none") and not os.path.isdir(args.generation_config):
         return f"--generation-config must be auto, none or a directory; no directory {args.generation_config}"
+    return None
+
+
+def _check_speculative(args: ServerArgs) -> str | None:
+    for name in ("speculative_num_tokens", "speculative_ngram_min", "speculative_ngram_max", "speculative_max_batch"):
+        if getattr(args, name) < 1:
+            return f"--{name.replace('_', '-')} must be >= 1"
+    if args.speculative_ngram_min > args.speculative_ngram_max:
+        return "--speculative-ngram-min must be <= --speculative-ngram-max"
+    if not 0 <= args.speculative_min_acceptance <= 1:
+        return "--speculative-min-acceptance must be in [0, 1]"
     return None
 
 

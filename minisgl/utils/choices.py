@@ -18,6 +18,8 @@ PREFIX_CACHES: tuple[str, ...] = ("radix", "naive")
 # --admission and --scheduling-policy (minisgl.scheduler).
 ADMISSION_MODES: tuple[str, ...] = ("dynamic", "reserve")
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
+# --speculative: the drafters of speculative decoding (minisgl.speculative).
+SPECULATIVE_DRAFTERS: tuple[str, ...] = ("ngram",)
 # --tool-call-parser and --reasoning-parser (minisgl.server.parsers maps each to its parser).
 TOOL_PARSERS: tuple[str, ...] = ("hermes", "qwen", "llama3_json", "qwen3_coder", "mistral")
 REASONING_PARSERS: tuple[str, ...] = ("qwen3", "deepseek_r1")

@@ -1,0 +1,126 @@
+"""Speculative decoding changes how many tokens a step computes, never which: greedy and seeded
+outputs, logprobs and every way a request ends are those of decoding without it, on every
+architecture, with the radix cache and chunked prefill on; and every page goes back."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import replace
+
+import pytest
+import torch
+
+from minisgl.benchmark.replay_drafter import ReplayDrafter
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+from tests.conftest import ARCHITECTURES
+
+NEW_TOKENS = 24
+GREEDY = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
+# Radix cache and chunked prefill on, a prefill budget small enough to split the prompts.
+SETTINGS = {"device": "cpu", "dtype": torch.float32, "max_running_requests": 16, "num_pages": 1024, "page_size": 4,
+            "cache": "radix", "max_prefill_length": 16}
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = random.Random(1)
+    # Repeated fragments, so prompt lookup finds its n-grams.
+    return [[rng.randint(3, 380) for _ in range(rng.randint(8, 20))] * 2 for _ in range(6)]
+
+
+def generate(model_dir, prompts, params, speculative=None, replay=None, rate=1.0, **settings):
+    """The outputs and the scheduler after the run; `replay`: sequences a ReplayDrafter drafts from."""
+    kwargs = {**SETTINGS, **settings}
+    if speculative or replay:
+        kwargs["speculative"] = "ngram"
+    llm = LLM(model_dir, **kwargs)
+    try:
+        if replay is not None:
+            vocab = llm.scheduler.engine.model_config.vocab_size
+            llm.scheduler.speculator.drafter = ReplayDrafter(replay, rate, vocab)
+        params = params if isinstance(params, list) else [params] * len(prompts)
+        return llm.generate(prompts, params, use_tqdm=False), llm.scheduler
+    finally:
+        llm.shutdown()
+
+
+def ids(outputs):
+    return [o["token_ids"] for o in outputs]
+
+
+def assert_all_pages_back(scheduler):
+    assert scheduler.cache.used_pages == 0 and scheduler.cache.reserved == 0
+    assert scheduler.table.num_free == scheduler.table.rows
+
+
+def check_greedy(model_dir, prompts):
+    expected, _ = generate(model_dir, prompts, GREEDY)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    ngram, s_ngram = generate(model_dir, prompts, GREEDY, speculative="ngram")
+    replayed, s_replay = generate(model_dir, prompts, GREEDY, replay=sequences, rate=0.7)
+    assert ids(ngram) == ids(expected)
+    assert ids(replayed) == ids(expected)
+    # The replayed drafts were verified, most accepted, some rejected (their KV and pages dropped).
+    stats = s_replay.stats
+    assert 0 < stats.accepted_tokens < stats.draft_tokens
+    assert s_ngram.stats.draft_tokens > 0
+    assert_all_pages_back(s_ngram)
+    assert_all_pages_back(s_replay)
+
+
+def test_greedy_tokens_are_those_without_speculation(tiny_model_dir, prompts):
+    check_greedy(tiny_model_dir("Qwen3ForCausalLM"), prompts)
+
+
+@pytest.mark.slow  # three runs per architecture: tens of seconds on 2 cores
+@pytest.mark.parametrize("arch", [a for a in ARCHITECTURES if a != "Qwen3ForCausalLM"])
+def test_greedy_tokens_are_those_without_speculation_on_every_architecture(tiny_model_dir, prompts, arch):
+    check_greedy(tiny_model_dir(arch), prompts)
+
+
+def test_seeded_sampling_draws_the_same_tokens(tiny_model_dir, prompts):
+    """Each verified position samples with the request's seed, penalties and min_tokens at that
+    position, so a seeded request draws what it draws without speculation."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    params = [SamplingParams(temperature=0.9, top_k=50, seed=7 + i, max_tokens=NEW_TOKENS, min_tokens=20,
+                             frequency_penalty=0.4, logprobs=3) for i in range(len(prompts))]
+    expected, _ = generate(model_dir, prompts, params)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    got, scheduler = generate(model_dir, prompts, params, replay=sequences, rate=0.8)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.accepted_tokens > 0
+    for g, e in zip(got, expected):
+        assert [[t for t, _ in x["top_logprobs"]] for x in g["logprobs"]] == \
+            [[t for t, _ in x["top_logprobs"]] for x in e["logprobs"]]
+        torch.testing.assert_close(torch.tensor([x["logprob"] for x in g["logprobs"]]),
+                                   torch.tensor([x["logprob"] for x in e["logprobs"]]), rtol=1e-4, atol=1e-4)
+    assert_all_pages_back(scheduler)
+
+
+def test_a_request_ends_where_it_ends_without_speculation(tiny_model_dir, prompts):
+    """A stop token inside the accepted drafts ends the request there; max_tokens is never passed."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    expected, _ = generate(model_dir, prompts, GREEDY)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    stops = [replace(GREEDY, max_tokens=4 + 2 * i, stop_token_ids=(o[6],)) for i, o in enumerate(ids(expected))]
+    want, _ = generate(model_dir, prompts, stops)
+    got, scheduler = generate(model_dir, prompts, stops, replay=sequences, rate=1.0)
+    assert ids(got) == ids(want)
+    assert [o["finish_reason"] for o in got] == [o["finish_reason"] for o in want]
+    assert {"stop", "length"} <= {o["finish_reason"] for o in got}
+    assert all(len(o) <= p.max_tokens for o, p in zip(ids(got), stops))
+    assert_all_pages_back(scheduler)
+
+
+def test_a_small_pool_preempts_and_still_gives_the_same_tokens(tiny_model_dir, prompts):
+    """Drafts take pages only where they fit (never a preemption of their own); requests the pool
+    preempts resume as they do without speculation."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    expected, _ = generate(model_dir, prompts, GREEDY)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    got, scheduler = generate(model_dir, prompts, GREEDY, replay=sequences, rate=0.9, num_pages=40,
+                              decode_reserve_tokens=4)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.preemptions > 0 and scheduler.stats.accepted_tokens > 0
+    assert_all_pages_back(scheduler)
