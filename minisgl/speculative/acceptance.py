@@ -34,19 +34,23 @@ def accepted_prefix(drafts: list[int], targets: list[int]) -> int:
 
 
 def rejection_sample(p: torch.Tensor, q: torch.Tensor, drafts: torch.Tensor,
-                     generator: torch.Generator | None = None) -> list[int]:
-    """The tokens kept for one request: p [k + 1, vocab] target probabilities at the k verified
-    positions and the one after, q [k, vocab] the drafter's, drafts [k] the proposed tokens (drawn
-    from q). Returns the accepted drafts and one token from the residual (or from p[k])."""
-    k = drafts.numel()
-    u = torch.rand(k, generator=generator, device=p.device)
-    rows = torch.arange(k, device=p.device)
-    ratio = p[rows, drafts] / q[rows, drafts]
-    for i in range(k):
-        if u[i] >= ratio[i]:  # min(1, ratio) without the min: u < 1 always
-            residual = (p[i] - q[i]).clamp(min=0)
-            if residual.sum() <= 0:  # p == q: nothing to correct, any draw from p is right
-                residual = p[i]
-            token = torch.multinomial(residual / residual.sum(), 1, generator=generator)
-            return drafts[:i].tolist() + [int(token)]
-    return drafts.tolist() + [int(torch.multinomial(p[k], 1, generator=generator))]
+                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rule for drafters with a distribution, batched: p [n, k + 1, vocab] the target's
+    probabilities at the k verified positions and the one after, q [n, k, vocab] the drafter's,
+    drafts [n, k] the proposed tokens (drawn from q). Returns (tokens [n, k + 1], accepted [n]):
+    request i keeps tokens[i, : accepted[i] + 1], its accepted drafts and one token from the
+    residual at the first rejection (from p[k] when there is none)."""
+    n, k = drafts.shape
+    rows = torch.arange(n, device=p.device)
+    u = torch.rand(n, k, generator=generator, device=p.device)
+    p_d = p[:, :k].gather(2, drafts.unsqueeze(2)).squeeze(2)
+    q_d = q.gather(2, drafts.unsqueeze(2)).squeeze(2)
+    accepted = (u * q_d < p_d).int().cumprod(dim=1).sum(dim=1)  # u < min(1, p/q), up to the first rejection
+    p_at = p[rows, accepted]
+    q_at = torch.where((accepted < k).unsqueeze(1), q[rows, accepted.clamp(max=k - 1)], 0.0)
+    residual = (p_at - q_at).clamp(min=0)
+    # p == q there: nothing to correct, a draw from p is right (multinomial normalises either).
+    residual = torch.where(residual.sum(dim=1, keepdim=True) > 0, residual, p_at)
+    tokens = torch.cat([drafts, drafts.new_zeros(n, 1)], dim=1)
+    tokens[rows, accepted] = torch.multinomial(residual, 1, generator=generator).squeeze(1)
+    return tokens, accepted
