@@ -146,6 +146,8 @@ class SchedulerStatsMsg:
     prefix_queried_tokens: int = 0
     prefix_hit_tokens: int = 0
     preemptions: int = 0
+    draft_tokens: int = 0  # speculative decoding: tokens drafted and verified
+    accepted_draft_tokens: int = 0  # of those, accepted
     queue_times: list[float] = field(default_factory=list)  # seconds, of requests admitted since
     info: dict[str, str] | None = None  # the first message: dtype, attention backend, ... as resolved
 

@@ -46,7 +46,7 @@ class StatsReporter:
         self.out = PushSocket(addr)
         self.arrived: dict[int, float] = {}  # uid -> arrival, for requests in the waiting queue
         self.queue_times: list[float] = []
-        self.reported = (0, 0, 0)  # prompt tokens, prefix-cache hits and preemptions sent so far
+        self.reported = (0, 0, 0, 0, 0)  # prompt tokens, prefix-cache hits, preemptions, drafted and accepted tokens sent so far
         self.gauges: tuple[int, ...] | None = None
         self.last_sent = 0.0
         self.pending_info: dict[str, str] | None = self.info()  # goes with the first message sent
@@ -80,13 +80,15 @@ class StatsReporter:
             return
         s = self.scheduler
         gauges = (s.num_running, s.num_waiting, s.cache.used_pages, s.engine.num_pages)
-        counters = (s.stats.prompt_tokens, s.stats.prefix_hit_tokens, s.stats.preemptions)
+        counters = (s.stats.prompt_tokens, s.stats.prefix_hit_tokens, s.stats.preemptions, s.stats.draft_tokens,
+                    s.stats.accepted_tokens)
         unchanged = gauges == self.gauges and counters == self.reported and not self.queue_times
         if unchanged and not self.pending_info:
             return
-        queried, hits, preempted = (now_ - then for now_, then in zip(counters, self.reported))
+        queried, hits, preempted, drafted, accepted = (now_ - then for now_, then in zip(counters, self.reported))
         msg = SchedulerStatsMsg(os.getpid(), *gauges, prefix_queried_tokens=queried, prefix_hit_tokens=hits,
-                                preemptions=preempted, queue_times=self.queue_times, info=self.pending_info)
+                                preemptions=preempted, draft_tokens=drafted, accepted_draft_tokens=accepted,
+                                queue_times=self.queue_times, info=self.pending_info)
         self.last_sent = now
         try:
             # Never block the scheduler on metrics: with nobody reading (the shell has no /metrics)

@@ -44,6 +44,9 @@ REQUIRED = {
     "minisgl_prefix_cache_queries": "counter",
     "minisgl_prefix_cache_hits": "counter",
     "minisgl_num_preemptions": "counter",
+    "minisgl_spec_decode_num_draft_tokens": "counter",
+    "minisgl_spec_decode_num_accepted_tokens": "counter",
+    "minisgl_spec_decode_draft_acceptance_rate": "gauge",
     "minisgl_request_prompt_tokens": "histogram",
     "minisgl_request_generation_tokens": "histogram",
     "minisgl_request_decode_time_seconds": "histogram",
@@ -537,3 +540,17 @@ def test_scheduler_stats_are_applied_once_and_survive_a_scheduler_restart():
     info = next(s.labels for s in f["minisgl_model_info"].samples)
     assert info == {"model_name": "m", "model": "org/m", "tp": "1", "version": info["version"], "dtype": "bfloat16",
                     "attention_backend": "fa,fi"}
+
+
+def test_speculative_decoding_counts_drafted_and_accepted_tokens_and_their_rate():
+    m = ServerMetrics("m", "org/m")
+    f = families_of(m)
+    assert value(f, "minisgl_spec_decode_draft_acceptance_rate") == 0  # no draft yet
+    m.apply(SchedulerStatsMsg(pid=1, num_running=1, num_waiting=0, used_pages=1, num_pages=10, draft_tokens=8,
+                              accepted_draft_tokens=6))
+    m.apply(SchedulerStatsMsg(pid=1, num_running=1, num_waiting=0, used_pages=1, num_pages=10, draft_tokens=4,
+                              accepted_draft_tokens=0))
+    f = families_of(m)
+    assert value(f, "minisgl_spec_decode_num_draft_tokens_total") == 12
+    assert value(f, "minisgl_spec_decode_num_accepted_tokens_total") == 6
+    assert value(f, "minisgl_spec_decode_draft_acceptance_rate") == 0.5

@@ -151,6 +151,15 @@ class ServerMetrics:
         self.prefix_hits = counter("prefix_cache_hits", "Prompt tokens found in the prefix cache (not computed).")
         self.preemptions = counter("num_preemptions", "Running requests the scheduler preempted (their KV freed, "
                                    "to be computed again).")
+        # Speculative decoding (--speculative): vLLM's spec_decode names; the rate is accepted / drafted
+        # since start (rate() of the two counters gives it over a window).
+        self.draft_tokens = counter("spec_decode_num_draft_tokens", "Speculative decoding: tokens drafted and "
+                                    "verified by the target model.")
+        self.accepted_draft_tokens = counter("spec_decode_num_accepted_tokens", "Speculative decoding: drafted "
+                                             "tokens the target model accepted.")
+        self.acceptance_rate = gauge("spec_decode_draft_acceptance_rate", "Speculative decoding: accepted / "
+                                     "drafted tokens since the server started (0 before any draft).")
+        self._drafted = self._accepted = 0
         self.running = gauge("num_requests_running", "Requests admitted by the scheduler: prefilling or decoding.")
         # The operator's HorizontalPodAutoscaler targets this exact name.
         self.waiting = gauge("num_requests_waiting", "Requests queued in the scheduler, not yet admitted.")
@@ -238,6 +247,12 @@ class ServerMetrics:
         self.prefix_queries.inc(msg.prefix_queried_tokens)
         self.prefix_hits.inc(msg.prefix_hit_tokens)
         self.preemptions.inc(msg.preemptions)
+        if msg.draft_tokens:
+            self.draft_tokens.inc(msg.draft_tokens)
+            self.accepted_draft_tokens.inc(msg.accepted_draft_tokens)
+            self._drafted += msg.draft_tokens
+            self._accepted += msg.accepted_draft_tokens
+            self.acceptance_rate.set(self._accepted / self._drafted)
         for seconds in msg.queue_times:
             self.queue_time.observe(seconds)
         self.running.set(msg.num_running)
