@@ -50,7 +50,8 @@ class Speculator:
         """Most tokens `r` may draft: none beyond its max_tokens or the context."""
         if r.grammar is not None or r.finished or r.prompt_len + len(r.output_ids) != r.seq_len:
             return 0
-        left = r.sampling_params.max_tokens - len(r.output_ids) - 1  # the step's own token is one of them
+        # max_tokens is a number once admitted (Scheduler.resolve); the step's own token is one of them.
+        left = (r.sampling_params.max_tokens or 0) - len(r.output_ids) - 1
         return max(0, min(self.policy.k_for(r.uid), left, self.max_seq_len - r.seq_len))
 
     def wants_fresh_tokens(self, running: list[Req]) -> bool:
