@@ -124,3 +124,15 @@ def test_a_small_pool_preempts_and_still_gives_the_same_tokens(tiny_model_dir, p
     assert ids(got) == ids(expected)
     assert scheduler.stats.preemptions > 0 and scheduler.stats.accepted_tokens > 0
     assert_all_pages_back(scheduler)
+
+
+@pytest.mark.slow  # a process group of two ranks on gloo
+def test_tensor_parallel_ranks_verify_the_same_drafts(tiny_model_dir, prompts):
+    """Every rank drafts from the same tokens with the same policy, so the ranks run the same verify
+    batches in step, and the tokens are those of one rank without speculation."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    expected, _ = generate(model_dir, prompts, GREEDY)
+    got, scheduler = generate(model_dir, prompts, GREEDY, speculative="ngram", tp=2)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.draft_tokens > 0
+    assert_all_pages_back(scheduler)
