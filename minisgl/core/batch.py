@@ -45,6 +45,9 @@ class Req:
     arrival: int = 0  # the scheduler's arrival order: ties in priority go to the earlier request
     preemptions: int = 0
     prefix_hit: int = 0  # prompt tokens the prefix cache held at its first admission (usage's cached_tokens)
+    # Prompt logprobs computed so far, chunk by chunk, until they leave with the first output token:
+    # per prompt token from the second, [token id, logprob, [[id, logprob], ...]].
+    prompt_scores: list[list] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if self.seq_len < 0:
@@ -64,6 +67,12 @@ class Req:
     def samples_this_step(self) -> bool:
         """Whether the current forward reaches the sequence's end, so its last logits are sampled."""
         return self.device_len == self.seq_len
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """Whether the request asked for its prompt's logprobs and has sampled nothing yet: its
+        prefill then gets logits at every prompt position (a resumed one was scored already)."""
+        return self.sampling_params.prompt_logprobs is not None and self.seq_len == self.prompt_len
 
     @property
     def extend_len(self) -> int:
@@ -101,10 +110,11 @@ class Batch:
     input_ids: torch.Tensor | None = None
     positions: torch.Tensor | None = None
     out_loc: torch.Tensor | None = None
-    # Row of each request's last computed token among the batch's tokens: what gets sampled.
-    last_token_idx: torch.Tensor | None = None
+    # Rows among the batch's tokens whose logits the LM head computes, request by request, each
+    # request's last token last (`logit_counts` of them per request).
+    logit_indices: torch.Tensor | None = None
     attn_metadata: BaseAttnMetadata | None = None
-    # float32 logits of each request's last token, kept after the forward pass.
+    # float32 logits of each request's last token (every row of a verify batch), kept after the forward pass.
     logits: torch.Tensor | None = None
     # A verify batch's draft tokens, by request uid (a request without drafts computes one token).
     drafts: dict[int, list[int]] | None = None
@@ -119,6 +129,15 @@ class Batch:
         (the engine and the attention backend both read them; requests do not change while a batch
         is being launched)."""
         return req_arrays(self.reqs)
+
+    @cached_property
+    def logit_counts(self) -> np.ndarray:
+        """How many of each request's computed tokens get logits, computed once: its last token,
+        or every one it computes in a verify batch (each checks the draft after it) and in a
+        prefill that scores its prompt (Req.wants_prompt_logprobs)."""
+        _, cached, device_lens = self.host_arrays
+        every = [self.phase == "verify" or r.wants_prompt_logprobs for r in self.reqs]
+        return np.where(every, device_lens - cached, 1)
 
     @property
     def is_decode(self) -> bool:

@@ -47,6 +47,7 @@ class SamplingParams:
     constraint: tuple[str, str] | None = None
     lora: str | None = None
     priority: int = 0
+    prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
         # Sequences arrive as lists (JSON, msgpack); stored as tuples, so the params stay hashable.

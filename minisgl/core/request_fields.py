@@ -141,6 +141,11 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     # --scheduling-policy priority; under fcfs (the default) only 0 is accepted (the scheduler refuses others).
     RequestField("priority", int, 0, "extension (vLLM): lower runs first under --scheduling-policy priority",
                  api=Range(ge=-INT32_MAX - 1, le=INT32_MAX)),
+    # None: off. k >= 0: each prompt token's log-probability (from the second) and the k most likely
+    # tokens' at its position; the prefill then computes every prompt position (no cached prefix).
+    # The completions API also sets it for echo with logprobs.
+    RequestField("prompt_logprobs", int | None, None, "extension (vLLM): the prompt's logprobs and this many "
+                 "alternatives per prompt token (None: none)", valid=Range(ge=0, le=MAX_LOGPROBS), in_api=False),
 )
 FIELDS: dict[str, RequestField] = {f.name: f for f in REQUEST_FIELDS}
 TOKEN_ID_FIELDS: tuple[RequestField, ...] = tuple(f for f in REQUEST_FIELDS if f.token_ids)

@@ -25,6 +25,7 @@ from minisgl.utils.logger import get_logger
 
 from .config import EngineConfig, check_moe_backend_dtype, resolve_device, resolve_moe_backend
 from .graph import GraphRunner, graph_batch_sizes
+from .prompt_logprobs import PromptScores, last_rows, score_prompts
 from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, TokenOutputs, token_logprobs
 
 logger = get_logger(__name__)
@@ -42,6 +43,7 @@ class ForwardOutput(NamedTuple):
     next_tokens_cpu: torch.Tensor
     copy_done_event: torch.cuda.Event | _DoneEvent
     logprobs_cpu: TokenLogprobs | None = None  # when a request asked (rank 0 only); ready with copy_done_event
+    prompt_scores: PromptScores | None = None  # prompt logprobs this step computed (rank 0 only); likewise
 
 
 @contextlib.contextmanager
@@ -286,14 +288,12 @@ class Engine:
         if self.lora is not None:
             self.lora.prepare([r.lora_slot for r in batch.reqs], extend)
         n_tok = len(positions)
-        # A verify batch samples every token it computes (each checks the draft after it).
-        ends = np.arange(n_tok) if batch.phase == "verify" else np.cumsum(extend) - 1
-        dev = to_device(np.concatenate([positions, flat, ends]), self.device)
+        dev = to_device(np.concatenate([positions, flat, _logit_rows(extend, batch.logit_counts)]), self.device)
         batch.positions = dev[:n_tok]
         flat_d = dev[n_tok : 2 * n_tok]
         batch.input_ids = self.token_pool.view(-1)[flat_d]
         batch.out_loc = self.page_table.view(-1)[flat_d].long()
-        batch.last_token_idx = dev[2 * n_tok :]
+        batch.logit_indices = dev[2 * n_tok :]
         self.attn_backend.prepare_metadata(batch)
 
     @torch.inference_mode()
@@ -312,6 +312,11 @@ class Engine:
             with self.ctx.forward_batch(batch):
                 logits = self.model.forward()
             store_at = None
+        prompt_scores = None
+        if batch.phase == "prefill" and len(logits) > batch.size:  # some request scores its prompt
+            if self.tp.is_primary:
+                prompt_scores = score_prompts(batch, logits, self.token_pool)
+            logits = logits[to_device(last_rows(batch), self.device)]
         if callable(args):
             args = args()
         # Penalties, biases and grammar masks change a copy: logprobs report the model's own distribution.
@@ -330,10 +335,12 @@ class Engine:
         if self.device.type == "cuda":
             cpu = outputs.host if outputs.written else _to_host(next_tokens)
             logprobs = logprobs and TokenLogprobs(*map(_to_host, logprobs))
+            if prompt_scores is not None:
+                prompt_scores = prompt_scores._replace(logprobs=TokenLogprobs(*map(_to_host, prompt_scores.logprobs)))
             event = torch.cuda.Event()
             event.record()
-            return ForwardOutput(next_tokens, cpu, event, logprobs)
-        return ForwardOutput(next_tokens, next_tokens.clone(), _DoneEvent(), logprobs)
+            return ForwardOutput(next_tokens, cpu, event, logprobs, prompt_scores)
+        return ForwardOutput(next_tokens, next_tokens.clone(), _DoneEvent(), logprobs, prompt_scores)
 
     def _next_token_slots(self, batch: Batch) -> tuple[np.ndarray, np.ndarray]:
         """(the batch rows whose sampled token goes into the token pool: finished prefills and
@@ -370,6 +377,14 @@ class Engine:
         set_global_ctx(None)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def _logit_rows(extend: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The rows among the batch's tokens of each request's last `counts` tokens (its extend's tail)."""
+    ends = np.cumsum(extend)
+    if (counts == 1).all():
+        return ends - 1
+    return np.repeat(ends - counts, counts) + ragged_arange(counts)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

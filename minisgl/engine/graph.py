@@ -83,7 +83,7 @@ class GraphRunner:
         # Where each request's sampled token goes in the flattened token pool (written by the
         # gather too): the engine stores the tokens there with no host copy of indices.
         self.next_token_index = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
-        self.last_token_idx = torch.arange(self.max_bs, dtype=torch.int64, device=device)
+        self.logit_indices = torch.arange(self.max_bs, dtype=torch.int64, device=device)
         # Logits stay in the model dtype inside the graph (the sampler reads them once); a model
         # without the usual .model / .lm_head split falls back to forward()'s float32 logits.
         self.split_model = hasattr(e.model, "model") and hasattr(e.model, "lm_head")
@@ -104,7 +104,7 @@ class GraphRunner:
         batch.input_ids = self.input_ids[:bs]
         batch.positions = self.positions[:bs]
         batch.out_loc = self.out_loc[:bs]
-        batch.last_token_idx = self.last_token_idx[:bs]
+        batch.logit_indices = self.logit_indices[:bs]
         return batch
 
     @torch.inference_mode()
@@ -177,7 +177,7 @@ class GraphRunner:
         batch.positions = self.positions[:bs]
         batch.input_ids = self.input_ids[:bs]
         batch.out_loc = self.out_loc[:bs]
-        batch.last_token_idx = self.last_token_idx[:bs]
+        batch.logit_indices = self.logit_indices[:bs]
         if e.lora is not None:
             slots = np.zeros(padded, dtype=np.int64)
             slots[:bs] = [r.lora_slot for r in batch.reqs]

@@ -94,6 +94,7 @@ class LLM:
             self.inbox.put(TokenizedRequestMsg(uid, ids, params))
         results = {uid: [] for uid in uids}
         logprobs = {uid: [] if params.logprobs is not None else None for uid, params in zip(uids, sampling_params)}
+        prompt_logprobs: dict[int, list | None] = {uid: None for uid in uids}
         finished: dict[int, str] = {}
         with tqdm(total=len(uids), desc="Generating", unit="req", disable=not use_tqdm) as bar:
             while len(finished) < len(uids):
@@ -102,6 +103,10 @@ class LLM:
                 for out in outputs:
                     text = texts.get(out.uid)
                     stopped = text is not None and text.stopped
+                    if out.prompt_logprobs is not None:
+                        prompt_logprobs[out.uid] = [None if lp is None else {"token_id": t, "logprob": lp,
+                                                    "top_logprobs": [tuple(p) for p in top]}
+                                                    for t, lp, top in out.prompt_logprobs]
                     if out.token_id is not None and not stopped:
                         results[out.uid].append(out.token_id)
                         if out.logprob is not None:
@@ -117,7 +122,8 @@ class LLM:
                         finished[out.uid] = "stop" if text is not None and text.stopped else out.finish_reason
                         bar.update(1)
         return [{"text": self._text(results[u], texts.get(u)), "token_ids": results[u],
-                 "finish_reason": finished[u], "logprobs": logprobs[u]} for u in uids]
+                 "finish_reason": finished[u], "logprobs": logprobs[u], "prompt_logprobs": prompt_logprobs[u]}
+                for u in uids]
 
     def _stop_watch(self, ids: list[int], params: SamplingParams) -> IncrementalDetokenizer:
         if self.tokenizer is None:

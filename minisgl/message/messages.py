@@ -81,6 +81,9 @@ class StepOutput:
     cached_tokens: int = 0  # of prompt_tokens, those found in the prefix cache
     logprob: float | None = None  # when the request asked for logprobs
     top_logprobs: list[list] | None = None  # [[token id, logprob], ...], most likely first
+    # With the first token, when the request asked for prompt logprobs: per prompt token
+    # [token id, logprob (None for the first), [[id, logprob], ...]].
+    prompt_logprobs: list[list] | None = None
 
 
 @message
@@ -102,6 +105,8 @@ class Reply:
     logprobs: list | None = None
     cached_tokens: int = 0  # of prompt_tokens, those found in the prefix cache
     stop: str | None = None  # the stop string that ended it (finish_reason stop)
+    # With the first token, when asked: per prompt token [token text, logprob (None for the first), [[text, logprob], ...]].
+    prompt_logprobs: list | None = None
 
 
 def merge_replies(replies: list[Reply]) -> Reply:
@@ -114,7 +119,8 @@ def merge_replies(replies: list[Reply]) -> Reply:
         logprobs = [entry for r in replies for entry in (r.logprobs or [])]
     return Reply(last.uid, "".join(r.text for r in replies), last.completion_tokens, last.finish_reason,
                  last.error, max(r.prompt_tokens for r in replies), logprobs,
-                 max(r.cached_tokens for r in replies), last.stop)
+                 max(r.cached_tokens for r in replies), last.stop,
+                 next((r.prompt_logprobs for r in replies if r.prompt_logprobs is not None), None))
 
 
 def merge_by_request(replies: list[Reply]) -> list[Reply]:

@@ -122,7 +122,8 @@ class DecoderForCausalLM(nn.Module):
         self.lm_head = ParallelLMHead(cfg.vocab_size, cfg.hidden_size, tie_to=tie)
 
     def forward(self) -> torch.Tensor:
-        """Runs the context's current batch; returns float32 logits of each request's last token."""
+        """Runs the context's current batch; returns float32 logits of its rows that get them
+        (`Batch.logit_indices`: each request's last token, or more, see `Batch.logit_counts`)."""
         batch = get_global_ctx().current_batch()
         hidden = self.model(batch.input_ids, batch.positions)
-        return self.lm_head(hidden[batch.last_token_idx]).float()
+        return self.lm_head(hidden[batch.logit_indices]).float()

@@ -73,13 +73,12 @@ class CacheManager:
 
     def fits(self, req: Req) -> bool:
         """Whether try_admit would admit `req` now (nothing is changed)."""
-        _, shared = self.prefix_cache.match(req.all_ids[: req.prefill_len - 1], req.lora_load_id)
+        _, shared = self.prefix_cache.match(_reusable(req), req.lora_load_id)
         return self.admission_need(req, len(shared)) <= self.available
 
     def try_admit(self, req: Req) -> bool:
         """Match the cached prefix and reserve the rest; False if memory is short now."""
-        # Leave at least one token to compute: its logits give the next output token.
-        handle, shared = self.prefix_cache.match(req.all_ids[: req.prefill_len - 1], req.lora_load_id)
+        handle, shared = self.prefix_cache.match(_reusable(req), req.lora_load_id)
         self.prefix_cache.lock(handle)
         need = self.admission_need(req, len(shared))
         if need > self.available:
@@ -161,3 +160,9 @@ class CacheManager:
         both = to_device(np.concatenate([(starts[:, None] + offsets).ravel(), (pages[:, None] * p + offsets).ravel()]),
                          self.page_table.device)
         self.page_table.view(-1)[both[:n]] = both[n:].to(self.page_table.dtype)
+
+
+def _reusable(req: Req) -> list[int]:
+    """The tokens whose cached KV `req` may reuse: all but the last (its logits give the next output
+    token), none when it scores its prompt (every position's logits are wanted)."""
+    return [] if req.wants_prompt_logprobs else req.all_ids[: req.prefill_len - 1]

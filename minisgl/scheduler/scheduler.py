@@ -400,6 +400,8 @@ class Scheduler:
         done.out.copy_done_event.synchronize()
         tokens = done.out.next_tokens_cpu.tolist()
         logprobs = self._logprob_lists(done)
+        if done.out.prompt_scores is not None:
+            self._keep_prompt_scores(done)
         outputs = []
         for i, (r, token, sampled) in enumerate(zip(done.batch.reqs, tokens, done.samples)):
             if not sampled or r.finished:
@@ -429,6 +431,20 @@ class Scheduler:
         return outputs
 
     @staticmethod
+    def _keep_prompt_scores(done: InFlight) -> None:
+        """The prompt logprobs of this step's chunks, kept on their requests until the first token."""
+        spans, (chosen, top_values, top_ids) = done.out.prompt_scores
+        chosen, top_values, top_ids = chosen.tolist(), top_values.tolist(), top_ids.tolist()
+        row = 0
+        for i, n in spans:
+            r = done.batch.reqs[i]
+            k = r.sampling_params.prompt_logprobs
+            for j in range(row, row + n):
+                token = r.prompt_ids[len(r.prompt_scores) + 1]
+                r.prompt_scores.append([token, chosen[j], [list(pair) for pair in zip(top_ids[j][:k], top_values[j][:k])]])
+            row += n
+
+    @staticmethod
     def _logprob_lists(done: InFlight) -> tuple[list, list, list] | None:
         lp = done.out.logprobs_cpu
         return None if lp is None else (lp.chosen.tolist(), lp.top_values.tolist(), lp.top_ids.tolist())
@@ -446,6 +462,9 @@ class Scheduler:
         if reason:
             self._finish(r, reason)
         out = StepOutput(r.uid, token, reason, prompt_tokens=r.prompt_len, cached_tokens=r.prefix_hit)
+        if r.sampling_params.prompt_logprobs is not None and len(r.output_ids) == 1 and self.engine.tp.is_primary:
+            out.prompt_logprobs = [[r.prompt_ids[0], None, []], *r.prompt_scores]
+            r.prompt_scores = []
         k = r.sampling_params.logprobs
         if k is not None and logprobs is not None:  # None on tensor-parallel followers
             chosen, top_values, top_ids = logprobs
