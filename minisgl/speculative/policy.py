@@ -21,7 +21,7 @@ EMA_WEIGHT = 0.3  # of the latest verify step in a request's acceptance
 @dataclass
 class RequestSpeculation:
     k: int
-    rate: float = 1.0  # moving average of accepted / proposed; optimistic until measured
+    rate: float = 0.6  # moving average of accepted / proposed: a start that drafts all k, and gives up after two misses
     proposed: int = 0
     accepted: int = 0
     misses: int = 0  # bad steps in a row (no draft, acceptance below the floor)

@@ -136,3 +136,15 @@ def test_tensor_parallel_ranks_verify_the_same_drafts(tiny_model_dir, prompts):
     assert ids(got) == ids(expected)
     assert scheduler.stats.draft_tokens > 0
     assert_all_pages_back(scheduler)
+
+
+def test_drafts_that_always_fail_switch_speculation_off(tiny_model_dir, prompts):
+    """At 0% acceptance a request stops drafting after two verify steps and then tries rarely (after
+    2, 4, ... 64 steps): most of its steps are plain decode steps."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    long = replace(GREEDY, max_tokens=200)
+    expected, _ = generate(model_dir, prompts[:1], long)
+    got, scheduler = generate(model_dir, prompts[:1], long, replay=[prompts[0] + ids(expected)[0]], rate=0.0)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.accepted_tokens == 0
+    assert 0 < scheduler.stats.draft_tokens < 40  # of 200 steps

@@ -1,0 +1,124 @@
+"""Speculative decoding's time per output token against decoding without it, at a set acceptance.
+
+    python benchmark/offline/speculative.py --model .bench-models/llama-3.1-8b --dummy-weight
+
+For each batch size: a run without speculation gives each prompt's greedy continuation and the
+baseline TPOT; then for each acceptance rate a run with --speculative whose drafter replays that
+continuation, each drafted token replaced by a wrong one with probability 1 - rate
+(minisgl/benchmark/replay_drafter.py), k = --speculative-num-tokens. TPOT is each request's decode
+time over its tokens after the first, averaged over the requests; the ratio to the baseline and the
+acceptance measured (accepted / drafted) go beside it. Speculation's own switches stay as the server
+has them (--speculative-max-batch, --speculative-min-acceptance), so a large batch or a rate of 0
+measures the off switch. Writes JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import random
+import time
+
+import torch
+
+from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
+from minisgl.benchmark.replay_drafter import ReplayDrafter
+from minisgl.benchmark.report import device_name, write_json
+from minisgl.core import SamplingParams
+from minisgl.llm import LLM
+from minisgl.message import TokenizedRequestMsg
+from minisgl.server.args import add_flags
+
+FLAGS = tuple(name for name in ENGINE_FLAGS if name != "max_running_requests")
+SPEC_FLAGS = ("speculative_num_tokens", "speculative_max_batch", "speculative_min_acceptance")
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=".bench-models/llama-3.1-8b")
+    add_flags(p, FLAGS + SPEC_FLAGS, dtype="bfloat16")
+    p.add_argument("--batches", default="1,64", help="batch sizes, comma-separated")
+    p.add_argument("--rates", default="0.8,0", help="drafted tokens' chance of being right, comma-separated")
+    p.add_argument("--prompt-len", type=int, default=128)
+    p.add_argument("--decode-steps", type=int, default=256)
+    p.add_argument("--out", default="results/speculative.json")
+    return p.parse_args()
+
+
+def run(args, prompts, rate: float | None, sequences=None) -> dict:
+    """One LLM: without speculation (rate None) or with the replay drafter at `rate`."""
+    kwargs = {**llm_kwargs(args, FLAGS), "max_running_requests": max(len(prompts), 8),
+              "max_seq_len": args.prompt_len + args.decode_steps + args.speculative_num_tokens + 16}
+    if rate is not None:
+        kwargs.update(speculative="ngram", **{name: getattr(args, name) for name in SPEC_FLAGS})
+    llm = LLM(args.model, **kwargs)
+    try:
+        s = llm.scheduler
+        vocab = s.engine.model_config.vocab_size
+        warm = [[random.Random(i).randrange(vocab) for _ in range(args.prompt_len)] for i in range(len(prompts))]
+        llm.generate(warm, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+        if rate is not None:
+            s.speculator.drafter = ReplayDrafter(sequences, rate, vocab)
+            s.speculator.policy.reqs.clear()
+        s.stats.draft_tokens = s.stats.accepted_tokens = 0
+        params = SamplingParams(temperature=0, max_tokens=args.decode_steps, ignore_eos=True)
+        first = 10**9
+        for i, p in enumerate(prompts):  # through the scheduler server, as LLM.generate goes (TP followers too)
+            llm.inbox.put(TokenizedRequestMsg(first + i, p, params))
+        stamps: dict[int, list[float]] = {first + i: [] for i in range(len(prompts))}
+        tokens: dict[int, list[int]] = {first + i: [] for i in range(len(prompts))}
+        finished = 0
+        while finished < len(prompts):
+            llm.server.run_once()
+            outs, llm._outputs[:] = list(llm._outputs), []
+            now = time.perf_counter()
+            for o in outs:
+                if o.token_id is not None:
+                    stamps[o.uid].append(now)
+                    tokens[o.uid].append(o.token_id)
+                finished += o.finish_reason is not None
+        tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in stamps.values()]
+        drafted, accepted = s.stats.draft_tokens, s.stats.accepted_tokens
+        return {"rate": rate, "tpot_s": sum(tpots) / len(tpots), "drafted": drafted, "accepted": accepted,
+                "acceptance": accepted / drafted if drafted else None,
+                "outputs": [tokens[first + i] for i in range(len(prompts))]}
+    finally:
+        llm.shutdown()
+        del llm
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def main() -> None:
+    args = parse_args()
+    rng = random.Random(0)
+    results = []
+    for batch in map(int, args.batches.split(",")):
+        vocab = _vocab(args.model)
+        prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(batch)]
+        base = run(args, prompts, None)
+        sequences = [p + o for p, o in zip(prompts, base.pop("outputs"))]
+        print(f"batch {batch}: no speculation, TPOT {base['tpot_s'] * 1e3:.2f} ms")
+        for rate in map(float, args.rates.split(",")):
+            r = run(args, prompts, rate, sequences)
+            same = r.pop("outputs") == [s[args.prompt_len:] for s in sequences]
+            r["ratio"] = r["tpot_s"] / base["tpot_s"]
+            r["same_tokens"] = same
+            acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+            print(f"batch {batch}: rate {rate}: TPOT {r['tpot_s'] * 1e3:.2f} ms, {r['ratio']:.3f}x; "
+                  f"drafted {r['drafted']}, accepted {r['accepted']} ({acc}); tokens as without: {same}")
+            results.append({"batch": batch, "baseline_tpot_s": base["tpot_s"], **r})
+    write_json(args.out, {"benchmark": "speculative", "device": device_name(), "model": args.model,
+                          "k": args.speculative_num_tokens, "prompt_len": args.prompt_len,
+                          "decode_steps": args.decode_steps, "runs": results})
+    print(f"wrote {args.out}")
+
+
+def _vocab(model: str) -> int:
+    from minisgl.models import load_model_config
+
+    return load_model_config(model).vocab_size
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,67 @@
+"""Speculative decoding on the GPU (skipped without one): verify batches through the GPU attention
+backends' extend path beside decode steps in CUDA graphs give the tokens decoding gives, and the
+off switch leaves a request that drafts badly on the plain decode path."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import replace
+
+import pytest
+import torch
+
+from tests.scheduler.test_speculation import GREEDY, assert_all_pages_back, generate, ids
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+needs_flashinfer = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs flashinfer")
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    import random
+
+    rng = random.Random(3)
+    return [[rng.randint(3, 380) for _ in range(rng.randint(8, 40))] for _ in range(12)]
+
+
+def test_float32_torch_attention_gives_the_same_tokens(tiny_model_dir, prompts):
+    """float32, torch attention: decode steps in CUDA graphs, verify steps eager; identical tokens."""
+    model = tiny_model_dir("Qwen3ForCausalLM")
+    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch"}
+    expected, s_base = generate(model, prompts, GREEDY, **common)
+    assert s_base.engine.graph_runner is not None
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    got, scheduler = generate(model, prompts, GREEDY, replay=sequences, rate=0.7, **common)
+    assert ids(got) == ids(expected)
+    assert 0 < scheduler.stats.accepted_tokens < scheduler.stats.draft_tokens
+    assert_all_pages_back(scheduler)
+
+
+@needs_flashinfer
+def test_bfloat16_flashinfer_starts_with_the_same_tokens(tiny_model_dir, prompts):
+    """bf16, FlashInfer: verify steps run its prefill kernels where decoding runs its decode kernels
+    (another summation order), so a tiny random model's near-ties may part late; the start agrees."""
+    model = tiny_model_dir("Qwen3ForCausalLM", head_dim=128)
+    common = {"device": "cuda", "dtype": torch.bfloat16}
+    expected, _ = generate(model, prompts, GREEDY, **common)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    got, scheduler = generate(model, prompts, GREEDY, replay=sequences, rate=0.8, **common)
+    same = sum(a == b for g, e in zip(ids(got), ids(expected)) for a, b in zip(g, e))
+    print(f"speculative vs plain: {same} of {sum(map(len, ids(expected)))} tokens agree")
+    assert all(g[:4] == e[:4] for g, e in zip(ids(got), ids(expected)))
+    assert scheduler.stats.accepted_tokens > 0
+    assert_all_pages_back(scheduler)
+
+
+def test_drafts_that_always_fail_switch_speculation_off(tiny_model_dir, prompts):
+    """At 0% acceptance a request stops drafting after a couple of verify steps and then tries
+    rarely: most steps are plain decode steps (CUDA graphs, overlap)."""
+    model = tiny_model_dir("Qwen3ForCausalLM")
+    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch"}
+    long = replace(GREEDY, max_tokens=200)
+    expected, _ = generate(model, prompts[:1], long, **common)
+    sequences = [prompts[0] + ids(expected)[0]]
+    got, scheduler = generate(model, prompts[:1], long, replay=sequences, rate=0.0, **common)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.accepted_tokens == 0
+    assert scheduler.stats.draft_tokens < 40  # of 200 steps: two verify steps of 4, then rare probes
