@@ -265,6 +265,33 @@ def test_a_forced_call_cut_inside_its_name_is_still_the_call(client):
         assert call.function.name == "get_weather", max_tokens
 
 
+def test_a_forced_call_cut_before_its_arguments_is_unfinished_to_langchain_and_openai(server, client):
+    """Cut before its arguments begin, a required call carries their text so far ("{") with
+    finish_reason length: LangChain files it under invalid_tool_calls (with arguments "" it made a
+    whole call of args {}), and the openai client's arguments do not parse."""
+    from langchain_core.tools import tool
+    from langchain_openai import ChatOpenAI
+
+    @tool
+    def get_weather(city: str, days: int) -> str:
+        """Weather of a city for some days."""
+        return "sunny"
+
+    for max_tokens in (1, 3, 8):
+        choice = client.chat.completions.create(model=MODEL, messages=CHAT, tools=[WEATHER], tool_choice="required",
+                                                temperature=0, max_tokens=max_tokens).choices[0]
+        [call] = choice.message.tool_calls
+        assert choice.finish_reason == "length" and call.function.arguments.startswith("{"), max_tokens
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(call.function.arguments)
+        llm = ChatOpenAI(base_url=server.url + "/v1", api_key="unused", model=MODEL, temperature=0,
+                         max_tokens=max_tokens)
+        reply = llm.bind_tools([get_weather], tool_choice="any").invoke("Weather in Paris for 2 days?")
+        assert reply.response_metadata["finish_reason"] == "length" and reply.tool_calls == [], max_tokens
+        [invalid] = reply.invalid_tool_calls
+        assert invalid["name"] == "get_weather" and invalid["args"].startswith("{"), max_tokens
+
+
 def test_a_forced_call_cut_by_max_tokens_is_a_call_with_finish_length_never_content(client):
     kw = dict(model=MODEL, messages=CHAT, tools=[WEATHER, TIME], tool_choice="required", parallel_tool_calls=False,
               temperature=0)

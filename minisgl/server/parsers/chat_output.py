@@ -65,18 +65,24 @@ def _forced_calls(fmt: ChatOutputFormat, text: str) -> list[ParsedCall] | None:
     return [ParsedCall(c["name"], json.dumps(c["parameters"], ensure_ascii=False)) for c in value]
 
 
+# The arguments of a call cut before they began: the grammar writes an object next, so its opening
+# brace is what they are so far. Never "", which clients read as a whole call of no arguments
+# (LangChain's args {}); "{" is an unfinished call to them (invalid_tool_calls), as OpenAI's cut ones are.
+_NOT_BEGUN = "{"
+
+
 def _cut_calls(text: str, names: tuple[str, ...] = ()) -> list[ParsedCall]:
     """The calls of a list cut short: each whole one, then the last one's with its arguments so far
-    (cut inside its opening: the one tool of `names` its name can still become, with no arguments)."""
+    (cut inside its opening: the one tool of `names` its name can still become, arguments not begun)."""
     calls, at = [], text.find("[") + 1
     while at:
         head = _CALL_NAME.match(text, at)
         if head is None:
             name = _cut_name(text[at:], names, first=not calls)
-            return calls + ([ParsedCall(name, "")] if name else [])
+            return calls + ([ParsedCall(name, _NOT_BEGUN)] if name else [])
         name, arguments = json.loads(head.group(1)), _CALL_ARGUMENTS.match(text, head.end())
         if arguments is None:  # cut before its arguments began
-            return calls + [ParsedCall(name, "")]
+            return calls + [ParsedCall(name, _NOT_BEGUN)]
         start = arguments.end()
         try:
             args, at = raw_decode(_DECODER, text, start)

@@ -32,9 +32,13 @@ def test_a_list_of_calls_cut_anywhere_after_a_name_is_calls_with_finish_length(c
     assert content == "" and _pairs(calls) == got and reason == "length"
 
 
-def test_the_issue_example_is_a_call_without_arguments_yet():
+def test_a_call_cut_before_its_arguments_has_their_opening_brace_so_clients_see_it_unfinished():
+    """Arguments "" would read as a whole call of no arguments (LangChain: args {}); the grammar
+    writes an object next, so "{" is the arguments so far, which no client takes for whole JSON."""
     message, reason = REQUIRED.reader().message('[{"name": "get_time", "parameter', "length")
-    assert message["content"] is None and _pairs(message["tool_calls"]) == [("get_time", "")] and reason == "length"
+    assert message["content"] is None and _pairs(message["tool_calls"]) == [("get_time", "{")] and reason == "length"
+    _, content, calls, reason = _stream(REQUIRED, '[{"name": "get_time", "parameter', 3, "length")
+    assert content == "" and _pairs(calls) == [("get_time", "{")] and reason == "length"
 
 
 def test_a_list_cut_before_any_name_has_no_call_and_no_content():
@@ -47,12 +51,12 @@ def test_a_list_cut_before_any_name_has_no_call_and_no_content():
 @pytest.mark.parametrize("cut", range(1, len('[{"name": "get_time", "')))
 def test_a_call_cut_inside_its_name_is_the_one_tool_it_can_still_become(cut):
     """The grammar lets the list hold only calls of the request's tools: once the name written so
-    far fits one tool alone, the call is that tool's (no arguments yet, finish_reason length); with
+    far fits one tool alone, the call is that tool's (arguments not begun: "{", finish_reason length); with
     one tool, from the list's first character."""
     text = WHOLE[:cut]
     two, one = (ChatOutputFormat(forced_list=True, tool_names=names) for names in (("get_time", "get_weather"),
                                                                                     ("get_time",)))
-    for fmt, want in ((two, [("get_time", "")] if '"get_t' in text else []), (one, [("get_time", "")])):
+    for fmt, want in ((two, [("get_time", "{")] if '"get_t' in text else []), (one, [("get_time", "{")])):
         message, reason = fmt.reader().message(text, "length")
         assert _pairs(message.get("tool_calls", [])) == want and not message["content"] and reason == "length"
         _, content, calls, reason = _stream(fmt, text, 2, "length")
