@@ -1,6 +1,6 @@
 """Every sampling field of a generation request, declared once: name, type, default, valid range
 and meaning. `SamplingParams` takes its range checks from this table and writes its fields out
-(name, type and default, in this order), and the OpenAI request bodies (minisgl.server.http.protocol)
+(name, type and default, in this order), and the OpenAI request bodies (minisgl.server.http.generation_protocol)
 write out the fields they take as themselves and take their bounds, descriptions and the conversion
 to SamplingParams from here; tests hold both equal to the table, so a new sampling field is one entry
 here, its line in SamplingParams (and in SamplingFields if the API takes it), and the code that acts

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from minisgl.server.http.protocol import ChatCompletionRequest
+from minisgl.server.http.chat_protocol import ChatCompletionRequest
 
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]},
                                            "tags": {"type": "array", "prefixItems": [{"type": "integer"}]}},

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from minisgl.core.request_fields import FIELDS, REQUEST_FIELDS
-from minisgl.server.http.protocol import ChatCompletionRequest, CompletionRequest
+from minisgl.server.http.chat_protocol import ChatCompletionRequest
+from minisgl.server.http.completions_protocol import CompletionRequest
 from minisgl.server.http.responses_protocol import ResponsesRequest
 
 CHAT = {"messages": [{"role": "user", "content": "hi"}]}

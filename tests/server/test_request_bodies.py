@@ -10,15 +10,10 @@ import pytest
 from pydantic import BaseModel, Field, create_model
 
 from minisgl.core.request_fields import FIELDS
-from minisgl.server.http.protocol import (
-    API_FIELDS,
-    JSON_FORMS,
-    ChatCompletionRequest,
-    CompletionRequest,
-    KnownFieldsOnly,
-    SamplingFields,
-    TokenIdList,
-)
+from minisgl.server.http.chat_protocol import ChatCompletionRequest
+from minisgl.server.http.completions_protocol import CompletionRequest
+from minisgl.server.http.generation_protocol import API_FIELDS, JSON_FORMS, KnownFieldsOnly, SamplingFields
+from minisgl.server.http.protocol import TokenIdList
 from minisgl.server.http.responses_protocol import ResponsesRequest, ResponsesSampling
 
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from minisgl.server.http.protocol import REFUSED_UNLESS
+from minisgl.server.http.generation_protocol import REFUSED_UNLESS
 from tests.server.serving import ServerProcess, tiny_qwen3_server
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)

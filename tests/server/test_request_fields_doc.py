@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from minisgl.server.http.protocol import REFUSED_UNLESS, ChatCompletionRequest, CompletionRequest
+from minisgl.server.http.chat_protocol import ChatCompletionRequest
+from minisgl.server.http.completions_protocol import CompletionRequest
+from minisgl.server.http.generation_protocol import REFUSED_UNLESS
 from minisgl.server.http.responses_protocol import RESPONSES_REFUSED_UNLESS, ResponsesRequest
 
 SERVING_DOC = (Path(__file__).resolve().parents[2] / "docs" / "serving.md").read_text()

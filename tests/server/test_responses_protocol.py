@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from minisgl.server.http.protocol import ChatCompletionRequest
+from minisgl.server.http.chat_protocol import ChatCompletionRequest
 from minisgl.server.http.responses_protocol import ResponsesRequest
 
 TOOL = {"type": "function", "name": "get_weather", "parameters": {"type": "object"}}

@@ -1,6 +1,6 @@
 """The tokenizer worker's share of bounding a request's cost: the n choices of one request are
 tokenized once. (What only the detokenizer needs, stop strings, never reaches the scheduler: it
-travels apart, in TextParams; tests/server/test_openai_jobs.py.)"""
+travels apart, in TextParams; tests/server/test_jobs.py.)"""
 
 from __future__ import annotations
 

@@ -22,10 +22,10 @@ from minisgl.message import Reply
 from ..parsers import ChatOutputFormat
 from ..runtime.frontend import UNAVAILABLE, FrontendClient
 from .anthropic_protocol import CountTokensRequest, MessagesRequest
-from .chat import chat_jobs
-from .deps import ApiDeps
-from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure, with_lora
-from .protocol import APIError, ChatCompletionRequest, generation_responses
+from .chat_protocol import ChatCompletionRequest
+from .deps import Admitted, ApiDeps
+from .generation import Choice, Generation, serve_one_choice, sse, start_generation, stream_failure
+from .protocol import APIError, generation_responses
 from .request_errors import describe
 from .response_shapes import openai_finish_reason
 
@@ -127,51 +127,41 @@ def router(deps: ApiDeps) -> APIRouter:
     def client() -> FrontendClient:
         return cast(FrontendClient, deps.client)  # the observed client forwards all of FrontendClient
 
-    def chat_for(body: MessagesRequest) -> tuple[ChatCompletionRequest, str | None]:
-        lora = deps.check_serving(body.model)
-        try:
-            chat = body.chat_request().with_defaults(deps.sampling_defaults)
-        except ValidationError as e:  # valid as a Messages request, not as the chat it means: still the client's
-            message, param, code = describe(e.errors())
-            for ours, theirs in _MESSAGES_NAMES.items():
-                message = message.replace(f"{ours}:", f"{theirs}:", 1) if param == ours else message
-            raise APIError(400, message, param=_MESSAGES_NAMES.get(param, param) if param else None, code=code) from None
-        try:
-            deps.check_limits(chat, 1)
-        except APIError as e:
-            if e.param in _MESSAGES_NAMES:
-                e.message, e.param = e.message.replace(e.param, _MESSAGES_NAMES[e.param]), _MESSAGES_NAMES[e.param]
-            raise
-        return chat, lora
+    def admit(body: MessagesRequest) -> Admitted[ChatCompletionRequest]:
+        def chat() -> ChatCompletionRequest:
+            try:
+                return body.chat_request()
+            except ValidationError as e:  # valid as a Messages request, not as the chat it means: still the client's
+                message, param, code = describe(e.errors())
+                for ours, theirs in _MESSAGES_NAMES.items():
+                    message = message.replace(f"{ours}:", f"{theirs}:", 1) if param == ours else message
+                raise APIError(400, message, param=_MESSAGES_NAMES.get(param, param) if param else None,
+                               code=code) from None
+
+        return deps.admit_chat(body.model, chat, _MESSAGES_NAMES)
 
     @api.post("/v1/messages", tags=["openai"], response_model=None, responses=generation_responses())
     async def messages(body: MessagesRequest, request: Request):
-        chat, lora = chat_for(body)
-        output = deps.chat_output(chat)
-        gen, firsts = await start_generation(client(), with_lora(chat_jobs(chat, output), lora), request)
-        if isinstance(firsts, JSONResponse):
-            return firsts
-        base = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant",
-                "model": lora or deps.args.model_name}
-        if body.stream:
-            return sse_response(_events(gen, firsts, base, output))
-        choices = await finished_choices(gen, firsts, request)
-        if isinstance(choices, JSONResponse):
-            return choices
-        blocks = Blocks(output)
-        _, finish = blocks.read(choices[0].text, openai_finish_reason(choices[0].finish_reason))
-        reason, sequence = _stop_reason(finish, choices[0].stop)
-        return JSONResponse({**base, "content": blocks.blocks, "stop_reason": reason, "stop_sequence": sequence,
-                             "usage": _usage(gen)})
+        admitted = admit(body)
+        output = admitted.output
+        base = {"id": f"msg_{uuid.uuid4().hex}", "type": "message", "role": "assistant", "model": admitted.model}
+
+        def whole(gen: Generation, choice: Choice) -> dict:
+            blocks = Blocks(output)
+            _, finish = blocks.read(choice.text, openai_finish_reason(choice.finish_reason))
+            reason, sequence = _stop_reason(finish, choice.stop)
+            return {**base, "content": blocks.blocks, "stop_reason": reason, "stop_sequence": sequence,
+                    "usage": _usage(gen)}
+
+        return await serve_one_choice(client(), admitted.jobs, request, bool(body.stream),
+                                      lambda gen, firsts: _events(gen, firsts, base, output), whole)
 
     @api.post("/v1/messages/count_tokens", tags=["openai"], response_model=None)
     async def count_tokens(body: CountTokensRequest, request: Request):
         """The prompt's tokens exactly as a request would count them: its first step's count (one
         prefill, which the prefix cache then keeps for the request that follows)."""
         full = MessagesRequest.model_validate({**body.model_dump(exclude_none=True), "max_tokens": 1})
-        chat, lora = chat_for(full)
-        gen, firsts = await start_generation(client(), with_lora(chat_jobs(chat, deps.chat_output(chat)), lora),
-                                             request)
+        gen, firsts = await start_generation(client(), admit(full).jobs, request)
         if isinstance(firsts, JSONResponse):
             return firsts
         await gen.close()

@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .protocol import ChatCompletionRequest
+from .chat_protocol import ChatCompletionRequest
 
 
 class _Strict(BaseModel):

@@ -15,7 +15,7 @@ from minisgl.utils.logger import get_logger
 from ..args import ServerArgs
 from ..parsers import tool_parser_for
 from ..runtime.frontend import FrontendClient
-from ..runtime.state import ServerState
+from ..runtime.state import LoraAdapters, ServerState
 from . import anthropic, chat, completions, lora, models, probes, responses, tokenization
 from .deps import ApiDeps
 from .generation_defaults import sampling_defaults
@@ -40,7 +40,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
                                        args.max_loras or len(args.lora_adapters))
     metrics.track_readiness(lambda: state.can_serve)
     deps = ApiDeps(args, state, client, metrics, sampling_defaults(args.generation_config, args.model),
-                   tool_parser_for(args))
+                   tool_parser_for(args), LoraAdapters(dict(args.lora_adapters)))
     _answer_errors_the_openai_way(app)
     routers = [module.router(deps) for module in ROUTERS]
     for router in routers:

@@ -1,18 +1,23 @@
 """The one object every router takes (`ApiDeps`): the flags, the server's state, the pipeline's
 client, the model's sampling defaults, and the checks every generation route makes before it
-sends anything to the workers."""
+sends anything to the workers: a route's preamble is one call, admit_chat or admit_completion."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Generic, TypeVar
 
 from ..args import ServerArgs
 from ..parsers import ChatOutputFormat, ToolParserChoice
 from ..runtime.frontend import FrontendClient
-from ..runtime.state import ServerState
+from ..runtime.state import LoraAdapters, ServerState
+from .chat_protocol import ChatCompletionRequest
+from .completions_protocol import CompletionRequest
+from .jobs import Job, chat_jobs, completion_jobs, with_lora
 from .metrics import ObservedClient, ServerMetrics
-from .protocol import APIError, ChatCompletionRequest, CompletionRequest
+from .protocol import APIError
 from .request_cost import depth_problem, ref_cycle_problem, request_cost_problem
 
 ECHO_CHARS = 100  # the most of a client's own value an error message repeats
@@ -36,6 +41,20 @@ def check_utf8(param: str, value) -> None:
                                code="invalid_request") from None
 
 
+Body = TypeVar("Body", ChatCompletionRequest, CompletionRequest)
+
+
+@dataclass(frozen=True)
+class Admitted(Generic[Body]):
+    """A generation request the server takes: the body with the model's sampling defaults, its
+    choices as the pipeline's jobs, and the model its response names."""
+
+    body: Body
+    jobs: list[Job]
+    model: str  # the LoRA adapter the request named, else the served model
+    output: ChatOutputFormat = ChatOutputFormat()  # how a chat's output is read back (a completion's: as text)
+
+
 @dataclass(frozen=True)
 class ApiDeps:
     args: ServerArgs
@@ -44,17 +63,7 @@ class ApiDeps:
     metrics: ServerMetrics
     sampling_defaults: dict  # --generation-config: the model's values for fields a request leaves unset
     tool_parser: ToolParserChoice  # reads tool_choice auto's calls: --tool-call-parser, else the model's (parsers/detect.py)
-
-    @cached_property
-    def adapters(self) -> dict[str, str]:
-        """The LoRA adapters served now, name -> path: --lora-modules, then as loaded and unloaded at
-        runtime (http/lora.py)."""
-        return dict(self.args.lora_adapters)
-
-    @cached_property
-    def loading_adapters(self) -> set[str]:
-        """The LoRA adapters whose runtime load is under way (http/lora.py): not served yet."""
-        return set()
+    loras: LoraAdapters  # served and loading: they change while serving (http/lora.py)
 
     @cached_property
     def client(self) -> ObservedClient:
@@ -71,7 +80,7 @@ class ApiDeps:
             raise APIError(503, "the server is shutting down", code="service_unavailable", headers={"Retry-After": "5"})
         if not state.ready:
             raise APIError(503, "the model is still loading", code="service_unavailable", headers={"Retry-After": "5"})
-        adapters = self.adapters
+        adapters = self.loras.served
         if model is not None and model in adapters:
             return model
         if model is not None and model not in args.model_names:
@@ -125,3 +134,28 @@ class ApiDeps:
                                 "tool_choice required or a named function work without one",
                            param="tool_choice", code="unsupported_parameter")
         return ChatOutputFormat.for_chat(body, self.args.reasoning_parser, parser)
+
+    def admit_chat(self, model: str | None, chat: Callable[[], ChatCompletionRequest],
+                   names: Mapping[str, str] | None = None) -> Admitted[ChatCompletionRequest]:
+        """A chat the server takes now, or the APIError that refuses it. `chat` makes the chat
+        request the route's body means, once the server is known to serve `model`; `names` spell
+        the chat's fields as the route's body does, in the errors of the server's limits."""
+        lora = self.check_serving(model)
+        body = chat().with_defaults(self.sampling_defaults)
+        try:
+            self.check_limits(body, body.n)
+        except APIError as e:
+            if names and e.param in names:
+                e.message, e.param = e.message.replace(e.param, names[e.param]), names[e.param]
+            raise
+        output = self.chat_output(body)
+        return Admitted(body, with_lora(chat_jobs(body, output), lora), lora or self.args.model_name, output)
+
+    def admit_completion(self, body: CompletionRequest) -> Admitted[CompletionRequest]:
+        """A completion the server takes now (every prompt, n choices each), or the APIError that refuses it."""
+        lora = self.check_serving(body.model)
+        body = body.with_defaults(self.sampling_defaults)
+        if not body.prompts():
+            raise APIError(400, "prompt must not be empty", param="prompt")
+        self.check_limits(body, len(body.prompts()) * body.n)
+        return Admitted(body, with_lora(completion_jobs(body), lora), lora or self.args.model_name)

@@ -8,19 +8,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import orjson
 from fastapi import Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from minisgl.core import SamplingParams
 from minisgl.message import Reply
 
 from ..runtime.frontend import UNAVAILABLE, FrontendClient
-from .protocol import ChatCompletionRequest, CompletionRequest, error_body, error_response
+from .deps import Admitted
+from .jobs import Job
+from .protocol import error_body, error_response
 from .response_shapes import ResponseShape
 
 
@@ -43,15 +44,15 @@ class Generation:
     """Every choice of one API request (prompts x n), generated concurrently."""
 
     client: FrontendClient
-    jobs: list[tuple[int, SamplingParams, dict]]  # (prompt index, params, generate() kwargs)
+    jobs: list[Job]
     choices: list[Choice] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.choices = [Choice(i, p) for i, (p, _, _) in enumerate(self.jobs)]
+        self.choices = [Choice(i, job.prompt_index) for i, job in enumerate(self.jobs)]
         # Counted as in flight from now on, so the pending-request limit sees them before they start.
         self.unstarted = len(self.jobs)
         self.client.created(self.unstarted)
-        self.streams = [self._counted(self.client.generate(params, **kw)) for _, params, kw in self.jobs]
+        self.streams = [self._counted(self.client.generate(job.params, **job.generate_kwargs())) for job in self.jobs]
 
     async def _counted(self, stream: AsyncIterator[Reply]) -> AsyncIterator[Reply]:
         self.unstarted -= 1
@@ -75,7 +76,7 @@ class Generation:
         if ended is not None:
             return unavailable(ended.error)
         if bad is not None:
-            lora = next((params.lora for _, params, _ in self.jobs if params.lora), None)
+            lora = next((job.params.lora for job in self.jobs if job.params.lora), None)
             if lora is not None and (bad.error or "").startswith(f"unknown LoRA adapter {lora!r}"):
                 # Unloaded between the API's check and the scheduler's: as unknown as one never loaded.
                 return error_response(404, f"the model '{lora}' does not exist (its LoRA adapter was unloaded)",
@@ -203,7 +204,7 @@ async def _watch_disconnect(request: Request, work: asyncio.Task) -> bool:
     return False
 
 
-async def start_generation(client: FrontendClient, jobs: list, request: Request
+async def start_generation(client: FrontendClient, jobs: list[Job], request: Request
                            ) -> tuple[Generation, list[Reply] | JSONResponse]:
     """A Generation of `jobs` with every choice's first reply, or the error response that ended it.
     A client that leaves before its first replies (queued, or its grammar compiling) aborts its
@@ -261,11 +262,27 @@ async def _collect(gen: Generation, firsts: list[Reply], request: Request) -> li
     return gen.choices
 
 
-async def serve_generation(shape: ResponseShape, body: ChatCompletionRequest | CompletionRequest, jobs: list,
-                           model: str, client: FrontendClient, request: Request):
-    """Run `jobs` (the request's choices) and answer in `shape`: one JSON response, or with
-    body.stream server-sent events as the replies come."""
+async def serve_one_choice(client: FrontendClient, jobs: list[Job], request: Request, stream: bool,
+                           events: Callable[[Generation, list[Reply]], AsyncIterator[bytes]],
+                           whole: Callable[[Generation, Choice], dict]):
+    """How the Responses and Messages APIs answer their one choice: with `stream`, server-sent
+    `events` of their own API as the replies come, else the `whole` response once it has ended."""
     gen, firsts = await start_generation(client, jobs, request)
+    if isinstance(firsts, JSONResponse):
+        return firsts
+    if stream:
+        return sse_response(events(gen, firsts))
+    choices = await finished_choices(gen, firsts, request)
+    if isinstance(choices, JSONResponse):
+        return choices
+    return JSONResponse(whole(gen, choices[0]))
+
+
+async def serve_generation(shape: ResponseShape, admitted: Admitted, client: FrontendClient, request: Request):
+    """Run the request's jobs (its choices) and answer in `shape`: one JSON response, or with
+    body.stream server-sent events as the replies come."""
+    body, model = admitted.body, admitted.model
+    gen, firsts = await start_generation(client, admitted.jobs, request)
     if isinstance(firsts, JSONResponse):
         return firsts
     rid, created = shape.new_id(), int(time.time())
@@ -302,13 +319,3 @@ async def serve_generation(shape: ResponseShape, body: ChatCompletionRequest | C
 
     return sse_response(events())
 
-
-def with_lora(jobs: list, lora: str | None) -> list:
-    """The jobs' choices run under the LoRA adapter the request's model names (None: the base model)."""
-    return jobs if lora is None else [(i, replace(params, lora=lora), kw) for i, params, kw in jobs]
-
-
-def nth_choice(params: SamplingParams, j: int) -> SamplingParams:
-    """Choice j of n: with a seed, each choice gets its own (seed + j), so the n choices differ
-    from each other and the whole response still reproduces."""
-    return params if j == 0 or params.seed is None else replace(params, seed=params.seed + j)

@@ -50,20 +50,20 @@ def router(deps: ApiDeps) -> APIRouter:
     async def load(body: LoadLoraAdapterRequest):
         deps.check_serving()
         name = body.lora_name
-        if name in deps.adapters or name in deps.args.model_names:
+        if name in deps.loras.served or name in deps.args.model_names:
             raise APIError(400, f"the LoRA adapter '{name}' has already been loaded", param="lora_name",
                            code="invalid_request")
-        if name in deps.loading_adapters:
+        if name in deps.loras.loading:
             raise APIError(400, f"the LoRA adapter '{name}' is already being loaded", param="lora_name",
                            code="invalid_request")
 
         async def load_and_serve() -> None:
-            deps.loading_adapters.add(name)
+            deps.loras.loading.add(name)
             try:
                 await update(name, body.lora_path)
             finally:
-                deps.loading_adapters.discard(name)
-            deps.adapters[name] = body.lora_path
+                deps.loras.loading.discard(name)
+            deps.loras.served[name] = body.lora_path
 
         # Shielded: the scheduler installs the adapter whether or not the client waits for it, so
         # the API must serve it then too (else its slot would be held by a name nobody can use).
@@ -73,14 +73,14 @@ def router(deps: ApiDeps) -> APIRouter:
     @api.post("/v1/unload_lora_adapter", tags=["lora"], response_class=PlainTextResponse)
     async def unload(body: UnloadLoraAdapterRequest):
         deps.check_serving()
-        if body.lora_name in deps.loading_adapters:
+        if body.lora_name in deps.loras.loading:
             raise APIError(400, f"the LoRA adapter '{body.lora_name}' is still loading; unload it once its load has "
                            "finished", param="lora_name", code="invalid_request")
-        if body.lora_name not in deps.adapters:
+        if body.lora_name not in deps.loras.served:
             raise APIError(404, f"the LoRA adapter '{body.lora_name}' cannot be found", param="lora_name",
                            code="model_not_found")
         await update(body.lora_name, None)
-        del deps.adapters[body.lora_name]
+        del deps.loras.served[body.lora_name]
         try:
             deps.metrics.lora_requests.remove(deps.metrics.model_name, body.lora_name)
         except KeyError:  # never served a request

@@ -4,10 +4,28 @@ them; every card carries `max_model_len`, which clients use to size their contex
 
 from __future__ import annotations
 
+from typing import Literal
+
 from fastapi import APIRouter
+from pydantic import BaseModel
 
 from .deps import ApiDeps, clipped
-from .protocol import APIError, ModelCard, ModelList
+from .protocol import APIError
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    root: str
+    parent: str | None = None  # a LoRA adapter's base model
+    max_model_len: int | None = None  # prompt plus output tokens a request may have (vLLM's field)
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
 
 
 def router(deps: ApiDeps) -> APIRouter:
@@ -18,7 +36,7 @@ def router(deps: ApiDeps) -> APIRouter:
         card = {"object": "model", "created": state.created, "owned_by": "minisgl", "max_model_len": args.max_seq_len}
         base = [{"id": name, **card, "root": args.model or args.model_name} for name in args.model_names]
         adapters = [{"id": name, **card, "root": path, "parent": args.model_name}
-                    for name, path in deps.adapters.items()]
+                    for name, path in deps.loras.served.items()]
         return base + adapters
 
     @api.get("/v1/models", tags=["openai"], response_model=ModelList)

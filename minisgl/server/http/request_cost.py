@@ -1,6 +1,6 @@
 """Per-request cost bounded at the door, before any work is copied to the workers.
 
-Field-level caps live in the request models (protocol.py: stop strings, stop_token_ids,
+Field-level caps live in the request models (*_protocol.py: stop strings, stop_token_ids,
 logit_bias, the number of tools) and the prompt-token limit in the tokenizer worker
 (minisgl.tokenizer.prompt_bound). What is checked here spans fields: the total size of the schemas
 and grammars a request asks the grammar compiler to build (tools' parameter schemas, a JSON
@@ -15,7 +15,8 @@ import json
 
 from minisgl.constrained.grammar import json_depth
 
-from .protocol import ChatCompletionRequest, CompletionRequest
+from .chat_protocol import ChatCompletionRequest
+from .completions_protocol import CompletionRequest
 
 MAX_SCHEMA_BYTES = 64 << 10  # a large real tool set is a few KiB; grammars compiled from this stay cheap
 MAX_TEMPLATE_KWARGS_BYTES = 16 << 10

@@ -17,14 +17,9 @@ from pydantic import BaseModel
 from minisgl.message import Reply
 
 from ..parsers import ChatOutputFormat, ChatOutputReader
-from .protocol import (
-    AssistantMessage,
-    ChatChoice,
-    ChatCompletionResponse,
-    CompletionChoice,
-    CompletionResponse,
-    Usage,
-)
+from .chat_protocol import AssistantMessage, ChatChoice, ChatCompletionResponse
+from .completions_protocol import CompletionChoice, CompletionResponse
+from .protocol import Usage
 
 if TYPE_CHECKING:
     from .generation import Choice
@@ -166,7 +161,7 @@ class ResponseShape(ABC):
 
     def body(self, rid: str, created: int, model: str, choices: Sequence[Choice], usage: dict,
              logprobs: bool) -> dict:
-        """The JSON response, built through its protocol.py model."""
+        """The JSON response, built through its pydantic model (chat_protocol.py, completions_protocol.py)."""
         response = self.response(id=rid, object=self.object, created=created, model=model,
                                  choices=[self.choice(c.index, c.text, c.finish_reason) for c in choices],
                                  usage=Usage(**usage))

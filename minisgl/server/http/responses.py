@@ -14,7 +14,6 @@ import uuid
 from collections.abc import AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from minisgl.message import Reply
@@ -22,9 +21,9 @@ from minisgl.utils.logger import get_logger
 
 from ..parsers import ChatOutputFormat
 from ..runtime.frontend import UNAVAILABLE
-from .chat import chat_jobs
+from .chat_protocol import ChatCompletionRequest
 from .deps import ApiDeps, check_utf8
-from .generation import Generation, finished_choices, sse, sse_response, start_generation, stream_failure, with_lora
+from .generation import Choice, Generation, serve_one_choice, sse, stream_failure
 from .protocol import APIError, generation_responses
 from .response_shapes import openai_finish_reason
 from .responses_protocol import ResponseObject, ResponsesRequest
@@ -151,37 +150,30 @@ def router(deps: ApiDeps) -> APIRouter:
 
     @api.post("/v1/responses", tags=["openai"], response_model=None, responses=generation_responses(ResponseObject))
     async def responses(body: ResponsesRequest, request: Request):
-        lora = deps.check_serving(body.model)
-        check_utf8("user", body.user)
-        check_utf8("metadata", body.metadata or {})  # both echoed back in the response
-        if body.built_in_tool():
-            raise APIError(400, f"tools: the built-in tool {body.built_in_tool()!r} is not supported; only function "
-                                "tools are", param="tools", code="unsupported_parameter")
-        deps.check_unsupported(body)
-        try:
-            chat = body.chat_request().with_defaults(deps.sampling_defaults)
-        except ValidationError as e:  # the request validated, so its chat form should too: a clear 400 anyway
-            raise APIError(400, f"input: {e.errors()[0]['msg']}", param="input") from None
-        try:
-            deps.check_limits(chat, 1)
-        except APIError as e:
-            if e.param in _RESPONSES_NAMES:
-                e.message, e.param = e.message.replace(e.param, _RESPONSES_NAMES[e.param]), _RESPONSES_NAMES[e.param]
-            raise
-        output = deps.chat_output(chat)
-        gen, firsts = await start_generation(deps.client, with_lora(chat_jobs(chat, output), lora), request)
-        if isinstance(firsts, JSONResponse):
-            return firsts
+        def chat() -> ChatCompletionRequest:
+            check_utf8("user", body.user)
+            check_utf8("metadata", body.metadata or {})  # both echoed back in the response
+            if body.built_in_tool():
+                raise APIError(400, f"tools: the built-in tool {body.built_in_tool()!r} is not supported; only "
+                                    "function tools are", param="tools", code="unsupported_parameter")
+            deps.check_unsupported(body)
+            try:
+                return body.chat_request()
+            except ValidationError as e:  # the request validated, so its chat form should too: a clear 400 anyway
+                raise APIError(400, f"input: {e.errors()[0]['msg']}", param="input") from None
+
+        admitted = deps.admit_chat(body.model, chat, _RESPONSES_NAMES)
+        output = admitted.output
         base = {"id": _id("resp"), "object": "response", "created_at": int(time.time()),
-                "model": lora or deps.args.model_name, **body.echo(chat)}
-        if body.stream:
-            return sse_response(_events(gen, firsts, base, output))
-        choices = await finished_choices(gen, firsts, request)
-        if isinstance(choices, JSONResponse):
-            return choices
-        items = OutputItems(output)
-        items.read(choices[0].text, choices[0].finish_reason)
-        return JSONResponse({**base, **items.response_fields(), "error": None, "usage": _usage(gen)})
+                "model": admitted.model, **body.echo(admitted.body)}
+
+        def whole(gen: Generation, choice: Choice) -> dict:
+            items = OutputItems(output)
+            items.read(choice.text, choice.finish_reason)
+            return {**base, **items.response_fields(), "error": None, "usage": _usage(gen)}
+
+        return await serve_one_choice(deps.client, admitted.jobs, request, bool(body.stream),
+                                      lambda gen, firsts: _events(gen, firsts, base, output), whole)
 
     return api
 

@@ -10,17 +10,9 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_val
 
 from minisgl.core.request_fields import FIELDS
 
-from .protocol import (
-    ChatCompletionRequest,
-    JsonObjectFormat,
-    KnownFieldsOnly,
-    Metadata,
-    TextFormat,
-    ToolChoiceMode,
-    api_field,
-    check_tool_names_unique,
-    token_limit,
-)
+from .chat_protocol import ChatCompletionRequest, ToolChoiceMode
+from .generation_protocol import JsonObjectFormat, KnownFieldsOnly, TextFormat
+from .protocol import Metadata, api_field, check_tool_names_unique, token_limit
 
 # Responses fields this server does not implement, with the values that ask for nothing; every
 # other undeclared field is refused too (KnownFieldsOnly), unless --allow-unknown-fields.

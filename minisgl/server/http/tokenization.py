@@ -22,8 +22,9 @@ from fastapi.responses import Response
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..args import load_chat_template
+from .chat_protocol import ChatMessage, Tool
 from .deps import ApiDeps, check_utf8
-from .protocol import APIError, ChatMessage, TokenId, Tool
+from .protocol import APIError, TokenId
 
 
 class TokenizePrompt(BaseModel):

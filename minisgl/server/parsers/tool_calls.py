@@ -183,5 +183,6 @@ class MistralToolParser:
 
 
 # --tool-call-parser's names are minisgl.utils.choices.TOOL_PARSERS (the flags import no parser); the same here.
-TOOL_PARSERS = {"hermes": HermesToolParser, "qwen": HermesToolParser, "llama3_json": Llama3JsonToolParser,
-                "qwen3_coder": Qwen3CoderToolParser, "mistral": MistralToolParser}
+TOOL_PARSERS: dict[str, type[HermesToolParser | Llama3JsonToolParser | Qwen3CoderToolParser | MistralToolParser]] = {
+    "hermes": HermesToolParser, "qwen": HermesToolParser, "llama3_json": Llama3JsonToolParser,
+    "qwen3_coder": Qwen3CoderToolParser, "mistral": MistralToolParser}

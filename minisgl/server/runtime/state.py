@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 @dataclass
@@ -28,3 +28,12 @@ class ServerState:
     def can_serve(self) -> bool:
         """What /ready says (and minisgl_server_ready, for the alert rules)."""
         return self.ready and self.healthy and not self.draining
+
+
+@dataclass
+class LoraAdapters:
+    """The LoRA adapters the API answers to: --lora-modules at start, then as loaded and unloaded
+    while serving (http/lora.py)."""
+
+    served: dict[str, str] = field(default_factory=dict)  # name -> path
+    loading: set[str] = field(default_factory=set)  # a runtime load under way: not served yet

@@ -1,4 +1,4 @@
-"""An OpenAI request becomes the pipeline's jobs as typed objects: per choice a SamplingParams for
+"""An OpenAI request becomes the pipeline's jobs (`Job`) as typed objects: per choice a SamplingParams for
 the scheduler and a TextParams for the tokenizer and detokenizer (stop strings, special tokens, the
 chat template's options), never dicts rebuilt at each hop. The SamplingParams are checked in the
 API server: an impossible combination is the client's 400 naming the field, before anything is sent."""
@@ -9,9 +9,10 @@ import pytest
 
 from minisgl.core import SamplingParams
 from minisgl.message import TextParams
-from minisgl.server.http.chat import chat_jobs
-from minisgl.server.http.completions import completion_jobs
-from minisgl.server.http.protocol import APIError, ChatCompletionRequest, CompletionRequest
+from minisgl.server.http.chat_protocol import ChatCompletionRequest
+from minisgl.server.http.completions_protocol import CompletionRequest
+from minisgl.server.http.jobs import Job, chat_jobs, completion_jobs, with_lora
+from minisgl.server.http.protocol import APIError
 from minisgl.server.parsers.chat_output import ChatOutputFormat
 
 CHAT = [{"role": "user", "content": "hi"}]
@@ -25,32 +26,39 @@ def chat_jobs_of(body: ChatCompletionRequest) -> list:
 def test_stop_strings_and_template_options_travel_apart_from_the_sampling_params():
     body = ChatCompletionRequest(messages=CHAT, stop="END", skip_special_tokens=False, max_tokens=8, stop_token_ids=[3],
                                  logit_bias={"7": -100}, chat_template_kwargs={"enable_thinking": False})
-    ((index, params, kw),) = chat_jobs_of(body)
-    assert index == 0 and kw["messages"] == CHAT
-    assert params == SamplingParams(max_tokens=8, stop_token_ids=(3,), logit_bias=((7, -100.0),))
-    assert params.stop == ()  # the scheduler keeps its params for the request's life: no stop strings there
-    assert kw["text_params"] == TextParams(["END"], False, {"add_generation_prompt": True,
+    (job,) = chat_jobs_of(body)
+    assert job.prompt_index == 0 and job.prompt == {"messages": CHAT}
+    assert job.params == SamplingParams(max_tokens=8, stop_token_ids=(3,), logit_bias=((7, -100.0),))
+    assert job.params.stop == ()  # the scheduler keeps its params for the request's life: no stop strings there
+    assert job.text_params == TextParams(["END"], False, {"add_generation_prompt": True,
                                                             "kwargs": {"enable_thinking": False}, "tools": None})
 
 
 def test_a_completion_without_text_options_gets_the_defaults_and_no_template():
-    ((_, params, kw),) = completion_jobs(CompletionRequest(prompt=[5, 6], temperature=0))
-    assert params == SamplingParams(temperature=0.0, max_tokens=16)
-    assert kw == {"input_ids": [5, 6], "text_params": TextParams(stop=[], skip_special_tokens=True, template=None)}
+    (job,) = completion_jobs(CompletionRequest(prompt=[5, 6], temperature=0))
+    assert job.params == SamplingParams(temperature=0.0, max_tokens=16)
+    assert job.generate_kwargs() == {"input_ids": [5, 6],
+                                     "text_params": TextParams(stop=[], skip_special_tokens=True, template=None)}
 
 
 def test_max_tokens_left_unset_in_a_chat_stays_none_for_the_scheduler():
     """Only the scheduler knows the context left: it resolves None (Scheduler.resolve)."""
-    ((_, params, _),) = chat_jobs_of(ChatCompletionRequest(messages=CHAT, min_tokens=40))
-    assert params.max_tokens is None and params.min_tokens == 40
+    (job,) = chat_jobs_of(ChatCompletionRequest(messages=CHAT, min_tokens=40))
+    assert job.params.max_tokens is None and job.params.min_tokens == 40
 
 
 def test_each_of_n_choices_gets_its_own_seed_and_every_prompt_all_n():
     jobs = completion_jobs(CompletionRequest(prompt=["a", "b"], n=3, seed=10, stop=["x", "y"]))
-    assert [(i, p.seed, kw["text"]) for i, p, kw in jobs] == \
+    assert [(j.prompt_index, j.params.seed, j.prompt["text"]) for j in jobs] == \
         [(0, 10, "a"), (0, 11, "a"), (0, 12, "a"), (1, 10, "b"), (1, 11, "b"), (1, 12, "b")]
-    assert all(type(p) is SamplingParams and kw["text_params"].stop == ["x", "y"] for _, p, kw in jobs)
-    assert {p.seed for _, p, _ in completion_jobs(CompletionRequest(prompt="a", n=3))} == {None}
+    assert all(type(j) is Job and type(j.params) is SamplingParams and j.text_params.stop == ["x", "y"] for j in jobs)
+    assert {j.params.seed for j in completion_jobs(CompletionRequest(prompt="a", n=3))} == {None}
+
+
+def test_a_lora_request_runs_every_choice_under_its_adapter_and_the_base_model_under_none():
+    jobs = completion_jobs(CompletionRequest(prompt=["a", "b"], n=2, seed=1))
+    assert with_lora(jobs, None) == jobs
+    assert [(j.params.lora, j.params.seed) for j in with_lora(jobs, "sql")] == [("sql", 1), ("sql", 2)] * 2
 
 
 @pytest.mark.parametrize("body, field", [({"max_tokens": 8, "min_tokens": 9}, "min_tokens"),
