@@ -7,8 +7,8 @@ the step's token bitmask (BatchMasks: the constrained rows only, applied to thei
 sampling) and follows the tokens it accepts.
 """
 
-from .compiler import CompileLimits, GrammarCompilerPool
+from .compiler import CompileLimits, CompilerUnavailable, GrammarCompilerPool
 from .grammar import CONSTRAINT_KINDS, BatchMasks, GrammarState, bound_problem, constraint_problem
 
-__all__ = ["CONSTRAINT_KINDS", "BatchMasks", "CompileLimits", "GrammarCompilerPool", "GrammarState", "bound_problem",
-           "constraint_problem"]
+__all__ = ["CONSTRAINT_KINDS", "BatchMasks", "CompileLimits", "CompilerUnavailable", "GrammarCompilerPool",
+           "GrammarState", "bound_problem", "constraint_problem"]

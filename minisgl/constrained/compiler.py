@@ -39,6 +39,11 @@ logger = get_logger(__name__)
 Key = tuple[str, str]  # (kind, spec): SamplingParams.constraint
 
 
+class CompilerUnavailable(ValueError):
+    """No compile worker is up (one died before it was ready; a new one is tried after a backoff):
+    the server's state, not the request's fault, so its request gets 503, not 400."""
+
+
 @dataclass(frozen=True)
 class CompileLimits:
     """What compiling clients' constraints may cost (SchedulerConfig's fields of the same meaning)."""
@@ -99,6 +104,11 @@ class GrammarCompilerPool:
         return sum(w.ready for w in list(self._workers))
 
     @property
+    def down(self) -> str | None:
+        """Why structured output is unavailable now (no worker could start lately), or None."""
+        return self._broken or self._down
+
+    @property
     def compiling(self) -> int:
         """Workers running a compile now (a queued one waits for a free worker)."""
         return sum(w.job is not None for w in list(self._workers))
@@ -119,7 +129,7 @@ class GrammarCompilerPool:
                 return job.future
             job = _Job(key, Future(), next(self._ids))
             if self._broken:
-                job.future.set_exception(ValueError(self._broken))
+                job.future.set_exception(CompilerUnavailable(self._broken))
                 return job.future
             self._jobs[key] = job
             self._queue.append(job)
@@ -186,7 +196,7 @@ class GrammarCompilerPool:
             with self._lock:
                 self._broken = f"structured output is unavailable here: its compiler pool failed ({e})"
                 for job in list(self._jobs.values()):
-                    self._finish(job, error=self._broken)
+                    self._finish(job, error=self._broken, unavailable=True)
                 self._queue.clear()
         finally:
             for w in self._workers:
@@ -211,7 +221,7 @@ class GrammarCompilerPool:
                                         f"(--grammar-compile-timeout); simplify it")
         if self._broken or (self._down and now < self._retry_at):
             while self._queue:
-                self._finish(self._queue.popleft(), error=self._broken or self._down)
+                self._finish(self._queue.popleft(), error=self._broken or self._down, unavailable=True)
             return
         # One worker first; the others once it is ready, with its tokenizer info (they skip loading the tokenizer).
         wanted = self.limits.workers if self._info_json is not None else 1
@@ -274,9 +284,11 @@ class GrammarCompilerPool:
                 if not job.cancelled:
                     self._finish(job, grammar, None if ok else payload)
 
-    def _finish(self, job: _Job, grammar: Grammar | None = None, error: str | None = None) -> None:
+    def _finish(self, job: _Job, grammar: Grammar | None = None, error: str | None = None,
+                unavailable: bool = False) -> None:
         """Under the lock: the job's future gets its result; a compiled grammar or a compile error
-        (the same next time) is cached, a time-out is not (the next try may be luckier)."""
+        (the same next time) is cached, a time-out is not (the next try may be luckier).
+        `unavailable`: the error is that no worker is up (CompilerUnavailable)."""
         self._jobs.pop(job.key, None)
         if job.future.cancelled():
             return
@@ -284,7 +296,7 @@ class GrammarCompilerPool:
             job.future.set_result(grammar)
             self._keep(job.key, job.future, grammar.compiled.memory_size_bytes)
         else:
-            job.future.set_exception(ValueError(error))
+            job.future.set_exception((CompilerUnavailable if unavailable else ValueError)(error))
             if error.startswith("cannot compile"):
                 self._keep(job.key, job.future, len(error))
 

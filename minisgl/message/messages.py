@@ -75,7 +75,7 @@ class StepOutput:
 
     uid: int
     token_id: int | None
-    finish_reason: str | None = None  # stop | length | abort | error
+    finish_reason: str | None = None  # stop | length | abort | error | unavailable (the server's state: 503)
     error: str | None = None
     prompt_tokens: int = 0
     cached_tokens: int = 0  # of prompt_tokens, those found in the prefix cache
@@ -156,6 +156,7 @@ class SchedulerStatsMsg:
     accepted_draft_tokens: int = 0  # of those, accepted
     queue_times: list[float] = field(default_factory=list)  # seconds, of requests admitted since
     info: dict[str, str] | None = None  # the first message: dtype, attention backend, ... as resolved
+    structured_output_down: str | None = None  # why no grammar compile worker is up now, or None
 
 
 @message

@@ -49,6 +49,7 @@ class StatsReporter:
         self.reported = (0, 0, 0, 0, 0)  # prompt tokens, prefix-cache hits, preemptions, drafted and accepted tokens sent so far
         self.gauges: tuple[int, ...] | None = None
         self.last_sent = 0.0
+        self.reported_down: str | None = None
         self.pending_info: dict[str, str] | None = self.info()  # goes with the first message sent
 
     def info(self) -> dict[str, str]:
@@ -80,15 +81,17 @@ class StatsReporter:
             return
         s = self.scheduler
         gauges = (s.num_running, s.num_waiting, s.cache.used_pages, s.engine.num_pages)
+        down = s.grammars.down
         counters = (s.stats.prompt_tokens, s.stats.prefix_hit_tokens, s.stats.preemptions, s.stats.draft_tokens,
                     s.stats.accepted_tokens)
-        unchanged = gauges == self.gauges and counters == self.reported and not self.queue_times
+        unchanged = (gauges == self.gauges and counters == self.reported and not self.queue_times
+                     and down == self.reported_down)
         if unchanged and not self.pending_info:
             return
         queried, hits, preempted, drafted, accepted = (now_ - then for now_, then in zip(counters, self.reported))
         msg = SchedulerStatsMsg(os.getpid(), *gauges, prefix_queried_tokens=queried, prefix_hit_tokens=hits,
                                 preemptions=preempted, draft_tokens=drafted, accepted_draft_tokens=accepted,
-                                queue_times=self.queue_times, info=self.pending_info)
+                                queue_times=self.queue_times, info=self.pending_info, structured_output_down=down)
         self.last_sent = now
         try:
             # Never block the scheduler on metrics: with nobody reading (the shell has no /metrics)
@@ -98,6 +101,7 @@ class StatsReporter:
             del self.queue_times[: -self.MAX_QUEUE_TIMES]
             return
         self.gauges, self.reported, self.queue_times, self.pending_info = gauges, counters, [], None
+        self.reported_down = down
 
 
 class LocalInbox:

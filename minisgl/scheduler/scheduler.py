@@ -22,7 +22,7 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
 
-from minisgl.constrained import CompileLimits, GrammarCompilerPool, GrammarState, bound_problem
+from minisgl.constrained import CompileLimits, CompilerUnavailable, GrammarCompilerPool, GrammarState, bound_problem
 from minisgl.constrained.grammar import BatchMasks
 from minisgl.core import Batch, Req, SamplingParams
 from minisgl.distributed import broadcast_objects
@@ -247,25 +247,28 @@ class Scheduler:
                 req.grammar = GrammarState.start(fut.result())  # a follower rank may wait for its own here
                 self.prefill.enqueue(req)
             else:
-                req.finish_reason = "error"
+                req.finish_reason, problem = outcomes[req.uid]
                 self._count_finish(req)
                 self._remove(req)
-                self._outputs_outside_steps.append(StepOutput(req.uid, None, "error", outcomes[req.uid], req.prompt_len))
+                self._outputs_outside_steps.append(StepOutput(req.uid, None, req.finish_reason, problem, req.prompt_len))
                 failed.append(fut)
         self.compiling = still
         for fut in failed:  # a follower's own compile of what rank 0 gave up on
             self._forget_compile(fut)
 
-    def _grammar_outcomes(self) -> dict[int, str | None]:
-        """uid -> None (its grammar is ready) or why it failed, for the compiling requests that are
-        decided. With tensor parallelism rank 0 decides, by its own time budget, and tells the other
-        ranks (whose compiles have none), so every rank admits a request in the same step."""
-        outcomes = {}
+    def _grammar_outcomes(self) -> dict[int, tuple[str, str] | None]:
+        """uid -> None (its grammar is ready) or (finish reason, why it failed), for the compiling
+        requests that are decided: "error" for the constraint's fault, "unavailable" (the API's 503)
+        while no compile worker is up. With tensor parallelism rank 0 decides, by its own time
+        budget, and tells the other ranks (whose compiles have none), so every rank admits a request
+        in the same step."""
+        outcomes: dict[int, tuple[str, str] | None] = {}
         if self.engine.tp.is_primary:
             for req, fut in self.compiling:
                 if fut.done():
                     error = fut.exception()
-                    outcomes[req.uid] = None if error is None else str(error)
+                    reason = "unavailable" if isinstance(error, CompilerUnavailable) else "error"
+                    outcomes[req.uid] = None if error is None else (reason, str(error))
         if self.engine.tp.size > 1:
             outcomes = broadcast_objects([outcomes])[0]
         return outcomes

@@ -174,6 +174,7 @@ class ServerMetrics:
         self.cache_config = Info(PREFIX + "cache_config", "The KV cache's page_size (tokens per page) and "
                                  "num_pages (pages in the pool), as labels; the value is always 1.", registry=r)
         self._scheduler_pid: int | None = None
+        self.structured_output_down: str | None = None  # as the scheduler last said (/health shows it)
         if compat == "vllm":
             from .metrics_vllm import VllmNames
 
@@ -255,6 +256,7 @@ class ServerMetrics:
             self.acceptance_rate.set(self._accepted / self._drafted)
         for seconds in msg.queue_times:
             self.queue_time.observe(seconds)
+        self.structured_output_down = msg.structured_output_down
         self.running.set(msg.num_running)
         self.waiting.set(msg.num_waiting)
         self.kv_used.set(msg.used_pages)

@@ -69,6 +69,10 @@ def router(deps: ApiDeps) -> APIRouter:
     @api.get(LIVENESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)
     async def health():
         ok = state.healthy
+        if ok and deps.metrics.structured_output_down:
+            # Still alive (the compile workers are retried by themselves, a restart would not help
+            # sooner), but degraded: said for whoever reads it.
+            return PlainTextResponse(f"ok; degraded: {deps.metrics.structured_output_down}")
         return PlainTextResponse("ok" if ok else "unhealthy", status_code=200 if ok else 503)
 
     @api.get(READINESS_PATH, tags=["probes"], response_class=PlainTextResponse, responses=PLAIN_503)

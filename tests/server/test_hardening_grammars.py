@@ -1,0 +1,69 @@
+"""Grammars are client input the server runs: none may slow other clients, starve their
+structured requests or take structured output down unnoticed. Real server on a tiny model."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import httpx
+import psutil
+import pytest
+
+from tests.server.serving import ServerProcess, wait_for
+
+pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
+
+
+@pytest.fixture
+def server(tiny_model_dir):
+    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--grammar-compile-workers", "1").wait_ready()
+    yield srv
+    assert srv.stop() == 0
+
+
+def compile_workers(server: ServerProcess) -> list[psutil.Process]:
+    """The server's live grammar compile worker processes."""
+    found = []
+    for p in psutil.Process(server.proc.pid).children(recursive=True):
+        try:
+            if "minisgl.constrained.worker" in p.cmdline() and p.status() != psutil.STATUS_ZOMBIE:
+                found.append(p)
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
+def structured(server: ServerProcess, regex: str, timeout: float = 300) -> httpx.Response:
+    return httpx.post(server.url + "/v1/completions", timeout=timeout,
+                      json={"prompt": "x", "max_tokens": 4, "guided_regex": regex})
+
+
+def test_a_compile_worker_killed_before_ready_is_a_503_and_health_says_so_until_one_is_back(server):
+    """SIGKILL of the compile worker while it starts: the structured request waiting for it gets 503
+    (the server's state, not the request's fault: never a 400), /health stays 200 but says structured
+    output is down, and once the backoff has passed the next structured request starts a new worker,
+    succeeds, and /health is plain "ok" again."""
+    import threading
+
+    answer: list[httpx.Response] = []
+    first = threading.Thread(target=lambda: answer.append(structured(server, "[0-9]+")))
+    first.start()
+    wait_for(lambda: compile_workers(server), timeout=120, what="a compile worker to start")
+    (worker,) = compile_workers(server)
+    os.kill(worker.pid, signal.SIGKILL)
+    first.join(timeout=300)
+    assert answer[0].status_code == 503, answer[0].text
+    assert "structured output is unavailable for now" in answer[0].json()["error"]["message"]
+
+    wait_for(lambda: "structured output is unavailable" in httpx.get(server.url + "/health", timeout=10).text,
+             timeout=30, what="/health to say structured output is down")
+    health = httpx.get(server.url + "/health", timeout=10)
+    assert health.status_code == 200, "alive: the workers are retried without a restart"
+
+    time.sleep(1.5)  # the first backoff
+    again = structured(server, "[a-z]+")
+    assert again.status_code == 200, again.text
+    wait_for(lambda: httpx.get(server.url + "/health", timeout=10).text == "ok", timeout=30,
+             what="/health to be plain ok again")
