@@ -9,22 +9,19 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
 from .chat_protocol import ChatCompletionRequest
+from .protocol import StrictBody
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")  # as protocol.py: JSON false is no temperature
-
-
-class TextBlock(_Strict):
+class TextBlock(StrictBody):
     type: Literal["text"]
     text: str
     cache_control: dict | None = None  # a prompt-caching hint: the prefix cache needs none
 
 
-class ToolUseBlock(_Strict):
+class ToolUseBlock(StrictBody):
     type: Literal["tool_use"]
     id: str
     name: str
@@ -32,7 +29,7 @@ class ToolUseBlock(_Strict):
     cache_control: dict | None = None
 
 
-class ToolResultBlock(_Strict):
+class ToolResultBlock(StrictBody):
     type: Literal["tool_result"]
     tool_use_id: str
     content: str | list[TextBlock] = ""
@@ -47,12 +44,12 @@ class ToolResultBlock(_Strict):
 Block = Annotated[TextBlock | ToolUseBlock | ToolResultBlock, Field(discriminator="type")]
 
 
-class Message(_Strict):
+class Message(StrictBody):
     role: Literal["user", "assistant"]
     content: str | list[Block]
 
 
-class Tool(_Strict):
+class Tool(StrictBody):
     name: str = Field(min_length=1, max_length=128)
     description: str | None = None
     input_schema: dict
@@ -60,7 +57,7 @@ class Tool(_Strict):
     cache_control: dict | None = None
 
 
-class ToolChoice(_Strict):
+class ToolChoice(StrictBody):
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: bool | None = None
@@ -72,11 +69,11 @@ class ToolChoice(_Strict):
         return self
 
 
-class Metadata(_Strict):
+class Metadata(StrictBody):
     user_id: str | None = None
 
 
-class CountTokensRequest(_Strict):
+class CountTokensRequest(StrictBody):
     model: str | None = None
     messages: list[Message] = Field(min_length=1)
     system: str | list[TextBlock] | None = None

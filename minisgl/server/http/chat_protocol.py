@@ -6,26 +6,22 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from minisgl.constrained.tools import call_or_answer, forced_calls_schema
 from minisgl.core.request_fields import MAX_LOGPROBS
 
 from ..parsers.tool_calls import loads
 from .generation_protocol import GenerationRequest
-from .protocol import Usage, check_tool_names_unique, token_limit
+from .protocol import StrictBody, Usage, check_tool_names_unique, token_limit
 
 
-class TextPart(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+class TextPart(StrictBody):
     type: Literal["text"]
     text: str
 
 
-class FunctionCall(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+class FunctionCall(StrictBody):
     name: str
     arguments: str = Field(description="a JSON object, as a string")
 
@@ -37,17 +33,13 @@ class FunctionCall(BaseModel):
         return value if isinstance(value, dict) else self.arguments
 
 
-class ToolCall(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+class ToolCall(StrictBody):
     id: str
     type: Literal["function"] = "function"
     function: FunctionCall
 
 
-class ChatMessage(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
+class ChatMessage(StrictBody):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -71,18 +63,14 @@ class ChatMessage(BaseModel):
         return out
 
 
-class FunctionDef(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+class FunctionDef(StrictBody):
     name: str = Field(pattern=r"^[a-zA-Z0-9_.-]{1,64}$")
     description: str | None = None
     parameters: dict | None = Field(None, description="a JSON schema of the arguments object")
     strict: bool | None = None
 
 
-class Tool(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+class Tool(StrictBody):
     type: Literal["function"]
     function: FunctionDef
 
@@ -91,14 +79,11 @@ class Tool(BaseModel):
 ToolChoiceMode = Literal["none", "auto", "required"]
 
 
-class ChosenFunction(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+class ChosenFunction(StrictBody):
     name: str
 
 
-class NamedToolChoice(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+class NamedToolChoice(StrictBody):
     type: Literal["function"]
     function: ChosenFunction
 

@@ -13,14 +13,14 @@ from minisgl.core import SamplingParams
 from minisgl.core.request_fields import INT32_MAX, REQUEST_FIELDS
 from minisgl.message import TextParams
 
-from .protocol import MAX_STOP_CHARS, APIError, LogitBias, Metadata, StopField, TokenIdList, api_field
+from .protocol import MAX_STOP_CHARS, APIError, LogitBias, Metadata, StopField, StrictBody, TokenIdList, api_field
 
 JSON_FORMS: dict[str, Any] = {"logit_bias": LogitBias}  # the JSON form of the fields whose values are not scalars
 API_FIELDS = tuple(f for f in REQUEST_FIELDS if f.in_api)  # on the chat and completions bodies as themselves
 
 
-class JsonSchemaSpec(BaseModel):
-    model_config = ConfigDict(strict=True, populate_by_name=True, extra="forbid")
+class JsonSchemaSpec(StrictBody):
+    model_config = ConfigDict(populate_by_name=True)
 
     name: str = Field(max_length=64)
     description: str | None = None
@@ -28,18 +28,15 @@ class JsonSchemaSpec(BaseModel):
     strict: bool | None = None
 
 
-class TextFormat(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+class TextFormat(StrictBody):
     type: Literal["text"]
 
 
-class JsonObjectFormat(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+class JsonObjectFormat(StrictBody):
     type: Literal["json_object"]
 
 
-class JsonSchemaFormat(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+class JsonSchemaFormat(StrictBody):
     type: Literal["json_schema"]
     json_schema: JsonSchemaSpec
 
@@ -91,9 +88,7 @@ class KnownFieldsOnly(BaseModel):
         return None
 
 
-class StreamOptions(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+class StreamOptions(StrictBody):
     include_usage: bool = False
 
 

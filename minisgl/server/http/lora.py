@@ -13,23 +13,21 @@ import asyncio
 
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..runtime.frontend import UNAVAILABLE
 from .deps import ApiDeps
-from .protocol import APIError
+from .protocol import APIError, StrictBody
 
 MAX_LORA_NAME = 128  # a name is a model id and a metrics label value
 
 
-class LoadLoraAdapterRequest(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+class LoadLoraAdapterRequest(StrictBody):
     lora_name: str = Field(min_length=1, max_length=MAX_LORA_NAME)
     lora_path: str = Field(max_length=4096)
 
 
-class UnloadLoraAdapterRequest(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
+class UnloadLoraAdapterRequest(StrictBody):
     lora_name: str
     lora_int_id: int | None = None  # vLLM's clients may send it; the name decides
 

@@ -11,7 +11,7 @@ import json
 from typing import Annotated, Any
 
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, Field, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from minisgl.core.request_fields import FIELDS, INT32_MAX, MAX_LOGIT_BIAS_TOKENS, MAX_TOKEN_IDS
 
@@ -26,6 +26,13 @@ TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 # OpenAI's bounds on metadata (echoed back by the Responses API): 16 pairs, keys of 64 characters, values of 512.
 Metadata = Annotated[dict[Annotated[str, Field(max_length=64)], Annotated[str, Field(max_length=512)]],
                      Field(max_length=16)]
+
+
+class StrictBody(BaseModel):
+    """A request body, or a part of one, that takes only what it declares (any other field is a 400
+    naming it) and only in its JSON type: false is no temperature and 0 no bool."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 def check_tool_names_unique(names) -> None:

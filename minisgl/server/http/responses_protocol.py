@@ -12,7 +12,7 @@ from minisgl.core.request_fields import FIELDS
 
 from .chat_protocol import ChatCompletionRequest, ToolChoiceMode
 from .generation_protocol import JsonObjectFormat, KnownFieldsOnly, TextFormat
-from .protocol import Metadata, api_field, check_tool_names_unique, token_limit
+from .protocol import Metadata, StrictBody, api_field, check_tool_names_unique, token_limit
 
 # Responses fields this server does not implement, with the values that ask for nothing; every
 # other undeclared field is refused too (KnownFieldsOnly), unless --allow-unknown-fields.
@@ -25,16 +25,12 @@ RESPONSES_REFUSED_UNLESS: dict[str, tuple] = {
 }
 
 
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-
-class InputText(_Strict):
+class InputText(StrictBody):
     type: Literal["input_text"]
     text: str
 
 
-class OutputText(_Strict):
+class OutputText(StrictBody):
     """An earlier answer's text, as clients send output items back; its annotations and logprobs
     describe the output and are not model input."""
 
@@ -53,7 +49,7 @@ def _text_or(listed: Any) -> Any:
 ItemStatus = Literal["in_progress", "completed", "incomplete"] | None
 
 
-class MessageItem(_Strict):
+class MessageItem(StrictBody):
     type: Literal["message"] = "message"
     role: Literal["user", "system", "developer", "assistant"]
     content: _text_or(list[Annotated[InputText | OutputText, Field(discriminator="type")]])
@@ -64,7 +60,7 @@ class MessageItem(_Strict):
         return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
 
 
-class FunctionCallItem(_Strict):
+class FunctionCallItem(StrictBody):
     """A tool call the model made in an earlier turn."""
 
     type: Literal["function_call"]
@@ -75,7 +71,7 @@ class FunctionCallItem(_Strict):
     status: ItemStatus = None
 
 
-class FunctionCallOutputItem(_Strict):
+class FunctionCallOutputItem(StrictBody):
     """The result of a tool call, sent back by the client."""
 
     type: Literal["function_call_output"]
@@ -85,12 +81,12 @@ class FunctionCallOutputItem(_Strict):
     status: ItemStatus = None
 
 
-class ReasoningText(_Strict):
+class ReasoningText(StrictBody):
     type: Literal["reasoning_text", "summary_text"]
     text: str
 
 
-class ReasoningItem(_Strict):
+class ReasoningItem(StrictBody):
     """An earlier turn's reasoning (output with --reasoning-parser), sent back."""
 
     type: Literal["reasoning"]
@@ -110,7 +106,7 @@ InputItem = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[Functio
                       | Annotated[ReasoningItem, Tag("reasoning")], Discriminator(_item_type)]
 
 
-class FunctionTool(_Strict):
+class FunctionTool(StrictBody):
     """A function tool in the Responses' flat shape (name and parameters beside `type`)."""
 
     type: Literal["function"]
@@ -136,15 +132,15 @@ ResponsesTool = Annotated[Annotated[FunctionTool, Tag("function")] | Annotated[B
                           Discriminator(_tool_type)]
 
 
-class NamedFunction(_Strict):
+class NamedFunction(StrictBody):
     type: Literal["function"]
     name: str
 
 
-class JsonSchemaTextFormat(_Strict):
+class JsonSchemaTextFormat(StrictBody):
     """Responses' json_schema format: the chat's json_schema object flattened into it."""
 
-    model_config = ConfigDict(strict=True, extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(populate_by_name=True)
     type: Literal["json_schema"]
     name: str = Field(max_length=64)
     schema_: dict = Field(alias="schema")
@@ -152,7 +148,7 @@ class JsonSchemaTextFormat(_Strict):
     strict: bool | None = None
 
 
-class TextConfig(_Strict):
+class TextConfig(StrictBody):
     format: Annotated[TextFormat | JsonObjectFormat | JsonSchemaTextFormat, Field(discriminator="type")] | None = None
 
 

@@ -19,28 +19,24 @@ from typing import Annotated
 import orjson
 from fastapi import APIRouter
 from fastapi.responses import Response
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from ..args import load_chat_template
 from .chat_protocol import ChatMessage, Tool
 from .deps import ApiDeps, check_utf8
-from .protocol import APIError, TokenId
+from .protocol import APIError, StrictBody, TokenId
 
 
-class TokenizePrompt(BaseModel):
+class TokenizePrompt(StrictBody):
     """Text, tokenized as /v1/completions would."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
 
     model: str | None = None
     prompt: str
     add_special_tokens: bool = True
 
 
-class TokenizeChat(BaseModel):
+class TokenizeChat(StrictBody):
     """A chat, rendered with the chat template as /v1/chat/completions would."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
 
     model: str | None = None
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
@@ -49,9 +45,7 @@ class TokenizeChat(BaseModel):
     tools: list[Tool] | None = None
 
 
-class DetokenizeRequest(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid")
-
+class DetokenizeRequest(StrictBody):
     model: str | None = None
     tokens: list[TokenId]
 
