@@ -147,6 +147,22 @@ class GrammarState:
         if self.also_allowed is not None:
             bitmask[row] &= self.also_allowed
 
+    def fill_masks_along(self, bitmask: torch.Tensor, row: int, drafts: list[int]) -> None:
+        """Rows row .. row + len(drafts) of `bitmask`: the masks after each prefix of `drafts` (a
+        speculative verify step's positions), the state left as it was. Past a draft the grammar
+        refuses the rows repeat the last mask: that draft is masked out where it is verified, so
+        nothing after it is kept."""
+        self.fill_mask(bitmask, row)
+        taken = 0
+        for i, token in enumerate(drafts, 1):
+            if taken == i - 1 and not self.matcher.is_terminated() and self.matcher.accept_token(token):
+                taken += 1
+                self.fill_mask(bitmask, row + i)
+            else:
+                bitmask[row + i] = bitmask[row + i - 1]
+        if taken:
+            self.matcher.rollback(taken)
+
     def accept(self, token: int) -> bool:
         """Follow a sampled token; False if the grammar does not allow it: for a token sampled
         under this request's mask, only when the mask allowed nothing (a grammar no token of the
@@ -170,13 +186,19 @@ class BatchMasks:
     bitmask: torch.Tensor
 
     @classmethod
-    def fill(cls, constrained: list[tuple[int, GrammarState]], vocab_size: int) -> BatchMasks:
+    def fill(cls, constrained: list[tuple[int, GrammarState]], vocab_size: int,
+             drafts: list[list[int]] | None = None) -> BatchMasks:
+        """`drafts`: per constrained row, the speculative drafts verified after it (their rows
+        follow it), each row masked by the grammar after the drafts before it."""
         import xgrammar as xgr
 
-        bitmask = xgr.allocate_token_bitmask(len(constrained), vocab_size)
-        for j, (_, state) in enumerate(constrained):
-            state.fill_mask(bitmask, j)
-        return cls([row for row, _ in constrained], bitmask)
+        drafts = drafts or [[] for _ in constrained]
+        bitmask = xgr.allocate_token_bitmask(len(constrained) + sum(map(len, drafts)), vocab_size)
+        j = 0
+        for (_, state), d in zip(constrained, drafts):
+            state.fill_masks_along(bitmask, j, d)
+            j += 1 + len(d)
+        return cls([row + i for (row, _), d in zip(constrained, drafts) for i in range(1 + len(d))], bitmask)
 
     def apply(self, logits: torch.Tensor) -> None:
         """Disallowed tokens of the constrained rows of `logits` [batch, vocab] become -inf, in place."""

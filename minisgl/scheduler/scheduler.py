@@ -379,23 +379,30 @@ class Scheduler:
         calls once the batch's forward pass is launched: their grammar masks need the previous
         step's tokens, which the host then reads while the GPU runs the forward (overlap kept)."""
         rows = Speculator.sampling_rows(batch.reqs, batch.drafts) if batch.drafts else batch.reqs
-        if not any(r.grammar is not None and r.samples_this_step for r in batch.reqs):
+        if not any(r.grammar is not None and (r.samples_this_step or batch.drafts) for r in batch.reqs):
             return BatchSamplingArgs.from_reqs(rows, self.engine.device, self.eos_ids)
 
         def after_forward_launch() -> BatchSamplingArgs:
             read_previous()
-            return BatchSamplingArgs.from_reqs(rows, self.engine.device, self.eos_ids, self._grammar_masks(rows))
+            return BatchSamplingArgs.from_reqs(rows, self.engine.device, self.eos_ids, self._grammar_masks(batch))
 
         return after_forward_launch
 
-    def _grammar_masks(self, rows: list[Req]) -> BatchMasks | None:
+    def _grammar_masks(self, batch: Batch) -> BatchMasks | None:
         """The grammar masks of the batch's constrained sampling rows (a request the previous step
-        finished gets none: its token here is dropped), or None when there are none."""
-        constrained = [(i, r.grammar) for i, r in enumerate(rows)
-                       if r.grammar is not None and r.samples_this_step and not r.finished]
+        finished gets none: its token here is dropped), or None when there are none; a verify
+        batch's request has a row per draft after its own, each masked after the drafts before it."""
+        drafts = batch.drafts or {}
+        constrained, along, row = [], [], 0
+        for r in batch.reqs:
+            mine = drafts.get(r.uid, [])
+            if r.grammar is not None and (r.samples_this_step or mine) and not r.finished:
+                constrained.append((row, r.grammar))
+                along.append(mine)
+            row += 1 + len(mine)
         if not constrained:
             return None
-        return BatchMasks.fill(constrained, self.engine.model_config.vocab_size)
+        return BatchMasks.fill(constrained, self.engine.model_config.vocab_size, along)
 
     def _process(self, done: InFlight) -> list[StepOutput]:
         if done.batch.phase == "verify":

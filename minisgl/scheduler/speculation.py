@@ -10,8 +10,9 @@ rejection-sampling rule). The KV of the rejected drafts is left where it is, pas
 cached length (the next step writes over it), and the pages holding only that go back
 (CacheManager.trim).
 
-Not drafted for (they decode one token a step, as without speculation): requests with a grammar,
-and any whose host view lags the device (the last token still in flight).
+A request with a grammar has each verified row masked by the grammar after the drafts before it
+(Scheduler._grammar_masks). Not drafted for: a request whose host view lags the device (its last
+token still in flight).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class Speculator:
 
     def _room(self, r: Req) -> int:
         """Most tokens `r` may draft: none beyond its max_tokens or the context."""
-        if r.grammar is not None or r.finished or r.prompt_len + len(r.output_ids) != r.seq_len:
+        if r.finished or r.prompt_len + len(r.output_ids) != r.seq_len:
             return 0
         # max_tokens is a number once admitted (Scheduler.resolve); the step's own token is one of them.
         left = (r.sampling_params.max_tokens or 0) - len(r.output_ids) - 1

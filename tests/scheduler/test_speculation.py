@@ -148,3 +148,19 @@ def test_drafts_that_always_fail_switch_speculation_off(tiny_model_dir, prompts)
     assert ids(got) == ids(expected)
     assert scheduler.stats.accepted_tokens == 0
     assert 0 < scheduler.stats.draft_tokens < 40  # of 200 steps
+
+
+@pytest.mark.slow  # grammar compiles in worker processes: half a minute on 2 cores
+def test_constrained_requests_verify_drafts_under_their_grammar(tiny_model_dir, prompts):
+    """Each verified position is masked by the grammar after the drafts before it: constrained
+    requests keep drafts (those the grammar allows and the model agrees with) and give the tokens
+    they give without speculation; a draft the grammar refuses is never kept."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    params = replace(GREEDY, ignore_eos=False, constraint=("regex", "([a-z][0-9]){4,}\\."))
+    expected, _ = generate(model_dir, prompts, params)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    got, scheduler = generate(model_dir, prompts, params, replay=sequences, rate=0.7)
+    assert ids(got) == ids(expected)
+    assert [o["finish_reason"] for o in got] == [o["finish_reason"] for o in expected]
+    assert 0 < scheduler.stats.accepted_tokens < scheduler.stats.draft_tokens
+    assert_all_pages_back(scheduler)
