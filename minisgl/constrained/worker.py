@@ -21,7 +21,12 @@ from multiprocessing.connection import Connection
 
 from minisgl.utils.process import end_with
 
-from .grammar import compile_constraint
+from .grammar import CONSTRAINT_FIELDS, compile_constraint
+from .matching_cost import matching_problem
+
+# The languages a client writes itself, where an ambiguous rule can hide (xgrammar writes the
+# grammars of JSON schemas and choices, unambiguously).
+PROBED_KINDS = ("grammar", "regex")
 
 
 def serve(conn: Connection) -> None:
@@ -48,7 +53,12 @@ def serve(conn: Connection) -> None:
         except EOFError:  # the pool is gone
             return
         try:
-            conn.send((job, True, compile_constraint(compiler, (kind, spec)).serialize_json()))
+            compiled = compile_constraint(compiler, (kind, spec))
+            if kind in PROBED_KINDS:
+                problem = matching_problem(compiled, setup["vocab_size"], setup["stop_token_ids"])
+                if problem:
+                    raise ValueError(f"cannot compile the {kind} constraint ({CONSTRAINT_FIELDS[kind]}): {problem}")
+            conn.send((job, True, compiled.serialize_json()))
         except ValueError as e:
             conn.send((job, False, str(e)))
 

@@ -67,3 +67,35 @@ def test_a_compile_worker_killed_before_ready_is_a_503_and_health_says_so_until_
     assert again.status_code == 200, again.text
     wait_for(lambda: httpx.get(server.url + "/health", timeout=10).text == "ok", timeout=30,
              what="/health to be plain ok again")
+
+
+AMBIGUOUS = 'root ::= e\ne ::= e e | e | [a-z] | ""'
+
+
+def test_an_ambiguous_grammar_is_refused_naming_its_field_and_slows_no_other_client(server):
+    """Its matcher's cost grows with every token (it ran seconds a step by token 200, in the
+    scheduler, for the whole batch): refused at compile time with a 400 naming guided_grammar, while
+    other clients' short chats are answered in their usual time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def chat() -> float:
+        start = time.monotonic()
+        resp = httpx.post(server.url + "/v1/chat/completions", timeout=300,
+                          json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8, "ignore_eos": True})
+        assert resp.status_code == 200, resp.text
+        return time.monotonic() - start
+
+    chat()  # warm
+    with ThreadPoolExecutor(4) as pool:
+        hostile = pool.submit(httpx.post, server.url + "/v1/completions", timeout=300,
+                              json={"prompt": "x", "max_tokens": 300, "ignore_eos": True, "guided_grammar": AMBIGUOUS})
+        times = [pool.submit(chat) for _ in range(6)]
+        resp = hostile.result()
+        assert resp.status_code == 400, resp.text
+        message = resp.json()["error"]["message"]
+        assert "guided_grammar" in message and "ambiguous" in message, message
+        assert max(t.result() for t in times) < 5.0, "a chat waited behind the ambiguous grammar"
+    unambiguous = httpx.post(server.url + "/v1/completions", timeout=300,
+                             json={"prompt": "x", "max_tokens": 40, "ignore_eos": True,
+                                   "guided_grammar": 'root ::= e\ne ::= [a-z] e | ""'})
+    assert unambiguous.status_code == 200, unambiguous.text
