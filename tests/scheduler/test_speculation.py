@@ -164,3 +164,18 @@ def test_constrained_requests_verify_drafts_under_their_grammar(tiny_model_dir, 
     assert [o["finish_reason"] for o in got] == [o["finish_reason"] for o in expected]
     assert 0 < scheduler.stats.accepted_tokens < scheduler.stats.draft_tokens
     assert_all_pages_back(scheduler)
+
+
+def test_stop_strings_end_the_text_where_they_end_it_without_speculation(tiny_model_dir, prompts):
+    """A stop string matched inside a step's several tokens ends the text before it, as when the
+    tokens come one a step (the detokenizer's matching, LLM.generate's as the server's)."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    expected, _ = generate(model_dir, prompts, GREEDY)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    params = [replace(GREEDY, stop=(o["text"][12:15],)) for o in expected]
+    want, _ = generate(model_dir, prompts, params)
+    got, scheduler = generate(model_dir, prompts, params, replay=sequences, rate=1.0)
+    assert [o["text"] for o in got] == [o["text"] for o in want]
+    assert [o["finish_reason"] for o in got] == [o["finish_reason"] for o in want]
+    assert "stop" in {o["finish_reason"] for o in got} and scheduler.stats.accepted_tokens > 0
+    assert_all_pages_back(scheduler)
