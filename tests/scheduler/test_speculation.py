@@ -179,3 +179,16 @@ def test_stop_strings_end_the_text_where_they_end_it_without_speculation(tiny_mo
     assert [o["finish_reason"] for o in got] == [o["finish_reason"] for o in want]
     assert "stop" in {o["finish_reason"] for o in got} and scheduler.stats.accepted_tokens > 0
     assert_all_pages_back(scheduler)
+
+
+def test_lora_requests_verify_drafts_through_their_adapter(lora_model_dir, lora_adapters, prompts):
+    """A verify batch mixing adapters and the base model applies each request's adapter at every
+    token it computes: the tokens are those without speculation."""
+    adapters = {"r4": lora_adapters["r4"], "r8": lora_adapters["r8"]}
+    params = [replace(GREEDY, lora=[None, "r4", "r8"][i % 3]) for i in range(len(prompts))]
+    settings = {"lora_modules": adapters, "max_loras": 2}
+    expected, _ = generate(lora_model_dir, prompts, params, **settings)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    got, scheduler = generate(lora_model_dir, prompts, params, replay=sequences, rate=0.7, **settings)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.accepted_tokens > 0
