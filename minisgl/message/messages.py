@@ -105,7 +105,8 @@ class Reply:
     logprobs: list | None = None
     cached_tokens: int = 0  # of prompt_tokens, those found in the prefix cache
     stop: str | None = None  # the stop string that ended it (finish_reason stop)
-    # With the first token, when asked: per prompt token [token text, logprob (None for the first), [[text, logprob], ...]].
+    # With the first token, when asked: per prompt token
+    # [token id, its text, logprob (None for the first), [[id, text, logprob], ...]].
     prompt_logprobs: list | None = None
 
 

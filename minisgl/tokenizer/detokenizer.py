@@ -79,7 +79,7 @@ class Detokenizer:
             text += state.finish()
         prompt_logprobs = None
         if out.prompt_logprobs is not None:
-            prompt_logprobs = [[self._piece(i), lp, [[self._piece(t), v] for t, v in top]]
+            prompt_logprobs = [[i, self._piece(i), lp, [[t, self._piece(t), v] for t, v in top]]
                                for i, lp, top in out.prompt_logprobs]
         replies.append(Reply(uid, text, self.counts[uid], reason, out.error, out.prompt_tokens, logprobs,
                              out.cached_tokens, state.matched_stop, prompt_logprobs))

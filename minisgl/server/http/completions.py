@@ -18,6 +18,8 @@ def router(deps: ApiDeps) -> APIRouter:
               responses=generation_responses(CompletionResponse))
     async def completions(body: CompletionRequest, request: Request):
         admitted = deps.admit_completion(body)
-        return await serve_generation(CompletionShape(), admitted, deps.client, request)
+        echo_texts = tuple(p.get("text") for p in body.prompts()) if body.echo else ()
+        shape = CompletionShape(echo_texts, body.prompt_logprobs is not None, body.logprobs is not None)
+        return await serve_generation(shape, admitted, deps.client, request)
 
     return api

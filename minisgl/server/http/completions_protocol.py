@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal, cast
+from dataclasses import replace
+from typing import Annotated, Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, Field
 
+from minisgl.core import SamplingParams
 from minisgl.core.request_fields import MAX_LOGPROBS
 
-from .generation_protocol import GenerationRequest
+from .generation_protocol import REFUSED_UNLESS, GenerationRequest
 from .protocol import Text, TokenIds, Usage, token_limit
 
 
@@ -18,9 +20,29 @@ class CompletionRequest(GenerationRequest):
     max_tokens: int | None = token_limit(16)
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                  description="return each output token's log-probability and that many alternatives")
+    echo: bool = Field(False, description="the prompt before the completion: in the text and, with logprobs, its "
+                                          "tokens' logprobs too (the first token's null)")
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
+                                        description="extension (vLLM): each prompt token's logprob and that many "
+                                                    "alternatives, as the choice's prompt_logprobs (the first null)")
+    refused_unless: ClassVar[dict[str, tuple]] = {k: v for k, v in REFUSED_UNLESS.items()
+                                                  if k not in ("echo", "prompt_logprobs")}
 
     def logprobs_k(self) -> int | None:
         return self.logprobs
+
+    def prompt_logprobs_k(self) -> int | None:
+        """How many alternatives per prompt token the scheduler computes (None: it scores no prompt):
+        prompt_logprobs's, echo's with logprobs, or none for echo of prompt ids (their text is wanted)."""
+        wanted = [k for k in (self.prompt_logprobs, self.logprobs if self.echo else None) if k is not None]
+        if wanted:
+            return max(wanted)
+        return 0 if self.echo and any("input_ids" in p for p in self.prompts()) else None
+
+    def sampling_params(self) -> SamplingParams:
+        params = super().sampling_params()
+        k = self.prompt_logprobs_k()
+        return params if k is None else replace(params, prompt_logprobs=k)
 
     def max_new_tokens(self) -> int | None:
         return self.max_tokens
@@ -37,8 +59,8 @@ class CompletionRequest(GenerationRequest):
 
 class CompletionLogprobs(BaseModel):
     tokens: list[str]
-    token_logprobs: list[float]
-    top_logprobs: list[dict[str, float]]
+    token_logprobs: list[float | None]  # None: an echoed prompt's first token
+    top_logprobs: list[dict[str, float] | None]
     text_offset: list[int]
 
 
@@ -47,6 +69,8 @@ class CompletionChoice(BaseModel):
     text: str
     logprobs: CompletionLogprobs | None = None
     finish_reason: Literal["stop", "length"] | None
+    # vLLM's: per prompt token, {token id: {logprob, decoded_token}} for it and its alternatives (the first None).
+    prompt_logprobs: list[dict[str, Any] | None] | None = None
 
 
 class CompletionResponse(BaseModel):

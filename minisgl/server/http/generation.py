@@ -37,6 +37,7 @@ class Choice:
     finish_reason: str | None = None
     error: str | None = None  # why it failed, with finish_reason error or unavailable
     logprobs: list = field(default_factory=list)  # Reply.logprobs entries of every token so far
+    prompt_logprobs: list | None = None  # Reply.prompt_logprobs, when the request scores its prompt
 
 
 @dataclass
@@ -95,6 +96,8 @@ class Generation:
         choice.error = reply.error or choice.error
         if reply.logprobs:
             choice.logprobs += reply.logprobs
+        if reply.prompt_logprobs is not None:
+            choice.prompt_logprobs = reply.prompt_logprobs
         return choice
 
     async def replies(self, firsts: list[Reply]) -> AsyncIterator[tuple[Choice, Reply]]:
@@ -299,7 +302,7 @@ async def serve_generation(shape: ResponseShape, admitted: Admitted, client: Fro
     def chunk(choices: list[dict]) -> dict:
         return {**chunk_base, "choices": choices, **({"usage": None} if include_usage else {})}
 
-    streams = [shape.stream(c.index) for c in gen.choices]
+    streams = [shape.stream(c.index, c.prompt_index) for c in gen.choices]
 
     async def events() -> AsyncIterator[bytes]:
         for stream in streams:
@@ -309,7 +312,7 @@ async def serve_generation(shape: ResponseShape, admitted: Admitted, client: Fro
             if reply.finish_reason in ("error", UNAVAILABLE):
                 yield _error_event(reply)
                 continue
-            if not reply.text and not reply.logprobs and reply.finish_reason is None:
+            if not reply.text and not reply.logprobs and reply.prompt_logprobs is None and reply.finish_reason is None:
                 continue
             for event in streams[choice.index].events(reply):
                 yield sse(chunk([event]))

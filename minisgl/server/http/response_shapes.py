@@ -55,8 +55,36 @@ def completion_logprobs(entries: list | None, offset: int = 0) -> dict | None:
     for text, _, _ in entries:
         offsets.append(at)
         at += len(text)
-    return {"tokens": [e[0] for e in entries], "token_logprobs": [_lp(e[1]) for e in entries],
-            "top_logprobs": [{t: _lp(v) for t, v in e[2]} for e in entries], "text_offset": offsets}
+    return {"tokens": [e[0] for e in entries], "token_logprobs": [None if e[1] is None else _lp(e[1]) for e in entries],
+            "top_logprobs": [None if e[2] is None else _by_text(e[2]) for e in entries],
+            "text_offset": offsets}
+
+
+def _by_text(alternatives: list) -> dict[str, float]:
+    """Alternatives keyed by their text, most likely first: two tokens of one text (partial UTF-8
+    bytes) keep the likelier's logprob, as the greedy check of a scoring client expects."""
+    out: dict[str, float] = {}
+    for text, lp in alternatives:
+        out.setdefault(text, _lp(lp))
+    return out
+
+
+def echoed_prompt(prompt_text: str | None, prompt_entries: list | None) -> tuple[str, list]:
+    """An echoed prompt's text (as sent, or its tokens' texts joined for token ids) and its
+    Reply.prompt_logprobs in Reply.logprobs' form, the first token's logprob and alternatives None."""
+    entries = [[text, lp, None if lp is None else [[t, v] for _, t, v in alts]]
+               for _, text, lp, alts in prompt_entries or []]
+    return (prompt_text if prompt_text is not None else "".join(e[0] for e in entries)), entries
+
+
+def vllm_prompt_logprobs(prompt_entries: list) -> list:
+    """Reply.prompt_logprobs as vLLM returns them: per prompt token None (the first) or
+    {token id: {logprob, decoded_token}} for the token and its alternatives."""
+    def one(token: int, text: str, lp: float) -> tuple[str, dict]:
+        return str(token), {"logprob": _lp(lp), "decoded_token": text}
+
+    return [None if lp is None else dict([one(i, text, lp), *(one(*alt) for alt in alts)])
+            for i, text, lp, alts in prompt_entries]
 
 
 # Stream chunks are plain dicts, not pydantic models: the per-token path is event-loop bound, and a
@@ -119,6 +147,11 @@ class ParsedChatStream(PlainChatStream):
         return out
 
 
+@dataclass(frozen=True)
+class Echo:
+    text: str | None  # the prompt as sent; None: token ids (their tokens' texts are joined)
+
+
 @dataclass
 class CompletionStream(ChoiceStream):
     """Text pieces, each with its logprobs (offsets into the whole text) and the end on the last."""
@@ -127,13 +160,24 @@ class CompletionStream(ChoiceStream):
     # Where the next token starts: the tokens' texts so far, as in the JSON response. Not the text
     # sent so far, which lags the tokens while the detokenizer holds back an incomplete character.
     token_text_length: int = 0
+    echo: Echo | None = None  # the prompt to send first (echo), with its logprobs if asked
+    logprobs: bool = False
+    prompt_logprobs: bool = False  # vLLM's, on the first event
 
     def events(self, reply: Reply) -> list[dict]:
-        logprobs = completion_logprobs(reply.logprobs, self.token_text_length)
-        if reply.logprobs:
-            self.token_text_length += sum(len(entry[0]) for entry in reply.logprobs)
-        return [{"index": self.index, "text": reply.text, "logprobs": logprobs,
-                 "finish_reason": openai_finish_reason(reply.finish_reason)}]
+        text, entries = reply.text, reply.logprobs
+        if self.echo is not None:  # the first reply: the prompt before it
+            prompt, prompt_entries = echoed_prompt(self.echo.text, reply.prompt_logprobs)
+            text, entries = prompt + text, (prompt_entries + (entries or [])) if self.logprobs else entries
+            self.echo = None
+        logprobs = completion_logprobs(entries, self.token_text_length)
+        if entries:
+            self.token_text_length += sum(len(entry[0]) for entry in entries)
+        event = {"index": self.index, "text": text, "logprobs": logprobs,
+                 "finish_reason": openai_finish_reason(reply.finish_reason)}
+        if reply.prompt_logprobs is not None and self.prompt_logprobs:
+            event["prompt_logprobs"] = vllm_prompt_logprobs(reply.prompt_logprobs)
+        return [event]
 
 
 class ResponseShape(ABC):
@@ -156,8 +200,9 @@ class ResponseShape(ABC):
         """A whole choice's Reply.logprobs entries in this format."""
 
     @abstractmethod
-    def stream(self, index: int) -> ChoiceStream:
-        """The stream of choice `index` (one per choice: it may hold text back while parsing)."""
+    def stream(self, index: int, prompt_index: int = 0) -> ChoiceStream:
+        """The stream of choice `index` of prompt `prompt_index` (one per choice: it may hold text
+        back while parsing)."""
 
     def body(self, rid: str, created: int, model: str, choices: Sequence[Choice], usage: dict,
              logprobs: bool) -> dict:
@@ -191,7 +236,7 @@ class ChatShape(ResponseShape):
     def logprobs(self, entries: list | None) -> dict | None:
         return chat_logprobs(entries)
 
-    def stream(self, index: int) -> ChoiceStream:
+    def stream(self, index: int, prompt_index: int = 0) -> ChoiceStream:
         if self.output.plain:
             return PlainChatStream(index)
         return ParsedChatStream(index, reader=self.output.reader())
@@ -199,7 +244,12 @@ class ChatShape(ResponseShape):
 
 @dataclass(frozen=True)
 class CompletionShape(ResponseShape):
-    """/v1/completions: the text of each choice as it is."""
+    """/v1/completions: the text of each choice as it is, after its prompt with `echo`."""
+
+    # Per prompt, its text as sent (None: token ids) when the request echoes its prompts; else empty.
+    echo_texts: tuple[str | None, ...] = ()
+    prompt_logprobs: bool = False  # vLLM's prompt_logprobs asked: each choice carries them
+    with_logprobs: bool = False  # logprobs asked (an echo's include the prompt's)
 
     id_prefix: ClassVar[str] = "cmpl"
     object: ClassVar[str] = "text_completion"
@@ -213,5 +263,19 @@ class CompletionShape(ResponseShape):
     def logprobs(self, entries: list | None) -> dict | None:
         return completion_logprobs(entries)
 
-    def stream(self, index: int) -> ChoiceStream:
-        return CompletionStream(index)
+    def stream(self, index: int, prompt_index: int = 0) -> ChoiceStream:
+        echo = Echo(self.echo_texts[prompt_index]) if self.echo_texts else None
+        return CompletionStream(index, echo=echo, logprobs=self.with_logprobs, prompt_logprobs=self.prompt_logprobs)
+
+    def body(self, rid: str, created: int, model: str, choices: Sequence[Choice], usage: dict,
+             logprobs: bool) -> dict:
+        out = super().body(rid, created, model, choices, usage, logprobs)
+        for entry, c in zip(out["choices"], choices):
+            if self.echo_texts:
+                prompt, prompt_entries = echoed_prompt(self.echo_texts[c.prompt_index], c.prompt_logprobs)
+                entry["text"] = prompt + entry["text"]
+                if logprobs:
+                    entry["logprobs"] = completion_logprobs(prompt_entries + c.logprobs)
+            if self.prompt_logprobs:
+                entry["prompt_logprobs"] = vllm_prompt_logprobs(c.prompt_logprobs or [])
+        return out
