@@ -22,7 +22,7 @@ from transformers import AutoConfig
 
 from minisgl.message import Reply, SchedulerStatsMsg
 from minisgl.server.http.metrics import FINISHED_REASONS, PREFIX, ServerMetrics
-from tests.server.serving import ServerProcess, free_port
+from tests.server.serving import ServerProcess, free_port, tiny_qwen3_server
 
 REPO = Path(__file__).resolve().parents[2]
 FILES = REPO / "charts" / "minisgl-operator" / "files"
@@ -161,18 +161,21 @@ class Prometheus:
         self.log.close()
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir):
-    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), *SERVER_ARGS).wait_ready()
-    yield srv
-    assert srv.stop() == 0
+def prometheus_fixture():
+    """A module-scoped fixture `prometheus`: a real Prometheus scraping the module's `server`.
+    A test module takes it as `prometheus = prometheus_fixture()`."""
+
+    @pytest.fixture(scope="module")
+    def prometheus(server, tmp_path_factory):
+        prom = Prometheus(tmp_path_factory.mktemp("prometheus"), server.url.removeprefix("http://"))
+        yield prom
+        prom.stop()
+
+    return prometheus
 
 
-@pytest.fixture(scope="module")
-def prometheus(server, tmp_path_factory):
-    prom = Prometheus(tmp_path_factory.mktemp("prometheus"), server.url.removeprefix("http://"))
-    yield prom
-    prom.stop()
+model_dir, server, client = tiny_qwen3_server(*SERVER_ARGS)
+prometheus = prometheus_fixture()
 
 
 SHARED = "You are a helpful assistant. Answer in one short sentence, and never use more words than needed. "

@@ -16,8 +16,8 @@ import openai
 import pytest
 
 from minisgl.server.http.metrics_vllm import RENAMES
-from tests.server.serving import ServerProcess
-from tests.server.test_metrics import Prometheus, parse, scrape, tool, value
+from tests.server.serving import ServerProcess, tiny_qwen3_server
+from tests.server.test_metrics import parse, prometheus_fixture, scrape, tool, value
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
@@ -42,20 +42,10 @@ VLLM_SERIES = {
 }
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir):
-    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--served-model-name", MODEL, "--dtype",
-                        "float32", "--page-size", "4", "--num-pages", str(NUM_PAGES), "--max-running-requests", "2",
-                        "--max-seq-len", "256", "--decode-reserve-tokens", "16", "--metrics-compat", "vllm").wait_ready()
-    yield srv
-    assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def prometheus(server, tmp_path_factory):
-    prom = Prometheus(tmp_path_factory.mktemp("prometheus"), server.url.removeprefix("http://"))
-    yield prom
-    prom.stop()
+model_dir, server, client = tiny_qwen3_server(
+    "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", str(NUM_PAGES),
+    "--max-running-requests", "2", "--max-seq-len", "256", "--decode-reserve-tokens", "16", "--metrics-compat", "vllm")
+prometheus = prometheus_fixture()
 
 
 @pytest.fixture(scope="module")

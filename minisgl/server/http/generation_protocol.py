@@ -13,7 +13,7 @@ from minisgl.core import SamplingParams
 from minisgl.core.request_fields import INT32_MAX, REQUEST_FIELDS
 from minisgl.message import TextParams
 
-from .protocol import MAX_STOP_CHARS, APIError, LogitBias, Metadata, StopField, StrictBody, TokenIdList, api_field
+from .protocol import MAX_STOP_CHARS, APIError, ClientNotes, LogitBias, StopField, StrictBody, TokenIdList, api_field
 
 JSON_FORMS: dict[str, Any] = {"logit_bias": LogitBias}  # the JSON form of the fields whose values are not scalars
 API_FIELDS = tuple(f for f in REQUEST_FIELDS if f.in_api)  # on the chat and completions bodies as themselves
@@ -115,7 +115,7 @@ class SamplingFields(KnownFieldsOnly):
     priority: int | None = api_field("priority")
 
 
-class GenerationRequest(SamplingFields):
+class GenerationRequest(SamplingFields, ClientNotes):
     """What the chat and completions bodies share: the sampling fields (SamplingFields, from
     minisgl.core.request_fields) and these."""
 
@@ -132,10 +132,6 @@ class GenerationRequest(SamplingFields):
         Field(None, description="extension (vLLM): output is one of these strings")
     guided_grammar: str | None = Field(None, description="extension (vLLM): output matches this EBNF grammar")
     skip_special_tokens: bool | None = Field(True, description="extension: leave special tokens out of the text")
-    user: str | None = Field(None, description="an end-user id; not used")
-    metadata: Metadata | None = Field(None, description="not used")
-    safety_identifier: str | None = Field(None, description="not used")
-    prompt_cache_key: str | None = Field(None, description="not used: the prefix cache needs no key")
 
     # `null` for these means their default, as in vLLM (the spec allows null for stream, n, ...).
     # Not max_tokens: null there means "as many as fit" (vLLM too), not completions' 16.

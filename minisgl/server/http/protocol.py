@@ -35,6 +35,15 @@ class StrictBody(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
 
 
+class ClientNotes(BaseModel):
+    """What OpenAI's clients may say about themselves: taken, and not used."""
+
+    user: str | None = Field(None, description="an end-user id; not used (the Responses API echoes it)")
+    metadata: Metadata | None = Field(None, description="not used (the Responses API echoes it)")
+    safety_identifier: str | None = Field(None, description="not used")
+    prompt_cache_key: str | None = Field(None, description="not used: the prefix cache needs no key")
+
+
 def check_tool_names_unique(names) -> None:
     """Two tools of one name: the second would silently replace the first's schema."""
     seen = set()

@@ -12,7 +12,7 @@ from minisgl.core.request_fields import FIELDS
 
 from .chat_protocol import ChatCompletionRequest, ToolChoiceMode
 from .generation_protocol import JsonObjectFormat, KnownFieldsOnly, TextFormat
-from .protocol import Metadata, StrictBody, api_field, check_tool_names_unique, token_limit
+from .protocol import ClientNotes, StrictBody, api_field, check_tool_names_unique, token_limit
 
 # Responses fields this server does not implement, with the values that ask for nothing; every
 # other undeclared field is refused too (KnownFieldsOnly), unless --allow-unknown-fields.
@@ -160,7 +160,7 @@ class ResponsesSampling(KnownFieldsOnly):
     top_p: float | None = api_field("top_p")
 
 
-class ResponsesRequest(ResponsesSampling):
+class ResponsesRequest(ResponsesSampling, ClientNotes):
     refused_unless: ClassVar[dict[str, tuple]] = RESPONSES_REFUSED_UNLESS
 
     model: str | None = Field(None, description="optional: the one model this server serves")
@@ -177,10 +177,6 @@ class ResponsesRequest(ResponsesSampling):
                                 "an answer in the format)")
     parallel_tool_calls: bool | None = Field(None, description="with tool_choice required: false allows one call")
     text: TextConfig | None = Field(None, description="format: text, json_object or json_schema")
-    metadata: Metadata | None = Field(None, description="echoed, not used")
-    user: str | None = Field(None, description="not used")
-    safety_identifier: str | None = Field(None, description="not used")
-    prompt_cache_key: str | None = Field(None, description="not used: the prefix cache needs no key")
 
     @model_validator(mode="after")
     def _tool_choice_fits_the_tools(self):
