@@ -237,6 +237,15 @@ EPP_POOL_LABEL = "inference_pool"
 EPP_REPLICAS = 2
 EPP_CONTAINER = "epp"
 EPP_METRICS_PORT_NAME = "metrics"
+# The picker's ext-proc gRPC is TLS with its own certificate (its --secure-serving default), so its
+# Service says HTTP/2, as upstream's inferencepool chart does; kubernetes.io/h2c would say cleartext.
+EPP_APP_PROTOCOL = "http2"
+# A gateway waits this long for the picker's answer to one ext-proc message (the Gateway API
+# Inference Extension's Envoy Gateway setup: messageTimeout 1000s). A request flow control holds
+# past it is cut by the gateway with an opaque error, so the picker lets it go a margin sooner and
+# answers itself.
+EXT_PROC_MESSAGE_TIMEOUT_SECONDS = 1000
+EXT_PROC_MARGIN_SECONDS = 60
 # The longest a response may stream through the gateway (HTTPRoute backendRequest timeout; an
 # Envoy-based gateway otherwise cuts every request at 15 s). spec.router.requestTimeoutSeconds.
 DEFAULT_ROUTE_TIMEOUT_SECONDS = 3600

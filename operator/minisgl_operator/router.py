@@ -236,7 +236,7 @@ def epp_service(isvc: InferenceService) -> Obj:
             "selector": epp_selector(isvc),
             "ports": [
                 {"name": "grpc-ext-proc", "port": constants.EPP_GRPC_PORT, "targetPort": "grpc", "protocol": "TCP",
-                 "appProtocol": "kubernetes.io/h2c"},
+                 "appProtocol": constants.EPP_APP_PROTOCOL},
                 {"name": "http-metrics", "port": constants.EPP_METRICS_PORT, "targetPort": constants.EPP_METRICS_PORT_NAME,
                  "protocol": "TCP"},
             ],
@@ -268,8 +268,10 @@ def _pool_backend(name: str, weight: int) -> Obj:
 
 
 def held_seconds(isvc: InferenceService) -> int:
-    """How long flow control holds a request while no pod runs: as long as a pod may take to start."""
-    return isvc.startup_timeout_seconds + 60
+    """How long flow control holds a request while no pod runs: as long as a pod may take to start,
+    but never past the gateway's ext-proc message timeout (the picker answers before it is cut)."""
+    return min(isvc.startup_timeout_seconds + 60,
+               constants.EXT_PROC_MESSAGE_TIMEOUT_SECONDS - constants.EXT_PROC_MARGIN_SECONDS)
 
 
 def _duration(seconds: int) -> str:
