@@ -181,6 +181,7 @@ def test_stop_strings_end_the_text_where_they_end_it_without_speculation(tiny_mo
     assert_all_pages_back(scheduler)
 
 
+@pytest.mark.slow  # peft adapters built, two runs with them: tens of seconds on 2 cores
 def test_lora_requests_verify_drafts_through_their_adapter(lora_model_dir, lora_adapters, prompts):
     """A verify batch mixing adapters and the base model applies each request's adapter at every
     token it computes: the tokens are those without speculation."""
