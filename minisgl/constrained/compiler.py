@@ -6,7 +6,9 @@ budget's flag, and a fresh worker takes its place. Up to `workers` compiles run 
 slow schema never holds up the others; a compile whose every request was aborted is cancelled the
 same way. The pool's thread starts the workers at the first constrained request (servers that never
 see one never pay for them) and keeps them warm after. Compiled grammars are cached by their text,
-bounded by count and by their size in memory.
+bounded by count and by their size in memory: counted as their serialized size, which follows what
+a deserialized grammar holds (benchmark/NOTES.md), and a grammar larger than the whole budget is
+refused when it compiles, so no request makes the scheduler hold more.
 
 A worker that dies before it is ready (killed, or failing to start) takes structured output down
 only for a while: requests meanwhile get the reason, and a new worker is tried after a backoff
@@ -107,6 +109,11 @@ class GrammarCompilerPool:
     def down(self) -> str | None:
         """Why structured output is unavailable now (no worker could start lately), or None."""
         return self._broken or self._down
+
+    @property
+    def cached_bytes(self) -> int:
+        """What the cached grammars are counted as holding, within limits.cache_bytes."""
+        return self._cache_bytes
 
     @property
     def compiling(self) -> int:
@@ -253,7 +260,8 @@ class GrammarCompilerPool:
             msg = ("failed", f"it exited with status {w.proc.wait()}")
         if msg[0] == "started":
             _send(w, {"model_path": self.model_path, "vocab_size": self.vocab_size,
-                         "stop_token_ids": self.stop_token_ids, "tokenizer_info": self._info_json})
+                         "stop_token_ids": self.stop_token_ids, "tokenizer_info": self._info_json,
+                         "max_bytes": self.limits.cache_bytes})
         elif msg[0] == "ready":
             if self._info is None and msg[1] is not None:
                 self._set_tokenizer_info(msg[1])
@@ -282,19 +290,21 @@ class GrammarCompilerPool:
             grammar = self._grammar(job.key, payload) if ok else None  # outside the lock: it may take a while
             with self._lock:
                 if not job.cancelled:
-                    self._finish(job, grammar, None if ok else payload)
+                    self._finish(job, grammar, None if ok else payload, size=len(payload))
 
     def _finish(self, job: _Job, grammar: Grammar | None = None, error: str | None = None,
-                unavailable: bool = False) -> None:
+                unavailable: bool = False, size: int = 0) -> None:
         """Under the lock: the job's future gets its result; a compiled grammar or a compile error
         (the same next time) is cached, a time-out is not (the next try may be luckier).
-        `unavailable`: the error is that no worker is up (CompilerUnavailable)."""
+        `unavailable`: the error is that no worker is up (CompilerUnavailable). `size`: the
+        grammar's serialized bytes, what it is counted as holding (its memory_size_bytes leaves out
+        most: its token masks), which the worker already kept under the cache's budget."""
         self._jobs.pop(job.key, None)
         if job.future.cancelled():
             return
         if grammar is not None:
             job.future.set_result(grammar)
-            self._keep(job.key, job.future, grammar.compiled.memory_size_bytes)
+            self._keep(job.key, job.future, size)
         else:
             job.future.set_exception((CompilerUnavailable if unavailable else ValueError)(error))
             if error.startswith("cannot compile"):

@@ -58,7 +58,13 @@ def serve(conn: Connection) -> None:
                 problem = matching_problem(compiled, setup["vocab_size"], setup["stop_token_ids"])
                 if problem:
                     raise ValueError(f"cannot compile the {kind} constraint ({CONSTRAINT_FIELDS[kind]}): {problem}")
-            conn.send((job, True, compiled.serialize_json()))
+            payload = compiled.serialize_json()
+            if len(payload) > setup["max_bytes"]:  # what the scheduler would hold, for every request that uses it
+                raise ValueError(f"cannot compile the {kind} constraint ({CONSTRAINT_FIELDS[kind]}): compiled, it holds "
+                                 f"{len(payload) / 2**20:.1f} MiB of token masks, more than this server's limit of "
+                                 f"{setup['max_bytes'] / 2**20:.1f} MiB (--grammar-cache-bytes); simplify it (fewer or "
+                                 "shorter bounded fields)")
+            conn.send((job, True, payload))
         except ValueError as e:
             conn.send((job, False, str(e)))
 

@@ -226,7 +226,8 @@ class ServerArgs:
         "How deeply a JSON schema's objects and arrays may nest (compile time grows steeply with it); 400 beyond.",
         64)
     grammar_cache_bytes: int = _flag(
-        "Memory for compiled grammars kept for reuse, in bytes (the least recently used go first).", 64 << 20)
+        "Memory for compiled grammars kept for reuse, in bytes (the least recently used go first); also "
+        "the most one compiled grammar may hold (a larger one is refused).", 64 << 20)
 
     @property
     def model_names(self) -> tuple[str, ...]:

@@ -95,7 +95,7 @@ def test_a_compile_error_is_reported_and_remembered(make_pool):
 def test_the_cache_keeps_compiled_grammars_within_its_byte_budget(make_pool):
     probe = make_pool(workers=1)
     small, big = ("regex", "[a-z]{1,3}"), ("json_schema", SIMPLE_SCHEMA)
-    sizes = {c: probe.submit(c).result(timeout=600).compiled.memory_size_bytes for c in (small, big)}
+    sizes = {c: len(probe.submit(c).result(timeout=600).compiled.serialize_json()) for c in (small, big)}
     assert probe.submit(small) is probe.submit(small)  # compiled once, then served from the cache
 
     pool = make_pool(workers=1, cache_bytes=sizes[small] + sizes[big] - 1)  # room for one of them only
@@ -105,10 +105,9 @@ def test_the_cache_keeps_compiled_grammars_within_its_byte_budget(make_pool):
     pool.submit(big).result(timeout=600)  # kept; the least recently used goes to make room
     assert pool.submit(small) is not first
 
-    tiny = make_pool(workers=1, cache_bytes=sizes[small] - 1)  # smaller than any grammar: nothing kept
-    once = tiny.submit(small)
-    once.result(timeout=600)
-    assert tiny.submit(small) is not once
+    tiny = make_pool(workers=1, cache_bytes=sizes[small] - 1)  # smaller than any grammar: each is refused
+    with pytest.raises(ValueError, match="--grammar-cache-bytes"):
+        tiny.submit(small).result(timeout=600)
 
 
 def test_a_worker_killed_before_it_is_ready_takes_structured_output_down_only_for_a_backoff(make_pool):
@@ -130,3 +129,15 @@ def test_a_worker_killed_before_it_is_ready_takes_structured_output_down_only_fo
     later = pool.submit(("regex", "[a-z]+"))
     assert GrammarState.start(later.result(timeout=600)).matcher is not None
     assert pool.workers_ready == 1
+
+
+def test_a_grammar_is_counted_as_its_serialized_size_and_one_over_the_budget_is_refused(make_pool):
+    """A schema of many bounded strings compiles to token masks of tens of MiB (what the scheduler
+    holds once it deserializes them), far more than the grammar's memory_size_bytes says: the cache
+    counts the serialized size, and a grammar larger than the whole budget is refused naming the flag."""
+    strings = {"type": "object", "properties": {f"p{i}": {"type": "string", "maxLength": 200} for i in range(30)}}
+    pool = make_pool(workers=1, cache_bytes=4 << 20)
+    small = pool.submit(("json_schema", SIMPLE_SCHEMA)).result(timeout=600)
+    assert pool.cached_bytes == len(small.compiled.serialize_json()) > small.compiled.memory_size_bytes
+    with pytest.raises(ValueError, match=r"response_format or guided_json.*holds [\d.]+ MiB.*--grammar-cache-bytes"):
+        pool.submit(("json_schema", json.dumps(strings))).result(timeout=600)
