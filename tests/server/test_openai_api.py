@@ -224,7 +224,9 @@ BAD_REQUESTS = [
     ("seed beyond int64", "/v1/completions", {"model": MODEL, "prompt": "hi", "seed": 2**64}, 400),
     ("five stop strings", "/v1/completions", {"model": MODEL, "prompt": "hi", "stop": list("abcde")}, 400),
     ("logprobs above 20", "/v1/completions", {"model": MODEL, "prompt": "hi", "logprobs": 21}, 400),
-    ("echo (not supported)", "/v1/completions", {"model": MODEL, "prompt": "hi", "echo": True}, 400),
+    ("echo on chat (not supported)", "/v1/chat/completions",
+     {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "echo": True}, 400),
+    ("prompt_logprobs above 20", "/v1/completions", {"model": MODEL, "prompt": "hi", "prompt_logprobs": 21}, 400),
     ("best_of (not supported)", "/v1/completions", {"model": MODEL, "prompt": "hi", "best_of": 2}, 400),
 ]
 
