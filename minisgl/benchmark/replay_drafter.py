@@ -20,8 +20,11 @@ class ReplayDrafter:
         self.rng = random.Random(seed)
 
     def propose(self, ids: list[int], k: int) -> list[int]:
+        # By position, not by prefix: where the run parted from the recorded continuation (bf16 verify
+        # and decode kernels summing in another order can tip a near-tie) the drafts are simply
+        # wrong, and the acceptance measured says so.
         full = self.by_start.get(tuple(ids[:KEY_TOKENS]))
-        if full is None or full[: len(ids)] != ids:
+        if full is None:
             return []
         right = full[len(ids) : len(ids) + k]
         return [t if self.rng.random() < self.rate else (t + 1) % self.vocab_size for t in right]
