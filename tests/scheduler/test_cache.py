@@ -73,3 +73,23 @@ def test_prefix_pages_shared_at_admission_are_written_too():
     assert again.cached_len == 3 * PAGE
     cache.write_table()
     assert cache.page_table[3, : 3 * PAGE].tolist() == slots_of(cache, again)[: 3 * PAGE]
+
+
+def test_trimming_rejected_drafts_gives_their_pages_back_as_they_were_taken():
+    """Speculative decoding's trim: pages past what the kept tokens need go back, to the request's
+    reservation as far as they came from it and to the pool beyond, so the bookkeeping is as if
+    the drafts never were."""
+    cache = manager(pages=64)
+    cache.decode_reserve_tokens = 4  # a reservation of prompt + 4 tokens: 3 pages for a 6-token prompt
+    req = admitted(cache, 1, 0, list(range(6)), max_tokens=40)
+    before = (len(cache.free_pages), cache.reserved, cache.available)
+    assert cache.owned[1].reserved == 3
+    req.device_len = 6 + 14  # the prompt's token, then drafts: 5 pages, 2 beyond the reservation
+    cache.allocate(req)
+    assert cache.owned[1].reserved == 0 and len(cache.owned[1].pages) == 5
+    cache.trim(req, 7)  # two drafts kept: 7 tokens, 2 pages
+    state = cache.owned[1]
+    assert len(state.pages) == 2 and state.reserved == 1  # the reservation's third page is promised again
+    assert (len(cache.free_pages), cache.reserved, cache.available) == (before[0] - 2, before[1] - 2, before[2])
+    cache.trim(req, 7)  # nothing past them any more: nothing changes
+    assert len(cache.owned[1].pages) == 2 and cache.owned[1].reserved == 1
