@@ -24,7 +24,7 @@ import torch
 
 from minisgl.core import Req
 from minisgl.core.host import to_device
-from minisgl.speculative import NgramDrafter, SpeculationPolicy, accepted_prefix
+from minisgl.speculative import Drafter, NgramDrafter, SpeculationPolicy, accepted_prefix
 from minisgl.utils.choices import SPECULATIVE_DRAFTERS
 
 from .config import SchedulerConfig
@@ -42,7 +42,7 @@ class Speculator:
     def __init__(self, config: SchedulerConfig, max_seq_len: int):
         if config.speculative not in SPECULATIVE_DRAFTERS:
             raise ValueError(f"unknown speculative drafter {config.speculative!r}; use {', '.join(SPECULATIVE_DRAFTERS)}")
-        self.drafter = NgramDrafter(config.speculative_ngram_min, config.speculative_ngram_max)
+        self.drafter: Drafter = NgramDrafter(config.speculative_ngram_min, config.speculative_ngram_max)
         self.policy = SpeculationPolicy(config.speculative_num_tokens, config.speculative_max_batch,
                                         config.speculative_min_acceptance)
         self.max_seq_len = max_seq_len

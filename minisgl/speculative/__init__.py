@@ -15,7 +15,7 @@ verdicts; docs/serving.md says when to turn it on.
 from __future__ import annotations
 
 from .acceptance import accepted_prefix, rejection_sample
-from .ngram import NgramDrafter
+from .ngram import Drafter, NgramDrafter
 from .policy import SpeculationPolicy
 
-__all__ = ["NgramDrafter", "SpeculationPolicy", "accepted_prefix", "rejection_sample"]
+__all__ = ["Drafter", "NgramDrafter", "SpeculationPolicy", "accepted_prefix", "rejection_sample"]

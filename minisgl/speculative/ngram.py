@@ -3,8 +3,18 @@ prompt or from itself (code edits, RAG answers, tool loops)."""
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
+
+
+class Drafter(Protocol):
+    """What the scheduler asks of a drafter: up to k tokens to follow a request's tokens so far
+    (fewer, or none, where it has no guess). It runs on every tensor-parallel rank alike, so it must
+    be deterministic in what it is given."""
+
+    def propose(self, ids: list[int], k: int) -> list[int]: ...
 
 
 class NgramDrafter:
