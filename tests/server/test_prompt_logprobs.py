@@ -12,6 +12,7 @@ import json
 import math
 
 import lm_eval
+import openai
 import pytest
 import torch
 from lm_eval.tasks import TaskManager
@@ -78,6 +79,24 @@ def test_vllm_prompt_logprobs_of_token_ids_equal_hf(client, model_dir):
         assert set(map(str, top_ids)) <= set(got[i])
     echoed = client.completions.create(model=MODEL, prompt=ids, echo=True, max_tokens=2, temperature=0).choices[0]
     assert echoed.text == AutoTokenizer.from_pretrained(model_dir).decode(ids) + choice.text
+
+
+def test_max_tokens_0_with_echo_scores_the_prompt_alone(client, model_dir):
+    """OpenAI's legacy scoring form (what older lm-evaluation-harness sends): the prompt and its
+    logprobs, nothing generated, finish_reason length; without echo, or streamed, a 400 saying so."""
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    prompt = "Hello, world! How are you today?"
+    ids = tok.encode(prompt)
+    ref = _ref(model_dir, ids)
+    resp = client.completions.create(model=MODEL, prompt=prompt, echo=True, logprobs=0, max_tokens=0)
+    choice = resp.choices[0]
+    assert choice.text == prompt and choice.finish_reason == "length" and resp.usage.completion_tokens == 0
+    assert "".join(choice.logprobs.tokens) == prompt and choice.logprobs.token_logprobs[0] is None
+    want = [ref[i - 1, ids[i]].item() for i in range(1, len(ids))]
+    assert choice.logprobs.token_logprobs[1:] == pytest.approx(want, abs=1e-4)
+    for extra in ({"echo": False}, {"echo": True, "stream": True}):
+        with pytest.raises(openai.BadRequestError, match="max_tokens 0"):
+            client.completions.create(model=MODEL, prompt=prompt, max_tokens=0, **extra)
 
 
 def _write_tasks(folder, rows_choice: list[dict], rows_gen: list[dict]) -> None:

@@ -19,7 +19,8 @@ def router(deps: ApiDeps) -> APIRouter:
     async def completions(body: CompletionRequest, request: Request):
         admitted = deps.admit_completion(body)
         echo_texts = tuple(p.get("text") for p in body.prompts()) if body.echo else ()
-        shape = CompletionShape(echo_texts, body.prompt_logprobs is not None, body.logprobs is not None)
+        shape = CompletionShape(echo_texts, body.prompt_logprobs is not None, body.logprobs is not None,
+                                body.prompt_only)
         return await serve_generation(shape, admitted, deps.client, request)
 
     return api

@@ -5,19 +5,21 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Annotated, Any, ClassVar, Literal, cast
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from minisgl.core import SamplingParams
-from minisgl.core.request_fields import MAX_LOGPROBS
+from minisgl.core.request_fields import INT32_MAX, MAX_LOGPROBS
 
 from .generation_protocol import REFUSED_UNLESS, GenerationRequest
-from .protocol import Text, TokenIds, Usage, token_limit
+from .protocol import Text, TokenIds, Usage
 
 
 class CompletionRequest(GenerationRequest):
     prompt: Text | TokenIds | Annotated[list[Text], Field(min_length=1)] | Annotated[list[TokenIds], Field(min_length=1)] = \
         Field(description="text or token ids, one or a batch")
-    max_tokens: int | None = token_limit(16)
+    # 0 (OpenAI's legacy scoring form, older lm-evaluation-harness): with echo, the prompt alone.
+    max_tokens: int | None = Field(16, ge=0, le=INT32_MAX, description="most tokens generated; 0 with echo: "
+                                   "none, the prompt (and its logprobs) alone")
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                  description="return each output token's log-probability and that many alternatives")
     echo: bool = Field(False, description="the prompt before the completion: in the text and, with logprobs, its "
@@ -27,6 +29,19 @@ class CompletionRequest(GenerationRequest):
                                                     "alternatives, as the choice's prompt_logprobs (the first null)")
     refused_unless: ClassVar[dict[str, tuple]] = {k: v for k, v in REFUSED_UNLESS.items()
                                                   if k not in ("echo", "prompt_logprobs")}
+
+    @model_validator(mode="after")
+    def _scoring_only(self):
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError("max_tokens 0 generates nothing: it is for echo (scoring the prompt); send at least 1")
+        if self.max_tokens == 0 and self.stream:
+            raise ValueError("max_tokens 0 (the echoed prompt alone) is answered whole: send stream false")
+        return self
+
+    @property
+    def prompt_only(self) -> bool:
+        """Echo of the prompt alone: one token is generated (the pipeline's least) and left out."""
+        return self.max_tokens == 0
 
     def logprobs_k(self) -> int | None:
         return self.logprobs
@@ -45,7 +60,7 @@ class CompletionRequest(GenerationRequest):
         return params if k is None else replace(params, prompt_logprobs=k)
 
     def max_new_tokens(self) -> int | None:
-        return self.max_tokens
+        return 1 if self.prompt_only else self.max_tokens
 
     def prompts(self) -> list[dict]:
         """Each prompt as generate() keyword arguments."""

@@ -250,6 +250,7 @@ class CompletionShape(ResponseShape):
     echo_texts: tuple[str | None, ...] = ()
     prompt_logprobs: bool = False  # vLLM's prompt_logprobs asked: each choice carries them
     with_logprobs: bool = False  # logprobs asked (an echo's include the prompt's)
+    prompt_only: bool = False  # max_tokens 0 with echo: the generated token is left out
 
     id_prefix: ClassVar[str] = "cmpl"
     object: ClassVar[str] = "text_completion"
@@ -269,13 +270,17 @@ class CompletionShape(ResponseShape):
 
     def body(self, rid: str, created: int, model: str, choices: Sequence[Choice], usage: dict,
              logprobs: bool) -> dict:
+        if self.prompt_only:
+            usage = {**usage, "completion_tokens": 0, "total_tokens": usage["prompt_tokens"]}
         out = super().body(rid, created, model, choices, usage, logprobs)
         for entry, c in zip(out["choices"], choices):
             if self.echo_texts:
                 prompt, prompt_entries = echoed_prompt(self.echo_texts[c.prompt_index], c.prompt_logprobs)
-                entry["text"] = prompt + entry["text"]
+                entry["text"] = prompt + ("" if self.prompt_only else entry["text"])
+                if self.prompt_only:
+                    entry["finish_reason"] = "length"  # OpenAI's for max_tokens 0
                 if logprobs:
-                    entry["logprobs"] = completion_logprobs(prompt_entries + c.logprobs)
+                    entry["logprobs"] = completion_logprobs(prompt_entries + ([] if self.prompt_only else c.logprobs))
             if self.prompt_logprobs:
                 entry["prompt_logprobs"] = vllm_prompt_logprobs(c.prompt_logprobs or [])
         return out
