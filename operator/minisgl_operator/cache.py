@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from . import constants
-from .kube import KubeApi
+from .kube import CUSTOM_KINDS, KubeApi
 
 Obj = dict[str, Any]
 
@@ -41,14 +41,14 @@ INDEXED_KINDS: dict[str, tuple[str, str, str]] = {
     "RoleBinding": ("rbac.authorization.k8s.io", "v1", "rolebindings"),
     "Job": ("batch", "v1", "jobs"),
     "Pod": ("", "v1", "pods"),
-    "LeaderWorkerSet": (*constants.LWS_API_VERSION.split("/"), "leaderworkersets"),
-    "ScaledObject": (*constants.KEDA_API_VERSION.split("/"), "scaledobjects"),
-    "InferencePool": (*constants.INFERENCE_POOL_API_VERSION.split("/"), "inferencepools"),
-    "HTTPRoute": (*constants.HTTPROUTE_API_VERSION.split("/"), "httproutes"),
+    # The custom kinds (LeaderWorkerSet, ScaledObject, the router's and its gateway's): the API
+    # adapter's table.
+    **CUSTOM_KINDS,
 }
 # Kinds of CRDs the cluster may lack (or install after the operator started, unwatched then); every
 # other kind is always served, so always watched, and a miss in its index is an absence.
-OPTIONAL_KINDS = frozenset(("LeaderWorkerSet", "ScaledObject", "InferencePool", "HTTPRoute"))
+# These are the custom kinds but the operator's own.
+OPTIONAL_KINDS = frozenset(CUSTOM_KINDS) - {constants.KIND}
 
 
 # How long a live GET that found no object of an optional kind is believed (the operator's own apply

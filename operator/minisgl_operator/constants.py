@@ -251,6 +251,19 @@ EXT_PROC_MARGIN_SECONDS = 60
 DEFAULT_ROUTE_TIMEOUT_SECONDS = 3600
 # With two pickers, both down is rare; then serving without smart routing beats refusing everything.
 DEFAULT_FAILURE_MODE = "FailOpen"
+# spec.router.gatewayProvider: the gateways whose own kinds must be told about the picker, as llm-d
+# router's llm-d-router-gateway chart (provider.name) does. Istio: a DestinationRule, TLS to the
+# picker with its self-signed certificate accepted. GKE: a HealthCheckPolicy of the pool's pods and a
+# GCPBackendPolicy, whose timeoutSec is the backend service's timeout (GKE's load balancer cuts a
+# response there, not at the HTTPRoute's timeouts).
+GATEWAY_PROVIDER_ISTIO = "Istio"
+GATEWAY_PROVIDER_GKE = "GKE"
+GATEWAY_PROVIDERS = (GATEWAY_PROVIDER_ISTIO, GATEWAY_PROVIDER_GKE)
+ISTIO_NETWORKING_API_VERSION = "networking.istio.io/v1"
+GKE_NETWORKING_API_VERSION = "networking.gke.io/v1"
+# upstream's HealthCheckPolicy: checked every 2 s (GCP's default is 5), so a pod that stops
+# answering leaves the pool sooner.
+GKE_HEALTH_CHECK_SECONDS = 2
 
 # Multi-node: LeaderWorkerSet (leaderworkerset.x-k8s.io/v1) and the variables it gives each pod.
 LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"

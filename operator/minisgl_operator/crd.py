@@ -238,6 +238,17 @@ def _router_schema() -> dict[str, Any]:
                     "while the service is scaled to zero)."
                 ),
             },
+            "gatewayProvider": {
+                "type": "string",
+                "enum": list(constants.GATEWAY_PROVIDERS),
+                "description": (
+                    "The gateway implementation, for the objects of its own kinds the picker needs (its CRDs must "
+                    f"be installed): {constants.GATEWAY_PROVIDER_ISTIO}, a DestinationRule (TLS to the picker, its "
+                    f"certificate accepted); {constants.GATEWAY_PROVIDER_GKE}, a HealthCheckPolicy and a "
+                    "GCPBackendPolicy (timeoutSec: the HTTPRoute's request timeout) of the InferencePool. "
+                    "Unset: none (Envoy Gateway, kgateway, ...)."
+                ),
+            },
         },
         "x-kubernetes-validations": [
             {"rule": CANARY_GATEWAY_RULE, "message": "canary needs gateway: the route carries the split"},

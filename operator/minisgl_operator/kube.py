@@ -100,6 +100,10 @@ PERMISSIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("keda.sh", "scaledobjects"): ("get", "list", "watch", "create", "patch", "delete"),
     ("inference.networking.k8s.io", "inferencepools"): ("get", "list", "watch", "create", "patch", "delete"),
     (constants.GATEWAY_API_GROUP, "httproutes"): ("get", "list", "watch", "create", "patch", "delete"),
+    # What spec.router.gatewayProvider's gateway needs: Istio's DestinationRule, GKE's policies.
+    ("networking.istio.io", "destinationrules"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("networking.gke.io", "healthcheckpolicies"): ("get", "list", "watch", "create", "patch", "delete"),
+    ("networking.gke.io", "gcpbackendpolicies"): ("get", "list", "watch", "create", "patch", "delete"),
     ("", "configmaps"): ("get", "list", "watch", "create", "patch", "delete"),
     ("", "serviceaccounts"): ("get", "list", "watch", "create", "patch", "delete"),
     ("rbac.authorization.k8s.io", "roles"): ("get", "list", "watch", "create", "patch", "delete"),
@@ -140,12 +144,15 @@ _TYPED = {
     "Job": ("BatchV1Api", "namespaced_job"),
 }
 # Custom resources: kind -> (group, version, plural), through the CustomObjectsApi.
-_CUSTOM = {
+CUSTOM_KINDS = {
     constants.KIND: (constants.GROUP, constants.VERSION, constants.PLURAL),
     "LeaderWorkerSet": (*constants.LWS_API_VERSION.split("/"), "leaderworkersets"),
     "ScaledObject": (*constants.KEDA_API_VERSION.split("/"), "scaledobjects"),
     "InferencePool": (*constants.INFERENCE_POOL_API_VERSION.split("/"), "inferencepools"),
     "HTTPRoute": (*constants.HTTPROUTE_API_VERSION.split("/"), "httproutes"),
+    "DestinationRule": (*constants.ISTIO_NETWORKING_API_VERSION.split("/"), "destinationrules"),
+    "HealthCheckPolicy": (*constants.GKE_NETWORKING_API_VERSION.split("/"), "healthcheckpolicies"),
+    "GCPBackendPolicy": (*constants.GKE_NETWORKING_API_VERSION.split("/"), "gcpbackendpolicies"),
 }
 
 
@@ -207,11 +214,11 @@ class KubernetesApi:
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         try:
-            if kind in _CUSTOM:
+            if kind in CUSTOM_KINDS:
                 return self._json(
                     self._call(
                         self._api("CustomObjectsApi").get_namespaced_custom_object,
-                        *_CUSTOM[kind][:2], namespace, _CUSTOM[kind][2], name,
+                        *CUSTOM_KINDS[kind][:2], namespace, CUSTOM_KINDS[kind][2], name,
                         _preload_content=False,
                     )
                 )  # fmt: skip
@@ -224,8 +231,8 @@ class KubernetesApi:
 
     def apply(self, obj: Obj) -> Obj:
         meta = obj["metadata"]
-        if obj["kind"] in _CUSTOM and obj["kind"] != constants.KIND:
-            group, version, plural = _CUSTOM[obj["kind"]]
+        if obj["kind"] in CUSTOM_KINDS and obj["kind"] != constants.KIND:
+            group, version, plural = CUSTOM_KINDS[obj["kind"]]
             patch = self._api("CustomObjectsApi").patch_namespaced_custom_object
             return self._server_side_apply(patch, obj, group, version, meta["namespace"], plural, meta["name"])
         api, suffix = self._typed(obj["kind"])
@@ -240,8 +247,8 @@ class KubernetesApi:
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         options = {"propagation_policy": "Background", **({"body": {"preconditions": {"uid": uid}}} if uid else {})}
         try:
-            if kind in _CUSTOM and kind != constants.KIND:
-                group, version, plural = _CUSTOM[kind]
+            if kind in CUSTOM_KINDS and kind != constants.KIND:
+                group, version, plural = CUSTOM_KINDS[kind]
                 self._call(self._api("CustomObjectsApi").delete_namespaced_custom_object, group, version, namespace,
                            plural, name, **options)
                 return

@@ -185,6 +185,10 @@ def _keda_saw_deleted_hpa(exc: ApiError, kind: str, outcome: Outcome) -> bool:
     return kind == "ScaledObject" and exc.status == 403 and KEDA_SEES_OLD_HPA in exc.message and deleted_hpa
 
 
+# An apply answered 404: the kind's API path does not exist, i.e. the cluster lacks its CRD.
+NOT_SERVED = " (the cluster serves no {}: is its CRD installed?)"
+
+
 # What a Gateway (HTTPRoute) or the inference extension (InferencePool) reports per parent Gateway in
 # status.parents[].conditions (gateway-api apis/v1 RouteConditionAccepted and RouteConditionResolvedRefs;
 # the InferencePool's InferencePoolConditionAccepted and InferencePoolConditionResolvedRefs).
@@ -340,7 +344,8 @@ class Reconciler:
                         raise RetryableError(str(exc)) from exc
                     if _keda_saw_deleted_hpa(exc, kind, outcome):
                         raise RetryableError(str(exc), delay=KEDA_RETRY_SECONDS) from exc
-                    problems.append(status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}"))
+                    problems.append(status.Problem("ApplyRejected", f"the API server rejected {kind} {name}: {exc.message}"
+                                                   + (NOT_SERVED.format(desired["apiVersion"]) if exc.status == 404 else "")))
                     continue
                 outcome.applied.append(_ref(desired))
                 self._applied[key] = _applied_as(result)

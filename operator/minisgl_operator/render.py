@@ -554,13 +554,14 @@ def children(isvc: InferenceService, epp_image: str = constants.DEFAULT_EPP_IMAG
 def removable(isvc: InferenceService) -> list[tuple[str, str]]:
     """(kind, name) of every child the operator may create for ``isvc`` and deletes again when the
     spec stops asking for it (a switch between Deployment and LeaderWorkerSet, HPA and KEDA, a
-    router that goes). Never the PVC: it holds data."""
+    router or gateway provider that goes). Never the PVC: it holds data."""
     epp = router.epp_name(isvc)
     return [
         ("Job", loader_name(isvc)), ("Deployment", isvc.name), ("LeaderWorkerSet", isvc.name), ("PodDisruptionBudget", isvc.name),
         ("HorizontalPodAutoscaler", isvc.name), ("ScaledObject", isvc.name), ("HTTPRoute", isvc.name),
         ("InferencePool", isvc.name), ("Service", epp), ("PodDisruptionBudget", epp), ("Deployment", epp),
         ("RoleBinding", epp), ("Role", epp), ("ServiceAccount", epp), ("ConfigMap", epp),
+        ("DestinationRule", epp), ("HealthCheckPolicy", isvc.name), ("GCPBackendPolicy", isvc.name),
     ]  # fmt: skip
 
 

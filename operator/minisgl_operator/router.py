@@ -8,6 +8,9 @@ sends each request to the pod that the endpoint picker (EPP, llm-d's router) cho
   PodDisruptionBudget, and Service (ext-proc gRPC, which the gateway calls);
 - ``HTTPRoute`` (gateway.networking.k8s.io/v1) on the user's Gateway, when spec.router.gateway is
   set: its backends are this pool and, for a canary, another InferenceService's pool, weighted.
+- with spec.router.gatewayProvider, what that gateway needs of its own kinds (as llm-d router's
+  llm-d-router-gateway chart renders them): Istio's ``DestinationRule`` for the picker's Service,
+  GKE's ``HealthCheckPolicy`` and ``GCPBackendPolicy`` of the pool.
 
 The EPP scores pods on queued requests, KV-cache use and its own prefix index; it learns minisgl's
 metric names from the ``engineConfigs`` entry below (the pods carry its engine label).
@@ -280,13 +283,18 @@ def _duration(seconds: int) -> str:
     return (f"{hours}h" if hours else "") + (f"{rest}s" if rest or not hours else "")
 
 
-def route_timeouts(isvc: InferenceService) -> Obj:
-    """backendRequest: the longest a response may stream; request adds the time the picker may hold a
-    request before any pod is up (scale from zero). An Envoy-based gateway's default cuts both at 15 s."""
+def request_seconds(isvc: InferenceService) -> int:
+    """The longest a request may take through the gateway: its response's streaming, plus the time the
+    picker may hold it before any pod is up (scale from zero)."""
     assert isvc.router is not None
-    stream = isvc.router.request_timeout_seconds
-    held = held_seconds(isvc) if scales_to_zero(isvc) else 0
-    return {"request": _duration(stream + held), "backendRequest": _duration(stream)}
+    return isvc.router.request_timeout_seconds + (held_seconds(isvc) if scales_to_zero(isvc) else 0)
+
+
+def route_timeouts(isvc: InferenceService) -> Obj:
+    """backendRequest: the longest a response may stream; request: :func:`request_seconds`. An
+    Envoy-based gateway's default cuts both at 15 s."""
+    assert isvc.router is not None
+    return {"request": _duration(request_seconds(isvc)), "backendRequest": _duration(isvc.router.request_timeout_seconds)}
 
 
 def http_route(isvc: InferenceService) -> Obj | None:
@@ -302,7 +310,10 @@ def http_route(isvc: InferenceService) -> Obj | None:
     backends = [_pool_backend(isvc.name, 100 - (canary.weight if canary else 0))]
     if canary is not None:
         backends.append(_pool_backend(canary.inference_service, canary.weight))
-    rule = {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": backends, "timeouts": route_timeouts(isvc)}
+    rule: Obj = {"matches": [{"path": {"type": "PathPrefix", "value": "/"}}], "backendRefs": backends}
+    if router.gateway_provider != constants.GATEWAY_PROVIDER_GKE:
+        # GKE's gateway times a request by the GCPBackendPolicy; upstream's chart leaves these out there.
+        rule["timeouts"] = route_timeouts(isvc)
     spec: Obj = {"parentRefs": [parent], "rules": [rule]}
     if router.hostnames:
         spec["hostnames"] = list(router.hostnames)
@@ -314,11 +325,66 @@ def http_route(isvc: InferenceService) -> Obj | None:
     }
 
 
+def destination_rule(isvc: InferenceService) -> Obj:
+    """Istio: the gateway speaks TLS to the picker (SIMPLE) and accepts its self-signed certificate."""
+    return {
+        "apiVersion": constants.ISTIO_NETWORKING_API_VERSION,
+        "kind": "DestinationRule",
+        "metadata": _epp_metadata(isvc),
+        "spec": {
+            "host": f"{epp_name(isvc)}.{isvc.namespace}.svc.cluster.local",
+            "trafficPolicy": {"tls": {"mode": "SIMPLE", "insecureSkipVerify": True}},
+        },
+    }
+
+
+def _pool_target(isvc: InferenceService) -> Obj:
+    return {"group": POOL_GROUP, "kind": "InferencePool", "name": isvc.name}
+
+
+def health_check_policy(isvc: InferenceService) -> Obj:
+    """GKE: how its load balancer checks the pool's pods. /ready, not upstream's /health: minisgl's
+    /health answers while the model still downloads. The port is fixed (USE_FIXED_PORT): GKE's CRD
+    refuses a port with the default portSpecification, which upstream's chart leaves unset."""
+    check = {"portSpecification": "USE_FIXED_PORT", "port": isvc.port, "requestPath": server.READINESS_PATH}
+    return {
+        "apiVersion": constants.GKE_NETWORKING_API_VERSION,
+        "kind": "HealthCheckPolicy",
+        "metadata": child_metadata(isvc, isvc.name),
+        "spec": {
+            "targetRef": _pool_target(isvc),
+            "default": {"timeoutSec": constants.GKE_HEALTH_CHECK_SECONDS, "checkIntervalSec": constants.GKE_HEALTH_CHECK_SECONDS,
+                        "config": {"type": "HTTP", "httpHealthCheck": check}},
+        },
+    }  # fmt: skip
+
+
+def backend_policy(isvc: InferenceService) -> Obj:
+    """GKE: the backend service's timeout, which GKE's load balancer holds a request to (its default,
+    30 s, would cut every long stream): the HTTPRoute's request timeout."""
+    return {
+        "apiVersion": constants.GKE_NETWORKING_API_VERSION,
+        "kind": "GCPBackendPolicy",
+        "metadata": child_metadata(isvc, isvc.name),
+        "spec": {"targetRef": _pool_target(isvc), "default": {"timeoutSec": request_seconds(isvc)}},
+    }
+
+
+def gateway_objects(isvc: InferenceService) -> list[Obj]:
+    """What spec.router.gatewayProvider's gateway needs of its own kinds; none without it."""
+    provider = isvc.router.gateway_provider if isvc.router is not None else None
+    if provider == constants.GATEWAY_PROVIDER_ISTIO:
+        return [destination_rule(isvc)]
+    if provider == constants.GATEWAY_PROVIDER_GKE:
+        return [health_check_policy(isvc), backend_policy(isvc)]
+    return []
+
+
 def objects(isvc: InferenceService, epp_image: str) -> list[Obj]:
     """Every object spec.router asks for, in apply order (the picker before the pool names it, the
     pool before a route points at it); none without spec.router."""
     if isvc.router is None:
         return []
     built = [config_map(isvc), service_account(isvc), role(isvc), role_binding(isvc), deployment(isvc, epp_image),
-             epp_disruption_budget(isvc), epp_service(isvc), inference_pool(isvc), http_route(isvc)]
+             epp_disruption_budget(isvc), epp_service(isvc), inference_pool(isvc), *gateway_objects(isvc), http_route(isvc)]
     return [obj for obj in built if obj is not None]

@@ -111,6 +111,7 @@ class Router:
     canary: Canary | None = None
     failure_mode: str = constants.DEFAULT_FAILURE_MODE
     request_timeout_seconds: int = constants.DEFAULT_ROUTE_TIMEOUT_SECONDS
+    gateway_provider: str | None = None  # one of constants.GATEWAY_PROVIDERS
 
 
 @dataclass(frozen=True)
@@ -635,4 +636,5 @@ def _router(router: Mapping[str, Any]) -> Router:
         canary=None if canary is None else Canary(canary["inferenceService"], canary["weight"]),
         failure_mode=router.get("failureMode", constants.DEFAULT_FAILURE_MODE),
         request_timeout_seconds=router.get("requestTimeoutSeconds", constants.DEFAULT_ROUTE_TIMEOUT_SECONDS),
+        gateway_provider=router.get("gatewayProvider"),
     )

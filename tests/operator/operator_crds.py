@@ -34,17 +34,25 @@ def published() -> dict[tuple[str, str], dict[str, Any]]:
     """(apiVersion, kind) -> that version's openAPIV3Schema, for every served version of every vendored CRD."""
     out = {}
     for path in [*sorted(CRDS.glob("*/*.yaml")), *sorted(CHART_CRDS.glob("*.yaml"))]:
-        crd = yaml.safe_load(path.read_text())
-        group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
-        for version in crd["spec"]["versions"]:
-            if version.get("served"):
-                out[(f"{group}/{version['name']}", kind)] = version["schema"]["openAPIV3Schema"]
+        # A release may publish all its CRDs in one file of many documents (Istio's crd-all.gen.yaml).
+        for crd in filter(None, yaml.load_all(path.read_text(), Loader=yaml.CSafeLoader)):
+            group, kind = crd["spec"]["group"], crd["spec"]["names"]["kind"]
+            for version in crd["spec"]["versions"]:
+                if version.get("served"):
+                    out[(f"{group}/{version['name']}", kind)] = version["schema"]["openAPIV3Schema"]
     return out
+
+
+# What the API server accepts at the root of every custom resource, whether its schema declares them
+# or not (Istio's declare only spec and status).
+ROOT_FIELDS = {"apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"}}
 
 
 @functools.cache
 def _validator(api_version: str, kind: str) -> jsonschema.protocols.Validator:
-    converted = schema.to_json_schema(published()[(api_version, kind)], strict=True)
+    root = published()[(api_version, kind)]
+    root = {**root, "properties": {**ROOT_FIELDS, **root.get("properties", {})}}
+    converted = schema.to_json_schema(root, strict=True)
     cls = jsonschema.validators.validator_for(converted, default=jsonschema.Draft4Validator)
     return cls(converted)
 

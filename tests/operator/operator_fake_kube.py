@@ -9,9 +9,11 @@ It behaves like an API server where it matters to the reconciler:
 - it refuses what a real API server refuses with 422 Invalid: a name or label value over its limit
   (kube_names.py), a change to a PVC's spec other than growing its storage request (the spec is
   immutable), a change to a Deployment's selector, a custom resource (LeaderWorkerSet,
-  ScaledObject, InferencePool, HTTPRoute) that its published CRD's schema refuses (operator_crds.py,
+  ScaledObject, InferencePool, HTTPRoute, Istio's and GKE's gateway kinds) that its published CRD's schema refuses (operator_crds.py,
   the vendored CRDs), an InferenceService that the chart's CRD refuses (``submit_inferenceservice``),
   and (``apply_crd``) a CRD whose CEL rules cost too much (cel_cost.py);
+- a kind in ``uninstalled`` (a CRD the cluster lacks) has no API path: an apply is 404 NotFound, a
+  GET or delete the adapter's "no such object" (it reads their 404 so);
 - it runs the admission webhooks of KEDA (a ScaledObject whose target an HPA already scales) and
   LWS (defaulting, validation), answering 403 as they do (kube_webhooks.py);
 - it fills in defaults the way the API server does (restartPolicy, terminationMessagePath,
@@ -63,7 +65,11 @@ WRITE_VERBS = ("apply", "delete", "patch_status", "scale", "create_event")
 KNOWN_KINDS = (
     "Deployment", "Service", "PersistentVolumeClaim", "HorizontalPodAutoscaler", "PodDisruptionBudget", "ConfigMap",
     "ServiceAccount", "Role", "RoleBinding", "LeaderWorkerSet", "ScaledObject", "InferencePool", "HTTPRoute", "Job",
+    "DestinationRule", "HealthCheckPolicy", "GCPBackendPolicy",
 )  # fmt: skip
+# What the API server answers for a kind no installed CRD serves: its path does not exist (404), on a
+# read, a write or a delete alike.
+NO_SUCH_RESOURCE = "the server could not find the requested resource"
 DEFAULT_STORAGE_CLASS = "standard"
 EDITOR, FOREIGN_MANAGER = "kubectl-edit", "kubectl-client-side-apply"  # field managers of other writers
 SINGLE_NODE_MODES = ("ReadWriteOnce", "ReadWriteOncePod")
@@ -190,11 +196,14 @@ class FakeKube:
         # (namespace, claim) -> (uid, gid) owning the volume's root; root's unless set (kube_volumes.py)
         self.volume_owner: dict[tuple[str, str], tuple[int, int]] = {}
         self._pod_names = itertools.count(1)
+        self.uninstalled: set[str] = set()  # custom kinds whose CRD the cluster lacks
 
     # --- the KubeApi protocol ----------------------------------------------------------------
 
     def get(self, kind: str, namespace: str, name: str) -> Obj | None:
         self._record("get", kind, namespace, name)
+        if kind in self.uninstalled:  # the adapter reads a 404 as "no such object" (kube.KubernetesApi.get)
+            return None
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
@@ -204,6 +213,8 @@ class FakeKube:
         meta = obj["metadata"]
         self._record("apply", obj["kind"], meta["namespace"], meta["name"])
         assert obj["kind"] in KNOWN_KINDS, f"the operator applied an unexpected kind {obj['kind']}"
+        if obj["kind"] in self.uninstalled:
+            raise ApiError(404, "NotFound", NO_SUCH_RESOURCE)
         key = (obj["kind"], meta["namespace"], meta["name"])
         old = self.objects.get(key)
         managed = copy.deepcopy(self.managed.get(key, {}))
@@ -273,6 +284,8 @@ class FakeKube:
 
     def delete(self, kind: str, namespace: str, name: str, uid: str | None = None) -> None:
         self._record("delete", kind, namespace, name)
+        if kind in self.uninstalled:  # a 404, which the adapter takes for "already gone" (kube.KubernetesApi.delete)
+            return
         stored = self.objects.get((kind, namespace, name))
         if uid and stored is not None and stored["metadata"].get("uid") != uid:
             raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {uid}, "

@@ -10,7 +10,7 @@ import logging
 import operator_crds
 import pytest
 
-from minisgl_operator import constants, handlers, kube, meta, render
+from minisgl_operator import cache, constants, handlers, kube, meta, render
 from minisgl_operator.kube import ApiError
 from minisgl_operator.spec import parse
 
@@ -105,14 +105,7 @@ def test_the_pickers_account_may_read_its_pool_and_pods_and_the_operator_may_gra
 
 
 def test_the_operator_may_write_and_delete_every_kind_it_renders():
-    resources = {"Deployment": ("apps", "deployments"), "Service": ("", "services"), "ConfigMap": ("", "configmaps"),
-                 "ServiceAccount": ("", "serviceaccounts"), "Role": ("rbac.authorization.k8s.io", "roles"),
-                 "RoleBinding": ("rbac.authorization.k8s.io", "rolebindings"),
-                 "InferencePool": ("inference.networking.k8s.io", "inferencepools"),
-                 "HTTPRoute": ("gateway.networking.k8s.io", "httproutes"), "ScaledObject": ("keda.sh", "scaledobjects"),
-                 "LeaderWorkerSet": ("leaderworkerset.x-k8s.io", "leaderworkersets"),
-                 "PodDisruptionBudget": ("policy", "poddisruptionbudgets"),
-                 "HorizontalPodAutoscaler": ("autoscaling", "horizontalpodautoscalers"), "Job": ("batch", "jobs")}  # fmt: skip
+    resources = {kind: (group, plural) for kind, (group, _, plural) in cache.INDEXED_KINDS.items()}
     for kind, name in render.removable(parse(isvc(SPEC))):
         assert {"get", "create", "patch", "delete"} <= set(kube.PERMISSIONS[resources[kind]]), kind
 

@@ -97,6 +97,13 @@ scanning off, so it needs no CRD, namespace or KopfPeering permissions.
 - apiGroups: ["gateway.networking.k8s.io"]
   resources: ["httproutes"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# What spec.router.gatewayProvider's gateway needs: Istio's DestinationRule, GKE's policies.
+- apiGroups: ["networking.istio.io"]
+  resources: ["destinationrules"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: ["networking.gke.io"]
+  resources: ["healthcheckpolicies", "gcpbackendpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["configmaps", "serviceaccounts"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
