@@ -220,12 +220,25 @@ def launch_workers(args: ServerArgs, meanwhile: Callable[[], object] = lambda: N
     return args, model_path, workers
 
 
+# What every worker imports (torch, transformers, the engine): a forkserver imports it once and
+# forks each worker from there, where spawn made each worker import it again (several seconds of
+# CPU apiece, all at once on a small machine). The forkserver never touches CUDA, so its children
+# may (CUDA cannot be used in children forked from a process that did).
+WORKER_IMPORTS = ["minisgl.scheduler.process", "minisgl.tokenizer.worker"]
+
+
+def worker_context() -> mp.context.BaseContext:
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(WORKER_IMPORTS)
+    return ctx
+
+
 def start_workers(args: ServerArgs, model_path: str) -> Workers:
     """Spawn every worker."""
     from minisgl.tokenizer.routing import tokenizer_name
     from minisgl.utils.net import ipc_addresses
 
-    ctx = mp.get_context("spawn")  # CUDA cannot be used in forked children
+    ctx = worker_context()
     placement = NodePlacement.of(args)
     # Only the head node talks to clients: the other nodes run their engine ranks alone.
     tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)] if placement.is_head else []
