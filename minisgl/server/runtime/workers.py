@@ -13,9 +13,9 @@ server and watches them all (supervisor.py):
   error event and [DONE], each waiting client a 503, and the server exits 0 with every child gone.
   A second signal exits at once, non-zero.
 
-Start-up runs in parallel: the launcher spawns the children before it imports anything heavy, and
-each imports its own (torch, transformers, the engine: most of a start on a fresh machine) while
-the launcher imports the HTTP side. The model's check (`check_model`) runs in each scheduler child,
+Start-up runs in parallel: the launcher starts the children before it imports anything heavy; a
+forkserver imports what they all need (torch, transformers, the engine: most of a start on a fresh
+machine) once and forks each of them, while the launcher imports the HTTP side. The model's check (`check_model`) runs in each scheduler child,
 which imports what it needs anyway; the first local rank's verdict goes to the launcher, which
 refuses a model that cannot be served with the check's message alone (no child's traceback), or
 starts listening and then lets the schedulers load the model (`Workers.proceed`): the probes answer
@@ -234,7 +234,7 @@ def worker_context() -> mp.context.BaseContext:
 
 
 def start_workers(args: ServerArgs, model_path: str) -> Workers:
-    """Spawn every worker."""
+    """Start every worker."""
     from minisgl.tokenizer.routing import tokenizer_name
     from minisgl.utils.net import ipc_addresses
 
