@@ -19,8 +19,13 @@ if TYPE_CHECKING:
 
 class PrefillManager:
     def __init__(self, cache: CacheManager, table: RequestTable, token_pool: torch.Tensor, max_prefill_length: int,
-                 stats: SchedulerStats, by_priority: bool = False):
+                 stats: SchedulerStats, by_priority: bool = False, max_scored_positions: int = 256):
         self.stats = stats
+        # Prompt positions a prefill batch scores (Req.wants_prompt_logprobs) at most: each is a row
+        # of float32 logits over the vocabulary, and the engine reserves room for as many rows as
+        # it runs requests (Engine._runtime_reserve), not for a whole chunk's.
+        self.max_scored_positions = max_scored_positions
+        self.scoring_left = max_scored_positions
         self.cache = cache
         self.table = table
         self.token_pool = token_pool
@@ -48,16 +53,22 @@ class PrefillManager:
 
     def schedule(self) -> list[Req]:
         budget = self.max_prefill_length
+        self.scoring_left = self.max_scored_positions
         picked: list[Req] = []
         for req in list(self.chunked):
             if budget == 0:
                 break
-            budget -= self._advance(req, budget)
+            chunk = self._chunk(req, budget)
+            if chunk == 0:
+                continue  # a prompt to score: this batch scores no more, the next one goes on
+            budget -= self._advance(req, chunk)
             picked.append(req)
         while budget > 0 and self.waiting and self.table.num_free > 0:
             req = self.waiting[0]
             if req.prompt_len + len(req.output_ids) < req.prefill_len:
                 break  # preempted while its last token was in flight: it resumes once that token is read
+            if req.wants_prompt_logprobs and self.scoring_left == 0:
+                break  # its prompt is scored from the next batch on
             req.table_idx = self.table.acquire()
             if not self.cache.try_admit(req):
                 self.table.release(req.table_idx)
@@ -73,13 +84,21 @@ class PrefillManager:
                 ids = ids.pin_memory()
             self.token_pool[req.table_idx, : req.prefill_len] = ids.to(self.token_pool.device, non_blocking=True)
             self.chunked.append(req)
-            budget -= self._advance(req, budget)
+            budget -= self._advance(req, self._chunk(req, budget))
             picked.append(req)
         self.cache.write_table()
         return picked
 
-    def _advance(self, req: Req, budget: int) -> int:
+    def _chunk(self, req: Req, budget: int) -> int:
+        """How many of `req`'s tokens this batch computes: the rest, within the batch's token budget
+        and, for a prompt it scores, within the positions left to score."""
         chunk = min(req.seq_len - req.cached_len, budget)
+        if req.wants_prompt_logprobs:
+            chunk = min(chunk, self.scoring_left)
+            self.scoring_left -= chunk
+        return chunk
+
+    def _advance(self, req: Req, chunk: int) -> int:
         req.device_len = req.cached_len + chunk
         self.cache.allocate(req)
         self.stats.computed_prompt_tokens += chunk

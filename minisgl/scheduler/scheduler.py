@@ -78,7 +78,7 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.by_priority = config.scheduling_policy == "priority"
         self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_prefill_length, self.stats,
-                                      self.by_priority)
+                                      self.by_priority, max(1, e.config.max_running_requests))
         self.arrivals = 0
         self.decode = DecodeManager(self.cache)
         self.speculator = Speculator(config, e.max_seq_len) if config.speculative else None

@@ -30,13 +30,19 @@ def _assert_equal_hf(got: list, prompt: list[int], ref: torch.Tensor, k: int) ->
         assert [t for t, _ in entry["top_logprobs"]][:1] == want_ids.tolist()[:1]
 
 
-@pytest.mark.parametrize("max_prefill_length", [4096, 7], ids=["one-piece", "chunked"])
-def test_prompt_logprobs_equal_hf_log_softmax(tiny_model_dir, max_prefill_length):
+@pytest.mark.parametrize("limits", [{}, {"max_prefill_length": 7}, {"max_running_requests": 4}],
+                         ids=["one-piece", "chunked", "four-scored-a-batch"])
+def test_prompt_logprobs_equal_hf_log_softmax(tiny_model_dir, limits):
+    """With max_running_requests 4 a prefill batch scores 4 prompt positions at most (the rows of
+    logits the engine has room for), so the prompt is scored 4 positions a step."""
     model_dir = tiny_model_dir("Qwen3ForCausalLM")
     prompt = list(range(10, 40))
     other = [5, 17, 42, 99, 3, 8, 9]
-    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_pages=256, page_size=4,
-              max_prefill_length=max_prefill_length)
+    llm = LLM(model_dir, device="cpu", dtype=torch.float32, num_pages=256, page_size=4, **limits)
+    widest = []  # per forward: the most logit rows one request got
+    forward = llm.scheduler.engine.forward_batch
+    llm.scheduler.engine.forward_batch = lambda batch, args: (widest.append(int(batch.logit_counts.max())),
+                                                              forward(batch, args))[1]
     try:
         warm = llm.generate([prompt], SamplingParams(temperature=0, max_tokens=2), use_tqdm=False)[0]
         outs = llm.generate([prompt, other],
@@ -49,6 +55,8 @@ def test_prompt_logprobs_equal_hf_log_softmax(tiny_model_dir, max_prefill_length
     _assert_equal_hf(outs[0]["prompt_logprobs"], prompt, _hf_log_softmax(model_dir, prompt), k=2)
     assert outs[0]["token_ids"] == warm["token_ids"] + outs[0]["token_ids"][2:]  # sampling as without it
     assert outs[1]["token_ids"] == llm_free_greedy(model_dir, other, 3)
+    chunk = min(limits.get("max_prefill_length", 4096), limits.get("max_running_requests", 256), len(prompt))
+    assert max(widest) == chunk
 
 
 def llm_free_greedy(model_dir: str, prompt: list[int], n: int) -> list[int]:
