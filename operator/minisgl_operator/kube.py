@@ -143,16 +143,21 @@ _TYPED = {
     "RoleBinding": ("RbacAuthorizationV1Api", "namespaced_role_binding"),
     "Job": ("BatchV1Api", "namespaced_job"),
 }
+def _custom(api_version: str, plural: str) -> tuple[str, str, str]:
+    group, version = api_version.split("/")
+    return group, version, plural
+
+
 # Custom resources: kind -> (group, version, plural), through the CustomObjectsApi.
-CUSTOM_KINDS = {
+CUSTOM_KINDS: dict[str, tuple[str, str, str]] = {
     constants.KIND: (constants.GROUP, constants.VERSION, constants.PLURAL),
-    "LeaderWorkerSet": (*constants.LWS_API_VERSION.split("/"), "leaderworkersets"),
-    "ScaledObject": (*constants.KEDA_API_VERSION.split("/"), "scaledobjects"),
-    "InferencePool": (*constants.INFERENCE_POOL_API_VERSION.split("/"), "inferencepools"),
-    "HTTPRoute": (*constants.HTTPROUTE_API_VERSION.split("/"), "httproutes"),
-    "DestinationRule": (*constants.ISTIO_NETWORKING_API_VERSION.split("/"), "destinationrules"),
-    "HealthCheckPolicy": (*constants.GKE_NETWORKING_API_VERSION.split("/"), "healthcheckpolicies"),
-    "GCPBackendPolicy": (*constants.GKE_NETWORKING_API_VERSION.split("/"), "gcpbackendpolicies"),
+    "LeaderWorkerSet": _custom(constants.LWS_API_VERSION, "leaderworkersets"),
+    "ScaledObject": _custom(constants.KEDA_API_VERSION, "scaledobjects"),
+    "InferencePool": _custom(constants.INFERENCE_POOL_API_VERSION, "inferencepools"),
+    "HTTPRoute": _custom(constants.HTTPROUTE_API_VERSION, "httproutes"),
+    "DestinationRule": _custom(constants.ISTIO_NETWORKING_API_VERSION, "destinationrules"),
+    "HealthCheckPolicy": _custom(constants.GKE_NETWORKING_API_VERSION, "healthcheckpolicies"),
+    "GCPBackendPolicy": _custom(constants.GKE_NETWORKING_API_VERSION, "gcpbackendpolicies"),
 }
 
 

@@ -36,3 +36,13 @@ def operator_on_a_gpu_node(fake):
     handlers.configure(fake, default_image="registry.example/minisgl:1")
     yield
     handlers._reconciler = None
+
+
+@pytest.fixture
+def reconciler(fake):
+    """The handlers' reconciler, writing to `fake`; unwired after the test."""
+    from minisgl_operator import handlers
+
+    handlers.configure(fake, default_image="registry.example/minisgl:1")
+    yield handlers._get_reconciler()
+    handlers._reconciler = None

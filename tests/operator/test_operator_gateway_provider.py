@@ -11,7 +11,7 @@ import copy
 import operator_crds
 import pytest
 
-from minisgl_operator import constants, handlers, render
+from minisgl_operator import constants, render
 from minisgl_operator.kube import ApiError
 
 GATEWAY_KINDS = {"DestinationRule", "HealthCheckPolicy", "GCPBackendPolicy"}
@@ -140,13 +140,6 @@ def test_istios_crd_refuses_a_tls_mode_or_field_it_does_not_have(fake):
 
 
 # --- through the reconciler ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def reconciler(fake):
-    handlers.configure(fake, default_image="registry.example/minisgl:1")
-    yield handlers._get_reconciler()
-    handlers._reconciler = None
 
 
 def test_the_providers_objects_follow_the_spec_and_go_when_it_changes_or_drops_the_provider(fake, reconciler):

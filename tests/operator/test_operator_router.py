@@ -188,13 +188,6 @@ def test_the_chart_passes_the_endpoint_picker_image_to_the_operator(monkeypatch)
 LOG = logging.getLogger("test-router")
 
 
-@pytest.fixture
-def reconciler(fake):
-    handlers.configure(fake, default_image="registry.example/minisgl:1")
-    yield handlers._get_reconciler()
-    handlers._reconciler = None
-
-
 def test_the_reconciler_applies_the_router_and_removes_it_when_the_spec_drops_it(fake, reconciler):
     body = fake.create_inferenceservice("chat", SPEC)
     outcome = reconciler.reconcile(body)
