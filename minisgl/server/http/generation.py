@@ -227,6 +227,37 @@ async def start_generation(client: FrontendClient, jobs: list[Job], request: Req
         gen.forget_unstarted()
 
 
+STREAM_HEAD_AFTER_S = 1.0  # a stream's first replies are awaited this long before its head is sent
+
+
+async def stream_generation(client: FrontendClient, jobs: list[Job], request: Request,
+                            events: Callable[[Generation, list[Reply]], AsyncIterator[bytes]]
+                            ) -> StreamingResponse | JSONResponse:
+    """A streamed generation's response. Its first replies are awaited for STREAM_HEAD_AFTER_S at
+    most, so a request refused by then (a bad grammar, a full queue) still gets its HTTP error
+    status; one still queued or compiling then gets its head (200) and, while it waits, the
+    keep-alive comments of a silent stream (middleware.SseKeepAlive), never seconds of silence a
+    client or proxy takes for a dead server; an error after that ends the stream as an event."""
+    start = asyncio.create_task(start_generation(client, jobs, request))
+    done, _ = await asyncio.wait({start}, timeout=STREAM_HEAD_AFTER_S)
+    if done:
+        gen, firsts = start.result()
+        return firsts if isinstance(firsts, JSONResponse) else sse_response(events(gen, firsts))
+
+    async def late() -> AsyncIterator[bytes]:
+        gen, firsts = await start  # a client that leaves meanwhile cancels this, and the wait with it
+        if isinstance(firsts, JSONResponse):
+            if firsts.status_code == 499:
+                return  # nobody is reading
+            message = json.loads(firsts.body)["error"]["message"]
+            reason = UNAVAILABLE if firsts.status_code == 503 else "error"
+            firsts = [Reply(i, "", 0, reason, message) for i in range(len(gen.streams))]
+        async for chunk in events(gen, firsts):
+            yield chunk
+
+    return sse_response(late())
+
+
 def _client_closed() -> JSONResponse:
     # Nobody reads this: the client closed the connection. 499 (nginx's "client closed
     # request") only keeps logs and middleware from counting it as a bad request or a fault.
@@ -270,11 +301,11 @@ async def serve_one_choice(client: FrontendClient, jobs: list[Job], request: Req
                            whole: Callable[[Generation, Choice], dict]):
     """How the Responses and Messages APIs answer their one choice: with `stream`, server-sent
     `events` of their own API as the replies come, else the `whole` response once it has ended."""
+    if stream:
+        return await stream_generation(client, jobs, request, events)
     gen, firsts = await start_generation(client, jobs, request)
     if isinstance(firsts, JSONResponse):
         return firsts
-    if stream:
-        return sse_response(events(gen, firsts))
     choices = await finished_choices(gen, firsts, request)
     if isinstance(choices, JSONResponse):
         return choices
@@ -285,12 +316,12 @@ async def serve_generation(shape: ResponseShape, admitted: Admitted, client: Fro
     """Run the request's jobs (its choices) and answer in `shape`: one JSON response, or with
     body.stream server-sent events as the replies come."""
     body, model = admitted.body, admitted.model
-    gen, firsts = await start_generation(client, admitted.jobs, request)
-    if isinstance(firsts, JSONResponse):
-        return firsts
     rid, created = shape.new_id(), int(time.time())
 
     if not body.stream:
+        gen, firsts = await start_generation(client, admitted.jobs, request)
+        if isinstance(firsts, JSONResponse):
+            return firsts
         choices = await finished_choices(gen, firsts, request)
         if isinstance(choices, JSONResponse):
             return choices
@@ -302,9 +333,8 @@ async def serve_generation(shape: ResponseShape, admitted: Admitted, client: Fro
     def chunk(choices: list[dict]) -> dict:
         return {**chunk_base, "choices": choices, **({"usage": None} if include_usage else {})}
 
-    streams = [shape.stream(c.index, c.prompt_index) for c in gen.choices]
-
-    async def events() -> AsyncIterator[bytes]:
+    async def events(gen: Generation, firsts: list[Reply]) -> AsyncIterator[bytes]:
+        streams = [shape.stream(c.index, c.prompt_index) for c in gen.choices]
         for stream in streams:
             for event in stream.opening():
                 yield sse(chunk([event]))
@@ -320,5 +350,5 @@ async def serve_generation(shape: ResponseShape, admitted: Admitted, client: Fro
             yield sse({**chunk_base, "choices": [], "usage": gen.usage()})
         yield sse("[DONE]")
 
-    return sse_response(events())
+    return await stream_generation(client, admitted.jobs, request, events)
 
