@@ -15,11 +15,11 @@ server and watches them all (supervisor.py):
 
 Start-up runs in parallel: the launcher starts the children before it imports anything heavy; a
 forkserver imports what they all need (torch, transformers, the engine: most of a start on a fresh
-machine) once and forks each of them, while the launcher imports the HTTP side. The model's check (`check_model`) runs in each scheduler child,
-which imports what it needs anyway; the first local rank's verdict goes to the launcher, which
-refuses a model that cannot be served with the check's message alone (no child's traceback), or
-starts listening and then lets the schedulers load the model (`Workers.proceed`): the probes answer
-("loading") before the engine can be ready.
+machine) once and forks each of them, while the launcher imports the HTTP side. The model's
+check (`check_model`) runs in each scheduler child, which imports what it needs anyway; the first
+local rank's verdict goes to the launcher, which refuses a model that cannot be served with the
+check's message alone (no child's traceback), or starts listening and then lets the schedulers load
+the model (`Workers.proceed`): the probes answer ("loading") before the engine can be ready.
 """
 
 from __future__ import annotations
