@@ -32,7 +32,7 @@ class SchedulerConfig(EngineConfig):
     grammar_compile_timeout: float = 10.0
     grammar_compile_workers: int = 2
     max_grammar_depth: int = 64
-    grammar_cache_bytes: int = 64 << 20
+    grammar_cache_bytes: int = 512 << 20
     # Speculative decoding (minisgl.speculative): the drafter (None: off), the most tokens a request
     # drafts a step, the n-gram sizes prompt lookup matches, the most running requests that still
     # draft, and the acceptance below which a request stops drafting for a while.

@@ -227,7 +227,9 @@ class ServerArgs:
         64)
     grammar_cache_bytes: int = _flag(
         "Memory for compiled grammars kept for reuse, in bytes (the least recently used go first); also "
-        "the most one compiled grammar may hold (a larger one is refused).", 64 << 20)
+        "the most one compiled grammar may hold (a larger one is refused). Each bounded string (maxLength) "
+        "compiles to megabytes of token masks (benchmark/NOTES.md): room for the many real schemas have.",
+        512 << 20)
 
     @property
     def model_names(self) -> tuple[str, ...]:
