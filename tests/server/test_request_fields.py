@@ -84,8 +84,8 @@ def test_unknown_fields_pass_only_with_the_permissive_flag(model_dir):
         ok = post(srv, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "frobnicate": 1})
         assert ok.status_code == 200, ok.text
         # Known but unimplemented fields are refused even then.
-        refused = post(srv, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "echo": True})
-        assert refused.status_code == 400 and refused.json()["error"]["param"] == "echo"
+        refused = post(srv, "/v1/completions", {"model": MODEL, "prompt": "hi", "max_tokens": 2, "suffix": "!"})
+        assert refused.status_code == 400 and refused.json()["error"]["param"] == "suffix"
     finally:
         assert srv.stop() == 0
 

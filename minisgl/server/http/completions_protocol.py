@@ -22,7 +22,7 @@ class CompletionRequest(GenerationRequest):
                                    "none, the prompt (and its logprobs) alone")
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                  description="return each output token's log-probability and that many alternatives")
-    echo: bool = Field(False, description="the prompt before the completion: in the text and, with logprobs, its "
+    echo: bool | None = Field(False, description="the prompt before the completion: in the text and, with logprobs, its "
                                           "tokens' logprobs too (the first token's null)")
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS,
                                         description="extension (vLLM): each prompt token's logprob and that many "
