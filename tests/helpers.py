@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
@@ -73,3 +74,14 @@ class EngineDriver:
                 r.seq_len += 1
                 r.output_ids.append(int(out.next_tokens_cpu[i]))
         return batch.logits
+
+
+def refused_flags(argv: list[str], capsys) -> str:
+    """What the server prints on stderr when its flag parsing refuses `argv` (exit status 2, checked)."""
+    from minisgl.server.args import parse_args
+
+    with pytest.raises(SystemExit) as exited:
+        parse_args(argv)
+    stderr = capsys.readouterr().err
+    assert exited.value.code == 2, stderr
+    return stderr
