@@ -7,7 +7,7 @@
 natural: the workload's prompts (<= --max-input-len tokens, as chat messages), sent at once on the
   chat API (the completions API's max_tokens defaults to 16, OpenAI's rule) at temperature 1 with a
   seed each and no max_tokens; each carries stop_token_ids whose share of the model's output is
-  1 / --mean-len (measured first on 64 requests of 256 tokens: the ids of a benchmark model's
+  1 / --mean-len (measured first on 64 requests of 3 * --mean-len tokens: the ids of a benchmark model's
   synthetic tokenizer read back from the text), so its length ends naturally, geometric with mean
   about --mean-len. Then the same requests with
   max_tokens equal to the lengths they reached (ignore_eos, no stop ids). Each pair runs twice; the
@@ -98,7 +98,9 @@ def burst(target: Target, reqs: list[BenchRequest], processes: int, name: str) -
 
 def stop_ids(target: Target, work, mean_len: int, rng: random.Random) -> list[int]:
     """Token ids that make up about 1 / mean_len of what the model generates at temperature 1: the
-    output of 64 requests read back as ids ("t<i>", benchmark/prepare_model.py's tokenizer), then
+    output of 64 requests read back as ids ("t<i>", benchmark/prepare_model.py's tokenizer), each
+    3 * mean_len long, as long as 95% of the natural lengths (a dummy model's output drifts with its
+    context, so a share measured on short outputs undercounts what long ones stop on), then
     ids drawn at random among those seen, each rarer than a tenth of the target, until their
     share reaches it."""
     from concurrent.futures import ThreadPoolExecutor
@@ -107,7 +109,7 @@ def stop_ids(target: Target, work, mean_len: int, rng: random.Random) -> list[in
 
     def sample(i: int) -> list[int]:
         body = {"model": target.model, "messages": [{"role": "user", "content": chat_text(work[i].prompt_ids, target.words)}],
-                "max_tokens": 256, "ignore_eos": True, "temperature": 1.0, "seed": 10_000 + i}
+                "max_tokens": 3 * mean_len, "ignore_eos": True, "temperature": 1.0, "seed": 10_000 + i}
         text = httpx.post(target.url(), json=body, timeout=600).json()["choices"][0]["message"]["content"]
         return [int(m) for m in re.findall(r"\bt(\d+)\b", text)]
 
