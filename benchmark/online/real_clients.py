@@ -101,8 +101,8 @@ def stop_ids(target: Target, work, mean_len: int, rng: random.Random) -> list[in
     output of 64 requests read back as ids ("t<i>", benchmark/prepare_model.py's tokenizer), each
     3 * mean_len long, as long as 95% of the natural lengths (a dummy model's output drifts with its
     context, so a share measured on short outputs undercounts what long ones stop on), then
-    ids drawn at random among those seen, each rarer than a tenth of the target, until their
-    share reaches it."""
+    ids drawn at random among those seen in half of them, each rarer than a tenth of the target,
+    until their share in the other half reaches it."""
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
@@ -114,16 +114,21 @@ def stop_ids(target: Target, work, mean_len: int, rng: random.Random) -> list[in
         return [int(m) for m in re.findall(r"\bt(\d+)\b", text)]
 
     with ThreadPoolExecutor(16) as pool:
-        seen = [t for ids in pool.map(sample, range(min(64, len(work)))) for t in ids]
-    counts = Counter(seen)
+        outputs = list(pool.map(sample, range(min(64, len(work)))))
+    # Ids are picked by their count in one half of the outputs and their share is read from the
+    # other half: a token picked for being seen is overcounted in the sample it was seen in (a
+    # near-uniform output over a large vocabulary sees most ids once), and the lengths ran 3x long.
+    pick = Counter(t for ids in outputs[0::2] for t in ids)
+    held = [t for ids in outputs[1::2] for t in ids]
+    held_counts, picked = Counter(held), sum(pick.values())
     target_share, chosen, share = 1 / mean_len, [], 0.0
-    for token in rng.sample(sorted(counts), len(counts)):
+    for token in rng.sample(sorted(pick), len(pick)):
         if share >= target_share:
             break
-        if counts[token] / len(seen) <= target_share / 10:
+        if pick[token] / picked <= target_share / 10:
             chosen.append(token)
-            share += counts[token] / len(seen)
-    print(f"stop ids: {len(chosen)} of {len(counts)} seen in {len(seen)} tokens, share {share:.4f}", flush=True)
+            share += held_counts[token] / len(held)
+    print(f"stop ids: {len(chosen)} of {len(pick)} seen in {picked} tokens, share {share:.4f} in {len(held)} others", flush=True)
     return chosen
 
 
