@@ -90,7 +90,7 @@ class ModelConfig:
             qkv_bias=attention_bias if traits.qkv_bias is None else traits.qkv_bias,
             o_bias=attention_bias if traits.o_bias is None else traits.o_bias,
             qk_norm=traits.qk_norm,
-            rotary=_rotary_from_hf(hf, head_dim),
+            rotary=rotary_from_hf(hf, head_dim),
             max_position_embeddings=hf.max_position_embeddings,
             eos_token_ids=eos_ids,
             torch_dtype=dtype,
@@ -112,7 +112,8 @@ def _rope_params(hf: PretrainedConfig) -> dict:
     return params
 
 
-def _rotary_from_hf(hf: PretrainedConfig, head_dim: int) -> RotaryConfig:
+def rotary_from_hf(hf: PretrainedConfig, head_dim: int) -> RotaryConfig:
+    """The rotary embedding an HF config describes (rope_theta, rope scaling), for `head_dim`-wide heads."""
     params = _rope_params(hf)
     rope_type = params["rope_type"]
     if rope_type == "default":

@@ -84,13 +84,16 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
-    def forward(self, positions, x, residual):
+    def forward(self, positions, x, residual, taken: list[torch.Tensor] | None = None):
         """x: the embeddings (residual None) or the last layer's MLP output as this rank's partial
-        sum; returns this layer's, with the residual stream."""
+        sum; returns this layer's, with the residual stream. `taken`: where a copy of the residual
+        stream entering this layer goes (the fused norms update it in place later)."""
         if residual is None:
             residual, x = x, self.input_layernorm(x)
         else:
             x, residual = self.input_layernorm(x, residual, reduce=True)
+        if taken is not None:
+            taken.append(residual.clone())
         x = self.self_attn(positions, x)
         x, residual = self.post_attention_layernorm(x, residual, reduce=True)
         return self.mlp(x), residual
@@ -105,11 +108,19 @@ class DecoderModel(nn.Module):
         self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, rotary) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        # An EAGLE-3 drafter (minisgl.speculative.eagle3) reads the residual stream entering these
+        # layers: after each forward, `aux_hidden` [tokens, len(aux_layers) * hidden] holds them
+        # side by side, in this order. Eager passes only (a CUDA graph would not refresh it).
+        self.aux_layers: tuple[int, ...] = ()
+        self.aux_hidden: torch.Tensor | None = None
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
         x, residual = self.embed_tokens(input_ids), None
-        for layer in self.layers:
-            x, residual = layer(positions, x, residual)
+        taken: dict[int, list[torch.Tensor]] = {i: [] for i in self.aux_layers}
+        for i, layer in enumerate(self.layers):
+            x, residual = layer(positions, x, residual, taken.get(i))
+        if taken:
+            self.aux_hidden = torch.cat([taken[i][0] for i in self.aux_layers], dim=-1)
         return self.norm(x, residual, reduce=True)[0]
 
 

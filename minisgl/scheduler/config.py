@@ -33,10 +33,12 @@ class SchedulerConfig(EngineConfig):
     grammar_compile_workers: int = 2
     max_grammar_depth: int = 64
     grammar_cache_bytes: int = 512 << 20
-    # Speculative decoding (minisgl.speculative): the drafter (None: off), the most tokens a request
-    # drafts a step, the n-gram sizes prompt lookup matches, the most running requests that still
-    # draft, and the acceptance below which a request stops drafting for a while.
+    # Speculative decoding (minisgl.speculative): the drafter (None: off), the EAGLE-3 head's
+    # directory or HF id (eagle3), the most tokens a request drafts a step, the n-gram sizes prompt
+    # lookup matches, the most running requests that still draft, and the acceptance below which a
+    # request stops drafting for a while.
     speculative: str | None = None
+    draft_model: str | None = None
     speculative_num_tokens: int = 4
     speculative_ngram_min: int = 1
     speculative_ngram_max: int = 4

@@ -37,7 +37,7 @@ from .config import SchedulerConfig
 from .decode import DecodeManager
 from .lora_updates import AdapterUpdates
 from .prefill import PrefillManager
-from .speculation import Speculator
+from .speculation import Speculator, engine_config
 from .table import RequestTable
 
 logger = get_logger(__name__)
@@ -68,7 +68,7 @@ class SchedulerStats:
 class Scheduler:
     def __init__(self, config: SchedulerConfig):
         self.config = config
-        self.engine = Engine(config)
+        self.engine = Engine(engine_config(config))
         e = self.engine
         self.table = RequestTable(config.max_running_requests)
         self.prefix_cache = create_prefix_cache(config.cache, e.page_size)
@@ -81,7 +81,7 @@ class Scheduler:
                                       self.by_priority, max(1, e.config.max_running_requests))
         self.arrivals = 0
         self.decode = DecodeManager(self.cache)
-        self.speculator = Speculator(config, e.max_seq_len) if config.speculative else None
+        self.speculator = Speculator(config, e) if config.speculative else None
         self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_ids = tuple(sorted(self.eos_token_ids))  # what min_tokens holds back
         self.reqs: dict[int, Req] = {}
@@ -359,6 +359,8 @@ class Scheduler:
 
     def _launch(self, batch: Batch, read_previous: Callable[[], None]) -> InFlight:
         out = self.engine.forward_batch(batch, self._sampling_args(batch, read_previous))
+        if self.speculator is not None:
+            self.speculator.after_forward(batch)
         if batch.phase == "verify":  # positions advance by what is accepted (_process_verify)
             return InFlight(batch, out, [True] * batch.size)
         samples = [r.samples_this_step for r in batch.reqs]

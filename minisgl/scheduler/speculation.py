@@ -13,21 +13,53 @@ cached length (the next step writes over it), and the pages holding only that go
 A request with a grammar has each verified row masked by the grammar after the drafts before it
 (Scheduler._grammar_masks). Not drafted for: a request whose host view lags the device (its last
 token still in flight).
+
+Drafters: a per-request one (`Drafter`: n-gram, the benchmarks' replay drafter) sees token ids
+only; the EAGLE-3 head (`Eagle3Drafter`) drafts a batch on the device and runs after every
+forward pass (`after_forward`), over the target's hidden states, which needs eager passes
+(`engine_config`).
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-from minisgl.core import Req
+from minisgl.core import Batch, Req
 from minisgl.core.host import to_device
-from minisgl.speculative import Drafter, NgramDrafter, SpeculationPolicy, accepted_prefix
+from minisgl.distributed import broadcast_objects
+from minisgl.speculative import (
+    Drafter,
+    Eagle3Drafter,
+    NgramDrafter,
+    SpeculationPolicy,
+    accepted_prefix,
+    load_eagle3_head,
+)
 from minisgl.utils.choices import SPECULATIVE_DRAFTERS
+from minisgl.utils.logger import get_logger
 
 from .config import SchedulerConfig
+
+if TYPE_CHECKING:
+    from minisgl.engine import Engine
+
+logger = get_logger(__name__)
+
+
+def engine_config(config: SchedulerConfig) -> SchedulerConfig:
+    """The engine's config under this drafter: the EAGLE-3 head reads hidden states that only eager
+    forward passes record, so CUDA graphs are off with it (the hook to remove once graphs record
+    them too)."""
+    if config.speculative == "eagle3" and config.cuda_graph_max_bs != 0:
+        if config.device != "cpu":
+                logger.info("--speculative eagle3: CUDA graphs off (the draft head reads hidden states of eager passes)")
+        return replace(config, cuda_graph_max_bs=0)
+    return config
 
 
 @dataclass
@@ -39,13 +71,18 @@ class Verdict:
 
 
 class Speculator:
-    def __init__(self, config: SchedulerConfig, max_seq_len: int):
+    def __init__(self, config: SchedulerConfig, engine: Engine):
         if config.speculative not in SPECULATIVE_DRAFTERS:
             raise ValueError(f"unknown speculative drafter {config.speculative!r}; use {', '.join(SPECULATIVE_DRAFTERS)}")
-        self.drafter: Drafter = NgramDrafter(config.speculative_ngram_min, config.speculative_ngram_max)
+        if (config.speculative == "eagle3") != (config.draft_model is not None):
+            raise ValueError("--draft-model goes with --speculative eagle3, and --speculative eagle3 needs it")
+        self.drafter: Drafter | Eagle3Drafter = (
+            _eagle3(config, engine) if config.speculative == "eagle3"
+            else NgramDrafter(config.speculative_ngram_min, config.speculative_ngram_max))
         self.policy = SpeculationPolicy(config.speculative_num_tokens, config.speculative_max_batch,
                                         config.speculative_min_acceptance)
-        self.max_seq_len = max_seq_len
+        self.max_seq_len = engine.max_seq_len
+        self.tp_size = engine.tp.size
 
     def _room(self, r: Req) -> int:
         """Most tokens `r` may draft: none beyond its max_tokens or the context."""
@@ -65,15 +102,27 @@ class Speculator:
         self.policy.tick()
         if not self.policy.on(len(running)):
             return {}
+        asked = [(r, k) for r in running if (k := self._room(r))]
         drafts = {}
-        for r in running:
-            k = self._room(r)
-            if k:
-                tokens = self.drafter.propose(r.all_ids, k)
-                self.policy.drafted(r.uid, len(tokens))
-                if tokens:
-                    drafts[r.uid] = tokens
+        for (r, _), tokens in zip(asked, self._draft(asked)):
+            self.policy.drafted(r.uid, len(tokens))
+            if tokens:
+                drafts[r.uid] = tokens
         return drafts
+
+    def _draft(self, asked: list[tuple[Req, int]]) -> list[list[int]]:
+        if not isinstance(self.drafter, Eagle3Drafter):
+            return [self.drafter.propose(r.all_ids, k) for r, k in asked]
+        if not asked:
+            return []
+        drafts = self.drafter.propose_batch([r for r, _ in asked], [k for _, k in asked])
+        # The ranks compute the same drafts; rank 0's are taken so that a near-tie cannot part them.
+        return broadcast_objects([drafts])[0] if self.tp_size > 1 else drafts
+
+    def after_forward(self, batch: Batch) -> None:
+        """After the target's forward pass of `batch` (launched, not yet read)."""
+        if isinstance(self.drafter, Eagle3Drafter):
+            self.drafter.after_forward(batch)
 
     @staticmethod
     def write(token_pool: torch.Tensor, reqs: list[Req], drafts: dict[int, list[int]]) -> None:
@@ -109,3 +158,19 @@ class Speculator:
 
     def forget(self, uid: int) -> None:
         self.policy.forget(uid)
+        if isinstance(self.drafter, Eagle3Drafter):
+            self.drafter.forget(uid)
+
+
+def _eagle3(config: SchedulerConfig, engine: Engine) -> Eagle3Drafter:
+    path = config.draft_model or ""
+    if not os.path.isdir(path):
+        from huggingface_hub import snapshot_download
+
+        path = snapshot_download(path, allow_patterns=["*.json", "*.safetensors", "*.bin"])
+    head = load_eagle3_head(path, engine.model_config, engine.max_seq_len, engine.device, engine.dtype)
+    drafter = Eagle3Drafter(head, engine.model, engine.page_table, engine.token_pool,
+                            engine.kv_cache.k_buffer.shape[1], config.speculative_num_tokens)
+    logger.info("EAGLE-3 head %s: draft vocabulary %d, reads the inputs of target layers %s", config.draft_model,
+                head.cfg.draft_vocab_size, drafter.target.aux_layers)
+    return drafter

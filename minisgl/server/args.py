@@ -106,9 +106,12 @@ class ServerArgs:
         "fcfs", choices=list(SCHEDULING_POLICIES))
     speculative: str | None = _flag(
         "Speculative decoding: ngram (prompt lookup: drafts copied from where the request's last tokens appeared "
-        "before in its prompt or output; no extra weights). Each decode step then verifies up to "
-        "--speculative-num-tokens drafted tokens per request in one forward pass; outputs are unchanged "
-        "(docs/serving.md: when it pays).", choices=list(SPECULATIVE_DRAFTERS))
+        "before in its prompt or output; no extra weights) or eagle3 (an EAGLE-3 draft head, --draft-model). Each "
+        "decode step then verifies up to --speculative-num-tokens drafted tokens per request in one forward pass; "
+        "outputs are unchanged (docs/serving.md: when it pays).", choices=list(SPECULATIVE_DRAFTERS))
+    draft_model: str | None = _flag(
+        "With --speculative eagle3: the EAGLE-3 head, a local directory or HF id in the published format "
+        "(config.json of LlamaForCausalLMEagle3, fc/midlayer/norm/lm_head/d2t weights) trained for --model.")
     speculative_num_tokens: int = _flag("With --speculative: most tokens a request drafts per step (k).", 4)
     speculative_ngram_min: int = _flag("With --speculative ngram: shortest suffix n-gram looked up.", 1)
     speculative_ngram_max: int = _flag("With --speculative ngram: longest suffix n-gram looked up (the longest "
@@ -416,6 +419,10 @@ def _check_speculative(args: ServerArgs) -> str | None:
         return "--speculative-ngram-min must be <= --speculative-ngram-max"
     if not 0 <= args.speculative_min_acceptance <= 1:
         return "--speculative-min-acceptance must be in [0, 1]"
+    if args.speculative == "eagle3" and not args.draft_model:
+        return "--speculative eagle3 needs --draft-model PATH (an EAGLE-3 head trained for --model)"
+    if args.draft_model is not None and args.speculative != "eagle3":
+        return "--draft-model is the head of --speculative eagle3; without it nothing reads it"
     return None
 
 

@@ -3,6 +3,8 @@ checks them all in one forward pass (a "verify" batch: the extend path, logits a
 and the longest prefix the target agrees with is kept, plus the target's own next token.
 
 - `ngram`: prompt lookup, drafts copied from where the request's last tokens appeared before;
+- `eagle3_head`, `eagle3`: an EAGLE-3 draft head (one decoder layer over the target's hidden
+  states, from its published checkpoint format) and its drafting, with the head's own KV cache;
 - `acceptance`: which drafts are kept, greedy and sampled (the output keeps the target's
   distribution: the rejection-sampling rule);
 - `policy`: per-request acceptance, how many tokens each request drafts, and when speculation is off
@@ -15,7 +17,10 @@ verdicts; docs/serving.md says when to turn it on.
 from __future__ import annotations
 
 from .acceptance import accepted_prefix, rejection_sample
+from .eagle3 import Eagle3Drafter
+from .eagle3_head import load_eagle3_head
 from .ngram import Drafter, NgramDrafter
 from .policy import SpeculationPolicy
 
-__all__ = ["Drafter", "NgramDrafter", "SpeculationPolicy", "accepted_prefix", "rejection_sample"]
+__all__ = ["Drafter", "Eagle3Drafter", "NgramDrafter", "SpeculationPolicy", "accepted_prefix", "load_eagle3_head",
+           "rejection_sample"]

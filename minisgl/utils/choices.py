@@ -19,7 +19,7 @@ PREFIX_CACHES: tuple[str, ...] = ("radix", "naive")
 ADMISSION_MODES: tuple[str, ...] = ("dynamic", "reserve")
 SCHEDULING_POLICIES: tuple[str, ...] = ("fcfs", "priority")
 # --speculative: the drafters of speculative decoding (minisgl.speculative).
-SPECULATIVE_DRAFTERS: tuple[str, ...] = ("ngram",)
+SPECULATIVE_DRAFTERS: tuple[str, ...] = ("ngram", "eagle3")
 # --tool-call-parser and --reasoning-parser (minisgl.server.parsers maps each to its parser).
 TOOL_PARSERS: tuple[str, ...] = ("hermes", "qwen", "llama3_json", "qwen3_coder", "mistral")
 REASONING_PARSERS: tuple[str, ...] = ("qwen3", "deepseek_r1")

@@ -1,6 +1,7 @@
 """Speculative decoding changes how many tokens a step computes, never which: greedy and seeded
 outputs, logprobs and every way a request ends are those of decoding without it, on every
-architecture, with the radix cache and chunked prefill on; and every page goes back."""
+architecture, with either drafter (n-gram, an EAGLE-3 head), with the radix cache and chunked
+prefill on; and every page goes back."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from minisgl.benchmark.replay_drafter import ReplayDrafter
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from tests.conftest import ARCHITECTURES
+from tests.speculative.eagle3_heads import TINY_TARGET, build_eagle3_head
 
 NEW_TOKENS = 24
 GREEDY = SamplingParams(temperature=0, max_tokens=NEW_TOKENS, ignore_eos=True)
@@ -29,11 +31,14 @@ def prompts():
     return [[rng.randint(3, 380) for _ in range(rng.randint(8, 20))] * 2 for _ in range(6)]
 
 
-def generate(model_dir, prompts, params, speculative=None, replay=None, rate=1.0, **settings):
-    """The outputs and the scheduler after the run; `replay`: sequences a ReplayDrafter drafts from."""
+def generate(model_dir, prompts, params, speculative=None, replay=None, rate=1.0, draft_model=None, **settings):
+    """The outputs and the scheduler after the run; `replay`: sequences a ReplayDrafter drafts from;
+    `draft_model`: an EAGLE-3 head, drafting at every step (a random head's drafts are mostly wrong)."""
     kwargs = {**SETTINGS, **settings}
     if speculative or replay:
         kwargs["speculative"] = "ngram"
+    if draft_model:
+        kwargs.update(speculative="eagle3", draft_model=draft_model, speculative_min_acceptance=0.0)
     llm = LLM(model_dir, **kwargs)
     try:
         if replay is not None:
@@ -193,3 +198,70 @@ def test_lora_requests_verify_drafts_through_their_adapter(lora_model_dir, lora_
     got, scheduler = generate(lora_model_dir, prompts, params, replay=sequences, rate=0.7, **settings)
     assert ids(got) == ids(expected)
     assert scheduler.stats.accepted_tokens > 0
+
+
+@pytest.fixture(scope="module")
+def eagle3_pair(tiny_model_dir, tmp_path_factory):
+    """eagle3_pair(arch) -> (a tiny target of 4 layers, a random EAGLE-3 head for it)."""
+    cache = {}
+
+    def build(arch):
+        if arch not in cache:
+            target = tiny_model_dir(arch, **TINY_TARGET)
+            cache[arch] = target, build_eagle3_head(str(tmp_path_factory.mktemp(f"eagle3-{arch}")), target)
+        return cache[arch]
+
+    return build
+
+
+def check_eagle3_greedy(target, head, prompts, **settings):
+    expected, _ = generate(target, prompts, GREEDY, **settings)
+    got, scheduler = generate(target, prompts, GREEDY, draft_model=head, **settings)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.draft_tokens > len(prompts) * NEW_TOKENS // 2  # drafts at most steps
+    assert_all_pages_back(scheduler)
+    return scheduler
+
+
+def test_eagle3_greedy_tokens_are_those_without_speculation(eagle3_pair, prompts):
+    """The head runs after every forward pass (prefill chunks, decode, verify) and drafts every step;
+    its drafts are verified like any others, and the target's KV, token pool and pages are untouched
+    by the head's own cache."""
+    check_eagle3_greedy(*eagle3_pair("Qwen3ForCausalLM"), prompts)
+
+
+@pytest.mark.slow  # two runs per architecture
+@pytest.mark.parametrize("arch", [a for a in ARCHITECTURES if a != "Qwen3ForCausalLM"])
+def test_eagle3_greedy_tokens_are_those_without_speculation_on_every_architecture(eagle3_pair, prompts, arch):
+    check_eagle3_greedy(*eagle3_pair(arch), prompts)
+
+
+def test_eagle3_seeded_sampling_draws_the_same_tokens(eagle3_pair, prompts):
+    """The head drafts its most likely tokens (a one-hot q), so the verify rule is the rejection rule
+    exactly and each position draws with the request's seed: the tokens of decoding without it."""
+    target, head = eagle3_pair("Qwen3ForCausalLM")
+    params = [SamplingParams(temperature=0.9, top_k=50, seed=7 + i, max_tokens=NEW_TOKENS, min_tokens=20,
+                             frequency_penalty=0.4) for i in range(len(prompts))]
+    expected, _ = generate(target, prompts, params)
+    got, scheduler = generate(target, prompts, params, draft_model=head)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.draft_tokens > 0
+    assert_all_pages_back(scheduler)
+
+
+def test_eagle3_with_a_small_pool_preempts_and_still_gives_the_same_tokens(eagle3_pair, prompts):
+    """A preempted request resumes by recomputing its tokens, and the head's KV with them."""
+    scheduler = check_eagle3_greedy(*eagle3_pair("Qwen3ForCausalLM"), prompts, num_pages=40, decode_reserve_tokens=4)
+    assert scheduler.stats.preemptions > 0
+
+
+@pytest.mark.slow  # a process group of two ranks on gloo
+def test_eagle3_tensor_parallel_ranks_verify_the_same_drafts(eagle3_pair, prompts):
+    """Every rank runs the replicated head over the same hidden states (the embedding's all-reduce
+    in step) and takes rank 0's drafts: the ranks verify the same batches, tokens as without it."""
+    target, head = eagle3_pair("Qwen3ForCausalLM")
+    expected, _ = generate(target, prompts, GREEDY)
+    got, scheduler = generate(target, prompts, GREEDY, draft_model=head, tp=2)
+    assert ids(got) == ids(expected)
+    assert scheduler.stats.draft_tokens > 0
+    assert_all_pages_back(scheduler)
