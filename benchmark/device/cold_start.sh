@@ -24,7 +24,7 @@ fi
 echo "== server, FLASHINFER_DISABLE_JIT=1"
 started=$(date +%s.%N)
 read -r -a server_args <<< "${SERVER_ARGS:-}"
-FLASHINFER_DISABLE_JIT=1 python -m minisgl --model "$model" --dummy-weight --port "$port" "${server_args[@]}" \
+FLASHINFER_DISABLE_JIT=${FLASHINFER_DISABLE_JIT:-1} python -m minisgl --model "$model" --dummy-weight --port "$port" "${server_args[@]}" \
     > "$out/server.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT

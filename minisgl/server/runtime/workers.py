@@ -13,9 +13,8 @@ server and watches them all (supervisor.py):
   error event and [DONE], each waiting client a 503, and the server exits 0 with every child gone.
   A second signal exits at once, non-zero.
 
-Start-up runs in parallel: the launcher starts the children before it imports anything heavy; a
-forkserver imports what they all need (torch, transformers, the engine: most of a start on a fresh
-machine) once and forks each of them, while the launcher imports the HTTP side. The model's
+Start-up runs in parallel: the launcher starts the children before it imports anything heavy (see
+`start_workers` for how each kind starts), while it imports the HTTP side. The model's
 check (`check_model`) runs in each scheduler child, which imports what it needs anyway; the first
 local rank's verdict goes to the launcher, which refuses a model that cannot be served with the
 check's message alone (no child's traceback), or starts listening and then lets the schedulers load
@@ -25,6 +24,7 @@ the model (`Workers.proceed`): the probes answer ("loading") before the engine c
 from __future__ import annotations
 
 import multiprocessing as mp
+import multiprocessing.forkserver
 import os
 import queue
 import shutil
@@ -139,6 +139,18 @@ class Workers:
     heartbeats: Heartbeats
     verdict: mp.Queue  # the first local scheduler's check of the model: its refusal, or "" for none
     go: Event  # set by `proceed`: the schedulers load the model
+    forked: list[mp.process.BaseProcess]  # not started yet: `start_forked`
+
+    def start(self, procs: list[mp.process.BaseProcess]) -> None:
+        for p in procs:
+            p.daemon = True
+            p.start()  # logged once the model is checked: a refused model prints its reason alone
+            self.procs.append(p)
+
+    def start_forked(self) -> None:
+        """Start the forkserver's children (blocks until the forkserver has imported)."""
+        self.start(self.forked)
+        self.forked = []
 
     def proceed(self) -> None:
         self.go.set()
@@ -206,13 +218,14 @@ class Workers:
 
 def launch_workers(args: ServerArgs, meanwhile: Callable[[], object] = lambda: None
                    ) -> tuple[ServerArgs, str, Workers]:
-    """The model resolved, the workers spawned (`meanwhile` run as they import) and the model
+    """The model resolved, the workers started (`meanwhile` run as they import) and the model
     checked by them: a ValueError, with every child stopped, if it cannot be served. The schedulers
     then wait for `Workers.proceed` to load it."""
     args, model_path = resolve_model(args)
     workers = start_workers(args, model_path)
     try:
         meanwhile()
+        workers.start_forked()
         workers.wait_checked()
     except BaseException:
         workers.stop(grace=1.0)
@@ -220,25 +233,31 @@ def launch_workers(args: ServerArgs, meanwhile: Callable[[], object] = lambda: N
     return args, model_path, workers
 
 
-# What every worker imports (torch, transformers, the engine): a forkserver imports it once and
-# forks each worker from there, where spawn made each worker import it again (several seconds of
-# CPU apiece, all at once on a small machine). The forkserver never touches CUDA, so its children
-# may (CUDA cannot be used in children forked from a process that did).
-WORKER_IMPORTS = ["minisgl.scheduler.process", "minisgl.tokenizer.worker"]
+# How the children start. The schedulers are spawned and import torch and the engine themselves from
+# the first moment: that import, then the engine's load, is a start's longest path, and on a GPU
+# node's many cores the ranks, the launcher and the forkserver import side by side. The tokenizers and
+# the detokenizer fork from a forkserver that imports the tokenizer side (transformers) once, where
+# spawn made each of them import it again (seconds of CPU apiece, all at once on a small machine). A
+# forkserver that imported the engine too put every import in a row: on a one-H100 machine the first
+# child started 13 s after the launcher (Qwen3-0.6B ready 23 s after start; benchmark/NOTES.md).
+TOKENIZER_IMPORTS = ["minisgl.tokenizer.worker"]
 
 
-def worker_context() -> mp.context.BaseContext:
+def tokenizer_context() -> mp.context.BaseContext:
+    """The forkserver's context, its imports begun (they run while the launcher goes on)."""
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(WORKER_IMPORTS)
+    ctx.set_forkserver_preload(TOKENIZER_IMPORTS)
+    mp.forkserver.ensure_running()
     return ctx
 
 
 def start_workers(args: ServerArgs, model_path: str) -> Workers:
-    """Start every worker."""
+    """Start the schedulers, and the forkserver's imports for the tokenizer side; `Workers.start_forked`
+    starts the tokenizers and the detokenizer (it waits for those imports)."""
     from minisgl.tokenizer.routing import tokenizer_name
     from minisgl.utils.net import ipc_addresses
 
-    ctx = worker_context()
+    ctx = mp.get_context("spawn")
     placement = NodePlacement.of(args)
     # Only the head node talks to clients: the other nodes run their engine ranks alone.
     tokenizers = [tokenizer_name(i) for i in range(args.num_tokenizers)] if placement.is_head else []
@@ -258,20 +277,21 @@ def start_workers(args: ServerArgs, model_path: str) -> Workers:
                     args=(args, model_path, rank, dist_addr, addrs, link(name), verdict if i == 0 else None, go))
         for i, (rank, name) in enumerate(schedulers.items())
     ]
+    forked = []
     if placement.is_head:
+        fork = tokenizer_context()
         chat_template = load_chat_template(args.chat_template)  # read once, for every tokenizer
-        procs += [
-            ctx.Process(target=_tokenizer_main, name=name,
-                        args=(args, model_path, addrs, link(name), chat_template))
+        forked = [
+            fork.Process(target=_tokenizer_main, name=name,
+                         args=(args, model_path, addrs, link(name), chat_template))
             for name in tokenizers
         ] + [
-            ctx.Process(target=_detokenizer_main, name="detokenizer",
-                        args=(model_path, addrs, link("detokenizer"))),
+            fork.Process(target=_detokenizer_main, name="detokenizer",
+                         args=(model_path, addrs, link("detokenizer"))),
         ]
-    for p in procs:
-        p.daemon = True
-        p.start()  # logged once the model is checked: a refused model prints its reason alone
-    return Workers(procs, addrs, status, heartbeats, verdict, go)
+    workers = Workers([], addrs, status, heartbeats, verdict, go, forked)
+    workers.start(procs)
+    return workers
 
 
 # The children's entry points: the imports first (the launcher has none of them).
