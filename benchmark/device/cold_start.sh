@@ -21,20 +21,25 @@ if [ "${SKIP_PREBUILD:-0}" != 1 ]; then
     python -m minisgl.prebuild --force "$@" 2>&1 | tee "$out/prebuild.log"
 fi
 
-echo "== server, FLASHINFER_DISABLE_JIT=1"
+# ALLOW_JIT=1 lets FlashInfer build what its cache lacks (FlashInfer reads any value of
+# FLASHINFER_DISABLE_JIT as "disabled", "0" too: it must be unset).
+if [ "${ALLOW_JIT:-0}" = 1 ]; then unset FLASHINFER_DISABLE_JIT; else export FLASHINFER_DISABLE_JIT=1; fi
+echo "== server, FLASHINFER_DISABLE_JIT=${FLASHINFER_DISABLE_JIT:-unset}"
 started=$(date +%s.%N)
 read -r -a server_args <<< "${SERVER_ARGS:-}"
-FLASHINFER_DISABLE_JIT=${FLASHINFER_DISABLE_JIT:-1} python -m minisgl --model "$model" --dummy-weight --port "$port" "${server_args[@]}" \
+python -m minisgl --model "$model" --dummy-weight --port "$port" "${server_args[@]}" \
     > "$out/server.log" 2>&1 &
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
-python - "$port" "$started" <<'PY'
-import sys, time, urllib.request
+python - "$port" "$started" "$server" <<'PY'
+import os, sys, time, urllib.request
 
 import openai
 
-port, started = int(sys.argv[1]), float(sys.argv[2])
+port, started, server = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
 while True:
+    if not os.path.exists(f"/proc/{server}"):  # a failed start ends at once, not at the timeout
+        sys.exit("the server exited before it was ready")
     try:
         if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2).status == 200:
             break

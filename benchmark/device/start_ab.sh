@@ -11,11 +11,11 @@ set -uo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 restore_jit_cache
-export TRITON_CACHE_DIR=$(mktemp -d) FLASHINFER_DISABLE_JIT=0 SKIP_PREBUILD=1
+export TRITON_CACHE_DIR=$(mktemp -d) ALLOW_JIT=1 SKIP_PREBUILD=1
 BASE=$(cd "${BASE:-.base}" && pwd)
 start() {  # $1 the tree, $2 the model
     (cd "$1" && PYTHONPATH="$1:${PYTHONPATH:-}" HOME=$(mktemp -d) bash "$here/cold_start.sh" "$OLDPWD/$2" 2>&1 \
-        | grep -E "^ready|compiled or missed" || echo "FAILED")
+        | grep -E "^ready|compiled or missed|exited before" || echo "FAILED")
 }
 for model in "$@"; do
     echo "$(basename "$model") warm-up start: $(start "$PWD" "$model")"
