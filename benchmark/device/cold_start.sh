@@ -32,13 +32,23 @@ python -m minisgl --model "$model" --dummy-weight --port "$port" "${server_args[
 server=$!
 trap 'kill "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true' EXIT
 python - "$port" "$started" "$server" <<'PY'
-import os, sys, time, urllib.request
+import sys, time, urllib.request
 
 import openai
 
 port, started, server = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+
+
+def alive(pid: int) -> bool:  # an exited child stays a zombie (state Z) until the shell reaps it
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 while True:
-    if not os.path.exists(f"/proc/{server}"):  # a failed start ends at once, not at the timeout
+    if not alive(server):  # a failed start ends at once, not at the timeout
         sys.exit("the server exited before it was ready")
     try:
         if urllib.request.urlopen(f"http://127.0.0.1:{port}/ready", timeout=2).status == 200:
