@@ -150,6 +150,8 @@ class Workers:
     def start_forked(self) -> None:
         """Start the forkserver's children (blocks until the forkserver has imported)."""
         self.start(self.forked)
+        for p in self.forked:
+            logger.info("started worker %s (pid %d)", p.name, p.pid)
         self.forked = []
 
     def proceed(self) -> None:
@@ -225,8 +227,10 @@ def launch_workers(args: ServerArgs, meanwhile: Callable[[], object] = lambda: N
     workers = start_workers(args, model_path)
     try:
         meanwhile()
-        workers.start_forked()
+        # The schedulers' check, then the tokenizer side: the launcher listens and lets the
+        # schedulers load once both are done, so the two imports run side by side, not in a row.
         workers.wait_checked()
+        workers.start_forked()
     except BaseException:
         workers.stop(grace=1.0)
         raise
