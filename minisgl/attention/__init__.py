@@ -54,6 +54,7 @@ class HybridBackend(BaseAttnBackend):
     def __init__(self, prefill: BaseAttnBackend, decode: BaseAttnBackend):
         self.prefill, self.decode = prefill, decode
         self.supports_cuda_graph = decode.supports_cuda_graph
+        self.supports_verify_graph = prefill.supports_verify_graph  # verify batches run the prefill side
         self.accepts_stored_kv = prefill.accepts_stored_kv and decode.accepts_stored_kv
 
     @property
@@ -77,6 +78,12 @@ class HybridBackend(BaseAttnBackend):
 
     def prepare_for_replay(self, batch: Batch, bs: int) -> None:
         self.decode.prepare_for_replay(batch, bs)
+
+    def init_verify_graph(self, max_bs: int, shapes: list[tuple[int, int]]) -> None:
+        self.prefill.init_verify_graph(max_bs, shapes)
+
+    def prepare_verify_graph(self, batch, bs, t, rows, seq_lens) -> None:
+        self.prefill.prepare_verify_graph(batch, bs, t, rows, seq_lens)
 
 
 def default_backend(ctx: Context, shape: AttnShape | None = None) -> str:

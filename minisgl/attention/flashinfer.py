@@ -74,6 +74,7 @@ class FlashInferBackend(BaseAttnBackend):
     the graph (None: unless MINISGL_TRITON_DECODE=0); eager decode steps run FlashInfer's."""
 
     supports_cuda_graph = True
+    supports_verify_graph = True
     accepts_stored_kv = True
 
     def __init__(self, ctx: Context, shape: AttnShape, prefill_kernel: str = "fa2",
@@ -116,6 +117,7 @@ class FlashInferBackend(BaseAttnBackend):
         self.kv_views = [(kv.k_cache(i).view(shape4), kv.v_cache(i).view(shape4))
                          for i in range(kv.k_buffer.shape[0])]
         self.graph_wrappers: dict[int, Any] = {}
+        self.verify_wrappers: dict[tuple[int, int], Any] = {}
         self.triton_decode = env.TRITON_DECODE.on() if triton_decode is None else triton_decode
         if kv.is_fp8 and torch.cuda.get_device_capability(device) < (8, 9):
             self.triton_decode = False  # Triton converts e4m3 only from Ada/Hopper on
@@ -175,7 +177,7 @@ class FlashInferBackend(BaseAttnBackend):
         i = layer.layer_id
         if isinstance(wrapper, TritonDecode):
             return self._triton_decode(q, i, wrapper.bs)
-        if wrapper is self.prefill_wrapper:  # it would zero-fill a fresh output otherwise
+        if isinstance(wrapper, self.fi.BatchPrefillWithPagedKVCacheWrapper):  # it would zero-fill a fresh output otherwise
             return wrapper.run(q, self.kv_views[i], out=torch.empty_like(q, memory_format=torch.contiguous_format),
                                **self.kv_scales[i])
         return wrapper.run(q, self.kv_views[i], **self.kv_scales[i])
@@ -245,3 +247,29 @@ class FlashInferBackend(BaseAttnBackend):
         rows = np.concatenate([rows, np.full(pad, self.dummy_row, dtype=np.int64)])
         seq_lens = np.concatenate([device_lens, np.ones(pad, dtype=np.int64)])
         self._plan_graph(batch, bs, rows, seq_lens)
+
+    # -- CUDA graphs (verify): the prefill kernels over fixed buffers, planned before each replay --
+
+    def init_verify_graph(self, max_bs: int, shapes: list[tuple[int, int]]) -> None:
+        device = self.ctx.device
+        max_pages = max_bs * (self.table_width // self.page_size + 1)
+        self.v_qo_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
+        self.v_indptr = torch.zeros(max_bs + 1, dtype=torch.int32, device=device)
+        self.v_last_page_len = torch.ones(max_bs, dtype=torch.int32, device=device)
+        self.v_indices = torch.zeros(max_pages, dtype=torch.int32, device=device)
+        for bs, t in shapes:
+            self.verify_wrappers[bs, t] = self._share(self.fi.BatchPrefillWithPagedKVCacheWrapper(
+                self.workspace, "NHD", backend=self.prefill_kernel, use_cuda_graph=True,
+                qo_indptr_buf=self.v_qo_indptr[: bs + 1], paged_kv_indptr_buf=self.v_indptr[: bs + 1],
+                paged_kv_indices_buf=self.v_indices, paged_kv_last_page_len_buf=self.v_last_page_len[:bs]))
+
+    def prepare_verify_graph(self, batch: Batch, bs: int, t: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
+        wrapper = self.verify_wrappers[bs, t]
+        layout = paged_layout(rows, seq_lens, self.page_size, self.table_width)
+        pages = gather_pages(self.ctx.page_table, layout, self.page_size)
+        s = self.shape
+        qo_indptr = np.arange(bs + 1, dtype=np.int32) * t
+        self._plan(wrapper, pinned(qo_indptr), pinned(layout.kv_indptr), pages, pinned(layout.last_page_len),
+                   s.num_qo_heads, s.num_kv_heads, s.head_dim, self.page_size, causal=True, sm_scale=self.sm_scale,
+                   q_data_type=s.dtype, kv_data_type=s.cache_dtype, seq_lens=pinned(seq_lens.astype(np.int32)))
+        batch.attn_metadata = FlashInferMetadata(extend_lens=[t] * bs, seq_lens=seq_lens.tolist(), wrapper=wrapper)

@@ -65,6 +65,7 @@ class SglFA3Backend(BaseAttnBackend):
     bottom right)."""
 
     supports_cuda_graph = True
+    supports_verify_graph = True
     accepts_stored_kv = True
 
     def __init__(self, ctx: Context, shape: AttnShape, attend: Callable[..., torch.Tensor]):
@@ -126,3 +127,20 @@ class SglFA3Backend(BaseAttnBackend):
         max_len = int(lens.max())
         self.g_table[:bs, :max_len] = self.ctx.page_table[to_device(rows, dev), :max_len]
         self._graph_metadata(batch, bs, device_lens.tolist())
+
+    # -- CUDA graphs (verify): t queries a request, the same static lengths and table ---------------
+
+    def init_verify_graph(self, max_bs: int, shapes: list[tuple[int, int]]) -> None:
+        dev = self.ctx.device
+        self.v_seqlens = torch.ones(max_bs, dtype=torch.int32, device=dev)
+        self.v_table = torch.zeros(max_bs, self.ctx.page_table.shape[1], dtype=torch.int32, device=dev)
+        self.v_cu_q = {t: torch.arange(max_bs + 1, dtype=torch.int32, device=dev) * t for t in {t for _, t in shapes}}
+
+    def prepare_verify_graph(self, batch: Batch, bs: int, t: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
+        dev = self.ctx.device
+        self.v_seqlens[:bs].copy_(to_device(seq_lens.astype(np.int32), dev))
+        max_len = int(seq_lens.max())  # the kernel never looks past cache_seqlens
+        self.v_table[:bs, :max_len] = self.ctx.page_table[to_device(rows, dev), :max_len]
+        batch.attn_metadata = FA3Metadata(
+            extend_lens=[t] * bs, seq_lens=seq_lens.tolist(), cache_seqlens=self.v_seqlens[:bs],
+            cu_seqlens_q=self.v_cu_q[t][: bs + 1], page_table=self.v_table[:bs], max_seqlen_q=t)

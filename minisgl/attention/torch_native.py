@@ -30,10 +30,19 @@ class TorchGraphMetadata(BaseAttnMetadata):
     lens: torch.Tensor  # int64 [bs]
 
 
+@dataclass
+class TorchVerifyMetadata(TorchGraphMetadata):
+    """A verify graph: each request's `t` queries are its last t positions (lens - t ..)."""
+
+    t: int = 1
+
+
 class TorchNativeBackend(BaseAttnBackend):
     def __init__(self, ctx: Context, shape=None):
         self.ctx = ctx
         self.supports_cuda_graph = ctx.device.type == "cuda" and ctx.page_table.shape[1] <= GRAPH_MAX_TABLE_WIDTH
+        self.supports_verify_graph = self.supports_cuda_graph
+        self.dummy_row = ctx.page_table.shape[0] - 1
 
     def prepare_metadata(self, batch: Batch) -> None:
         table = self.ctx.page_table
@@ -47,6 +56,8 @@ class TorchNativeBackend(BaseAttnBackend):
         kv = self.ctx.kv_cache
         kv.store_kv(k, v, batch.out_loc, layer.layer_id)
         meta = batch.attn_metadata
+        if isinstance(meta, TorchVerifyMetadata):
+            return self._graph_verify(q, layer, meta)
         if isinstance(meta, TorchGraphMetadata):
             return self._graph_decode(q, layer, meta)
         out = torch.empty_like(q)
@@ -76,11 +87,24 @@ class TorchNativeBackend(BaseAttnBackend):
                                            scale=layer.scale, enable_gqa=layer.num_heads != layer.num_kv_heads)
         return o.squeeze(2)
 
+    def _graph_verify(self, q, layer, meta: TorchVerifyMetadata):
+        """t queries a request, masked causally over whole page-table rows (fixed shapes: no host
+        lengths); query j of request b sits at position lens[b] - t + j."""
+        bs, t = meta.rows.shape[0], meta.t
+        slots = self.ctx.page_table[meta.rows].long()  # [bs, width]
+        width = slots.shape[1]
+        q_pos = meta.lens.unsqueeze(1) - t + torch.arange(t, device=q.device)  # [bs, t]
+        visible = torch.arange(width, device=q.device).view(1, 1, width) <= q_pos.unsqueeze(2)  # [bs, t, width]
+        kr, vr = (x.transpose(1, 2) for x in self.ctx.kv_cache.read_kv(layer.layer_id, slots, q.dtype))
+        qr = q.view(bs, t, *q.shape[1:]).transpose(1, 2)  # [bs, heads, t, dim]
+        o = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=visible.unsqueeze(1), scale=layer.scale,
+                                           enable_gqa=layer.num_heads != layer.num_kv_heads)
+        return o.transpose(1, 2).reshape(q.shape)
+
     def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
         if not self.supports_cuda_graph:
             raise NotImplementedError("torch attention captures graphs only on CUDA with short page tables")
         device = self.ctx.device
-        self.dummy_row = self.ctx.page_table.shape[0] - 1
         self.g_rows = torch.full((max_bs,), self.dummy_row, dtype=torch.int64, device=device)
         self.g_lens = torch.ones(max_bs, dtype=torch.int64, device=device)
 
@@ -99,3 +123,16 @@ class TorchNativeBackend(BaseAttnBackend):
         self.g_lens[:bs].copy_(both[bs:])
         batch.attn_metadata = TorchGraphMetadata([1] * len(rows), device_lens.tolist(), self.g_rows[:bs],
                                                  self.g_lens[:bs])
+
+    # -- CUDA graphs (verify): the same, t queries a request ---------------------------------------
+
+    def init_verify_graph(self, max_bs: int, shapes: list[tuple[int, int]]) -> None:
+        device = self.ctx.device
+        self.v_rows = torch.full((max_bs,), self.dummy_row, dtype=torch.int64, device=device)
+        self.v_lens = torch.ones(max_bs, dtype=torch.int64, device=device)
+
+    def prepare_verify_graph(self, batch: Batch, bs: int, t: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
+        both = to_device(np.concatenate([rows, seq_lens]), self.ctx.device)
+        self.v_rows[:bs].copy_(both[:bs], non_blocking=True)
+        self.v_lens[:bs].copy_(both[bs:], non_blocking=True)
+        batch.attn_metadata = TorchVerifyMetadata([t] * bs, seq_lens.tolist(), self.v_rows[:bs], self.v_lens[:bs], t)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Protocol
 
+import numpy as np
 import torch
 
 from .batch import Batch
@@ -60,6 +61,21 @@ class BaseAttnBackend(ABC):
 
     def prepare_for_replay(self, batch: Batch, bs: int) -> None:
         """Refill the static metadata of graph `bs` for `batch` (padded to `bs` with dummies)."""
+        raise NotImplementedError
+
+    # -- CUDA graph hooks (verify batches of speculative decoding, minisgl.engine.verify_graph) ----
+    # Graph (bs, t): bs requests of t query tokens each, at the end of their `seq_lens` (causal from
+    # the bottom right, as an extend); padding requests use the dummy row with length t.
+
+    supports_verify_graph: bool = False
+
+    def init_verify_graph(self, max_bs: int, shapes: list[tuple[int, int]]) -> None:
+        raise NotImplementedError(f"{type(self).__name__} does not capture verify graphs")
+
+    def prepare_verify_graph(self, batch: Batch, bs: int, t: int, rows: np.ndarray, seq_lens: np.ndarray) -> None:
+        """Set `batch.attn_metadata` (static buffers, refilled) for graph (bs, t), before its capture
+        and each replay: `rows` / `seq_lens` (int64 [bs]) are the padded requests' page-table rows
+        and lengths after the step."""
         raise NotImplementedError
 
     def graph_rows_lens(self, bs: int) -> torch.Tensor | None:

@@ -27,6 +27,7 @@ from .config import EngineConfig, check_moe_backend_dtype, resolve_device, resol
 from .graph import GraphRunner, graph_batch_sizes
 from .prompt_logprobs import PromptScores, last_rows, score_prompts
 from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, TokenOutputs, token_logprobs
+from .verify_graph import VerifyGraphRunner
 
 logger = get_logger(__name__)
 
@@ -61,6 +62,7 @@ class Engine:
         t_start = time.perf_counter()
         self.config = config
         self.graph_runner: GraphRunner | None = None
+        self.verify_graphs: VerifyGraphRunner | None = None
         self.device = resolve_device(config.device)
         self.tp = config.tp_info
         cuda = self.device.type == "cuda"
@@ -159,9 +161,28 @@ class Engine:
             enable_fused_norm(cfg.hidden_size, max(sizes), self.dtype, self.device)
             self.graph_runner = GraphRunner(self, sizes)
             self.timings["graph_capture_s"] = self.graph_runner.capture_seconds
+            self.verify_graphs = self._verify_graphs(config, max(sizes))
         self.timings["init_s"] = time.perf_counter() - t_start
         if cuda:
             self._report_memory()
+
+    def _verify_graphs(self, config: EngineConfig, decode_cap: int) -> VerifyGraphRunner | None:
+        """Graphs for speculative decoding's verify batches (minisgl.engine.verify_graph), with
+        --speculative only, up to its --speculative-max-batch (a config without those fields: an
+        engine with no speculation)."""
+        if not getattr(config, "speculative", None):
+            return None
+        if self.lora is not None or not self.attn_backend.supports_verify_graph:
+            logger.info("verify batches run eagerly: %s", "LoRA" if self.lora is not None
+                        else f"the {self.attn_backend.label} attention backend cannot capture them")
+            return None
+        cap = min(decode_cap, config.speculative_max_batch)
+        sizes = graph_batch_sizes(cap, config.max_running_requests, config.cuda_graph_bs)
+        if not sizes or config.speculative_num_tokens < 1:
+            return None
+        runner = VerifyGraphRunner(self, sizes, config.speculative_num_tokens + 1)
+        self.timings["verify_graph_capture_s"] = runner.capture_seconds
+        return runner
 
     def _lora_pool(self, config: EngineConfig) -> LoraPool | None:
         """The adapter pool, with the adapters named at start loaded; None when LoRA is off."""
@@ -254,7 +275,7 @@ class Engine:
     def _report_memory(self) -> None:
         free, total = torch.cuda.mem_get_info(self.device)
         kv = 2 * self.kv_cache.k_buffer.numel() * self.kv_cache.k_buffer.element_size()
-        graphs = self.graph_runner.memory_bytes if self.graph_runner else 0
+        graphs = sum(r.memory_bytes for r in (self.graph_runner, self.verify_graphs) if r is not None)
         self.memory = {"total": total, "weights": self.weight_bytes, "kv_cache": kv, "graphs": graphs, "free": free,
                        "kv_tokens": self.num_pages * self.page_size, "kv_dtype": _dtype_name(self.kv_dtype)}
         gib = 2**30
@@ -302,16 +323,22 @@ class Engine:
         """Run the batch and sample its next tokens. `args` may be a callable, called once the
         forward pass is launched: host work the sampling waits for (the scheduler's grammar
         masks) then runs beside the GPU's."""
+        store_at = None
         if self.graph_runner is not None and self.graph_runner.can_run(batch):
             _, cached, device_lens = batch.host_arrays
             self._check(batch, device_lens, device_lens - cached)
             logits = self.graph_runner.replay(batch)
             store_at = self.graph_runner.next_token_index[: batch.size]
+        elif self.verify_graphs is not None and self.verify_graphs.can_run(batch):
+            _, cached, device_lens = batch.host_arrays
+            self._check(batch, device_lens, device_lens - cached)
+            logits = self.verify_graphs.replay(batch)
         else:
+            if self.verify_graphs is not None and batch.phase == "verify":
+                self.verify_graphs.eager += 1
             self.prepare(batch)
             with self.ctx.forward_batch(batch):
                 logits = self.model.forward()
-            store_at = None
         prompt_scores = None
         if batch.phase == "prefill" and len(logits) > batch.size:  # some request scores its prompt
             if self.tp.is_primary:
@@ -370,9 +397,10 @@ class Engine:
         self.token_pool.view(-1)[dev[len(idx):]] = next_tokens[dev[: len(idx)]]
 
     def shutdown(self) -> None:
-        if self.graph_runner is not None:
-            self.graph_runner.shutdown()
-            self.graph_runner = None
+        for runner in (self.graph_runner, self.verify_graphs):
+            if runner is not None:
+                runner.shutdown()
+        self.graph_runner = self.verify_graphs = None
         destroy()
         set_global_ctx(None)
         if self.device.type == "cuda":

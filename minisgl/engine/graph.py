@@ -62,6 +62,26 @@ def padded_batch_size(bs: int, sizes: list[int]) -> int | None:
     return sizes[i] if i < len(sizes) else None
 
 
+def split_model(model: torch.nn.Module) -> bool:
+    """Whether graphs keep logits in the model dtype (the sampler reads them once): a model with
+    the usual .model / .lm_head split; another falls back to forward()'s float32 logits."""
+    return hasattr(model, "model") and hasattr(model, "lm_head")
+
+
+def graph_logits(engine: Engine, batch: Batch, out: torch.Tensor) -> None:
+    """Inside a graph: the batch's forward pass, logits of every token into `out` (static)."""
+    model = engine.model
+    if not split_model(model):
+        out.copy_(model.forward())
+        return
+    hidden = model.model(batch.input_ids, batch.positions)
+    head = model.lm_head
+    if engine.tp.size == 1 and head.weight.shape[0] == out.shape[1]:
+        head.project(hidden, out=out)  # straight into the static buffer
+    else:
+        out.copy_(head(hidden))
+
+
 class GraphRunner:
     def __init__(self, engine: Engine, batch_sizes: list[int]):
         self.engine = engine
@@ -84,11 +104,8 @@ class GraphRunner:
         # gather too): the engine stores the tokens there with no host copy of indices.
         self.next_token_index = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
         self.logit_indices = torch.arange(self.max_bs, dtype=torch.int64, device=device)
-        # Logits stay in the model dtype inside the graph (the sampler reads them once); a model
-        # without the usual .model / .lm_head split falls back to forward()'s float32 logits.
-        self.split_model = hasattr(e.model, "model") and hasattr(e.model, "lm_head")
         self.logits = torch.zeros(self.max_bs, e.model_config.vocab_size, device=device,
-                                  dtype=e.dtype if self.split_model else torch.float32)
+                                  dtype=e.dtype if split_model(e.model) else torch.float32)
         if e.lora is not None:
             e.lora.graph_buffers(self.max_bs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
@@ -147,17 +164,7 @@ class GraphRunner:
                            e.attn_backend.graph_rows_lens(bs))
         if e.lora is not None:  # the adapters' slot mask, from the slots replay() copied in
             e.lora.graph_mask(bs)
-        model = e.model
-        if not self.split_model:
-            self.logits[:bs].copy_(model.forward())
-            return
-        # Decode: one token per request, so every row is a last token.
-        hidden = model.model(batch.input_ids, batch.positions)
-        head = model.lm_head
-        if self.engine.tp.size == 1 and head.weight.shape[0] == self.logits.shape[1]:
-            head.project(hidden, out=self.logits[:bs])  # straight into the static buffer
-        else:
-            self.logits[:bs].copy_(model.lm_head(hidden))
+        graph_logits(e, batch, self.logits[:bs])
 
     def can_run(self, batch: Batch) -> bool:
         return batch.is_decode and batch.size <= self.max_bs
