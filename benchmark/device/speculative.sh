@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Speculative decoding on one GPU: its GPU tests (verify steps beside decode steps in CUDA graphs give
+# Speculative decoding on one GPU: its GPU tests (verify steps in CUDA graphs beside decode steps in graphs give
 # decoding's tokens; the off switch), then benchmark/offline/speculative.py on Llama-3.1-8B shapes with
 # dummy weights: batch-1 TPOT with a drafter replaying the target's greedy continuation at 80% and 0%
 # acceptance (k = 4) against no speculation, and batch 64 with speculation enabled, in one process each.
@@ -23,7 +23,7 @@ for part in ${STEPS:-tests bench}; do
     case "$part" in
     tests)
         step "speculative decoding GPU tests"
-        timeout 300 python -m pytest tests/scheduler/test_speculation_cuda.py -q -p no:cacheprovider -s 2>&1 | tail -6 ;;
+        timeout 480 python -m pytest tests/scheduler/test_speculation_cuda.py -q -p no:cacheprovider -s 2>&1 | tail -6 ;;
     bench)
         step "TPOT with and without speculation (k=4)"
         timeout 540 python benchmark/offline/speculative.py --model "$MODEL" --dummy-weight \

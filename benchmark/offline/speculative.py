@@ -7,7 +7,8 @@ baseline TPOT; then for each acceptance rate a run with --speculative whose draf
 continuation, each drafted token replaced by a wrong one with probability 1 - rate
 (minisgl/benchmark/replay_drafter.py), k = --speculative-num-tokens. TPOT is each request's decode
 time over its tokens after the first, averaged over the requests; the ratio to the baseline and the
-acceptance measured (accepted / drafted) go beside it. Speculation's own switches stay as the server
+acceptance measured (accepted / drafted) go beside it, and how many verify steps ran in CUDA graphs
+(minisgl/engine/verify_graph.py; the rest eagerly). Speculation's own switches stay as the server
 has them (--speculative-max-batch, --speculative-min-acceptance), so a large batch or a rate of 0
 measures the off switch. Writes JSON.
 """
@@ -61,6 +62,7 @@ def run(args, prompts, rate: float | None, sequences=None) -> dict:
             s.speculator.drafter = ReplayDrafter(sequences, rate, vocab)
             s.speculator.policy.reqs.clear()
         s.stats.draft_tokens = s.stats.accepted_tokens = 0
+        s.engine.verify_steps.update(graph=0, eager=0)
         params = SamplingParams(temperature=0, max_tokens=args.decode_steps, ignore_eos=True)
         first = 10**9
         for i, p in enumerate(prompts):  # through the scheduler server, as LLM.generate goes (TP followers too)
@@ -81,6 +83,7 @@ def run(args, prompts, rate: float | None, sequences=None) -> dict:
         drafted, accepted = s.stats.draft_tokens, s.stats.accepted_tokens
         return {"rate": rate, "tpot_s": sum(tpots) / len(tpots), "drafted": drafted, "accepted": accepted,
                 "acceptance": accepted / drafted if drafted else None,
+                "verify_graphs": s.engine.verify_graphs is not None, "verify_steps": dict(s.engine.verify_steps),
                 "outputs": [tokens[first + i] for i in range(len(prompts))]}
     finally:
         llm.shutdown()
@@ -105,8 +108,11 @@ def main() -> None:
             r["ratio"] = r["tpot_s"] / base["tpot_s"]
             r["same_tokens"] = same
             acc = "-" if r["acceptance"] is None else f"{r['acceptance']:.2f}"
+            steps = r["verify_steps"]
             print(f"batch {batch}: rate {rate}: TPOT {r['tpot_s'] * 1e3:.2f} ms, {r['ratio']:.3f}x; "
-                  f"drafted {r['drafted']}, accepted {r['accepted']} ({acc}); tokens as without: {same}")
+                  f"drafted {r['drafted']}, accepted {r['accepted']} ({acc}); tokens as without: {same}; "
+                  f"verify steps in CUDA graphs {steps['graph']} of {steps['graph'] + steps['eager']}"
+                  f"{'' if r['verify_graphs'] else ' (no verify graphs captured)'}")
             results.append({"batch": batch, "baseline_tpot_s": base["tpot_s"], **r})
     write_json(args.out, {"benchmark": "speculative", "device": device_name(), "model": args.model,
                           "k": args.speculative_num_tokens, "prompt_len": args.prompt_len,

@@ -63,6 +63,7 @@ class Engine:
         self.config = config
         self.graph_runner: GraphRunner | None = None
         self.verify_graphs: VerifyGraphRunner | None = None
+        self.verify_steps = {"graph": 0, "eager": 0}  # verify batches run in a CUDA graph / eagerly
         self.device = resolve_device(config.device)
         self.tp = config.tp_info
         cuda = self.device.type == "cuda"
@@ -333,9 +334,9 @@ class Engine:
             _, cached, device_lens = batch.host_arrays
             self._check(batch, device_lens, device_lens - cached)
             logits = self.verify_graphs.replay(batch)
+            self.verify_steps["graph"] += 1
         else:
-            if self.verify_graphs is not None and batch.phase == "verify":
-                self.verify_graphs.eager += 1
+            self.verify_steps["eager"] += batch.phase == "verify"
             self.prepare(batch)
             with self.ctx.forward_batch(batch):
                 logits = self.model.forward()

@@ -76,8 +76,6 @@ def verify_shapes(batch_sizes: list[int], max_tokens: int) -> list[tuple[int, in
 
 
 class VerifyGraphRunner:
-    """`replays` / `eager`: verify batches run in a graph / eagerly (above the cap, too long)."""
-
     def __init__(self, engine: Engine, batch_sizes: list[int], max_tokens: int):
         self.engine = e = engine
         self.batch_sizes = sorted(batch_sizes)
@@ -91,7 +89,6 @@ class VerifyGraphRunner:
         self.logits = torch.zeros(most, e.model_config.vocab_size, device=e.device,
                                   dtype=e.dtype if split_model(e.model) else torch.float32)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self.replays = self.eager = 0
         self.capture_seconds = 0.0
         self.memory_bytes = 0
         self._capture()
@@ -160,7 +157,6 @@ class VerifyGraphRunner:
         self._fill(layout, n)
         self.engine.attn_backend.prepare_verify_graph(batch, bs, t, layout.rows, layout.seq_lens)
         self.graphs[bs, t].replay()
-        self.replays += 1
         if len(layout.logit_rows) == n:
             return self.logits[:n]
         return self.logits[:n][to_device(layout.logit_rows, self.logits.device)]

@@ -1,6 +1,7 @@
-"""Speculative decoding on the GPU (skipped without one): verify batches through the GPU attention
-backends' extend path beside decode steps in CUDA graphs give the tokens decoding gives, and the
-off switch leaves a request that drafts badly on the plain decode path."""
+"""Speculative decoding on the GPU (skipped without one): verify batches replayed from their CUDA
+graphs (minisgl.engine.verify_graph; eagerly above the graphs' cap) beside decode steps in graphs
+give the tokens decoding gives, and the off switch leaves a request that drafts badly on the plain
+decode path."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from dataclasses import replace
 import pytest
 import torch
 
-from tests.scheduler.test_speculation import GREEDY, assert_all_pages_back, generate, ids
+from minisgl.core import SamplingParams
+from tests.scheduler.test_speculation import GREEDY, NEW_TOKENS, assert_all_pages_back, generate, ids
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 needs_flashinfer = pytest.mark.skipif(importlib.util.find_spec("flashinfer") is None, reason="needs flashinfer")
@@ -25,24 +27,46 @@ def prompts():
 
 
 def test_float32_torch_attention_gives_the_same_tokens(tiny_model_dir, prompts):
-    """float32, torch attention: decode steps in CUDA graphs, verify steps eager; identical tokens."""
+    """float32, torch attention: decode and verify steps in CUDA graphs; identical tokens. Every
+    verify batch (at most 12 requests, at most k + 1 = 5 tokens each) is replayed from a graph."""
     model = tiny_model_dir("Qwen3ForCausalLM")
     common = {"device": "cuda", "dtype": torch.float32, "attn": "torch"}
     expected, s_base = generate(model, prompts, GREEDY, **common)
     assert s_base.engine.graph_runner is not None
+    assert s_base.engine.verify_steps == {"graph": 0, "eager": 0}  # no verify graphs without --speculative
     sequences = [p + o for p, o in zip(prompts, ids(expected))]
     got, scheduler = generate(model, prompts, GREEDY, replay=sequences, rate=0.7, **common)
     assert ids(got) == ids(expected)
     assert 0 < scheduler.stats.accepted_tokens < scheduler.stats.draft_tokens
+    assert scheduler.engine.verify_steps["graph"] > 0 and scheduler.engine.verify_steps["eager"] == 0
+    assert_all_pages_back(scheduler)
+
+
+def test_verify_batches_above_the_graph_cap_run_eagerly_with_the_same_tokens(tiny_model_dir, prompts):
+    """Decode graphs up to 4 requests (and so verify graphs): 12 requests of spread lengths verify
+    eagerly while more than 4 run, in graphs after; seeded sampling draws what it draws without
+    speculation either way (each verified row samples after the graph, as decode does)."""
+    model = tiny_model_dir("Qwen3ForCausalLM")
+    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch", "cuda_graph_max_bs": 4}
+    params = [SamplingParams(temperature=0.9, top_k=50, seed=7 + i, max_tokens=NEW_TOKENS // 2 + 3 * i,
+                             ignore_eos=True) for i in range(len(prompts))]
+    expected, _ = generate(model, prompts, params, **common)
+    sequences = [p + o for p, o in zip(prompts, ids(expected))]
+    got, scheduler = generate(model, prompts, params, replay=sequences, rate=0.8, **common)
+    assert ids(got) == ids(expected)
+    steps = scheduler.engine.verify_steps
+    assert steps["graph"] > 0 and steps["eager"] > 0, steps
     assert_all_pages_back(scheduler)
 
 
 @needs_flashinfer
-def test_bfloat16_flashinfer_starts_with_the_same_tokens(tiny_model_dir, prompts):
-    """bf16, FlashInfer: verify steps run its prefill kernels where decoding runs its decode kernels
-    (another summation order), so a tiny random model's near-ties may part late; the start agrees."""
+@pytest.mark.parametrize("attn", ["auto", "flashinfer"])  # FA3 prefill kernels on Hopper; FA2's
+def test_bfloat16_flashinfer_starts_with_the_same_tokens(tiny_model_dir, prompts, attn):
+    """bf16, FlashInfer: verify steps replay its prefill kernels from graphs where decoding runs the
+    decode kernels (another summation order), so a tiny random model's near-ties may part late; the
+    start agrees."""
     model = tiny_model_dir("Qwen3ForCausalLM", head_dim=128)
-    common = {"device": "cuda", "dtype": torch.bfloat16}
+    common = {"device": "cuda", "dtype": torch.bfloat16, "attn": attn}
     expected, _ = generate(model, prompts, GREEDY, **common)
     sequences = [p + o for p, o in zip(prompts, ids(expected))]
     got, scheduler = generate(model, prompts, GREEDY, replay=sequences, rate=0.8, **common)
@@ -50,6 +74,7 @@ def test_bfloat16_flashinfer_starts_with_the_same_tokens(tiny_model_dir, prompts
     print(f"speculative vs plain: {same} of {sum(map(len, ids(expected)))} tokens agree")
     assert all(g[:4] == e[:4] for g, e in zip(ids(got), ids(expected)))
     assert scheduler.stats.accepted_tokens > 0
+    assert scheduler.engine.verify_steps["graph"] > 0 and scheduler.engine.verify_steps["eager"] == 0
     assert_all_pages_back(scheduler)
 
 
