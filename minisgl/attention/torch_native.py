@@ -96,7 +96,7 @@ class TorchNativeBackend(BaseAttnBackend):
         q_pos = meta.lens.unsqueeze(1) - t + torch.arange(t, device=q.device)  # [bs, t]
         visible = torch.arange(width, device=q.device).view(1, 1, width) <= q_pos.unsqueeze(2)  # [bs, t, width]
         kr, vr = (x.transpose(1, 2) for x in self.ctx.kv_cache.read_kv(layer.layer_id, slots, q.dtype))
-        qr = q.view(bs, t, *q.shape[1:]).transpose(1, 2)  # [bs, heads, t, dim]
+        qr = q.reshape(bs, t, *q.shape[1:]).transpose(1, 2)  # [bs, heads, t, dim]
         o = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=visible.unsqueeze(1), scale=layer.scale,
                                            enable_gqa=layer.num_heads != layer.num_kv_heads)
         return o.transpose(1, 2).reshape(q.shape)
