@@ -181,7 +181,14 @@ class Engine:
         sizes = graph_batch_sizes(cap, config.max_running_requests, config.cuda_graph_bs)
         if not sizes or config.speculative_num_tokens < 1:
             return None
-        runner = VerifyGraphRunner(self, sizes, config.speculative_num_tokens + 1)
+        try:
+            runner = VerifyGraphRunner(self, sizes, config.speculative_num_tokens + 1)
+        except (RuntimeError, ValueError) as err:  # (FlashInfer's plan raises ValueError)
+            # A kernel that cannot be captured costs the verify steps their graphs, not the server
+            # its start (Engine.verify_steps and benchmark/offline/speculative.py show it).
+            logger.warning("verify batches run eagerly: their CUDA graphs failed to capture (%s)", err)
+            torch.cuda.synchronize(self.device)
+            return None
         self.timings["verify_graph_capture_s"] = runner.capture_seconds
         return runner
 
