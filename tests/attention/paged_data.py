@@ -140,3 +140,54 @@ def decode_errors(make_backend, heads: int, kv_heads: int, **cache) -> dict[str,
     graph.replay()
     torch.cuda.synchronize()
     return {"eager": rel_err(eager, ref), "padded": rel_err(padded[:n], ref), "graph": rel_err(static_out[:n], ref)}
+
+
+def verify_graph_error(make_backend, heads: int, kv_heads: int, bs: int = 8, t: int = 5) -> float:
+    """Relative error of a ragged verify batch (1 to t tokens a request, behind short and long
+    prefixes) replayed from a verify CUDA graph (bs, t), padded as minisgl.engine.verify_graph pads
+    it, on its real tokens, against the float32 reference."""
+    import numpy as np
+
+    from minisgl.engine.graph import ffi_stream
+    from minisgl.engine.verify_graph import verify_layout
+
+    torch.manual_seed(3)
+    ctx, shape = setup_paged(heads, kv_heads)
+    cached = [16, 37, 500, WIDTH - t, 3]
+    extend = [t, 1, 3, t, 2]
+    reqs = make_reqs(cached=cached, device=[c + e for c, e in zip(cached, extend)])
+    q, k, v, out_loc = make_inputs(ctx, reqs, shape)
+    layer = AttentionLayer(0, heads, kv_heads, HEAD_DIM)
+    backend = make_backend(ctx, shape)
+    backend.init_verify_graph(bs, [(bs, t)])
+    dummy_row, width = ctx.page_table.shape[0] - 1, ctx.page_table.shape[1]
+    table = ctx.page_table.view(-1)
+
+    def layout_of(rs):
+        arrays = [np.array([getattr(r, f) for r in rs], dtype=np.int64) for f in ("table_idx", "cached_len", "device_len")]
+        return verify_layout(*arrays, bs, t, dummy_row, width)
+
+    static = [torch.zeros(bs * t, *x.shape[1:], device="cuda", dtype=x.dtype) for x in (q, k, v)]
+    capture = Batch(reqs=[], phase="verify")
+    empty = layout_of([])
+    capture.out_loc = table[torch.from_numpy(empty.table_index).cuda()].long()
+    backend.prepare_verify_graph(capture, bs, t, empty.rows, empty.seq_lens)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), ffi_stream():
+        backend.forward(*static, layer, capture)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream), ffi_stream():
+        static_out = backend.forward(*static, layer, capture)
+
+    layout = layout_of(reqs)
+    sel = torch.from_numpy(layout.logit_rows).cuda()
+    for s, x in zip(static, (q, k, v)):
+        s.normal_().index_copy_(0, sel, x)
+    capture.out_loc.copy_(table[torch.from_numpy(layout.table_index).cuda()].long())
+    backend.prepare_verify_graph(capture, bs, t, layout.rows, layout.seq_lens)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(capture.out_loc[sel], out_loc)  # the real tokens' KV went where an eager pass puts it
+    return rel_err(static_out[sel], reference(ctx, reqs, q, k, v, layer, out_loc))  # after the store: same cache
