@@ -23,6 +23,7 @@ for part in ${STEPS:-tests bench}; do
     case "$part" in
     tests)
         step "speculative decoding GPU tests"
+        timeout 120 python -m pytest tests/attention/test_flashinfer_cuda.py -k verify_graph -q -p no:cacheprovider 2>&1 | tail -3
         timeout 480 python -m pytest tests/scheduler/test_speculation_cuda.py -q -p no:cacheprovider -s 2>&1 | tail -6 ;;
     bench)
         step "TPOT with and without speculation (k=4)"
