@@ -151,6 +151,7 @@ class VerifyGraphRunner:
         request's, its last token's first), valid until the next replay."""
         rows, cached, device_lens = batch.host_arrays
         bs = padded_batch_size(batch.size, self.batch_sizes)
+        assert bs is not None, "replay() of a batch can_run() refused"
         t = int((device_lens - cached).max())
         n = bs * t
         layout = verify_layout(rows, cached, device_lens, bs, t, self.dummy_row, self.width)
