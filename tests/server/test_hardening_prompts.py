@@ -135,3 +135,38 @@ def test_a_tokenize_in_flight_at_sigterm_is_drained_and_then_gets_503_json(tiny_
         assert "Traceback" not in srv.output()
     finally:
         srv.stop()
+
+
+def test_a_four_million_id_prompt_is_refused_unparsed_and_the_loop_stays_free(server):
+    """A list of token ids longer than any field takes (here /detokenize's 262,144: the context is
+    256) is refused from the raw body, naming the field, before the JSON parser and the validator
+    spend a second of the event loop on it: /health answers within half a second while such bodies
+    (8 MB each) arrive one after another, on every route that takes token ids."""
+    ids = ("[" + ",".join(["1"] * 4_000_000) + "]").encode()
+    bodies = [("/v1/completions", b'{"prompt":' + ids + b',"max_tokens":1}', "prompt"),
+              ("/v1/completions", b'{"prompt":[[1,2],' + ids + b'],"max_tokens":1}', "prompt"),
+              ("/detokenize", b'{"tokens":' + ids + b"}", "tokens")]
+    answers: list[httpx.Response] = []
+
+    def send():
+        with httpx.Client(base_url=server.url, timeout=120) as http:
+            for path, body, _ in bodies * 2:
+                answers.append(http.post(path, content=body, headers={"Content-Type": "application/json"}))
+
+    worker = threading.Thread(target=send)
+    worker.start()
+    slowest = 0.0
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        while worker.is_alive():
+            t0 = time.monotonic()
+            assert http.get("/health").status_code == 200
+            slowest = max(slowest, time.monotonic() - t0)
+    worker.join()
+    assert slowest < 0.5, f"/health took {slowest:.2f} s"
+    for resp, (_, _, field) in zip(answers, bodies * 2):
+        error = resp.json()["error"]
+        assert resp.status_code == 400 and error["param"] == field and error["code"] == "request_too_large", resp.text
+        assert "more than 262144 numbers" in error["message"]
+    # Token ids within the limits are served as before.
+    ok = httpx.post(server.url + "/v1/completions", json={"prompt": [1] * 100, "max_tokens": 1}, timeout=60)
+    assert ok.status_code == 200 and ok.json()["usage"]["prompt_tokens"] == 100

@@ -49,7 +49,8 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     app.add_middleware(SseKeepAlive, interval=args.sse_keepalive)
     app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout,
                        budget=BodyBudget(args.max_buffered_request_bytes),
-                       takes_body=body_routes([route for router in routers for route in router.routes]))
+                       takes_body=body_routes([route for router in routers for route in router.routes]),
+                       max_list_items=args.max_list_items())
     guarded = guarded_paths(route for router in routers for route in router.routes)
     app.add_middleware(ConnectionCap, limit=args.max_connections, state=state, capped=guarded)
     if args.api_key:  # outside the rest: a client without the key is never counted, nor its body read

@@ -3,7 +3,8 @@ the key gets 401 before it counts toward anything or the server reads (and buffe
 --max-request-bytes of) its body; the cap on API requests in progress (ConnectionCap: the probes,
 /metrics and every route the key does not guard are never counted nor refused); then the body's
 size, time and memory limits (BodySizeLimit: only bodies of routes that take one are read, so
-nobody reserves the body budget with a declared length on a route that reads none), and keep-alive
+nobody reserves the body budget with a declared length on a route that reads none; a list of
+numbers longer than any field takes is refused unparsed), and keep-alive
 comments on quiet event streams (SseKeepAlive)."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import hmac
 from collections.abc import Callable, Iterable
 
+from .long_lists import overlong_number_list
 from .protocol import error_response
 
 GUARDED_TAGS = frozenset({"openai", "extensions"})  # the routes a key protects (not probes, /metrics, docs)
@@ -107,11 +109,13 @@ class BodySizeLimit:
     body beyond it gets 503 with Retry-After. Its bytes count until the app has answered.
     Only a request for which `takes_body(method, path)` holds has its body read at all: any other
     (an unknown path, a probe, OPTIONS) is answered with its body unread, so a declared length
-    there reserves nothing."""
+    there reserves nothing. A body holding a list of more than `max_list_items` numbers gets 400
+    naming its field before anything parses it (long_lists.py)."""
 
     def __init__(self, app, max_bytes: int, timeout: float = 30.0, budget: BodyBudget | None = None,
-                 takes_body: Callable[[str, str], bool] = lambda method, path: True):
+                 takes_body: Callable[[str, str], bool] = lambda method, path: True, max_list_items: int = 0):
         self.app, self.max_bytes, self.timeout, self.takes_body = app, max_bytes, timeout, takes_body
+        self.max_list_items = max_list_items
         self.budget = budget or BodyBudget(1 << 62)
 
     async def __call__(self, scope, receive, send):
@@ -162,7 +166,14 @@ class BodySizeLimit:
                                            "bodies; retry later", code="service_unavailable",
                                       headers={"Retry-After": "1", "Connection": "close"})
             return await response(scope, receive, send)
-        body = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        data = b"".join(chunks)
+        field = overlong_number_list(data, self.max_list_items) if self.max_list_items else None
+        if field is not None:
+            response = error_response(400, f"{field or 'the body'}: a list of more than {self.max_list_items} numbers; "
+                                           f"no field of this server takes that many", param=field or None,
+                                      code="request_too_large")
+            return await response(scope, receive, send)
+        body = {"type": "http.request", "body": data, "more_body": False}
         await self.app(scope, _replay([body], receive), send)
 
 
