@@ -28,8 +28,10 @@ def pids(server):
 
 
 def test_load_with_cancels_leaks_no_kv_page_and_the_server_still_answers(server):
-    outcomes = chaos.load_with_cancels(server.url, streams=160, cancel_every=2, max_tokens=48, concurrency=80)
-    assert outcomes == {"cut": 80, "done": 80}, outcomes
+    """Half of the streams are cut after 3-7 events, mid-decode in a batch with the others, and
+    new ones are admitted as they go: two rounds of 24 at a time (benchmark/online/chaos.py runs it big)."""
+    outcomes = chaos.load_with_cancels(server.url, streams=48, cancel_every=2, max_tokens=24, concurrency=24)
+    assert outcomes == {"cut": 24, "done": 24}, outcomes
     wait_for(lambda: chaos.kv_pages_used(server.url) == 0, what="cancelled streams to give their KV pages back")
     ok = httpx.post(server.url + "/v1/completions", json={"prompt": "after the storm", "max_tokens": 4}, timeout=60)
     assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 4
