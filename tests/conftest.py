@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
 import torch
+
+# Tests write only under temp folders: the demo model that servers started without --model build
+# (minisgl.models.demo, default ~/.cache/minisgl) goes to this session's own folder, which every
+# server the tests start inherits.
+os.environ["MINISGL_CACHE"] = tempfile.mkdtemp(prefix="minisgl-test-cache-")
+atexit.register(shutil.rmtree, os.environ["MINISGL_CACHE"], True)
 
 if not torch.cuda.is_available():
     # Without a GPU, Triton kernels run under Triton's interpreter on CPU tensors, so the CPU suite

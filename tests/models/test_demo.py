@@ -68,3 +68,12 @@ def test_the_demo_server_calls_tools_with_tool_choice_auto(cache):
         assert called.choices[0].finish_reason == "tool_calls" and not called.choices[0].message.content
     finally:
         assert srv.stop() == 0
+
+
+def test_the_test_session_builds_the_demo_outside_the_users_home():
+    """Servers the tests start without --model write their demo under the session's temp folder
+    (tests/conftest.py), never into ~/.cache."""
+    home = os.path.realpath(os.path.expanduser("~"))
+    built = os.path.realpath(demo_model_dir())
+    assert not built.startswith(home + os.sep), built
+    assert built.startswith(os.path.realpath(os.environ["MINISGL_CACHE"]) + os.sep)
