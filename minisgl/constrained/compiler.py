@@ -3,9 +3,11 @@
 A compile runs in a worker process (worker.py), so a crafted schema that would compile for minutes
 costs the scheduler nothing: at its budget the worker is killed, the request gets a 400 naming the
 budget's flag, and a fresh worker takes its place. Up to `workers` compiles run at once, so one
-slow schema never holds up the others; a compile whose every request was aborted is cancelled the
-same way. The pool's thread starts the workers at the first constrained request (servers that never
-see one never pay for them) and keeps them warm after. Compiled grammars are cached by their text,
+slow schema never holds up the others, and compiles waiting for a worker take turns between
+clients (fair_queue.py), so one client's flood of slow schemas delays its own; a compile whose
+every request was aborted is cancelled the same way. The pool's thread starts the workers at the
+first constrained request (servers that never see one never pay for them) and keeps them warm
+after. Compiled grammars are cached by their text,
 bounded by count and by their size in memory: counted as their serialized size, which follows what
 a deserialized grammar holds (benchmark/NOTES.md), and a grammar larger than the whole budget is
 refused when it compiles, so no request makes the scheduler hold more.
@@ -25,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import OrderedDict
 from concurrent.futures import Future
 from dataclasses import dataclass
 from multiprocessing import Pipe
@@ -34,6 +36,7 @@ from multiprocessing.connection import wait as wait_ready
 
 from minisgl.utils.logger import get_logger
 
+from .fair_queue import FairQueue
 from .grammar import CONSTRAINT_FIELDS, Grammar, tokens_without_control_bytes
 
 logger = get_logger(__name__)
@@ -81,7 +84,7 @@ class GrammarCompilerPool:
         self.model_path, self.vocab_size, self.stop_token_ids = model_path, vocab_size, stop_token_ids
         self.limits = limits
         self._lock = threading.Lock()  # guards the queue, jobs, cache and futures; workers are the thread's
-        self._queue: deque[_Job] = deque()
+        self._queue: FairQueue[_Job] = FairQueue()  # round robin between clients (fair_queue.py)
         self._jobs: dict[Key, _Job] = {}  # queued or compiling
         self._cache: OrderedDict[Key, tuple[Future, int]] = OrderedDict()  # done: the future and its bytes
         self._cache_bytes = 0
@@ -120,9 +123,10 @@ class GrammarCompilerPool:
         """Workers running a compile now (a queued one waits for a free worker)."""
         return sum(w.job is not None for w in list(self._workers))
 
-    def submit(self, constraint: Key) -> Future:
+    def submit(self, constraint: Key, client: str = "") -> Future:
         """A future of the Grammar to start requests from; it raises ValueError when the constraint
-        cannot be compiled (an invalid schema or regex, or one over the time budget)."""
+        cannot be compiled (an invalid schema or regex, or one over the time budget). A compile
+        waiting for a worker waits in `client`'s line: the clients' lines take turns."""
         key = (constraint[0], constraint[1])
         with self._lock:
             if self._closed:
@@ -139,7 +143,7 @@ class GrammarCompilerPool:
                 job.future.set_exception(CompilerUnavailable(self._broken))
                 return job.future
             self._jobs[key] = job
-            self._queue.append(job)
+            self._queue.append(job, client)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="grammar-pool", daemon=True)
                 self._thread.start()

@@ -48,6 +48,7 @@ class SamplingParams:
     lora: str | None = None
     priority: int = 0
     prompt_logprobs: int | None = None
+    client: str = ""
 
     def __post_init__(self) -> None:
         # Sequences arrive as lists (JSON, msgpack); stored as tuples, so the params stay hashable.

@@ -146,6 +146,9 @@ REQUEST_FIELDS: tuple[RequestField, ...] = (
     # The completions API also sets it for echo with logprobs.
     RequestField("prompt_logprobs", int | None, None, "extension (vLLM): the prompt's logprobs and this many "
                  "alternatives per prompt token (None: none)", valid=Range(ge=0, le=MAX_LOGPROBS), in_api=False),
+    # Who sent the request, as the API server tells clients apart (its address): grammar compiles are
+    # queued fairly between clients (minisgl.constrained.fair_queue). "": one anonymous client.
+    RequestField("client", str, "", "who sent the request (the API server's name for its client)", in_api=False),
 )
 FIELDS: dict[str, RequestField] = {f.name: f for f in REQUEST_FIELDS}
 TOKEN_ID_FIELDS: tuple[RequestField, ...] = tuple(f for f in REQUEST_FIELDS if f.token_ids)

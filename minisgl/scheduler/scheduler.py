@@ -180,7 +180,7 @@ class Scheduler:
         if params.constraint is None:
             self.prefill.enqueue(req)
             return
-        self.compiling.append((req, self.grammars.submit(params.constraint)))
+        self.compiling.append((req, self.grammars.submit(params.constraint, params.client)))
 
     def update_lora(self, uid: int, name: str, path: str | None) -> None:
         """Load the adapter at `path` under `name` (path None: unload it), answering request `uid` with

@@ -99,3 +99,38 @@ def test_an_ambiguous_grammar_is_refused_naming_its_field_and_slows_no_other_cli
                              json={"prompt": "x", "max_tokens": 40, "ignore_eos": True,
                                    "guided_grammar": 'root ::= e\ne ::= [a-z] e | ""'})
     assert unambiguous.status_code == 200, unambiguous.text
+
+
+def test_a_light_clients_structured_request_is_not_queued_behind_a_heavy_clients_slow_schemas(tiny_model_dir):
+    """Compiles waiting for the one worker take turns between clients (here told apart by their
+    loopback addresses): four slow schemas from 127.0.0.2, each killed at the 2 s budget, then a
+    simple structured request from 127.0.0.3, which is answered after at most two of them (one
+    compile of one FIFO waited for all four)."""
+    import threading
+
+    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--grammar-compile-workers", "1",
+                        "--grammar-compile-timeout", "2", env={"MINISGL_LOG_LEVEL": "debug"}).wait_ready()
+    finished: list[tuple[str, int]] = []
+
+    def send(name: str, address: str, body: dict) -> None:
+        with httpx.Client(transport=httpx.HTTPTransport(local_address=address), timeout=600) as http:
+            resp = http.post(srv.url + "/v1/completions", json={"prompt": "x", "max_tokens": 4, **body})
+        finished.append((name, resp.status_code))
+
+    try:
+        assert structured(srv, "[0-9]+").status_code == 200  # the worker is up
+        sent = srv.sent_to_scheduler()
+        heavy = [threading.Thread(target=send, args=(f"heavy{i}", "127.0.0.2", {"guided_json": {
+            "type": "string", "pattern": f"[a-z]{{1,{12000 + i}}}[0-9]{{1,{12000 + i}}}"}})) for i in range(4)]
+        for t in heavy:
+            t.start()
+        wait_for(lambda: srv.sent_to_scheduler() >= sent + 4, timeout=120, what="the heavy requests to be queued")
+        light = threading.Thread(target=send, args=("light", "127.0.0.3", {"guided_regex": "[0-9]{3}"}))
+        light.start()
+        for t in (light, *heavy):
+            t.join(600)
+        order = [name for name, _ in finished]
+        assert dict(finished)["light"] == 200
+        assert order.index("light") <= 2, f"answered in this order: {order}"
+    finally:
+        assert srv.stop() == 0

@@ -20,7 +20,7 @@ from minisgl.message import Reply
 
 from ..runtime.frontend import UNAVAILABLE, FrontendClient
 from .deps import Admitted
-from .jobs import Job
+from .jobs import Job, with_client
 from .protocol import error_body, error_response
 from .response_shapes import ResponseShape
 
@@ -211,8 +211,9 @@ async def start_generation(client: FrontendClient, jobs: list[Job], request: Req
                            ) -> tuple[Generation, list[Reply] | JSONResponse]:
     """A Generation of `jobs` with every choice's first reply, or the error response that ended it.
     A client that leaves before its first replies (queued, or its grammar compiling) aborts its
-    requests, so that work stops too."""
-    gen = Generation(client, jobs)
+    requests, so that work stops too. The jobs carry the client's address: its grammar compiles
+    take turns with other clients' (minisgl.constrained.fair_queue)."""
+    gen = Generation(client, with_client(jobs, request.client.host if request.client else ""))
     firsts = asyncio.create_task(gen.first_replies())
     watcher = asyncio.create_task(_watch_disconnect(request, firsts))
     try:

@@ -39,6 +39,11 @@ def with_lora(jobs: list[Job], lora: str | None) -> list[Job]:
     return jobs if lora is None else [replace(job, params=replace(job.params, lora=lora)) for job in jobs]
 
 
+def with_client(jobs: list[Job], client: str) -> list[Job]:
+    """The jobs as sent by `client` (the scheduler queues grammar compiles fairly between clients)."""
+    return [replace(job, params=replace(job.params, client=client)) for job in jobs]
+
+
 def chat_jobs(body: ChatCompletionRequest, output: ChatOutputFormat) -> list[Job]:
     """A chat's n choices; `output`: how they are read back (its tool parser's syntax may bind a
     call beside an answer format)."""
