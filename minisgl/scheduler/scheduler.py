@@ -81,7 +81,11 @@ class Scheduler:
                                       self.by_priority, max(1, e.config.max_running_requests))
         self.arrivals = 0
         self.decode = DecodeManager(self.cache)
-        self.speculator = Speculator(config, e) if config.speculative else None
+        try:
+            self.speculator = Speculator(config, e) if config.speculative else None
+        except BaseException:  # a draft head refused at start: the engine's process group goes too
+            e.shutdown()
+            raise
         self.eos_token_ids = set(e.model_config.eos_token_ids) | _generation_eos(config.model_path)
         self.eos_ids = tuple(sorted(self.eos_token_ids))  # what min_tokens holds back
         self.reqs: dict[int, Req] = {}

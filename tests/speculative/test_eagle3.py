@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import random
 import shutil
+from collections import Counter
 
 import pytest
 import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
+from scipy.stats import chisquare
 from transformers import AutoModelForCausalLM
 
 from minisgl.core import SamplingParams
@@ -159,3 +161,32 @@ def test_a_head_that_predicts_the_target_has_its_drafts_accepted(tiny_model_dir,
     got, _, stats = serve_recording(target_dir, head_dir, prompts)
     assert got == plain(target_dir, prompts)
     assert stats.accepted_tokens > 0.9 * stats.draft_tokens > 0
+
+
+def top_k_probs(model, ids, k):
+    with torch.no_grad():
+        probs = model(torch.tensor([ids])).logits[0, -1].softmax(-1)
+    top = probs.topk(k)
+    return dict(zip(top.indices.tolist(), (top.values / top.values.sum()).tolist()))
+
+
+@pytest.mark.slow  # 1,200 sampled requests: half a minute on 2 cores
+def test_sampled_tokens_keep_the_targets_distribution(tiny_model_dir, tmp_path):
+    """Three tokens sampled (top-k 2, so 8 outcomes) through verify steps whose drafts are mostly
+    accepted: the joint distribution is the target's (chi-square against HF's probabilities)."""
+    target_dir = bigram(tiny_model_dir("LlamaForCausalLM", **TINY_TARGET), str(tmp_path / "target"))
+    head_dir = oracle_head(str(tmp_path / "head"), target_dir)
+    prompt, n = [11, 42, 7, 99, 150, 3], 1200
+    params = SamplingParams(temperature=1.0, top_k=2, max_tokens=3, ignore_eos=True)
+    got, _, stats = serve_recording(target_dir, head_dir, [prompt] * n, params, max_running_requests=32)
+    assert stats.accepted_tokens > 0.3 * n
+    model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
+    expected = {}
+    for a, pa in top_k_probs(model, prompt, 2).items():
+        for b, pb in top_k_probs(model, prompt + [a], 2).items():
+            for c, pc in top_k_probs(model, prompt + [a, b], 2).items():
+                expected[(a, b, c)] = pa * pb * pc
+    counts = Counter(tuple(ids) for ids in got)
+    assert set(counts) <= set(expected)
+    cells, total = sorted(expected), sum(expected.values())  # 1 up to float32 rounding
+    assert chisquare([counts[c] for c in cells], [n * expected[c] / total for c in cells]).pvalue > 1e-3
