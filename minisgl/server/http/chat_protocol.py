@@ -89,7 +89,10 @@ class NamedToolChoice(StrictBody):
 
 
 class ChatCompletionRequest(GenerationRequest):
-    messages: list[ChatMessage] = Field(min_length=1)
+    # OpenAI's bound on the turns of one request; the validator stops counting past it, where
+    # 100,000 one-letter turns took a second of the event loop to validate before the prompt's size
+    # refused them.
+    messages: list[ChatMessage] = Field(min_length=1, max_length=2048)
     max_tokens: int | None = token_limit(None, "deprecated alias of max_completion_tokens")
     max_completion_tokens: int | None = token_limit(None)
     logprobs: bool | None = Field(None, description="return each output token's log-probability")
