@@ -128,11 +128,13 @@ RUN if [ -n "$KERNEL_ARCHS" ]; then \
     && rm /tmp/prebuild.py
 
 # README.md is the package's long description: copied with the code, so that editing it does
-# not reinstall the dependencies.
+# not reinstall the dependencies. The code becomes a wheel beside the venv, not in it: the venv the
+# runtime stage copies (torch and every other dependency) is then the same after a code change,
+# and so is its layer.
+# (PYTHONDONTWRITEBYTECODE: pip's own run writes nothing into the venv either.)
 COPY README.md ./
 COPY minisgl ./minisgl
-RUN pip install --no-cache-dir --no-deps . \
-    && python -c "import minisgl.server.args"
+RUN PYTHONDONTWRITEBYTECODE=1 pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 
 
 FROM ${RUNTIME_IMAGE} AS runtime
@@ -157,8 +159,14 @@ RUN groupadd --system --gid 10001 minisgl \
     && mkdir -p /cache/hf /cache/flashinfer /cache/triton \
     && chown -R minisgl:minisgl /cache
 
-# The venv stays owned by root: the server cannot modify its own code.
+# The venv stays owned by root: the server cannot modify its own code. The venv (the
+# dependencies) and the project's wheel come in layers of their own: a code change rebuilds the
+# small one.
 COPY --from=builder /opt/venv /opt/venv
+COPY --from=builder /wheels /tmp/wheels
+RUN /opt/venv/bin/pip install --no-cache-dir --no-deps --disable-pip-version-check /tmp/wheels/*.whl \
+    && rm -rf /tmp/wheels \
+    && /opt/venv/bin/python -c "import minisgl.server.args"
 
 # HF_HOME: downloaded models (the hub cache is $HF_HOME/hub); MINISGL_CACHE: the built-in demo
 # model, made at its first start, in the same volume. Triton and torch keep their caches under

@@ -91,11 +91,16 @@ def test_python_venv_with_the_projects_dependencies_then_its_code():
         assert stage.env()["PATH"].startswith(f"{venv}/bin:"), "python and pip resolve to the venv"
     # The dependencies come from pyproject.toml (read in the build), the code after them.
     assert 'tomllib.load(open("pyproject.toml", "rb"))' in runs and '"optional-dependencies"' in runs
-    assert "pip install --no-cache-dir --no-deps ." in runs
+    assert "pip wheel --no-cache-dir --no-deps --wheel-dir /wheels ." in runs
     copies = [src for c in BUILDER.all("COPY") for src in c.value[:-1]]
     assert copies.index("pyproject.toml") < copies.index("minisgl"), "dependencies are a layer of their own"
-    assert {"pyproject.toml", "README.md", "minisgl"} <= set(copies), "everything `pip install .` reads"
-    assert any(c.value[0] == venv for c in RUNTIME.all("COPY")), "the runtime stage gets the venv"
+    assert {"pyproject.toml", "README.md", "minisgl"} <= set(copies), "everything `pip wheel .` reads"
+    # The runtime stage copies the venv (the dependencies only: the same layer after a code
+    # change), then installs the project's wheel into it.
+    runtime_copies = [c.value[0] for c in RUNTIME.all("COPY")]
+    assert runtime_copies.index(venv) < runtime_copies.index("/wheels"), "the venv, then the code"
+    assert f"{venv}/bin/pip install --no-cache-dir --no-deps --disable-pip-version-check /tmp/wheels/*.whl" \
+        in RUNTIME.run_text()
 
 
 def test_kernels_compile_at_build_time_for_the_named_architectures():
