@@ -14,7 +14,6 @@ import torch
 # (minisgl.models.demo, default ~/.cache/minisgl) goes to this session's own folder, which every
 # server the tests start inherits.
 os.environ["MINISGL_CACHE"] = tempfile.mkdtemp(prefix="minisgl-test-cache-")
-atexit.register(shutil.rmtree, os.environ["MINISGL_CACHE"], True)
 
 if not torch.cuda.is_available():
     # Without a GPU, Triton kernels run under Triton's interpreter on CPU tensors, so the CPU suite
@@ -23,6 +22,8 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model
+
+atexit.register(shutil.rmtree, os.environ["MINISGL_CACHE"], True)
 
 pytest_plugins = ["tests.reaper", "tests.lora.fixtures"]  # no process a test starts outlives the session; the LoRA fixtures
 
