@@ -254,15 +254,6 @@ class ServerArgs:
     def model_name(self) -> str:
         return self.model_names[0]
 
-    def max_list_items(self) -> int:
-        """The most items a list of numbers in a request body may hold: the longest any field takes
-        (a prompt's token ids, /detokenize's, a field of MAX_TOKEN_IDS). A longer one is refused
-        from the raw body, before it is parsed on the event loop."""
-        from minisgl.core.request_fields import MAX_TOKEN_IDS
-
-        prompt = min(filter(None, (self.max_prompt_tokens, self.max_seq_len)), default=0)
-        return max(prompt, self.max_detokenize_tokens, MAX_TOKEN_IDS)
-
     def origins(self) -> list[str]:
         if not self.allowed_origins:
             return []

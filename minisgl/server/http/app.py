@@ -19,6 +19,7 @@ from ..runtime.state import LoraAdapters, ServerState
 from . import anthropic, chat, completions, lora, models, probes, responses, tokenization
 from .deps import ApiDeps
 from .generation_defaults import sampling_defaults
+from .long_lists import max_list_items
 from .metrics import ServerMetrics
 from .middleware import ApiKeyGate, BodyBudget, BodySizeLimit, ConnectionCap, SseKeepAlive, body_routes, guarded_paths
 from .protocol import APIError, ErrorResponse, error_response
@@ -50,7 +51,7 @@ def create_app(args: ServerArgs, client: FrontendClient, state: ServerState,
     app.add_middleware(BodySizeLimit, max_bytes=args.max_request_bytes, timeout=args.body_timeout,
                        budget=BodyBudget(args.max_buffered_request_bytes),
                        takes_body=body_routes([route for router in routers for route in router.routes]),
-                       max_list_items=args.max_list_items())
+                       max_list_items=max_list_items(args))
     guarded = guarded_paths(route for router in routers for route in router.routes)
     app.add_middleware(ConnectionCap, limit=args.max_connections, state=state, capped=guarded)
     if args.api_key:  # outside the rest: a client without the key is never counted, nor its body read

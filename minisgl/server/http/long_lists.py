@@ -24,3 +24,13 @@ def overlong_number_list(body: bytes, limit: int) -> str | None:
         return None
     key = _KEY_BEFORE.search(commas, max(0, at - 4096), at)
     return key[1].decode() if key else ""
+
+
+def max_list_items(args) -> int:
+    """The most items a list of numbers in a request body may hold: the longest any field takes
+    (a prompt's token ids, /detokenize's, a field of MAX_TOKEN_IDS). A longer one is refused from
+    the raw body, before it is parsed on the event loop."""
+    from minisgl.core.request_fields import MAX_TOKEN_IDS
+
+    prompt = min(filter(None, (args.max_prompt_tokens, args.max_seq_len)), default=0)
+    return max(prompt, args.max_detokenize_tokens, MAX_TOKEN_IDS)
