@@ -21,9 +21,10 @@ if not torch.cuda.is_available():
     # i.e. at import, and the imports below already load triton: it must be set first.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model
+from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model, demo_model_dir
 
 atexit.register(shutil.rmtree, os.environ["MINISGL_CACHE"], True)
+demo_model_dir()  # built here once, so no server's first start prints the build's progress
 
 pytest_plugins = ["tests.reaper", "tests.lora.fixtures"]  # no process a test starts outlives the session; the LoRA fixtures
 
