@@ -54,6 +54,21 @@ def beside(server, hostile) -> tuple[httpx.Response, float, list[float]]:
     return out[0], time.monotonic() - start, others
 
 
+def slowest_health_while(server, work) -> float:
+    """Run `work()` in a thread while /health is called one call after another: the slowest
+    answer's seconds (each must be 200)."""
+    worker = threading.Thread(target=work)
+    worker.start()
+    slowest = 0.0
+    with httpx.Client(base_url=server.url, timeout=30) as http:
+        while worker.is_alive():
+            t0 = time.monotonic()
+            assert http.get("/health").status_code == 200
+            slowest = max(slowest, time.monotonic() - t0)
+    worker.join()
+    return slowest
+
+
 def test_tool_call_arguments_count_toward_the_prompt_size(server):
     call = {"id": "c", "type": "function", "function": {"name": "f", "arguments": ARGUMENTS}}
     body = {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "", "tool_calls": [call]},
@@ -96,16 +111,8 @@ def test_a_large_tokenize_reply_is_encoded_off_the_event_loop(server):
     """A reply of a million token ids (the --max-tokenize-bytes limit of text) is built beside the
     loop: /health answers within a second all along."""
     done: list[httpx.Response] = []
-    worker = threading.Thread(target=lambda: done.append(
+    slowest = slowest_health_while(server, lambda: done.append(
         httpx.post(server.url + "/tokenize", json={"prompt": "a " * 524_000}, timeout=300)))
-    worker.start()
-    slowest = 0.0
-    with httpx.Client(base_url=server.url, timeout=30) as http:
-        while worker.is_alive():
-            t0 = time.monotonic()
-            assert http.get("/health").status_code == 200
-            slowest = max(slowest, time.monotonic() - t0)
-    worker.join()
     assert done[0].status_code == 200 and done[0].json()["count"] > 500_000
     assert slowest < 1.0, f"/health took {slowest:.2f} s"
 
@@ -153,15 +160,7 @@ def test_a_four_million_id_prompt_is_refused_unparsed_and_the_loop_stays_free(se
             for path, body, _ in bodies * 2:
                 answers.append(http.post(path, content=body, headers={"Content-Type": "application/json"}))
 
-    worker = threading.Thread(target=send)
-    worker.start()
-    slowest = 0.0
-    with httpx.Client(base_url=server.url, timeout=30) as http:
-        while worker.is_alive():
-            t0 = time.monotonic()
-            assert http.get("/health").status_code == 200
-            slowest = max(slowest, time.monotonic() - t0)
-    worker.join()
+    slowest = slowest_health_while(server, send)
     assert slowest < 1.0, f"/health took {slowest:.2f} s"
     for resp, (_, _, field) in zip(answers, bodies * 2):
         error = resp.json()["error"]
