@@ -195,8 +195,10 @@ class SchedulerServer:
             pass
 
 
-def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], link: WorkerLink) -> None:
-    """The scheduler process."""
+def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], link: WorkerLink,
+                  before_ready: Callable[[], None] = lambda: None) -> None:
+    """The scheduler process: the engine loaded and warmed up, then `before_ready` (the launcher's
+    go: it loads while the launcher starts, and is reported ready once that can be seen)."""
 
     def body(ready):
         if config.tp_info.size > 1 and not torch.cuda.is_available():
@@ -206,6 +208,7 @@ def run_scheduler(config: SchedulerConfig, addrs: dict[str, str], link: WorkerLi
         if scheduler.engine.device.type == "cuda" and not config.skip_server_warmup:
             scheduler.warm_up()  # compiles and allocations happen now, not in the first burst's latency
         server = SchedulerServer.over_zmq(scheduler, addrs, link.heartbeat)
+        before_ready()
         ready()
         try:
             server.serve()

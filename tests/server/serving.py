@@ -68,12 +68,12 @@ def metric(server: ServerProcess, name: str) -> float:
     return sum(values)
 
 
-def wait_for(condition, timeout: float = 30, what: str = "condition") -> None:
+def wait_for(condition, timeout: float = 30, what: str = "condition", poll_s: float = 0.2) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(poll_s)
 
 
 def tiny_qwen3_server(*server_args: str):

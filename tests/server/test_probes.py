@@ -54,10 +54,15 @@ def test_probe_states_from_start_through_drain(model_dir):
     http = httpx.Client(base_url=srv.url, timeout=30)
     try:
         # Loading: not ready, yet alive (a liveness failure here would restart a slow start forever).
-        loading = first_answer(srv, "/ready")
-        assert (loading.status_code, loading.text) == (503, "loading")
-        assert http.get("/health").status_code == 200
-        assert metric(http, "minisgl_server_ready") == "0.0"
+        # The scheduler loads as soon as the launcher logs it (the model checked) and reports ready
+        # only after the launcher listens, so held still from that line on it is still loading
+        # when the probes are read (a tiny model loads in well under a second: it must be held).
+        wait_for(lambda: "started worker scheduler" in srv.output(), 60, "the model's check", poll_s=0.01)
+        with srv.stopped("scheduler"):
+            loading = first_answer(srv, "/ready")
+            assert (loading.status_code, loading.text) == (503, "loading")
+            assert http.get("/health").status_code == 200
+            assert metric(http, "minisgl_server_ready") == "0.0"
         srv.wait_ready()
 
         # Serving: every probe and /metrics answer without the key that /v1 requires.

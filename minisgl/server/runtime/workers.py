@@ -17,8 +17,9 @@ Start-up runs in parallel: the launcher starts the children before it imports an
 `start_workers` for how each kind starts), while it imports the HTTP side. The model's
 check (`check_model`) runs in each scheduler child, which imports what it needs anyway; the first
 local rank's verdict goes to the launcher, which refuses a model that cannot be served with the
-check's message alone (no child's traceback), or starts listening and then lets the schedulers load
-the model (`Workers.proceed`): the probes answer ("loading") before the engine can be ready.
+check's message alone (no child's traceback), or starts listening. The schedulers load the model as
+soon as it is checked, while the launcher and the tokenizers start, but report ready only once the
+launcher listens (`Workers.proceed`): the probes answer ("loading") before the engine can be ready.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ class Workers:
     status: mp.Queue
     heartbeats: Heartbeats
     verdict: mp.Queue  # the first local scheduler's check of the model: its refusal, or "" for none
-    go: Event  # set by `proceed`: the schedulers load the model
+    go: Event  # set by `proceed`: the schedulers, loaded, report ready
     forked: list[mp.process.BaseProcess]  # not started yet: `start_forked`
 
     def start(self, procs: list[mp.process.BaseProcess]) -> None:
@@ -314,10 +315,13 @@ def _scheduler_main(args: ServerArgs, model_path: str, rank: int, dist_addr: str
     if verdict is not None:
         verdict.put("")
     parent = os.getppid()
-    while not go.wait(0.25):
-        if os.getppid() != parent:  # the launcher is gone (killed) before it let us go on
-            raise SystemExit(0)
-    run_scheduler(scheduler_config(args, model_path, rank, dist_addr), addrs, link)
+
+    def until_launcher_listens() -> None:
+        while not go.wait(0.25):
+            if os.getppid() != parent:  # the launcher is gone (killed) before it let us go on
+                raise SystemExit(0)
+
+    run_scheduler(scheduler_config(args, model_path, rank, dist_addr), addrs, link, until_launcher_listens)
 
 
 def _tokenizer_main(args: ServerArgs, model_path: str, addrs: dict[str, str], link: WorkerLink,
