@@ -54,42 +54,46 @@ def run(args, prompts, rate: float | None, sequences=None) -> dict:
         kwargs.update(speculative="ngram", **{name: getattr(args, name) for name in SPEC_FLAGS})
     llm = LLM(args.model, **kwargs)
     try:
-        s = llm.scheduler
-        vocab = s.engine.model_config.vocab_size
-        warm = [[random.Random(i).randrange(vocab) for _ in range(args.prompt_len)] for i in range(len(prompts))]
-        llm.generate(warm, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
-        if rate is not None:
-            s.speculator.drafter = ReplayDrafter(sequences, rate, vocab)
-            s.speculator.policy.reqs.clear()
-        s.stats.draft_tokens = s.stats.accepted_tokens = 0
-        s.engine.verify_steps.update(graph=0, eager=0)
-        params = SamplingParams(temperature=0, max_tokens=args.decode_steps, ignore_eos=True)
-        first = 10**9
-        for i, p in enumerate(prompts):  # through the scheduler server, as LLM.generate goes (TP followers too)
-            llm.inbox.put(TokenizedRequestMsg(first + i, p, params))
-        stamps: dict[int, list[float]] = {first + i: [] for i in range(len(prompts))}
-        tokens: dict[int, list[int]] = {first + i: [] for i in range(len(prompts))}
-        finished = 0
-        while finished < len(prompts):
-            llm.server.run_once()
-            outs, llm._outputs[:] = list(llm._outputs), []
-            now = time.perf_counter()
-            for o in outs:
-                if o.token_id is not None:
-                    stamps[o.uid].append(now)
-                    tokens[o.uid].append(o.token_id)
-                finished += o.finish_reason is not None
-        tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in stamps.values()]
-        drafted, accepted = s.stats.draft_tokens, s.stats.accepted_tokens
-        return {"rate": rate, "tpot_s": sum(tpots) / len(tpots), "drafted": drafted, "accepted": accepted,
-                "acceptance": accepted / drafted if drafted else None,
-                "verify_graphs": s.engine.verify_graphs is not None, "verify_steps": dict(s.engine.verify_steps),
-                "outputs": [tokens[first + i] for i in range(len(prompts))]}
-    finally:
+        return _measure(llm, args, prompts, rate, sequences)
+    finally:  # the next LLM sizes its KV cache from free memory: nothing of this one may stay referenced
         llm.shutdown()
         del llm
         gc.collect()
         torch.cuda.empty_cache()
+
+
+def _measure(llm: LLM, args, prompts, rate: float | None, sequences) -> dict:
+    s = llm.scheduler
+    vocab = s.engine.model_config.vocab_size
+    warm = [[random.Random(i).randrange(vocab) for _ in range(args.prompt_len)] for i in range(len(prompts))]
+    llm.generate(warm, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
+    if rate is not None:
+        s.speculator.drafter = ReplayDrafter(sequences, rate, vocab)
+        s.speculator.policy.reqs.clear()
+    s.stats.draft_tokens = s.stats.accepted_tokens = 0
+    s.engine.verify_steps.update(graph=0, eager=0)
+    params = SamplingParams(temperature=0, max_tokens=args.decode_steps, ignore_eos=True)
+    first = 10**9
+    for i, p in enumerate(prompts):  # through the scheduler server, as LLM.generate goes (TP followers too)
+        llm.inbox.put(TokenizedRequestMsg(first + i, p, params))
+    stamps: dict[int, list[float]] = {first + i: [] for i in range(len(prompts))}
+    tokens: dict[int, list[int]] = {first + i: [] for i in range(len(prompts))}
+    finished = 0
+    while finished < len(prompts):
+        llm.server.run_once()
+        outs, llm._outputs[:] = list(llm._outputs), []
+        now = time.perf_counter()
+        for o in outs:
+            if o.token_id is not None:
+                stamps[o.uid].append(now)
+                tokens[o.uid].append(o.token_id)
+            finished += o.finish_reason is not None
+    tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in stamps.values()]
+    drafted, accepted = s.stats.draft_tokens, s.stats.accepted_tokens
+    return {"rate": rate, "tpot_s": sum(tpots) / len(tpots), "drafted": drafted, "accepted": accepted,
+            "acceptance": accepted / drafted if drafted else None,
+            "verify_graphs": s.engine.verify_graphs is not None, "verify_steps": dict(s.engine.verify_steps),
+            "outputs": [tokens[first + i] for i in range(len(prompts))]}
 
 
 def main() -> None:

@@ -30,7 +30,7 @@ def test_float32_torch_attention_gives_the_same_tokens(tiny_model_dir, prompts):
     """float32, torch attention: decode and verify steps in CUDA graphs; identical tokens. Every
     verify batch (at most 12 requests, at most k + 1 = 5 tokens each) is replayed from a graph."""
     model = tiny_model_dir("Qwen3ForCausalLM")
-    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch"}
+    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch", "max_seq_len": 512}  # a short table: graphs
     expected, s_base = generate(model, prompts, GREEDY, **common)
     assert s_base.engine.graph_runner is not None
     assert s_base.engine.verify_steps == {"graph": 0, "eager": 0}  # no verify graphs without --speculative
@@ -47,7 +47,7 @@ def test_verify_batches_above_the_graph_cap_run_eagerly_with_the_same_tokens(tin
     eagerly while more than 4 run, in graphs after; seeded sampling draws what it draws without
     speculation either way (each verified row samples after the graph, as decode does)."""
     model = tiny_model_dir("Qwen3ForCausalLM")
-    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch", "cuda_graph_max_bs": 4}
+    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch", "max_seq_len": 512, "cuda_graph_max_bs": 4}
     params = [SamplingParams(temperature=0.9, top_k=50, seed=7 + i, max_tokens=NEW_TOKENS // 2 + 3 * i,
                              ignore_eos=True) for i in range(len(prompts))]
     expected, _ = generate(model, prompts, params, **common)
@@ -82,7 +82,7 @@ def test_drafts_that_always_fail_switch_speculation_off(tiny_model_dir, prompts)
     """At 0% acceptance a request stops drafting after a couple of verify steps and then tries
     rarely: most steps are plain decode steps (CUDA graphs, overlap)."""
     model = tiny_model_dir("Qwen3ForCausalLM")
-    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch"}
+    common = {"device": "cuda", "dtype": torch.float32, "attn": "torch", "max_seq_len": 512}  # a short table: graphs
     long = replace(GREEDY, max_tokens=200)
     expected, _ = generate(model, prompts[:1], long, **common)
     sequences = [prompts[0] + ids(expected)[0]]
