@@ -32,7 +32,7 @@ def test_float32_torch_attention_gives_the_same_tokens(tiny_model_dir, prompts):
     model = tiny_model_dir("Qwen3ForCausalLM")
     common = {"device": "cuda", "dtype": torch.float32, "attn": "torch", "max_seq_len": 512}  # a short table: graphs
     expected, s_base = generate(model, prompts, GREEDY, **common)
-    assert s_base.engine.graph_runner is not None
+    assert "graph_capture_s" in s_base.engine.timings  # decode steps ran in graphs (shut down by now)
     assert s_base.engine.verify_steps == {"graph": 0, "eager": 0}  # no verify graphs without --speculative
     sequences = [p + o for p, o in zip(prompts, ids(expected))]
     got, scheduler = generate(model, prompts, GREEDY, replay=sequences, rate=0.7, **common)
@@ -63,8 +63,9 @@ def test_verify_batches_above_the_graph_cap_run_eagerly_with_the_same_tokens(tin
 @pytest.mark.parametrize("attn", ["auto", "flashinfer"])  # FA3 prefill kernels on Hopper; FA2's
 def test_bfloat16_flashinfer_starts_with_the_same_tokens(tiny_model_dir, prompts, attn):
     """bf16, FlashInfer: verify steps replay its prefill kernels from graphs where decoding runs the
-    decode kernels (another summation order), so a tiny random model's near-ties may part late; the
-    start agrees."""
+    decode kernels (another summation order), so a tiny random model's near-ties may part the two
+    (on one H200, 1 prompt in 12 within 4 tokens). Where they part, HF's float32 logits must call it
+    a tie: the two tokens closer than bf16's own error there (HF in bf16 against HF in float32)."""
     model = tiny_model_dir("Qwen3ForCausalLM", head_dim=128)
     common = {"device": "cuda", "dtype": torch.bfloat16, "attn": attn}
     expected, _ = generate(model, prompts, GREEDY, **common)
@@ -72,7 +73,7 @@ def test_bfloat16_flashinfer_starts_with_the_same_tokens(tiny_model_dir, prompts
     got, scheduler = generate(model, prompts, GREEDY, replay=sequences, rate=0.8, **common)
     same = sum(a == b for g, e in zip(ids(got), ids(expected)) for a, b in zip(g, e))
     print(f"speculative vs plain: {same} of {sum(map(len, ids(expected)))} tokens agree")
-    assert all(g[:4] == e[:4] for g, e in zip(ids(got), ids(expected)))
+    assert_parted_only_at_near_ties(model, prompts, ids(got), ids(expected))
     assert scheduler.stats.accepted_tokens > 0
     assert scheduler.engine.verify_steps["graph"] > 0 and scheduler.engine.verify_steps["eager"] == 0
     assert_all_pages_back(scheduler)
@@ -90,3 +91,21 @@ def test_drafts_that_always_fail_switch_speculation_off(tiny_model_dir, prompts)
     assert ids(got) == ids(expected)
     assert scheduler.stats.accepted_tokens == 0
     assert scheduler.stats.draft_tokens < 40  # of 200 steps: two verify steps of 4, then rare probes
+
+
+def assert_parted_only_at_near_ties(model_dir, prompts, got, expected):
+    from transformers import AutoModelForCausalLM
+
+    models = {dtype: AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).cuda().eval()
+              for dtype in (torch.float32, torch.bfloat16)}
+    for prompt, g, e in zip(prompts, got, expected):
+        n = next((i for i, (a, b) in enumerate(zip(g, e)) if a != b), None)
+        if n is None:
+            continue
+        assert n > 0, "the first token comes from the same prefill either way"
+        context = torch.tensor([prompt + e[:n]], device="cuda")
+        with torch.no_grad():
+            exact, rounded = (models[d](context).logits[0, -1].float() for d in (torch.float32, torch.bfloat16))
+        bf16_error = (rounded - exact).abs().max().item()
+        gap = abs(exact[g[n]] - exact[e[n]]).item()
+        assert gap <= 2 * bf16_error, f"parted at token {n}: float32 logits {gap:.4f} apart, bf16 error {bf16_error:.4f}"
