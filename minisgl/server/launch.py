@@ -34,8 +34,16 @@ def serve(args: ServerArgs) -> int:
 
     open_files = raise_open_file_limit()  # before the workers start: they inherit it
     args = dataclasses.replace(args, max_connections=connection_limit(args.max_connections, open_files))
-    args, model_path, workers = launch_workers(args, meanwhile=_import_http)
-    args = dataclasses.replace(args, max_seq_len=context_length(args, model_path))  # resolved, for /v1/models
+    found: dict[str, int] = {}
+
+    def meanwhile(model_path: str) -> None:  # while the schedulers import and check the model
+        _import_http()
+        with contextlib.suppress(Exception):  # a model the check refuses: its verdict says why
+            found["max_seq_len"] = context_length(args, model_path)
+
+    args, model_path, workers = launch_workers(args, meanwhile=meanwhile)
+    max_seq_len = found.get("max_seq_len") or context_length(args, model_path)
+    args = dataclasses.replace(args, max_seq_len=max_seq_len)  # resolved, for /v1/models
     import uvicorn
 
     from .http.app import create_app

@@ -219,15 +219,15 @@ class Workers:
         shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
 
 
-def launch_workers(args: ServerArgs, meanwhile: Callable[[], object] = lambda: None
+def launch_workers(args: ServerArgs, meanwhile: Callable[[str], object] = lambda model_path: None
                    ) -> tuple[ServerArgs, str, Workers]:
-    """The model resolved, the workers started (`meanwhile` run as they import) and the model
+    """The model resolved, the workers started (`meanwhile(model_path)` run as they import) and the model
     checked by them: a ValueError, with every child stopped, if it cannot be served. The schedulers
     then wait for `Workers.proceed` to load it."""
     args, model_path = resolve_model(args)
     workers = start_workers(args, model_path)
     try:
-        meanwhile()
+        meanwhile(model_path)
         # The schedulers' check, then the tokenizer side: the launcher listens and lets the
         # schedulers load once both are done, so the two imports run side by side, not in a row.
         workers.wait_checked()
