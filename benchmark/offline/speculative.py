@@ -10,7 +10,10 @@ time over its tokens after the first, averaged over the requests; the ratio to t
 acceptance measured (accepted / drafted) go beside it, and how many verify steps ran in CUDA graphs
 (minisgl/engine/verify_graph.py; the rest eagerly). Speculation's own switches stay as the server
 has them (--speculative-max-batch, --speculative-min-acceptance), so a large batch or a rate of 0
-measures the off switch. Writes JSON.
+measures the off switch. With --dummy-weight the weights are made greedy-peaked first
+(minisgl/benchmark/peaked_weights.py): near-flat dummy logits let the verify and decode kernels
+pick different tokens on ties, and the replayed continuation would be wrong from there. Writes JSON
+and a PNG of the ratios.
 """
 
 from __future__ import annotations
@@ -23,8 +26,9 @@ import time
 import torch
 
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
+from minisgl.benchmark.peaked_weights import make_greedy_peaked
 from minisgl.benchmark.replay_drafter import ReplayDrafter
-from minisgl.benchmark.report import device_name, write_json
+from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import TokenizedRequestMsg
@@ -54,6 +58,8 @@ def run(args, prompts, rate: float | None, sequences=None) -> dict:
         kwargs.update(speculative="ngram", **{name: getattr(args, name) for name in SPEC_FLAGS})
     llm = LLM(args.model, **kwargs)
     try:
+        if args.dummy_weight:  # near-flat logits would part the two paths on ties (make_greedy_peaked)
+            make_greedy_peaked(llm.scheduler.engine.model)
         return _measure(llm, args, prompts, rate, sequences)
     finally:  # the next LLM sizes its KV cache from free memory: nothing of this one may stay referenced
         llm.shutdown()
@@ -98,6 +104,8 @@ def _measure(llm: LLM, args, prompts, rate: float | None, sequences) -> dict:
 
 def main() -> None:
     args = parse_args()
+    if args.dummy_weight and args.tp > 1:
+        raise SystemExit("speculative.py: --dummy-weight needs --tp 1 (the weights are made greedy-peaked on rank 0)")
     rng = random.Random(0)
     results = []
     for batch in map(int, args.batches.split(",")):
@@ -121,7 +129,10 @@ def main() -> None:
     write_json(args.out, {"benchmark": "speculative", "device": device_name(), "model": args.model,
                           "k": args.speculative_num_tokens, "prompt_len": args.prompt_len,
                           "decode_steps": args.decode_steps, "runs": results})
-    print(f"wrote {args.out}")
+    png = args.out.removesuffix(".json") + ".png"
+    bar_plot(png, f"TPOT with speculation / without (k = {args.speculative_num_tokens})",
+             [f"bs {r['batch']}, {r['rate']:.0%}" for r in results], [r["ratio"] for r in results], "ratio", fmt="%.2f")
+    print(f"wrote {args.out} and {png}")
 
 
 def _vocab(model: str) -> int:

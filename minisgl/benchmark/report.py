@@ -21,7 +21,7 @@ def write_json(path: str, data: dict) -> None:
         json.dump(data, f, indent=2)
 
 
-def bar_plot(path: str, title: str, labels: list[str], values: list[float], ylabel: str) -> None:
+def bar_plot(path: str, title: str, labels: list[str], values: list[float], ylabel: str, fmt: str = "%.0f") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,7 +29,7 @@ def bar_plot(path: str, title: str, labels: list[str], values: list[float], ylab
 
     fig, ax = plt.subplots(figsize=(6, 4))
     bars = ax.bar(labels, values, color=["#4C72B0", "#DD8452", "#55A868", "#C44E52"][: len(values)])
-    ax.bar_label(bars, fmt="%.0f")
+    ax.bar_label(bars, fmt=fmt)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     fig.tight_layout()
