@@ -20,6 +20,8 @@
 #   4. KL divergence of next-token distributions, FP8 (KV, weights, both) against bf16, on
 #      random-weight models of both shapes (benchmark/offline/fp8_accuracy.py).
 # Batch-1 work alone (~6 min): SKIP_OFFLINE=1 SKIP_REF=1 SKIP_KL=1 bash benchmark/device/fp8.sh
+# This GPU's GEMV tile table (minisgl/kernels/gemv_tuned.py; commit the file it writes to $OUT into
+# minisgl/kernels/gemv_tuned/): MICRO_ARGS="--sweep-rows 1,2,4,8,16 --write-table $OUT" MICRO_TIMEOUT=540
 # Run after the kit preamble (../shared/device/kit.sh), carrying .device-kit, .bench-models and .ref:
 #   python benchmark/prepare_model.py ../shared/models/qwen3-0.6b .bench-models/qwen3-0.6b
 #   python benchmark/prepare_model.py ../shared/models/llama-3.1-8b .bench-models/llama-3.1-8b

@@ -42,6 +42,7 @@ from minisgl.benchmark.floor import copy_bandwidth
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.kernels.dispatch import flashinfer_ops
 from minisgl.kernels.gemv import GemvConfig, gemv, gemv_config
+from minisgl.kernels.gemv_tuned import fastest_tiles, table_path, write_table
 from minisgl.kernels.rmsnorm import add_rmsnorm
 from minisgl.layers import silu_and_mul
 from minisgl.quantization.fp8 import quantize_rows
@@ -195,6 +196,9 @@ def main() -> None:
     p.add_argument("--sweep-rows", default="1", help="row counts to sweep tile configs at ('' for none)")
     p.add_argument("--layers", type=int, default=None, help="layers in the per-token graph (default: the config's)")
     p.add_argument("--out", default="results/fp8_gemv.json")
+    p.add_argument("--write-table", metavar="DIR", default=None,
+                   help="write the sweep's fastest tiles per shape as this GPU's table in DIR "
+                        "(minisgl/kernels/gemv_tuned to ship it; sweep every row count: --sweep-rows 1,2,4,8,16)")
     args = p.parse_args()
     cfg = json.load(open(os.path.join(args.config, "config.json")))
     hidden, inter, heads = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"]
@@ -213,6 +217,7 @@ def main() -> None:
     per_token = per_token_gemms(shapes, layers, cfg["vocab_size"], hidden, copy_bw)
     torch.cuda.empty_cache()  # its weights (~7 GB) are gone with the call
     results = []
+    rule_us: dict = {}  # the rules' config's time per swept shape
 
     def record(shape: str, rows: int, method: str, us: float, nbytes: int, extra: dict | None = None) -> dict:
         r = {"shape": shape, "rows": rows, "method": method, "us": us, "gb_s": nbytes / us / 1e3,
@@ -259,6 +264,9 @@ def main() -> None:
                 for gated in sweeps:
                     method = "sweep gated" if gated else "sweep"
                     table = gemv_config(rows, n // 2 if gated else n, k, gated)
+                    key = {"n": n // 2 if gated else n, "k": k, "gated": gated, "weight_bytes": 1}
+                    rule_us[(rows, key["n"], k, gated, 1)] = graph_us(
+                        [lambda i=i: gemv(x, *quant[i % copies], config=table, gated=gated) for i in range(calls)])
                     best = None
                     for c in sweep_configs(rows, gated):
                         try:
@@ -267,7 +275,7 @@ def main() -> None:
                         except Exception as e:  # a tile that does not build (e.g. out of resources)
                             print(f"  {rows:>2} rows config {vars(c)}: {type(e).__name__}")
                             continue
-                        r = record(name, rows, method, us, nbytes, {"config": vars(c)})
+                        r = record(name, rows, method, us, nbytes, {"config": vars(c), **key})
                         best = r if best is None or us < best["us"] else best
                     line.append(f"{method} best {best['us']:.1f} us {best['config']} (table: {vars(table)})")
             nb = n * k * 2
@@ -283,6 +291,11 @@ def main() -> None:
                           "copy_gb_s": copy_bw / 1e9, "results": results,
                           "per_token": per_token})
     plot(os.path.splitext(args.out)[0] + ".png", results, shapes)
+    if args.write_table:
+        sweeps = [r for r in results if r["method"].startswith("sweep")]
+        path = table_path(device_name(), args.write_table)
+        write_table(path, device_name(), fastest_tiles(sweeps, rule_us))
+        print(f"wrote {path}: the fastest tiles of {len(sweeps)} swept configs")
 
 
 def plot(path: str, results: list, shapes: dict) -> None:

@@ -1,5 +1,6 @@
 """What the Triton kernels need to know of the GPU they run on: its SM count (grids are sized in
-programs per SM) and whether it takes programmatic dependent launch."""
+programs per SM), its model (tiles measured per model: gemv_tuned.py) and whether it takes
+programmatic dependent launch."""
 
 from __future__ import annotations
 
@@ -30,6 +31,21 @@ def sm_count(device: torch.device | None = None) -> int:
 @functools.cache
 def _cuda_sms(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def cuda_device_name(device: torch.device | None = None) -> str | None:
+    """The GPU model of `device` (None: the current CUDA device, if any), e.g. "NVIDIA H200"; None
+    off a GPU."""
+    if device is None:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type != "cuda":
+        return None
+    return _cuda_name(torch.cuda.current_device() if device.index is None else device.index)
+
+
+@functools.cache
+def _cuda_name(index: int) -> str:
+    return torch.cuda.get_device_name(index)
 
 
 @functools.cache

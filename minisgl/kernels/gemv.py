@@ -12,8 +12,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .device import pdl_launch, pdl_supported, sm_count
+from .device import cuda_device_name, pdl_launch, pdl_supported, sm_count
 from .gemv_tiles import load_tile, mac, output_tile, zero_accumulator
+from .gemv_tuned import device_table, row_bucket
 
 
 @triton.jit
@@ -98,8 +99,9 @@ def _k_step(k: int, cap: int) -> int:
 
 def gemv_config(m: int, n: int, k: int, gated: bool = False, weight_bytes: int = 1,
                 device: torch.device | None = None) -> GemvConfig:
-    """The tiles for x [m, k] @ w [n, k]^T, chosen by shape (a fixed table: a CUDA graph capture must
-    not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md). Output tiles
+    """The tiles for x [m, k] @ w [n, k]^T: those measured fastest for this shape on this GPU model
+    where it has a table (gemv_tuned.py), else chosen by shape by the rules below (fixed: a CUDA
+    graph capture must not autotune), from the tile sweeps on an H100 (benchmark/NOTES.md). Output tiles
     only, no split-K: for small N (e.g. tensor-parallel shards) narrower tiles rather than a K
     split. `weight_bytes`: 1 for e4m3, 2 for a bf16 weight (the lm_head), which streams as many
     bytes an output feature as a gated e4m3 one and takes its tiles.
@@ -114,6 +116,10 @@ def gemv_config(m: int, n: int, k: int, gated: bool = False, weight_bytes: int =
       gated, 128-element steps): faster than 16-wide tiles of 256-byte steps 4 deep at 8 rows, and
       the bf16 lm_head beats cuBLAS up to 16 rows.
     The per-shape figures of both sweeps are in benchmark/NOTES.md."""
+    name = cuda_device_name(device)
+    measured = device_table(name).get((row_bucket(m), n, k, gated, weight_bytes)) if name else None
+    if measured is not None:
+        return GemvConfig(**measured)
     wide = gated or weight_bytes > 1  # two bytes an output feature per K
     sms = sm_count(device)
     if m < DOT_MIN_ROWS or (m <= 4 and not gated and n <= 8192):
