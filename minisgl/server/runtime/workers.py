@@ -223,13 +223,13 @@ def launch_workers(args: ServerArgs, meanwhile: Callable[[str], object] = lambda
                    ) -> tuple[ServerArgs, str, Workers]:
     """The model resolved, the workers started (`meanwhile(model_path)` run as they import) and the model
     checked by them: a ValueError, with every child stopped, if it cannot be served. The schedulers
-    then wait for `Workers.proceed` to load it."""
+    then load it, and wait for `Workers.proceed` to report ready."""
     args, model_path = resolve_model(args)
     workers = start_workers(args, model_path)
     try:
         meanwhile(model_path)
-        # The schedulers' check, then the tokenizer side: the launcher listens and lets the
-        # schedulers load once both are done, so the two imports run side by side, not in a row.
+        # The schedulers' check, then the tokenizer side: the launcher's, the schedulers' and the
+        # forkserver's imports run side by side, not in a row; the schedulers load once checked.
         workers.wait_checked()
         workers.start_forked()
     except BaseException:
