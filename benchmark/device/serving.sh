@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The serving path against the engine and the reference server, on one lent GPU, in one call:
-#   1. the offline engine (LLM.generate) on the serving workload: Qwen3-0.6B shapes, dummy weights,
-#      1024 requests (NREQ), prompts <= 1024 tokens, outputs <= 256 (NOUT=2048: the long-output mode), ignore_eos;
-#   2. minisgl's server at Poisson rates 8, 32, 128 and inf (chat API, the same workload), then
-#      Mini-SGLang's server (from the git-ignored .ref/mini-sglang, --attn fi) with the same requests
-#      once minisgl's is stopped, so each has the GPU alone: one table with both and the ratio.
+#   1. the offline engine (LLM.generate) on the serving workload (minisgl/benchmark/workload.py's
+#      WORKLOAD, `serving` unless set: Qwen3-0.6B shapes, dummy weights, ignore_eos; WORKLOAD=long is the
+#      long-output mode; NREQ and NOUT override its request count and longest output), once unmeasured
+#      and REPEATS (3) times measured, fresh prompt ids each;
+#   2. minisgl's server at Poisson rates RATES (32, 128 and inf; inf alone for WORKLOAD=long: its bursts
+#      are long), chat API, the same workload: a warm-up burst, then each rate's burst REPEATS times, its
+#      mean, min, max and spread, and at rate inf the server's mean over the engine's (--offline-json);
+#      then Mini-SGLang's server (from the git-ignored .ref/mini-sglang, --attn fi) with the same requests
+#      once minisgl's is stopped, so each has the GPU alone: one table with both and the ratio of means.
+# With the reference beside, the default call runs close to a device call's 10 minutes.
 # NO_COMPARE=1 drives minisgl alone; BASE=.base drives an earlier tree's server in the reference's place
-# (the previous commit beside, e.g. RATES=inf,inf SKIP_OFFLINE=1 BASE=.base); NO_SAVE_JIT=1 leaves the JIT workspace unsaved. Run after the kit preamble (../shared/device/kit.sh) with .device-kit, .bench-models
+# (the previous commit beside, e.g. RATES=inf SKIP_OFFLINE=1 BASE=.base); NO_SAVE_JIT=1 leaves the JIT workspace unsaved. Run after the kit preamble (../shared/device/kit.sh) with .device-kit, .bench-models
 # (benchmark/prepare_model.py ../shared/models/qwen3-0.6b .bench-models/qwen3-0.6b) and .ref carried.
 # Results go to $OUT/results (logs, JSON, PNG); the FlashInfer JIT workspace is saved in $OUT in pieces under 16 MiB
 # (carry them back as .device-kit/fiws-*.part to skip compiling next time).
@@ -15,14 +20,19 @@ RES=${RES:-${OUT:-/tmp}/results}
 mkdir -p "$RES"
 . benchmark/device/lib.sh
 MODEL=$PWD/.bench-models/qwen3-0.6b
-SIZE=(--num-requests "${NREQ:-1024}" --max-input-len 1024 --max-output-len "${NOUT:-256}")
+WORKLOAD=${WORKLOAD:-serving}
+SIZE=(--workload "$WORKLOAD" ${NREQ:+--num-requests "$NREQ"} ${NOUT:+--max-output-len "$NOUT"} --repeats "${REPEATS:-3}")
+[ "$WORKLOAD" = long ] && RATES=${RATES:-inf}
+RATES=${RATES:-32,128,inf}
+VS_OFFLINE=()
 restore_jit_cache
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
 if [ -z "${SKIP_OFFLINE:-}" ]; then
     step "offline engine, the same workload"
-    timeout "${OFFLINE_TIMEOUT:-200}" python benchmark/offline/bench.py --model "$MODEL" --dummy-weight "${SIZE[@]}" \
-        --out "$RES/offline.json" > "$RES/offline.log" 2>&1
+    timeout "${OFFLINE_TIMEOUT:-240}" python benchmark/offline/bench.py --model "$MODEL" --dummy-weight "${SIZE[@]}" \
+        --out "$RES/offline.json" > "$RES/offline.log" 2>&1 && [[ ",$RATES," == *,inf,* ]] \
+        && VS_OFFLINE=(--offline-json "$RES/offline.json")  # the server at rate inf over the engine
     grep -vE "it/s\]|s/it\]" "$RES/offline.log" | tail -6
     save_jit_cache  # kernels compiled so far
 fi
@@ -55,11 +65,11 @@ if [ -n "${BASE:-}" ]; then
     BASE_CMD="cd $PWD/$BASE && PYTHONPATH=$PWD/$BASE:/tmp/site exec python -m minisgl --model $MODEL --dummy-weight --port 1920"
     COMPARE=(--compare-base-url http://127.0.0.1:1920 --compare-name "base" --compare-launch "bash -c '$BASE_CMD'")
 fi
-timeout "${ONLINE_TIMEOUT:-420}" python benchmark/online/bench.py --launch --api chat --rates "${RATES:-8,32,128,inf}" \
-    "${SIZE[@]}" --repeats "${REPEATS:-1}" --client-processes 4 --ready-timeout 300 --no-progress --out "$RES/online.json" "${COMPARE[@]}" \
+timeout "${ONLINE_TIMEOUT:-480}" python benchmark/online/bench.py --launch --api chat --rates "$RATES" \
+    "${SIZE[@]}" "${VS_OFFLINE[@]}" --client-processes 4 --ready-timeout 300 --no-progress --out "$RES/online.json" "${COMPARE[@]}" \
     -- --model "$MODEL" --dummy-weight "${SERVER_FLAGS[@]}" > "$RES/online.log" 2>&1
 echo "exit $?"
-tail -32 "$RES/online.log"
+tail -40 "$RES/online.log"
 [ -n "${REF_PID:-}" ] && kill "$REF_PID"
 
 [ -n "${NO_SAVE_JIT:-}" ] && exit 0

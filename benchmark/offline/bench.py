@@ -2,9 +2,13 @@
 
     python benchmark/offline/bench.py --model ../shared/models/qwen3-0.6b --dummy-weight   # GPU, full workload
     python benchmark/offline/bench.py --num-requests 32 --max-input-len 256 --max-output-len 64 --compare-hf
+    python benchmark/offline/bench.py --model ... --dummy-weight --workload serving --repeats 3   # serving.sh's
 
 Throughput is output tokens over the wall time of the whole batch, after a warm-up; the workload
-runs twice in one process and the second run is reported. With --compare-hf, HF transformers'
+runs once unmeasured and then --repeats times in one process, each run with prompts of the same
+lengths and fresh ids (a rerun of the same prompts would find them in the prefix cache and skip
+their prefill), and the mean of the measured runs is reported with each one's value and their
+spread. With --compare-hf, HF transformers'
 continuous batching (`generate_batch`) runs a subset with a fixed output length, and minisgl runs
 the same subset in the same process: the ratio of the two is printed. Writes JSON and a PNG.
 """
@@ -18,8 +22,9 @@ import time
 import torch
 
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
+from minisgl.benchmark.repeats import repeat_summary
 from minisgl.benchmark.report import bar_plot, device_name, write_json
-from minisgl.benchmark.workload import add_workload_flags, workload_requests, workload_settings
+from minisgl.benchmark.workload import add_workload_flags, fresh_ids, workload_requests, workload_settings
 from minisgl.core import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
@@ -31,6 +36,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model", help="model dir or HF id (default: the built-in demo model)")
     add_flags(p, ENGINE_FLAGS)  # the server's flags, under the same names
     add_workload_flags(p)
+    p.add_argument("--repeats", type=int, default=1, help="measured runs after the unmeasured one; the mean is "
+                   "reported (benchmark/online/bench.py --offline-json reads it)")
     p.add_argument("--dump-workload", help="also write the workload (prompt ids, max_tokens) to this JSON "
                                            "(benchmark/offline/reference_offline.py replays it)")
     p.add_argument("--floor", action="store_true",
@@ -39,7 +46,10 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--hf-requests", type=int, default=16, help="requests in the HF comparison subset")
     p.add_argument("--hf-output-len", type=int, default=64, help="fixed output length in the HF comparison")
     p.add_argument("--out", default="results/offline.json", help="JSON path; the PNG goes beside it")
-    return p.parse_args()
+    args = p.parse_args()
+    if args.repeats < 1:
+        p.error("--repeats is too small")
+    return args
 
 
 def timed_generate(llm: LLM, prompts: list[list[int]], params: list[SamplingParams]) -> dict:
@@ -89,12 +99,14 @@ def main() -> None:
     start = time.perf_counter()
     llm.generate(prompts[:2], params[:2], use_tqdm=False)  # warm-up
     startup["warmup_generate_s"] = time.perf_counter() - start
-    runs = [timed_generate(llm, prompts, params) for _ in range(2)]
+    runs = [timed_generate(llm, fresh_ids(prompts, seed=1 + k, vocab_size=vocab) if k else prompts, params)
+            for k in range(1 + args.repeats)]  # the first unmeasured
+    repeats = repeat_summary([r["tokens_per_s"] for r in runs[1:]])
     result = {
         "benchmark": "offline", "device": device_name(), "model": model, "dummy_weight": args.dummy_weight,
         "dtype": str(llm.scheduler.engine.dtype), "kv_cache_dtype": args.kv_cache_dtype,
         "quantization": args.quantization, "tp": args.tp, "workload": workload_settings(args),
-        "runs": runs, "tokens_per_s": runs[1]["tokens_per_s"], "startup": startup,
+        "runs": runs, "repeats": repeats, "tokens_per_s": repeats["mean"], "startup": startup,
         "memory": getattr(llm.scheduler.engine, "memory", None),
         "overlap": llm.scheduler.overlap, "attention": type(llm.scheduler.engine.attn_backend).__name__,
         "cuda_graphs": getattr(llm.scheduler.engine.graph_runner, "batch_sizes", None),
@@ -113,9 +125,10 @@ def main() -> None:
     result["custom_all_reduce"] = not args.disable_custom_all_reduce
     result["moe_backend"] = llm.scheduler.engine.ctx.moe_backend
     print("start-up: " + ", ".join(f"{k} {v:.2f}" for k, v in startup.items()))
-    print(f"minisgl: {runs[1]['output_tokens']} tokens in {runs[1]['seconds']:.2f} s = "
-          f"{runs[1]['tokens_per_s']:.1f} tok/s (second run) on {result['device']}")
-    labels, values = ["minisgl (workload)"], [runs[1]["tokens_per_s"]]
+    print(f"minisgl: {runs[1]['output_tokens']} tokens a run, {repeats['mean']:.1f} tok/s (mean of {repeats['runs']} "
+          f"after the first; min {repeats['min']:.1f}, max {repeats['max']:.1f}, spread {100 * repeats['spread']:.2f}%) "
+          f"on {result['device']}")
+    labels, values = ["minisgl (workload)"], [repeats["mean"]]
 
     if args.compare_hf:
         subset = prompts[: args.hf_requests]

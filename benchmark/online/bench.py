@@ -11,15 +11,24 @@ events by several client processes (`minisgl.benchmark.sse_client`), so the clie
         --compare-launch "python -m other_server --port 1920" -- --model ...
     # replay a JSONL trace ({"arrival_s": 0.4, "input_len": 512, "output_len": 128} per line):
     python benchmark/online/bench.py --launch --trace trace.jsonl
+    # each rate's burst 3 times, the long-output workload, the server against its offline engine
+    # (benchmark/offline/bench.py --workload long --repeats 3 wrote offline.json):
+    python benchmark/online/bench.py --launch --rates inf --workload long --repeats 3 --offline-json offline.json -- ...
 
 Every request streams with `max_tokens` (and `max_completion_tokens` for chat) and `ignore_eos`, so
 its output length is its max_tokens on a server that honours them; a shorter output is counted in
-`short_outputs`. Lengths follow the offline workload (random in [min(100, max), max]; fixed when
-max <= 100) and prompts are random token ids (fresh for each rate, so the prefix cache does not
-carry over). Reports TTFT, ITL (between streamed chunks), TPOT and end-to-end latency
-(mean/p50/p90/p99) and request and output-token throughput per rate; output tokens come from the
-stream's usage, or are counted per text chunk when the server sends none. Writes JSON and a PNG
-beside it. Exits 1 if any request failed.
+`short_outputs`. Lengths follow the offline workload (`--workload`: `serving` by default, 1,024
+requests; `long` for long outputs; random in [min(100, max), max], fixed when max <= 100) and
+prompts are random token ids (fresh for each run, so the prefix cache does not carry over). Before
+the measured runs an unmeasured warm-up burst sends the first run's lengths at once, so the first
+measured burst does not pay for the server's allocators growing. `--repeats N` runs each rate's
+burst N times (the same lengths and arrival times, fresh ids) and reports each rate's mean, min,
+max and spread ((max - min) / mean) of output throughput; ratios between servers, and against the
+offline engine (`--offline-json`, at rate inf), are ratios of those means. Reports TTFT, ITL
+(between streamed chunks), TPOT and end-to-end latency (mean/p50/p90/p99) and request and
+output-token throughput per run; output tokens come from the stream's usage, or are counted per
+text chunk when the server sends none. Writes JSON and a PNG beside it. Exits 1 if any request
+failed.
 """
 
 from __future__ import annotations
@@ -31,13 +40,13 @@ import random
 import shlex
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from urllib.parse import urlparse
 
 from minisgl.benchmark.online import (
     comparison_table,
     fmt,
-    format_spread,
+    format_summary,
     format_table,
     latency_plot,
     load_trace,
@@ -46,13 +55,14 @@ from minisgl.benchmark.online import (
     random_ids,
     rate_label,
     split_server_flags,
-    spread,
     summarize,
+    throughput_summary,
 )
+from minisgl.benchmark.repeats import ratio_of_means
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.benchmark.server_process import ServerProcess
 from minisgl.benchmark.sse_client import CHAT_WORDS, BenchRequest, Target, chat_words, run_requests
-from minisgl.benchmark.workload import offline_workload
+from minisgl.benchmark.workload import add_workload_flags, offline_workload, workload_settings, workload_size
 from minisgl.utils.net import free_port
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -80,14 +90,15 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--rates", default="2,8,32", help="comma-separated Poisson rates in requests/s; inf = all at once")
     p.add_argument("--trace", help="JSONL trace (arrival_s|timestamp[ms], input_len, output_len) instead of --rates")
     p.add_argument("--trace-speedup", type=float, default=1.0, help="divide the trace's arrival times by this")
-    p.add_argument("--num-requests", type=int, default=1024,
-                   help="requests per rate (trace: the first N); fewer finish too fast on a GPU to tell 5%% apart")
+    add_workload_flags(p, default="serving")  # requests per rate (trace: the first N) and their lengths
     p.add_argument("--repeats", type=int, default=1,
-                   help="run each rate this many times (fresh prompts each) and report the spread of throughput")
-    p.add_argument("--max-input-len", type=int, default=1024)
-    p.add_argument("--max-output-len", type=int, default=1024)
+                   help="run each rate's burst this many times (the same lengths and arrivals, fresh prompt ids) "
+                   "and report each rate's mean, min, max and spread of output throughput")
+    p.add_argument("--no-warmup-burst", action="store_true",
+                   help="skip the unmeasured burst of the first run's lengths, sent at once before the measured runs")
+    p.add_argument("--offline-json", help="the offline engine's result on the same workload (benchmark/offline/"
+                   "bench.py --out): report the server's mean output throughput at rate inf over the engine's mean")
     p.add_argument("--max-concurrency", type=int, default=None, help="cap on requests in flight (default: none)")
-    p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--request-timeout", type=float, default=600, help="seconds per request before it counts as failed")
     p.add_argument("--warmup", type=int, default=2, help="short unmeasured requests before the first rate")
     p.add_argument("--seed", type=int, default=0)
@@ -108,10 +119,43 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         p.error("--compare-launch needs --compare-base-url (where the launched server listens)")
     if args.client_processes < 1:
         p.error("--client-processes must be >= 1")
+    vars(args).update(asdict(workload_size(args)))
     for name in ("num_requests", "max_input_len", "max_output_len", "warmup", "repeats"):
         if getattr(args, name) < (0 if name == "warmup" else 1):
             p.error(f"--{name.replace('_', '-')} is too small")
+    if args.offline_json:
+        problem = offline_problem(args)
+        if problem:
+            p.error(f"--offline-json: {problem}")
     return args, server_args
+
+
+def offline_problem(args: argparse.Namespace) -> str | None:
+    """Why --offline-json cannot be set beside this run (None if it can): the server is compared with
+    the engine at rate inf, on the same workload."""
+    if args.trace or float("inf") not in parse_rates(args.rates):
+        return "needs rate inf in --rates (the server is compared with the engine on a burst sent at once)"
+    if not os.path.isfile(args.offline_json):
+        return f"no file {args.offline_json}"
+    with open(args.offline_json) as f:
+        offline = json.load(f)
+    if offline.get("benchmark") != "offline":
+        return f"{args.offline_json} is not benchmark/offline/bench.py's result"
+    ours = {k: getattr(args, k) for k in ("num_requests", "max_input_len", "max_output_len", "temperature")}
+    theirs = {k: offline["workload"].get(k) for k in ours}
+    if ours != theirs:
+        return f"{args.offline_json} ran another workload: {theirs}, this run {ours}"
+    return None
+
+
+def versus_offline(path: str, summary: list[dict]) -> dict:
+    """The server's mean output throughput at rate inf over the offline engine's mean, same requests."""
+    with open(path) as f:
+        offline = json.load(f)
+    server = next(s for s in summary if s["rate"] == "inf")
+    engine = offline["repeats"]
+    return {"offline_json": path, "offline": engine, "server_rate_inf": server,
+            "ratio": ratio_of_means(server, engine)}
 
 
 def launch(args: argparse.Namespace, server_flags: list[str]) -> ServerProcess:
@@ -174,11 +218,15 @@ def workloads(args: argparse.Namespace, vocab: int) -> list[tuple[str, float | N
 
 def _workloads(args: argparse.Namespace, vocab: int) -> list[tuple[str, float | None, list[BenchRequest], dict]]:
     if args.trace:
-        reqs, clipped = load_trace(args.trace, args.num_requests, args.max_input_len, args.max_output_len, vocab,
-                                   args.seed, args.trace_speedup)
-        span = reqs[-1].arrival_s
-        offered = len(reqs) / span if span > 0 else None
-        return [("trace", offered, reqs, {"trace": args.trace, "clipped": clipped, "span_s": span})]
+        runs = []
+        for repeat in range(args.repeats):  # the same trace, fresh ids
+            reqs, clipped = load_trace(args.trace, args.num_requests, args.max_input_len, args.max_output_len, vocab,
+                                       args.seed * 1000 + repeat, args.trace_speedup)
+            span = reqs[-1].arrival_s
+            offered = len(reqs) / span if span > 0 else None
+            runs.append(("trace", offered, reqs, {"repeat": repeat, "trace": args.trace, "clipped": clipped,
+                                                  "span_s": span}))
+        return runs
     lengths = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab, args.seed)
     runs = []
     rates = parse_rates(args.rates)
@@ -186,12 +234,17 @@ def _workloads(args: argparse.Namespace, vocab: int) -> list[tuple[str, float | 
         for j, rate in enumerate(rates):
             i = repeat * len(rates) + j
             rng = random.Random(args.seed * 1000 + i + 1)  # fresh ids per run: no prefix-cache hits across runs
-            arrivals = poisson_arrivals(len(lengths), rate, args.seed + i)
+            arrivals = poisson_arrivals(len(lengths), rate, args.seed + j)  # a rate's repeats: the same arrivals
             reqs = [BenchRequest(random_ids(rng, len(w.prompt_ids), vocab), w.max_tokens, t)
                     for w, t in zip(lengths, arrivals)]
-            runs.append((rate_label(rate), None if rate == float("inf") else rate, reqs,
-                         {"repeat": repeat} if args.repeats > 1 else {}))
+            runs.append((rate_label(rate), None if rate == float("inf") else rate, reqs, {"repeat": repeat}))
     return runs
+
+
+def warmup_burst(runs: list, vocab: int) -> list[BenchRequest]:
+    """The first run's lengths, sent at once with ids of their own (they seed no run's prefix)."""
+    rng = random.Random(-2)
+    return [replace(r, prompt_ids=random_ids(rng, len(r.prompt_ids), vocab), arrival_s=0.0) for r in runs[0][2]]
 
 
 def served_model(base_url: str, api_key: str | None, wanted: str | None) -> tuple[str, str | None]:
@@ -227,8 +280,16 @@ def drive(args: argparse.Namespace, base_url: str, model: str | None, runs: list
                 raise RuntimeError(f"warm-up requests failed: {bad[0]}")
             time.sleep(2)
 
-    rows = []
     runs = runs if runs is not None else workloads(args, vocab)
+    warm_burst = None
+    if not args.no_warmup_burst:
+        reqs = warmup_burst(runs, vocab)
+        results, seconds, _ = run_requests(target, reqs, max_concurrency=args.max_concurrency,
+                                           desc="warm-up burst", **common)
+        warm_burst = summarize(results, seconds)
+        print(f"warm-up burst (not measured): {warm_burst['completed']}/{warm_burst['requests']} done in "
+              f"{seconds:.1f} s", flush=True)
+    rows = []
     for label, rate, reqs, extra in runs:
         results, seconds, peak = run_requests(target, reqs, max_concurrency=args.max_concurrency,
                                               desc=f"rate {label}", **common)
@@ -240,8 +301,8 @@ def drive(args: argparse.Namespace, base_url: str, model: str | None, runs: list
               f"ITL p50 {fmt(row['itl_ms']['p50'])} ms"
               + (f", {row['short_outputs']} outputs shorter than asked" if row["short_outputs"] else "")
               + (f", {row['failed']} failed: {next(iter(row['errors']))}" if row["failed"] else ""), flush=True)
-    return {"model": model, "model_root": root, "vocab_size": vocab, "results": rows, "spread": spread(rows),
-            "runs": runs}
+    return {"model": model, "model_root": root, "vocab_size": vocab, "warmup_burst": warm_burst, "results": rows,
+            "summary": throughput_summary(rows), "runs": runs}
 
 
 def launch_command(command: str, url: str, log_path: str, timeout: float) -> ServerProcess:
@@ -285,10 +346,12 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "online", "device": device_name(), "base_url": base_url, "launched": bool(server),
         "server_args": server_flags if server else None, "api": args.api, "client_processes": args.client_processes,
-        "workload": {k: getattr(args, k) for k in ("num_requests", "max_input_len", "max_output_len", "temperature",
-                                                   "max_concurrency", "seed", "trace", "trace_speedup", "repeats")},
+        "workload": {**workload_settings(args), **{k: getattr(args, k) for k in (
+            "max_concurrency", "seed", "trace", "trace_speedup", "repeats")}},
         **{k: v for k, v in run.items() if k != "runs"},
     }
+    if args.offline_json:
+        result["vs_offline"] = versus_offline(args.offline_json, run["summary"])
     if other:
         result["compare"] = {"name": args.compare_name, "base_url": args.compare_base_url, "launch": args.compare_launch,
                              **{k: v for k, v in other.items() if k != "runs"}}
@@ -297,12 +360,16 @@ def main(argv: list[str] | None = None) -> int:
     title = f"Online serving: {run['model']} on {result['device']}" + (f", {names[0]} vs {names[1]}" if other else "")
     latency_plot(png, title, run["results"], other["results"] if other else None, names)
     print(format_table(run["results"]))
-    if args.repeats > 1:
-        print(f"\nspread over {args.repeats} repeats:\n" + format_spread(run["spread"]))
+    print(f"\noutput throughput over {args.repeats} repeat(s) of each rate:\n" + format_summary(run["summary"]))
     if other:
         print(f"\n{names[1]}:\n" + format_table(other["results"]))
-        print(f"\n{names[0]} vs {names[1]} (ratio = {names[0]} / {names[1]}):\n"
+        print(f"\n{names[0]} vs {names[1]} (ratio = {names[0]} / {names[1]}, of the means over repeats):\n"
               + comparison_table(run["results"], other["results"], names))
+    if args.offline_json:
+        vs = result["vs_offline"]
+        print(f"\nserver at rate inf {fmt(vs['server_rate_inf']['mean'])} out tok/s (mean of "
+              f"{vs['server_rate_inf']['runs']}) / offline engine {fmt(vs['offline']['mean'])} (mean of "
+              f"{vs['offline']['runs']}) = {fmt(vs['ratio'], 3)}")
     print("latencies in ms; ITL is between streamed chunks")
     print(f"wrote {args.out} and {png}")
     failed = any(r["failed"] for r in run["results"] + (other["results"] if other else []))

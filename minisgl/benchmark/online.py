@@ -15,6 +15,7 @@ import random
 
 import numpy as np
 
+from .repeats import repeat_summary
 from .sse_client import BenchRequest, RequestResult
 
 PERCENTILES = (50, 90, 99)
@@ -135,25 +136,29 @@ def summarize(results: list[RequestResult], duration_s: float) -> dict:
     }
 
 
-def spread(rows: list[dict]) -> list[dict]:
-    """Output throughput over the repeats of each rate (rows of the same `rate` label): mean, min,
-    max and the coefficient of variation, so a difference can be read against the run-to-run noise."""
-    by_rate: dict[str, list[float]] = {}
+def by_rate(rows: list[dict]) -> dict[str, list[dict]]:
+    """A sweep's rows (each repeat of each rate) grouped by their `rate` label, in the sweep's order."""
+    groups: dict[str, list[dict]] = {}
     for r in rows:
-        if r["output_throughput"] is not None:
-            by_rate.setdefault(r["rate"], []).append(r["output_throughput"])
+        groups.setdefault(r["rate"], []).append(r)
+    return groups
+
+
+def throughput_summary(rows: list[dict]) -> list[dict]:
+    """Each rate's output throughput over its repeats (repeat_summary: every value, mean, min, max,
+    spread), so a difference can be read against the run-to-run noise of the same burst."""
     out = []
-    for rate, values in by_rate.items():
-        a = np.asarray(values, dtype=float)
-        out.append({"rate": rate, "runs": len(a), "mean": float(a.mean()), "min": float(a.min()),
-                    "max": float(a.max()), "cv": float(a.std() / a.mean()) if a.mean() else None})
+    for rate, group in by_rate(rows).items():
+        values = [r["output_throughput"] for r in group if r["output_throughput"] is not None]
+        if values:
+            out.append({"rate": rate, **repeat_summary(values)})
     return out
 
 
-def format_spread(stats: list[dict]) -> str:
-    lines = ["| rate (req/s) | runs | out tok/s mean | min | max | CV |", "|---|---|---|---|---|---|"]
+def format_summary(stats: list[dict]) -> str:
+    lines = ["| rate (req/s) | runs | out tok/s mean | min | max | spread (max-min)/mean |", "|---|---|---|---|---|---|"]
     lines += [f"| {s['rate']} | {s['runs']} | {fmt(s['mean'])} | {fmt(s['min'])} | {fmt(s['max'])} | "
-              f"{fmt(None if s['cv'] is None else 100 * s['cv'], 2)}% |" for s in stats]
+              f"{fmt(None if s['spread'] is None else 100 * s['spread'], 2)}% |" for s in stats]
     return "\n".join(lines)
 
 
@@ -175,19 +180,32 @@ def format_table(rows: list[dict]) -> str:
 
 
 def comparison_table(rows: list[dict], compare: list[dict], names: tuple[str, str]) -> str:
-    """Two servers driven with the same requests, side by side per rate, with the ratio A/B of
-    output throughput and of TTFT p99."""
+    """Two servers driven with the same requests, side by side per rate: output throughput and TTFT
+    percentiles as means over the rate's repeats, and the ratios A/B of those means."""
     a, b = names
     head = ["rate (req/s)", f"{a} out tok/s", f"{b} out tok/s", "ratio", f"{a} TTFT p50/p90/p99",
             f"{b} TTFT p50/p90/p99", "TTFT p99 ratio"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for x, y in zip(rows, compare):
-        ttft = lambda r: "/".join(fmt(r["ttft_ms"][f"p{p}"]) for p in PERCENTILES)  # noqa: E731
-        cells = [x["rate"], fmt(x["output_throughput"]), fmt(y["output_throughput"]),
+    theirs = by_rate(compare)
+    for rate, group in by_rate(rows).items():
+        x, y = _means(group), _means(theirs.get(rate, []))
+        ttft = lambda m: "/".join(fmt(m[f"ttft_p{p}"]) for p in PERCENTILES)  # noqa: E731
+        cells = [rate, fmt(x["output_throughput"]), fmt(y["output_throughput"]),
                  fmt(_ratio(x["output_throughput"], y["output_throughput"]), 2), ttft(x), ttft(y),
-                 fmt(_ratio(x["ttft_ms"]["p99"], y["ttft_ms"]["p99"]), 2)]
+                 fmt(_ratio(x["ttft_p99"], y["ttft_p99"]), 2)]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
+
+
+def _means(group: list[dict]) -> dict[str, float | None]:
+    """Output throughput and TTFT percentiles, each the mean over a rate's repeats (None if none has it)."""
+    columns = {"output_throughput": [r["output_throughput"] for r in group]}
+    columns.update({f"ttft_p{p}": [r["ttft_ms"][f"p{p}"] for r in group] for p in PERCENTILES})
+    return {k: _mean([v for v in vs if v is not None]) for k, vs in columns.items()}
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
 
 
 def _ratio(x: float | None, y: float | None) -> float | None:
@@ -196,8 +214,9 @@ def _ratio(x: float | None, y: float | None) -> float | None:
 
 def latency_plot(path: str, title: str, rows: list[dict], compare: list[dict] | None = None,
                  names: tuple[str, str] = ("", "")) -> None:
-    """Four panels over the rates: TTFT, ITL and E2E percentiles (ms, log scale) and throughput;
-    with `compare`, the second server's p50 and p99 (grey) and throughput too."""
+    """Four panels over the rates: TTFT, ITL and E2E percentiles (ms, log scale) and throughput.
+    Lines join the means over each rate's repeats and every repeat is a dot beside them; with
+    `compare`, the second server's p50 and p99 (grey) and throughput too."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -206,16 +225,24 @@ def latency_plot(path: str, title: str, rows: list[dict], compare: list[dict] | 
 
     plain = FuncFormatter(lambda v, _: f"{v:g}")
     sparse = FuncFormatter(lambda v, _: f"{v:g}" if f"{v:e}"[0] in "25" else "")  # minor ticks: 2x and 5x only
-    labels = [r["rate"] for r in rows]
-    x = list(range(len(rows)))
+    ours, theirs = by_rate(rows), by_rate(compare or [])
+    labels = list(ours)
+    x = list(range(len(labels)))
+
+    def series(ax, groups, value, style, label, color=None):
+        """The mean over each rate's repeats as a line, each repeat as a dot at the rate."""
+        per_rate = [[v for v in map(value, groups.get(rate, [])) if v is not None] for rate in labels]
+        line = ax.plot(x, [_mean(vs) or float("nan") for vs in per_rate], style, label=label, color=color)[0]
+        dots = [(i, v) for i, vs in enumerate(per_rate) for v in vs]
+        if dots and max(len(vs) for vs in per_rate) > 1:
+            ax.scatter(*zip(*dots), s=12, color=line.get_color(), alpha=0.5)
+
     fig, axes = plt.subplots(2, 2, figsize=(10, 7))
     for ax, key, name in zip(axes.flat, ("ttft_ms", "itl_ms", "e2e_ms"), ("TTFT", "ITL", "end-to-end latency")):
         for p, style in zip(PERCENTILES, ("o-", "s--", "^:")):
-            ys = [r[key][f"p{p}"] for r in rows]
-            ax.plot(x, [float("nan") if y is None else y for y in ys], style, label=f"{names[0]} p{p}".strip())
+            series(ax, ours, lambda r: r[key][f"p{p}"], style, f"{names[0]} p{p}".strip())
         for p, style in zip((50, 99), ("o-", "^:")) if compare else ():
-            ys = [r[key][f"p{p}"] for r in compare]
-            ax.plot(x, [float("nan") if y is None else y for y in ys], style, color="grey", label=f"{names[1]} p{p}")
+            series(ax, theirs, lambda r: r[key][f"p{p}"], style, f"{names[1]} p{p}", color="grey")
         ax.set_title(name)
         ax.set_ylabel("ms")
         ax.set_yscale("log")
@@ -225,15 +252,15 @@ def latency_plot(path: str, title: str, rows: list[dict], compare: list[dict] | 
         ax.grid(True, which="both", alpha=0.3)
         ax.legend()
     ax = axes.flat[3]
-    ax.plot(x, [r["output_throughput"] or 0 for r in rows], "o-", color="#55A868",
-            label=f"{names[0]} output tok/s".strip())
+    series(ax, ours, lambda r: r["output_throughput"], "o-", f"{names[0]} output tok/s".strip(), color="#55A868")
     if compare:
-        ax.plot(x, [r["output_throughput"] or 0 for r in compare], "o-", color="grey", label=f"{names[1]} output tok/s")
+        series(ax, theirs, lambda r: r["output_throughput"], "o-", f"{names[1]} output tok/s", color="grey")
     ax.set_ylabel("output tokens / s")
-    ax.set_title("throughput")
+    ax.set_title("throughput" + (f" (dots: each of {max(map(len, ours.values()))} repeats)"
+                                 if max(map(len, ours.values())) > 1 else ""))
     ax.grid(True, alpha=0.3)
     ax2 = ax.twinx()
-    ax2.plot(x, [r["request_throughput"] or 0 for r in rows], "s--", color="#C44E52", label="requests/s")
+    series(ax2, ours, lambda r: r["request_throughput"], "s--", "requests/s", color="#C44E52")
     ax2.set_ylabel("requests / s")
     ax.legend(loc="upper left")
     ax2.legend(loc="lower right")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import random
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields, replace
 
 
 @dataclass(frozen=True)
@@ -26,21 +26,51 @@ def offline_workload(num_requests: int = 256, max_input_len: int = 1024, max_out
     return [OfflineRequest(p, o) for p, o in zip(prompts, outputs)]
 
 
-WORKLOAD_FLAGS = ("num_requests", "max_input_len", "max_output_len", "temperature")
+def fresh_ids(prompts: list[list[int]], seed: int, vocab_size: int = 10001) -> list[list[int]]:
+    """The same prompt lengths with other random ids, drawn as offline_workload draws them: a rerun
+    of the workload that finds none of its prompts in the prefix cache."""
+    rng = random.Random(seed)
+    return [[rng.randint(0, 10000) % vocab_size for _ in p] for p in prompts]
 
 
-def add_workload_flags(p: argparse.ArgumentParser) -> None:
-    """The offline benchmarks' workload on their command line (WORKLOAD_FLAGS): its size, the
-    field's by default, and the sampling temperature."""
-    p.add_argument("--num-requests", type=int, default=256)
-    p.add_argument("--max-input-len", type=int, default=1024)
-    p.add_argument("--max-output-len", type=int, default=1024)
+@dataclass(frozen=True)
+class WorkloadSize:
+    num_requests: int
+    max_input_len: int
+    max_output_len: int
+
+
+# Named sizes of offline_workload; --workload picks one, --num-requests etc. override its fields.
+WORKLOADS = {
+    "field": WorkloadSize(256, 1024, 1024),  # nano-vllm's and Mini-SGLang's offline benchmark
+    # The serving benchmark: 256 requests finish on a GPU too fast to tell a 5% change apart.
+    "serving": WorkloadSize(1024, 1024, 256),
+    "long": WorkloadSize(1024, 1024, 2048),  # the serving one with long outputs: 1,074 tokens on average
+}
+
+
+def add_workload_flags(p: argparse.ArgumentParser, default: str = "field") -> None:
+    """The benchmarks' workload on their command line: a named size, each of its
+    fields overridable, and the sampling temperature. Read the sizes with workload_size(args)."""
+    p.add_argument("--workload", choices=sorted(WORKLOADS), default=default,
+                   help="named size: " + "; ".join(f"{name} {w.num_requests} requests, inputs <= {w.max_input_len}, "
+                                                   f"outputs <= {w.max_output_len}" for name, w in WORKLOADS.items())
+                   + " (lengths random in [min(100, max), max])")
+    for field in fields(WorkloadSize):
+        p.add_argument("--" + field.name.replace("_", "-"), type=int, help="default: the --workload's")
     p.add_argument("--temperature", type=float, default=0.6)
+
+
+def workload_size(args: argparse.Namespace) -> WorkloadSize:
+    """The --workload's size with the fields given on the command line in its place."""
+    named = WORKLOADS[args.workload]
+    given = {f.name: getattr(args, f.name) for f in fields(WorkloadSize) if getattr(args, f.name) is not None}
+    return replace(named, **given)
 
 
 def workload_settings(args: argparse.Namespace) -> dict:
     """The flags' values, for a result's JSON."""
-    return {name: getattr(args, name) for name in WORKLOAD_FLAGS}
+    return {"workload": args.workload, **asdict(workload_size(args)), "temperature": args.temperature}
 
 
 def workload_requests(args: argparse.Namespace, vocab_size: int) -> tuple[list[list[int]], list]:
@@ -48,6 +78,7 @@ def workload_requests(args: argparse.Namespace, vocab_size: int) -> tuple[list[l
     temperature, ignore_eos: every request runs to its length)."""
     from minisgl.core import SamplingParams  # (here: the online benchmark's client processes import this module)
 
-    workload = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab_size=vocab_size)
+    size = workload_size(args)
+    workload = offline_workload(size.num_requests, size.max_input_len, size.max_output_len, vocab_size=vocab_size)
     params = [SamplingParams(temperature=args.temperature, max_tokens=r.max_tokens, ignore_eos=True) for r in workload]
     return [r.prompt_ids for r in workload], params

@@ -32,8 +32,8 @@ def run(cmd: list[str], timeout: float) -> subprocess.CompletedProcess:
 def test_model_free_server_streams_every_token_through_two_tokenizers(tmp_path):
     out = tmp_path / "serving.json"
     run([sys.executable, BENCH, "--launch", "--model-free", "--api", "chat", "--rates", "inf", "--num-requests", str(N),
-         "--max-input-len", "48", "--max-output-len", str(OUT_LEN), "--no-progress", "--out", str(out), "--",
-         "--tokenizer-workers", "2", "--num-pages", "512"], 170)
+         "--max-input-len", "48", "--max-output-len", str(OUT_LEN), "--no-warmup-burst", "--no-progress", "--out", str(out),
+         "--", "--tokenizer-workers", "2", "--num-pages", "512"], 170)
     row = json.loads(out.read_text())["results"][0]
     assert row["completed"] == N and row["failed"] == 0
     assert row["output_tokens"] == row["expected_output_tokens"] == N * OUT_LEN
@@ -57,7 +57,7 @@ def test_compare_drives_a_second_server_with_the_same_requests(tmp_path):
     """The second server sends no usage: its tokens are counted from the stream's text chunks."""
     out, port = tmp_path / "compare.json", free_port()
     proc = run([sys.executable, BENCH, "--launch", "--model-free", "--rates", "inf", "--num-requests", str(N),
-                "--max-input-len", "16", "--max-output-len", str(OUT_LEN), "--no-progress", "--out", str(out),
+                "--max-input-len", "16", "--max-output-len", str(OUT_LEN), "--no-warmup-burst", "--no-progress", "--out", str(out),
                 "--compare-base-url", f"http://127.0.0.1:{port}", "--compare-name", "canned",
                 "--compare-launch", f"{sys.executable} {CEILING} --serve {port} --no-usage", "--",
                 "--num-pages", "512"], 170)
