@@ -4,11 +4,12 @@
 #      WORKLOAD, `serving` unless set: Qwen3-0.6B shapes, dummy weights, ignore_eos; WORKLOAD=long is the
 #      long-output mode; NREQ and NOUT override its request count and longest output), once unmeasured
 #      and REPEATS (3) times measured, fresh prompt ids each;
-#   2. minisgl's server at Poisson rates RATES (32, 128 and inf; inf alone for WORKLOAD=long: its bursts
-#      are long), chat API, the same workload: a warm-up burst, then each rate's burst REPEATS times, its
-#      mean, min, max and spread, and at rate inf the server's mean over the engine's (--offline-json);
-#      then Mini-SGLang's server (from the git-ignored .ref/mini-sglang, --attn fi) with the same requests
-#      once minisgl's is stopped, so each has the GPU alone: one table with both and the ratio of means.
+#   2. minisgl's server at Poisson rates RATES (32, 128 and inf), chat API, the same workload: a
+#      warm-up burst, then each rate's burst REPEATS times, its mean, min, max and spread, and at rate
+#      inf the server's mean over the engine's (--offline-json); then Mini-SGLang's server (from the
+#      git-ignored .ref/mini-sglang, --attn fi) with the same requests once minisgl's is stopped, so
+#      each has the GPU alone: one table with both and the ratio of means. WORKLOAD=long, whose bursts
+#      are long, runs rate inf alone and no reference (unless RATES and NO_COMPARE= say otherwise).
 # With the reference beside, the default call runs close to a device call's 10 minutes.
 # NO_COMPARE=1 drives minisgl alone; BASE=.base drives an earlier tree's server in the reference's place
 # (the previous commit beside, e.g. RATES=inf SKIP_OFFLINE=1 BASE=.base); NO_SAVE_JIT=1 leaves the JIT workspace unsaved. Run after the kit preamble (../shared/device/kit.sh) with .device-kit, .bench-models
@@ -22,7 +23,7 @@ mkdir -p "$RES"
 MODEL=$PWD/.bench-models/qwen3-0.6b
 WORKLOAD=${WORKLOAD:-serving}
 SIZE=(--workload "$WORKLOAD" ${NREQ:+--num-requests "$NREQ"} ${NOUT:+--max-output-len "$NOUT"} --repeats "${REPEATS:-3}")
-[ "$WORKLOAD" = long ] && RATES=${RATES:-inf}
+[ "$WORKLOAD" = long ] && RATES=${RATES:-inf} && NO_COMPARE=${NO_COMPARE-1}
 RATES=${RATES:-32,128,inf}
 VS_OFFLINE=()
 restore_jit_cache
@@ -30,7 +31,7 @@ nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 
 if [ -z "${SKIP_OFFLINE:-}" ]; then
     step "offline engine, the same workload"
-    timeout "${OFFLINE_TIMEOUT:-240}" python benchmark/offline/bench.py --model "$MODEL" --dummy-weight "${SIZE[@]}" \
+    timeout "${OFFLINE_TIMEOUT:-300}" python benchmark/offline/bench.py --model "$MODEL" --dummy-weight "${SIZE[@]}" \
         --out "$RES/offline.json" > "$RES/offline.log" 2>&1 && [[ ",$RATES," == *,inf,* ]] \
         && VS_OFFLINE=(--offline-json "$RES/offline.json")  # the server at rate inf over the engine
     grep -vE "it/s\]|s/it\]" "$RES/offline.log" | tail -6
