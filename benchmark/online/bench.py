@@ -137,12 +137,15 @@ def offline_problem(args: argparse.Namespace) -> str | None:
         return "needs rate inf in --rates (the server is compared with the engine on a burst sent at once)"
     if not os.path.isfile(args.offline_json):
         return f"no file {args.offline_json}"
-    with open(args.offline_json) as f:
-        offline = json.load(f)
-    if offline.get("benchmark") != "offline":
+    try:
+        with open(args.offline_json) as f:
+            offline = json.load(f)
+    except ValueError as e:
+        return f"{args.offline_json} is not JSON ({e})"
+    if not isinstance(offline, dict) or offline.get("benchmark") != "offline" or "repeats" not in offline:
         return f"{args.offline_json} is not benchmark/offline/bench.py's result"
     ours = {k: getattr(args, k) for k in ("num_requests", "max_input_len", "max_output_len", "temperature")}
-    theirs = {k: offline["workload"].get(k) for k in ours}
+    theirs = {k: (offline.get("workload") or {}).get(k) for k in ours}
     if ours != theirs:
         return f"{args.offline_json} ran another workload: {theirs}, this run {ours}"
     return None

@@ -101,7 +101,7 @@ def refusal(argv: list[str], capsys) -> str:
 def offline_json(tmp_path, **workload) -> str:
     """A result of benchmark/offline/bench.py, as far as --offline-json reads it before the run."""
     path = tmp_path / "offline.json"
-    path.write_text(json.dumps({"benchmark": "offline", "workload": workload}))
+    path.write_text(json.dumps({"benchmark": "offline", "workload": workload, "repeats": {}}))
     return str(path)
 
 
@@ -115,6 +115,10 @@ def test_the_offline_engine_is_compared_only_on_the_same_workload_at_rate_inf(tm
     assert "--offline-json" in err and "rate inf" in err
     err = refusal([*size, "--rates", "inf", "--offline-json", str(tmp_path / "missing.json")], capsys)
     assert "--offline-json" in err and "no file" in err
+    online = tmp_path / "online.json"
+    online.write_text(json.dumps({"benchmark": "online"}))
+    err = refusal([*size, "--rates", "inf", "--offline-json", str(online)], capsys)
+    assert "--offline-json" in err and "not benchmark/offline/bench.py's result" in err
 
 
 def test_repeats_below_one_are_refused(capsys):
