@@ -8,9 +8,9 @@ Throughput is output tokens over the wall time of the whole batch, after a warm-
 runs once unmeasured and then --repeats times in one process, each run with prompts of the same
 lengths and fresh ids (a rerun of the same prompts would find them in the prefix cache and skip
 their prefill), and the mean of the measured runs is reported with each one's value and their
-spread. With --compare-hf, HF transformers'
-continuous batching (`generate_batch`) runs a subset with a fixed output length, and minisgl runs
-the same subset in the same process: the ratio of the two is printed. Writes JSON and a PNG.
+spread. With --compare-hf, HF transformers' continuous batching (`generate_batch`) runs a subset
+with a fixed output length, and minisgl runs the same subset in the same process: the ratio of the
+two is printed. Writes JSON and a PNG.
 """
 
 from __future__ import annotations

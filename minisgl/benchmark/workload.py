@@ -50,8 +50,8 @@ WORKLOADS = {
 
 
 def add_workload_flags(p: argparse.ArgumentParser, default: str = "field") -> None:
-    """The benchmarks' workload on their command line: a named size, each of its
-    fields overridable, and the sampling temperature. Read the sizes with workload_size(args)."""
+    """The benchmarks' workload on their command line: a named size, each of its fields
+    overridable, and the sampling temperature. Read the sizes with workload_size(args)."""
     p.add_argument("--workload", choices=sorted(WORKLOADS), default=default,
                    help="named size: " + "; ".join(f"{name} {w.num_requests} requests, inputs <= {w.max_input_len}, "
                                                    f"outputs <= {w.max_output_len}" for name, w in WORKLOADS.items())
