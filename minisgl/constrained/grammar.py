@@ -13,7 +13,8 @@ import torch
 # json_schema: no property or item beyond the schema's unless it allows them (xgrammar's strict_mode,
 # vLLM's default), whether or not the request says `strict`: a weak model free to add keys adds them
 # until max_tokens cuts the JSON.
-CONSTRAINT_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar", "tool_call_or_json")
+CONSTRAINT_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar", "tool_call_or_json",
+                    "strict_tool_calls")
 # The request fields each kind comes from, for the errors a client reads.
 CONSTRAINT_FIELDS = {
     "json_object": "response_format",
@@ -22,6 +23,7 @@ CONSTRAINT_FIELDS = {
     "choice": "guided_choice",
     "grammar": "guided_grammar",
     "tool_call_or_json": "tools or response_format",  # tools.call_or_answer
+    "strict_tool_calls": "tools (strict)",  # tools.strict_calls
 }
 
 
@@ -32,7 +34,7 @@ def constraint_problem(constraint: tuple[str, str] | None) -> str | None:
     if len(constraint) != 2 or constraint[0] not in CONSTRAINT_KINDS:
         return f"unknown constraint {constraint!r}"
     kind, spec = constraint
-    if kind.startswith("json_schema") or kind in ("choice", "tool_call_or_json"):
+    if kind.startswith("json_schema") or kind in ("choice", "tool_call_or_json", "strict_tool_calls"):
         try:
             value = json.loads(spec)
         except ValueError as e:
@@ -60,7 +62,7 @@ def bound_problem(constraint: tuple[str, str] | None, max_depth: int) -> str | N
     """Why a constraint is refused before it is compiled, or None. A schema's compile time grows
     with how deeply its objects and arrays nest inline (much faster than with its size), so that
     is bounded up front; the compile time budget covers the rest."""
-    if constraint is None or constraint[0] not in ("json_schema", "tool_call_or_json"):
+    if constraint is None or constraint[0] not in ("json_schema", "tool_call_or_json", "strict_tool_calls"):
         return None
     depth = json_depth(constraint[1])
     if depth > max_depth:
@@ -86,9 +88,11 @@ def compile_constraint(compiler, constraint: tuple[str, str]):
             return compiler.compile_grammar(spec)
         if kind == "tool_call_or_json":
             return compiler.compile_grammar(_call_or_answer(json.loads(spec)))
+        if kind == "strict_tool_calls":
+            return compiler.compile_structural_tag(spec)
     except (RuntimeError, ValueError, TypeError) as e:  # xgrammar reports bad input as RuntimeError
         reason = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip())  # xgrammar's time and source line
-        raise ValueError(f"cannot compile the {kind} constraint: {reason}") from None
+        raise ValueError(f"cannot compile the {kind} constraint ({CONSTRAINT_FIELDS.get(kind, kind)}): {reason}") from None
     raise ValueError(f"unknown constraint kind {kind!r}")
 
 

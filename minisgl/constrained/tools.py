@@ -65,4 +65,25 @@ def call_or_answer(tools: dict[str, dict], answer: dict, syntax: str) -> tuple[s
     return CALLS_OR_ANSWER, json.dumps({"before": before, "call": call, "after": after, "answer": answer})
 
 
-__all__ = ["CALLS_OR_ANSWER", "CALL_SYNTAX", "call_or_answer", "forced_calls_schema"]
+# tool_choice auto with strict functions: free text, but a call, once begun, in the syntax with a
+# known name and arguments in its schema (compiled by grammar.compile_constraint as an xgrammar
+# structural tag whose trigger is the call's opening).
+STRICT_CALLS = "strict_tool_calls"
+
+
+def strict_calls(tools: dict[str, dict], strict: set[str], syntax: str) -> tuple[str, str]:
+    """The constraint of tool_choice auto where some function is `strict` (OpenAI: its arguments
+    match its schema): the model writes what it likes, and a call in `syntax` (CALL_SYNTAX) that it
+    begins names one of `tools` (name -> parameters schema) and gives arguments in the schema of a
+    strict one (any object for the others)."""
+    before, after, key = CALL_SYNTAX[syntax]
+    trigger = before or '{"name": '
+    tags = [{"type": "tag", "begin": f'{before}{{"name": {json.dumps(name)}, "{key}": ',
+             "content": {"type": "json_schema", "json_schema": schema if name in strict else {"type": "object"}},
+             "end": "}" + after} for name, schema in tools.items()]
+    tag = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": [trigger], "tags": tags,
+                                                "at_least_one": False, "stop_after_first": False}}
+    return STRICT_CALLS, json.dumps(tag)
+
+
+__all__ = ["CALLS_OR_ANSWER", "CALL_SYNTAX", "STRICT_CALLS", "call_or_answer", "forced_calls_schema", "strict_calls"]

@@ -87,7 +87,7 @@ def test_cancelling_a_compile_kills_its_worker_and_resolves_nothing(make_pool):
 def test_a_compile_error_is_reported_and_remembered(make_pool):
     pool = make_pool(workers=1)
     bad = pool.submit(("regex", "(unclosed"))
-    with pytest.raises(ValueError, match=r"^cannot compile the regex constraint: Regex parsing error"):
+    with pytest.raises(ValueError, match=r"^cannot compile the regex constraint \(guided_regex\): Regex parsing error"):
         bad.result(timeout=600)
     assert pool.submit(("regex", "(unclosed")) is bad
 

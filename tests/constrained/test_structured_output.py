@@ -90,7 +90,7 @@ def test_invalid_constraints_are_reported_not_crashing(llm):
         SamplingParams(constraint=("json_schema", "{not json"))
     with pytest.raises(ValueError, match="min_tokens"):
         SamplingParams(constraint=("json_object", ""), min_tokens=3, max_tokens=10)
-    with pytest.raises(ValueError, match=r"^cannot compile the regex constraint: Regex parsing error"):
+    with pytest.raises(ValueError, match=r"^cannot compile the regex constraint \(guided_regex\): Regex parsing error"):
         model.generate([PROMPT], SamplingParams(max_tokens=5, constraint=("regex", "(unclosed")), use_tqdm=False)
     # The scheduler keeps serving.
     assert model.generate([PROMPT], SamplingParams(max_tokens=3, temperature=0), use_tqdm=False)[0]["token_ids"]

@@ -1,7 +1,8 @@
 """The grammar of forced tool calls (minisgl.constrained.tools), compiled as the server compiles
 it and matched character by character: a list of calls of the given tools, each call's
 arguments in its tool's schema (its own `$ref`s resolved), at most one call when asked, and beside
-an answer format either that list or an answer in the format, nothing else."""
+an answer format either that list or an answer in the format, nothing else; with tool_choice auto
+and strict functions, free text in which any call is held to the tools."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import json
 
 import pytest
 
-from minisgl.constrained.tools import call_or_answer, forced_calls_schema
+from minisgl.constrained.tools import call_or_answer, forced_calls_schema, strict_calls
 
 # Arguments with a nested model behind a $ref, as pydantic writes them.
 WEATHER = {"type": "object", "properties": {"where": {"$ref": "#/$defs/Place"}, "days": {"type": "integer"}},
@@ -72,3 +73,29 @@ def test_tool_choice_auto_beside_an_answer_format_a_call_in_the_models_syntax_or
     assert not accepts_constraint(constraint, _text({"ok": True, "why": "x"}))  # and the answer's
     assert not accepts_constraint(constraint, call + call)  # one call
     assert not accepts_constraint(constraint, "Sure.")
+
+
+# tool_choice auto with strict functions (tools.strict_calls): free text, and a call, once begun in the
+# model's syntax, names a tool and gives arguments in a strict one's schema (any object for the others).
+def _hermes(name: str, arguments: dict) -> str:
+    return f'<tool_call>\n{json.dumps({"name": name, "arguments": arguments})}\n</tool_call>'
+
+
+def test_strict_auto_calls_hold_names_and_strict_schemas_and_leave_text_free(accepts_constraint):
+    hermes = strict_calls({"get_weather": WEATHER, "get_time": TIME}, {"get_weather"}, "hermes")
+
+    def accepts(text: str) -> bool:
+        return accepts_constraint(hermes, text)
+
+    assert accepts("It is sunny, I think.") and accepts("")
+    paris = _hermes("get_weather", {"where": {"city": "Paris"}, "days": 2})
+    assert accepts(paris) and accepts(f"Let me look. {paris}") and accepts(paris + paris)
+    assert not accepts(_hermes("get_weather", {"where": {"city": "Rome"}, "days": 2}))  # not in its enum
+    assert not accepts(_hermes("get_weather", {"days": 2}))  # a required argument missing
+    assert not accepts(_hermes("get_news", {}))  # not a tool
+    assert accepts(_hermes("get_time", {"anything": [1, 2]}))  # not strict: any object
+    assert not accepts('<tool_call>\n{"name": "get_time", "arguments": 3}')  # an object, strict or not
+
+    llama = strict_calls({"get_time": TIME}, {"get_time"}, "llama3_json")
+    assert accepts_constraint(llama, json.dumps({"name": "get_time", "parameters": {"zone": "UTC"}}))
+    assert not accepts_constraint(llama, json.dumps({"name": "get_time", "parameters": {"zone": "PST"}}))

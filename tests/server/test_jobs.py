@@ -68,3 +68,24 @@ def test_an_impossible_combination_is_a_400_naming_the_field(body, field):
     with pytest.raises(APIError) as refused:
         chat_jobs_of(ChatCompletionRequest(messages=CHAT, **body))
     assert refused.value.status == 400 and refused.value.code == "invalid_request" and field in refused.value.message
+
+
+STRICT = {"type": "function", "function": {"name": "get_time", "strict": True, "parameters": {
+    "type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC"]}}, "required": ["zone"]}}}
+LOOSE = {"type": "function", "function": {"name": "get_news", "parameters": {"type": "object"}}}
+
+
+def test_strict_functions_with_tool_choice_auto_hold_calls_in_the_parsers_syntax_or_are_refused():
+    body = ChatCompletionRequest(messages=CHAT, tools=[STRICT, LOOSE])
+    (job,) = chat_jobs(body, ChatOutputFormat.for_chat(body, None, "hermes"))
+    assert job.params.constraint[0] == "strict_tool_calls" and '"enum": ["UTC"]' in job.params.constraint[1]
+    # No strict function, or a forced call (the grammar holds it anyway): no such constraint.
+    loose = ChatCompletionRequest(messages=CHAT, tools=[LOOSE])
+    assert chat_jobs(loose, ChatOutputFormat.for_chat(loose, None, "hermes"))[0].params.constraint is None
+    named = ChatCompletionRequest(messages=CHAT, tools=[STRICT], tool_choice={"type": "function",
+                                                                                "function": {"name": "get_time"}})
+    assert chat_jobs(named, ChatOutputFormat.for_chat(named, None, "hermes"))[0].params.constraint[0] == "json_schema"
+    # A parser whose calls are not one JSON object cannot hold them: refused, not ignored.
+    with pytest.raises(APIError) as e:
+        chat_jobs(body, ChatOutputFormat.for_chat(body, None, "qwen3_coder"))
+    assert e.value.status == 400 and e.value.param == "tools" and "qwen3_coder" in e.value.message

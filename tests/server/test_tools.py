@@ -355,3 +355,17 @@ def test_auto_beside_a_response_format_gives_a_call_in_the_models_syntax_or_an_a
         else:
             assert calls == []
             jsonschema.validate(json.loads(content), {**VERDICT, "additionalProperties": False})
+
+
+def test_strict_functions_with_tool_choice_auto_are_compiled_for_the_calls_and_a_bad_schema_is_400(client):
+    """OpenAI's strict: a call the model begins is held to the tools (the grammar itself:
+    tests/constrained/test_tools.py); the text around calls stays free."""
+    strict = {"type": "function", "function": {**WEATHER["function"], "strict": True}}
+    resp = client.chat.completions.create(model=MODEL, messages=CHAT, tools=[strict, TIME], max_tokens=16,
+                                          temperature=0)
+    assert resp.choices[0].finish_reason in ("stop", "length") and resp.usage.completion_tokens > 0
+    unreadable = {"type": "function", "function": {"name": "f", "strict": True, "parameters": {
+        "type": "object", "properties": {"a": {"type": "string", "pattern": "(("}}, "required": ["a"]}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model=MODEL, messages=CHAT, tools=[unreadable], max_tokens=4)
+    assert "tools (strict)" in e.value.body["message"], e.value.body

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, model_validator
 
-from minisgl.constrained.tools import call_or_answer, forced_calls_schema
+from minisgl.constrained.tools import call_or_answer, forced_calls_schema, strict_calls
 from minisgl.core.request_fields import MAX_LOGPROBS
 
 from ..parsers.tool_calls import loads
@@ -154,6 +154,16 @@ class ChatCompletionRequest(GenerationRequest):
         schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools or ()}
         return call_or_answer(schemas, json.loads(answer[1]) if answer[0] == "json_schema" else {"type": "object"},
                               tool_syntax)
+
+    def strict_calls(self, tool_syntax: str | None) -> tuple[str, str] | None:
+        """tool_choice auto with a strict function and no answer format: a call the model begins in
+        its syntax is held to the tools' names and the strict ones' schemas (OpenAI's strict).
+        None where the request's constraint() stands."""
+        strict = {t.function.name for t in self.tools or () if t.function.strict}
+        if self.tool_mode != "auto" or not strict or not tool_syntax or self.answer_constraint() is not None:
+            return None
+        schemas = {t.function.name: t.function.parameters or {"type": "object"} for t in self.tools or ()}
+        return strict_calls(schemas, strict, tool_syntax)
 
     @model_validator(mode="after")
     def _top_logprobs_needs_logprobs(self):

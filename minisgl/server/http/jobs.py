@@ -48,7 +48,12 @@ def chat_jobs(body: ChatCompletionRequest, output: ChatOutputFormat) -> list[Job
     """A chat's n choices; `output`: how they are read back (its tool parser's syntax may bind a
     call beside an answer format)."""
     params = body.sampling_params()
-    either = body.call_or_answer(output.tool_parser and TOOL_PARSERS[output.tool_parser].syntax)
+    syntax = output.tool_parser and TOOL_PARSERS[output.tool_parser].syntax
+    if output.tool_parser and not syntax and body.tool_mode == "auto" and any(t.function.strict for t in body.tools):
+        raise APIError(400, f"tools: strict functions are held to their schemas in calls written as one JSON object "
+                            f"(hermes, llama3_json); this model's {output.tool_parser} calls are not; send strict: "
+                            "false, or tool_choice required or a named function", param="tools", code="invalid_request")
+    either = body.call_or_answer(syntax) or body.strict_calls(syntax)
     if either is not None:
         try:
             params = replace(params, constraint=either)
