@@ -15,20 +15,22 @@ attention still runs at its shapes, so a step costs what it costs with real weig
 from __future__ import annotations
 
 import torch
-from torch import nn
+
+from minisgl.models.decoder import MLP, DecoderForCausalLM, DecoderLayer
 
 
-def make_greedy_peaked(model: nn.Module) -> None:
+def make_greedy_peaked(model: DecoderForCausalLM) -> None:
     """Rewrite a dense decoder's dummy weights in place (addresses kept: captured CUDA graphs read
     them as they are); a mixture-of-experts model is refused."""
     inner = model.model
     with torch.no_grad():
         for layer in inner.layers:
-            if not hasattr(layer.mlp, "down_proj"):
+            assert isinstance(layer, DecoderLayer)
+            if not isinstance(layer.mlp, MLP):
                 raise ValueError("make_greedy_peaked takes a dense decoder (no mixture of experts)")
             for proj in (layer.self_attn.o_proj, layer.mlp.down_proj):
                 proj.weight.zero_()
-                if getattr(proj, "bias", None) is not None:
+                if proj.bias is not None:
                     proj.bias.zero_()
         inner.norm.weight.fill_(1.0)
         if model.lm_head.weight is not inner.embed_tokens.weight:

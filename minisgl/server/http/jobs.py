@@ -49,7 +49,7 @@ def chat_jobs(body: ChatCompletionRequest, output: ChatOutputFormat) -> list[Job
     call beside an answer format)."""
     params = body.sampling_params()
     syntax = output.tool_parser and TOOL_PARSERS[output.tool_parser].syntax
-    if output.tool_parser and not syntax and body.tool_mode == "auto" and any(t.function.strict for t in body.tools):
+    if output.tool_parser and not syntax and body.tool_mode == "auto" and any(t.function.strict for t in body.tools or ()):
         raise APIError(400, f"tools: strict functions are held to their schemas in calls written as one JSON object "
                             f"(hermes, llama3_json); this model's {output.tool_parser} calls are not; send strict: "
                             "false, or tool_choice required or a named function", param="tools", code="invalid_request")
