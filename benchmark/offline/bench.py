@@ -92,15 +92,16 @@ def main() -> None:
     startup = {"llm_init_s": time.perf_counter() - start, **llm.scheduler.engine.timings}
     vocab = llm.scheduler.engine.model_config.vocab_size
     prompts, params = workload_requests(args, vocab)
-    if args.dump_workload:
-        write_json(args.dump_workload, {"temperature": args.temperature, "prompts": prompts,
+    # Every run's prompts: the workload's, then for each measured run the same lengths with fresh ids.
+    run_prompts = [fresh_ids(prompts, seed=1 + k, vocab_size=vocab) if k else prompts for k in range(1 + args.repeats)]
+    if args.dump_workload:  # the reference replays the very same runs (reference_offline.py)
+        write_json(args.dump_workload, {"temperature": args.temperature, "prompts": prompts, "runs": run_prompts,
                                         "max_tokens": [p.max_tokens for p in params]})
 
     start = time.perf_counter()
     llm.generate(prompts[:2], params[:2], use_tqdm=False)  # warm-up
     startup["warmup_generate_s"] = time.perf_counter() - start
-    runs = [timed_generate(llm, fresh_ids(prompts, seed=1 + k, vocab_size=vocab) if k else prompts, params)
-            for k in range(1 + args.repeats)]  # the first unmeasured
+    runs = [timed_generate(llm, run, params) for run in run_prompts]  # the first unmeasured
     repeats = repeat_summary([r["tokens_per_s"] for r in runs[1:]])
     result = {
         "benchmark": "offline", "device": device_name(), "model": model, "dummy_weight": args.dummy_weight,

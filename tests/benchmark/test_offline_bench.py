@@ -25,3 +25,14 @@ def test_the_reported_throughput_is_the_mean_of_the_measured_runs(offline_result
     assert summary["mean"] == pytest.approx(mean) and data["tokens_per_s"] == pytest.approx(mean)
     assert (summary["min"], summary["max"]) == (min(measured), max(measured))
     assert summary["spread"] == pytest.approx((max(measured) - min(measured)) / mean)
+
+
+def test_the_dumped_workload_holds_every_run_for_the_reference_to_replay(offline_result):
+    """reference_offline.py runs what bench.py ran: the workload, then per measured run its lengths
+    with fresh ids (a rerun of the same prompts would be served from the prefix cache)."""
+    work = offline_result.workload
+    runs = work["runs"]
+    assert len(runs) == 1 + offline_result.repeats and runs[0] == work["prompts"]
+    assert all([len(p) for p in run] == [len(p) for p in work["prompts"]] for run in runs)
+    firsts = [tuple(p[:4]) for run in runs for p in run]
+    assert len(set(firsts)) == len(firsts)  # no prompt of one run begins as any other's
