@@ -44,6 +44,18 @@ def test_an_idle_client_banks_no_turns_and_removal_keeps_the_order():
         q.popleft()
 
 
+def test_a_client_whose_line_ran_empty_on_its_turn_queues_behind_a_new_client():
+    # The pool hands out a compile as soon as it is queued: the flooding client's first one is taken
+    # before its others arrive, and that turn still counts when they do.
+    q: FairQueue[str] = FairQueue()
+    q.append("h0", "heavy")
+    assert q.popleft() == "h0"
+    for i in range(1, 4):
+        q.append(f"h{i}", "heavy")
+    q.append("light", "light")
+    assert [q.popleft() for _ in range(len(q))] == ["light", "h1", "h2", "h3"]
+
+
 @pytest.mark.slow  # starts compile worker processes
 def test_a_light_clients_compile_goes_before_a_heavy_clients_queued_slow_ones(tiny_model_dir):
     """One worker, a 2 s budget: four slow schemas from one client (each killed at the budget), then
