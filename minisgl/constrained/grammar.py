@@ -15,6 +15,8 @@ import torch
 # until max_tokens cuts the JSON.
 CONSTRAINT_KINDS = ("json_object", "json_schema", "regex", "choice", "grammar", "tool_call_or_json",
                     "strict_tool_calls")
+# The kinds whose spec is a JSON schema (or holds schemas): parsed and depth-bounded before compiling.
+SCHEMA_KINDS = ("json_schema", "tool_call_or_json", "strict_tool_calls")
 # The request fields each kind comes from, for the errors a client reads.
 CONSTRAINT_FIELDS = {
     "json_object": "response_format",
@@ -34,7 +36,7 @@ def constraint_problem(constraint: tuple[str, str] | None) -> str | None:
     if len(constraint) != 2 or constraint[0] not in CONSTRAINT_KINDS:
         return f"unknown constraint {constraint!r}"
     kind, spec = constraint
-    if kind.startswith("json_schema") or kind in ("choice", "tool_call_or_json", "strict_tool_calls"):
+    if kind in SCHEMA_KINDS or kind == "choice":
         try:
             value = json.loads(spec)
         except ValueError as e:
@@ -62,7 +64,7 @@ def bound_problem(constraint: tuple[str, str] | None, max_depth: int) -> str | N
     """Why a constraint is refused before it is compiled, or None. A schema's compile time grows
     with how deeply its objects and arrays nest inline (much faster than with its size), so that
     is bounded up front; the compile time budget covers the rest."""
-    if constraint is None or constraint[0] not in ("json_schema", "tool_call_or_json", "strict_tool_calls"):
+    if constraint is None or constraint[0] not in SCHEMA_KINDS:
         return None
     depth = json_depth(constraint[1])
     if depth > max_depth:
@@ -92,7 +94,7 @@ def compile_constraint(compiler, constraint: tuple[str, str]):
             return compiler.compile_structural_tag(spec)
     except (RuntimeError, ValueError, TypeError) as e:  # xgrammar reports bad input as RuntimeError
         reason = re.sub(r"^\[[\d:]+\] \S+:\d+: ", "", str(e).strip())  # xgrammar's time and source line
-        raise ValueError(f"cannot compile the {kind} constraint ({CONSTRAINT_FIELDS.get(kind, kind)}): {reason}") from None
+        raise ValueError(f"cannot compile the {kind} constraint ({CONSTRAINT_FIELDS[kind]}): {reason}") from None
     raise ValueError(f"unknown constraint kind {kind!r}")
 
 

@@ -17,35 +17,33 @@ from minisgl.utils import env
 DEFAULT_SMS = 132
 
 
+def _cuda_index(device: torch.device | None) -> int | None:
+    """The CUDA device `device` means (None: the current one, if any); None off a GPU."""
+    if device is None:
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type != "cuda":
+        return None
+    return torch.cuda.current_device() if device.index is None else device.index
+
+
+@functools.cache
+def _cuda_properties(index: int):
+    return torch.cuda.get_device_properties(index)
+
+
 def sm_count(device: torch.device | None = None) -> int:
     """The streaming multiprocessors of `device` (None: the current CUDA device, if any), read
     once a GPU. Grids are sized against it by fixed tables: a CUDA graph capture must not
     autotune."""
-    if device is None:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type != "cuda":
-        return DEFAULT_SMS
-    return _cuda_sms(torch.cuda.current_device() if device.index is None else device.index)
-
-
-@functools.cache
-def _cuda_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
+    index = _cuda_index(device)
+    return DEFAULT_SMS if index is None else _cuda_properties(index).multi_processor_count
 
 
 def cuda_device_name(device: torch.device | None = None) -> str | None:
     """The GPU model of `device` (None: the current CUDA device, if any), e.g. "NVIDIA H200"; None
     off a GPU."""
-    if device is None:
-        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type != "cuda":
-        return None
-    return _cuda_name(torch.cuda.current_device() if device.index is None else device.index)
-
-
-@functools.cache
-def _cuda_name(index: int) -> str:
-    return torch.cuda.get_device_name(index)
+    index = _cuda_index(device)
+    return None if index is None else _cuda_properties(index).name
 
 
 @functools.cache
