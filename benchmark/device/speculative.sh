@@ -11,7 +11,8 @@
 #
 # Run after the kit preamble (../shared/device/kit.sh) with carry [".device-kit", ".bench-models"], the
 # model staged by `python benchmark/prepare_model.py ../shared/models/llama-3.1-8b .bench-models/llama-3.1-8b`.
-# STEPS picks parts (default: tests bench); RATES, BATCHES, NOUT size the bench. Results: $OUT/results.tgz.
+# STEPS picks parts (default: tests bench); RATES, BATCHES, NOUT size the bench; SPEC_ARGS adds flags to it
+# (e.g. --profile). Results: $OUT/results.tgz.
 set -uo pipefail
 export PYTHONUNBUFFERED=1
 . benchmark/device/lib.sh
@@ -29,7 +30,7 @@ for part in ${STEPS:-tests bench}; do
         step "TPOT with and without speculation (k=4)"
         timeout 540 python benchmark/offline/speculative.py --model "$MODEL" --dummy-weight \
             --batches "${BATCHES:-1,64}" --rates "${RATES:-0.8,0}" --decode-steps "${NOUT:-256}" \
-            --speculative-num-tokens 4 --out "$RES/speculative.json" > "$RES/speculative.log" 2>&1
+            --speculative-num-tokens 4 ${SPEC_ARGS:-} --out "$RES/speculative.json" > "$RES/speculative.log" 2>&1
         echo "exit $?"
         grep -E "^batch|wrote" "$RES/speculative.log" ;;
     esac

@@ -18,12 +18,12 @@ import argparse
 import random
 import tempfile
 import time
-from collections import defaultdict
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from minisgl.benchmark.flags import llm_kwargs
+from minisgl.benchmark.kernel_profile import kernel_table, show
 from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.core import SamplingParams
@@ -31,60 +31,8 @@ from minisgl.llm import LLM
 from minisgl.message import AbortMsg, TokenizedRequestMsg
 from minisgl.server.args import add_flags
 
-CATEGORIES = [  # first match wins; lower-case substrings of kernel names
-    ("moe routing", ("_route_kernel", "_align_kernel")),
-    ("moe experts", ("_gate_up_kernel", "_down_kernel", "_expert_gemm_kernel", "grouped")),
-    ("attention decode", ("batchdecode", "_chunk_kernel", "_plan_kernel")),  # FlashInfer's, minisgl's Triton
-    ("attention prefill", ("prefillwithkvcache", "batchprefill", "fmha", "mainloop")),
-    ("merge states", ("mergestate", "merge_state", "variablelengthmerge")),
-    ("q/k norm + rope + KV store", ("qk_norm_rope",)),
-    ("sampling", ("gumbel", "sampling", "softmax", "argmax", "exponential", "distribution", "topk", "top_k", "top_p")),
-    ("gemm", ("gemm", "gemv", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "splitk")),
-    ("rmsnorm", ("rmsnorm",)),
-    ("rope", ("rope", "rotary")),
-    ("silu_and_mul", ("act_and_mul", "silu")),
-    ("kv store / gather", ("index", "gather", "scatter")),
-    ("memcpy / memset", ("memcpy", "memset")),
-]
-
-
 # The server's flags, same names (minisgl.benchmark.flags).
 SERVER_FLAGS = ("dummy_weight", "attn", "quantization", "kv_cache_dtype", "tp", "disable_custom_all_reduce")
-
-
-def category(name: str) -> str:
-    low = name.lower()
-    for cat, keys in CATEGORIES:
-        if any(k in low for k in keys):
-            return cat
-    return "other elementwise"
-
-
-def kernel_table(prof, steps: int) -> tuple[dict, list]:
-    by_cat: dict[str, float] = defaultdict(float)
-    by_name: dict[str, float] = defaultdict(float)
-    count = 0
-    for evt in prof.events():
-        if evt.device_type != torch.autograd.DeviceType.CUDA:
-            continue
-        count += 1
-        us = evt.device_time_total if hasattr(evt, "device_time_total") else evt.cuda_time_total
-        by_cat[category(evt.name)] += us / steps
-        by_name[evt.name] += us / steps
-    top = sorted(by_name.items(), key=lambda kv: -kv[1])[:12]
-    top.append((f"({count / steps:.0f} kernels per step)", 0.0))
-    return dict(sorted(by_cat.items(), key=lambda kv: -kv[1])), top
-
-
-def show(title: str, wall_us: float, cats: dict, top: list) -> None:
-    gpu = sum(cats.values())
-    print(f"\n== {title}: wall {wall_us / 1e3:.2f} ms/step, GPU kernels {gpu / 1e3:.2f} ms/step "
-          f"({100 * gpu / wall_us:.0f}% busy)")
-    for cat, us in cats.items():
-        print(f"  {cat:<20} {us / 1e3:8.3f} ms  {100 * us / gpu:5.1f}%")
-    print("  top kernels:")
-    for name, us in top:
-        print(f"    {us / 1e3:8.3f} ms  {name[:110]}")
 
 
 def main() -> None:

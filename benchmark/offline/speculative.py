@@ -13,19 +13,23 @@ has them (--speculative-max-batch, --speculative-min-acceptance), so a large bat
 measures the off switch. With --dummy-weight the weights are made greedy-peaked first
 (minisgl/benchmark/peaked_weights.py): near-flat dummy logits let the verify and decode kernels
 pick different tokens on ties, and the replayed continuation would be wrong from there. Writes JSON
-and a PNG of the ratios.
+and a PNG of the ratios. With --profile, where a batch-1 step's time goes (GPU kernels, host).
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import pstats
 import random
 import time
 
 import torch
+from torch.profiler import ProfilerActivity, profile
 
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
+from minisgl.benchmark.kernel_profile import kernel_table, show
 from minisgl.benchmark.peaked_weights import make_greedy_peaked
 from minisgl.benchmark.replay_drafter import ReplayDrafter
 from minisgl.benchmark.report import bar_plot, device_name, write_json
@@ -46,6 +50,8 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--rates", default="0.8,0", help="drafted tokens' chance of being right, comma-separated")
     p.add_argument("--prompt-len", type=int, default=128)
     p.add_argument("--decode-steps", type=int, default=256)
+    p.add_argument("--profile", action="store_true",
+                   help="at batch 1, also profile each run's steps: GPU kernels and the host's busiest functions")
     p.add_argument("--out", default="results/speculative.json")
     return p.parse_args()
 
@@ -73,20 +79,41 @@ def _measure(llm: LLM, args, prompts, rate: float | None, sequences) -> dict:
     vocab = s.engine.model_config.vocab_size
     warm = [[random.Random(i).randrange(vocab) for _ in range(args.prompt_len)] for i in range(len(prompts))]
     llm.generate(warm, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
-    if rate is not None:
-        s.speculator.drafter = ReplayDrafter(sequences, rate, vocab)
-        s.speculator.policy.reqs.clear()
+
+    def fresh_drafter() -> None:
+        if rate is not None:
+            s.speculator.drafter = ReplayDrafter(sequences, rate, vocab)
+            s.speculator.policy.reqs.clear()
+
+    fresh_drafter()
     s.stats.draft_tokens = s.stats.accepted_tokens = 0
     s.engine.verify_steps.update(graph=0, eager=0)
-    params = SamplingParams(temperature=0, max_tokens=args.decode_steps, ignore_eos=True)
-    first = 10**9
-    for i, p in enumerate(prompts):  # through the scheduler server, as LLM.generate goes (TP followers too)
-        llm.inbox.put(TokenizedRequestMsg(first + i, p, params))
-    stamps: dict[int, list[float]] = {first + i: [] for i in range(len(prompts))}
-    tokens: dict[int, list[int]] = {first + i: [] for i in range(len(prompts))}
-    finished = 0
+    stamps, tokens, _ = _decode(llm, prompts, args.decode_steps, 10**9)
+    tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in stamps]
+    drafted, accepted = s.stats.draft_tokens, s.stats.accepted_tokens
+    result = {"rate": rate, "tpot_s": sum(tpots) / len(tpots), "drafted": drafted, "accepted": accepted,
+              "acceptance": accepted / drafted if drafted else None,
+              "verify_graphs": s.engine.verify_graphs is not None, "verify_steps": dict(s.engine.verify_steps),
+              "outputs": tokens}
+    if args.profile and len(prompts) == 1:
+        fresh_drafter()
+        _profile(llm, prompts, args.decode_steps, f"batch 1, {'no speculation' if rate is None else f'rate {rate}'}")
+    return result
+
+
+def _decode(llm: LLM, prompts, decode_steps: int, first_uid: int) -> tuple[list, list, int]:
+    """Each prompt's token arrival times and tokens, greedy, `decode_steps` each; and how many scheduler
+    turns that took."""
+    params = SamplingParams(temperature=0, max_tokens=decode_steps, ignore_eos=True)
+    uids = range(first_uid, first_uid + len(prompts))
+    for uid, p in zip(uids, prompts):  # through the scheduler server, as LLM.generate goes (TP followers too)
+        llm.inbox.put(TokenizedRequestMsg(uid, p, params))
+    stamps: dict[int, list[float]] = {uid: [] for uid in uids}
+    tokens: dict[int, list[int]] = {uid: [] for uid in uids}
+    finished = turns = 0
     while finished < len(prompts):
         llm.server.run_once()
+        turns += 1
         outs, llm._outputs[:] = list(llm._outputs), []
         now = time.perf_counter()
         for o in outs:
@@ -94,12 +121,28 @@ def _measure(llm: LLM, args, prompts, rate: float | None, sequences) -> dict:
                 stamps[o.uid].append(now)
                 tokens[o.uid].append(o.token_id)
             finished += o.finish_reason is not None
-    tpots = [(t[-1] - t[0]) / (len(t) - 1) for t in stamps.values()]
-    drafted, accepted = s.stats.draft_tokens, s.stats.accepted_tokens
-    return {"rate": rate, "tpot_s": sum(tpots) / len(tpots), "drafted": drafted, "accepted": accepted,
-            "acceptance": accepted / drafted if drafted else None,
-            "verify_graphs": s.engine.verify_graphs is not None, "verify_steps": dict(s.engine.verify_steps),
-            "outputs": [tokens[first + i] for i in range(len(prompts))]}
+    return [stamps[uid] for uid in uids], [tokens[uid] for uid in uids], turns
+
+
+def _profile(llm: LLM, prompts, decode_steps: int, title: str) -> None:
+    """Where a step's time goes: GPU kernels per scheduler turn against its wall time (torch.profiler),
+    then the host's busiest functions (cProfile, a pass of its own: it slows the host)."""
+    on_gpu = torch.cuda.is_available()
+    with profile(activities=[ProfilerActivity.CUDA if on_gpu else ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        _, _, turns = _decode(llm, prompts, decode_steps, 10**9 + 10**6)
+        if on_gpu:
+            torch.cuda.synchronize()
+        wall = time.perf_counter() - start
+    show(f"{title}: {turns} scheduler turns", wall * 1e6 / turns, *kernel_table(prof, turns))
+    host = cProfile.Profile()
+    host.enable()
+    _, _, turns = _decode(llm, prompts, decode_steps, 10**9 + 2 * 10**6)
+    host.disable()
+    print("  host, per turn (under cProfile): tottime, cumtime, calls")
+    rows = sorted(pstats.Stats(host).stats.items(), key=lambda kv: -kv[1][2])[:20]
+    for (file, line, fn), (_, calls, tt, ct, _) in rows:
+        print(f"    {tt * 1e3 / turns:7.3f} {ct * 1e3 / turns:7.3f} ms {calls / turns:6.1f}x  {fn} ({file.split('/')[-1]}:{line})")
 
 
 def main() -> None:
@@ -112,7 +155,7 @@ def main() -> None:
         vocab = _vocab(args.model)
         prompts = [[rng.randrange(vocab) for _ in range(args.prompt_len)] for _ in range(batch)]
         base = run(args, prompts, None)
-        sequences = [p + o for p, o in zip(prompts, base.pop("outputs"))]
+        sequences = [p + o for p, o in zip(prompts, base.pop("outputs"), strict=True)]
         print(f"batch {batch}: no speculation, TPOT {base['tpot_s'] * 1e3:.2f} ms")
         for rate in map(float, args.rates.split(",")):
             r = run(args, prompts, rate, sequences)

@@ -120,8 +120,9 @@ class ServerArgs:
         "With --speculative: above this many running requests nobody drafts (a large batch is compute-bound, "
         "and verifying k + 1 tokens a request costs nearly k + 1 times a decode step).", 16)
     speculative_min_acceptance: float = _flag(
-        "With --speculative: a request whose share of accepted drafts (a moving average) falls below this stops "
-        "drafting for a while (twice as long each time in a row), then tries again.", 0.3)
+        "With --speculative: a request whose drafts' acceptance (a drafted token's chance of being kept, a moving "
+        "average) falls below this stops drafting for a while (twice as long each time in a row), then tries "
+        "again.", 0.3)
     attn: str = _flag("Attention backend(s): 'auto', a name, or 'prefill,decode' (an unknown name lists them).",
                       "auto")
     moe_backend: str = _flag(

@@ -2,8 +2,11 @@
 
 A verify step costs more than a decode step (k + 1 tokens a request, no overlap with the next
 step's preparation), and it pays only as far as drafts are accepted. So each request drafts k
-tokens where k follows its acceptance (a moving average of accepted / drafted): all of
-`max_k` from one half up, proportionally fewer below. A request whose acceptance falls below
+tokens where k follows its acceptance: each drafted token's chance of being kept once those before
+it were, estimated as kept / (kept + rejections) over recent verify steps (moving averages of
+both). All of `max_k` from one half up, proportionally fewer below: a few more drafts cost a
+small batch little, and drafts each right 4 times in 5 keep 2.4 of 4 on average, so the share
+of drafted tokens kept (0.59 there) would misjudge them. A request whose acceptance falls below
 `min_acceptance`, or whose drafter finds nothing, stops drafting for a while, twice as long each
 time in a row (up to MAX_BACKOFF steps), then tries one draft again. Above `max_batch` running
 requests nobody drafts: a large decode batch is bound by compute, not by reading the weights, and
@@ -21,11 +24,17 @@ EMA_WEIGHT = 0.3  # of the latest verify step in a request's acceptance
 @dataclass
 class RequestSpeculation:
     k: int
-    rate: float = 0.6  # moving average of accepted / proposed: a start that drafts all k, and gives up after two misses
+    kept: float = 0.6  # moving averages of a verify step's kept drafts and of its trials (kept + 1 if one was
+    trials: float = 1.0  # rejected): a start that drafts all k, and gives up after two misses
     proposed: int = 0
     accepted: int = 0
     misses: int = 0  # bad steps in a row (no draft, acceptance below the floor)
     resume_at: int = 0  # the policy step from which it drafts again
+
+    @property
+    def rate(self) -> float:
+        """A drafted token's estimated chance of being kept, given those before it were."""
+        return self.kept / self.trials
 
 
 class SpeculationPolicy:
@@ -60,9 +69,11 @@ class SpeculationPolicy:
         state = self._state(uid)
         state.proposed += proposed
         state.accepted += accepted
-        state.rate += EMA_WEIGHT * (accepted / proposed - state.rate)
-        state.k = max(1, min(self.max_k, round(2 * state.rate * self.max_k)))
-        if state.rate < self.min_acceptance:
+        state.kept += EMA_WEIGHT * (accepted - state.kept)
+        state.trials += EMA_WEIGHT * (accepted + (accepted < proposed) - state.trials)
+        rate = state.rate
+        state.k = max(1, min(self.max_k, round(2 * rate * self.max_k)))
+        if rate < self.min_acceptance:
             self._back_off(state)
         else:
             state.misses = 0

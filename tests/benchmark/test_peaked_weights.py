@@ -56,7 +56,7 @@ def test_the_speculative_benchmark_replays_what_both_paths_produce(tiny_model_di
         [sys.executable, os.path.join(root, "benchmark/offline/speculative.py"), "--model",
          tiny_model_dir("Qwen3ForCausalLM"), "--dummy-weight", "--device", "cpu", "--dtype", "bfloat16",
          "--batches", "1,2", "--rates", "1.0,0", "--prompt-len", "16", "--decode-steps", "24",
-         "--speculative-num-tokens", "4", "--out", str(out)],
+         "--speculative-num-tokens", "4", "--profile", "--out", str(out)],
         capture_output=True, text=True, timeout=600, cwd=root)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     runs = json.loads(out.read_text())["runs"]
@@ -66,3 +66,5 @@ def test_the_speculative_benchmark_replays_what_both_paths_produce(tiny_model_di
     assert all(r["drafted"] > 0 and r["accepted"] == r["drafted"] for r in full)
     assert all(r["accepted"] == 0 for r in runs if r["rate"] == 0.0)
     assert (tmp_path / "speculative.png").stat().st_size > 0
+    # --profile: each batch-1 run's steps, kernels and the host's busiest functions
+    assert done.stdout.count("scheduler turns") == 3 and "host, per turn" in done.stdout
