@@ -68,6 +68,9 @@ class EngineConfig:
     lora_modules: dict[str, str] | tuple[str, ...] | None = None
     max_loras: int | None = None
     max_lora_rank: int = 16
+    # Layers whose incoming residual stream every forward pass records, CUDA graphs included
+    # (minisgl.models.decoder.record_hidden): an EAGLE-3 draft head reads them. () records none.
+    record_hidden_layers: tuple[int, ...] = ()
 
 
 def _either(names: tuple[str, ...]) -> str:

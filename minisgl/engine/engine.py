@@ -20,6 +20,7 @@ from minisgl.kernels.jit_builds import report_builds
 from minisgl.kvcache import MHAKVCache, kv_storage_dtype
 from minisgl.lora import LoraPool, parse_lora_modules
 from minisgl.models import create_model, init_dummy_weights, load_model_config, load_weights
+from minisgl.models.decoder import record_hidden
 from minisgl.quantization import check_online_quantization, quantize_model
 from minisgl.utils.logger import get_logger
 
@@ -104,6 +105,8 @@ class Engine:
         with torch.device(self.device), _default_dtype(self.dtype):
             self.model = create_model(self.model_config)
         self.model.eval()
+        if config.record_hidden_layers:
+            record_hidden(self.model, config.record_hidden_layers)
         fp8_weights = None
         if config.dummy_weight:
             init_dummy_weights(self.model)

@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from minisgl.core import Batch
 from minisgl.core.host import pinned
+from minisgl.models.decoder import hidden_recorder
 from minisgl.utils.logger import get_logger
 
 if TYPE_CHECKING:
@@ -82,6 +83,31 @@ def graph_logits(engine: Engine, batch: Batch, out: torch.Tensor) -> None:
         out.copy_(head(hidden))
 
 
+class StaticHidden:
+    """The hidden states a model records (minisgl.models.decoder.record_hidden), for a graph's
+    passes: its pass leaves them in the graph's pool, so the graph copies them into this static
+    buffer (`keep`) and each replay points the model's `aux_hidden` at its tokens' rows (`show`).
+    Nothing when the model records none."""
+
+    def __init__(self, engine: Engine, max_tokens: int):
+        self.recorder = hidden_recorder(engine.model)
+        self.buffer = None
+        if self.recorder is not None:
+            width = len(self.recorder.aux_layers) * engine.model_config.hidden_size
+            self.buffer = torch.zeros(max_tokens, width, dtype=engine.dtype, device=engine.device)
+
+    def keep(self, n: int) -> None:
+        """Inside a graph, after its forward pass of n tokens."""
+        if self.recorder is not None and self.buffer is not None:
+            assert self.recorder.aux_hidden is not None
+            self.buffer[:n].copy_(self.recorder.aux_hidden)
+
+    def show(self, rows: slice | torch.Tensor) -> None:
+        """After a replay: the model's recorded hidden states are these rows of the buffer."""
+        if self.recorder is not None and self.buffer is not None:
+            self.recorder.aux_hidden = self.buffer[rows]
+
+
 class GraphRunner:
     def __init__(self, engine: Engine, batch_sizes: list[int]):
         self.engine = engine
@@ -108,6 +134,7 @@ class GraphRunner:
                                   dtype=e.dtype if split_model(e.model) else torch.float32)
         if e.lora is not None:
             e.lora.graph_buffers(self.max_bs)
+        self.hidden = StaticHidden(e, self.max_bs)
         self.graphs: dict[int, torch.cuda.CUDAGraph] = {}
         self.capture_seconds = 0.0
         self.memory_bytes = 0
@@ -165,6 +192,7 @@ class GraphRunner:
         if e.lora is not None:  # the adapters' slot mask, from the slots replay() copied in
             e.lora.graph_mask(bs)
         graph_logits(e, batch, self.logits[:bs])
+        self.hidden.keep(bs)
 
     def can_run(self, batch: Batch) -> bool:
         return batch.is_decode and batch.size <= self.max_bs
@@ -191,6 +219,7 @@ class GraphRunner:
             e.lora.graph_slots[:padded].copy_(pinned(slots), non_blocking=True)
         e.attn_backend.prepare_for_replay(batch, padded)
         self.graphs[padded].replay()
+        self.hidden.show(slice(0, bs))
         return self.logits[:bs]
 
     def shutdown(self) -> None:

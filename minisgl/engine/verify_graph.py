@@ -26,7 +26,7 @@ from minisgl.core import Batch
 from minisgl.core.host import pinned, to_device
 from minisgl.utils.logger import get_logger
 
-from .graph import ffi_stream, graph_logits, padded_batch_size, split_model
+from .graph import StaticHidden, ffi_stream, graph_logits, padded_batch_size, split_model
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -88,6 +88,7 @@ class VerifyGraphRunner:
         self.step_inputs = torch.zeros(2 * most, dtype=torch.int64, device=e.device)
         self.logits = torch.zeros(most, e.model_config.vocab_size, device=e.device,
                                   dtype=e.dtype if split_model(e.model) else torch.float32)
+        self.hidden = StaticHidden(e, most)
         self.graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
         self.capture_seconds = 0.0
         self.memory_bytes = 0
@@ -138,6 +139,7 @@ class VerifyGraphRunner:
         batch.out_loc = e.page_table.view(-1)[index].long()
         batch.logit_indices = torch.arange(n, device=e.device)
         graph_logits(e, batch, self.logits[:n])
+        self.hidden.keep(n)
 
     def can_run(self, batch: Batch) -> bool:
         if batch.phase != "verify" or batch.size > self.max_bs:
@@ -158,9 +160,12 @@ class VerifyGraphRunner:
         self._fill(layout, n)
         self.engine.attn_backend.prepare_verify_graph(batch, bs, t, layout.rows, layout.seq_lens)
         self.graphs[bs, t].replay()
-        if len(layout.logit_rows) == n:
-            return self.logits[:n]
-        return self.logits[:n][to_device(layout.logit_rows, self.logits.device)]
+        real = slice(0, n) if len(layout.logit_rows) == n else to_device(layout.logit_rows, self.logits.device)
+        if self.hidden.recorder is not None:  # an EAGLE-3 head runs over this pass next: its tokens as an eager pass has them
+            batch.positions = self.step_inputs[:n][real]
+            batch.out_loc = self.engine.page_table.view(-1)[self.step_inputs[n : 2 * n][real]].long()
+            self.hidden.show(real)
+        return self.logits[:n][real]
 
     def shutdown(self) -> None:
         self.graphs.clear()

@@ -109,8 +109,9 @@ class DecoderModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, rotary) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         # An EAGLE-3 drafter (minisgl.speculative.eagle3) reads the residual stream entering these
-        # layers: after each forward, `aux_hidden` [tokens, len(aux_layers) * hidden] holds them
-        # side by side, in this order. Eager passes only (a CUDA graph would not refresh it).
+        # layers (record_hidden): after each forward, `aux_hidden` [tokens, len(aux_layers) * hidden]
+        # holds them side by side, in this order. A CUDA graph's pass leaves it in the graph's pool:
+        # its runner copies it to a static buffer and points `aux_hidden` there after each replay.
         self.aux_layers: tuple[int, ...] = ()
         self.aux_hidden: torch.Tensor | None = None
 
@@ -138,3 +139,21 @@ class DecoderForCausalLM(nn.Module):
         batch = get_global_ctx().current_batch()
         hidden = self.model(batch.input_ids, batch.positions)
         return self.lm_head(hidden[batch.logit_indices]).float()
+
+
+def record_hidden(model: nn.Module, layers: tuple[int, ...]) -> None:
+    """Have every forward pass of `model` record the residual stream entering `layers`
+    (DecoderModel.aux_hidden); before any CUDA graph is captured, so that graphs record it too."""
+    inner = getattr(model, "model", None)
+    if not isinstance(inner, DecoderModel):
+        raise ValueError(f"{type(model).__name__} does not record hidden states (only the shared decoder's "
+                         "architectures do: an EAGLE-3 head needs them)")
+    if not all(0 <= i < len(inner.layers) for i in layers):
+        raise ValueError(f"hidden states of layers {layers} asked for, the model has {len(inner.layers)}")
+    inner.aux_layers = tuple(layers)
+
+
+def hidden_recorder(model: nn.Module) -> DecoderModel | None:
+    """`model`'s decoder when its forward passes record hidden states (record_hidden), else None."""
+    inner = getattr(model, "model", None)
+    return inner if isinstance(inner, DecoderModel) and inner.aux_layers else None

@@ -16,7 +16,7 @@ token still in flight).
 
 Drafters: a per-request one (`Drafter`: n-gram, the benchmarks' replay drafter) sees token ids
 only; the EAGLE-3 head (`Eagle3Drafter`) drafts a batch on the device and runs after every
-forward pass (`after_forward`), over the target's hidden states, which needs eager passes
+forward pass (`after_forward`), over the target's hidden states, which the engine records for it
 (`engine_config`).
 """
 
@@ -32,12 +32,14 @@ import torch
 from minisgl.core import Batch, Req
 from minisgl.core.host import to_device
 from minisgl.distributed import broadcast_objects
+from minisgl.models import load_model_config
 from minisgl.speculative import (
     Drafter,
     Eagle3Drafter,
     NgramDrafter,
     SpeculationPolicy,
     accepted_prefix,
+    head_aux_layers,
     load_eagle3_head,
 )
 from minisgl.utils.choices import SPECULATIVE_DRAFTERS
@@ -52,14 +54,14 @@ logger = get_logger(__name__)
 
 
 def engine_config(config: SchedulerConfig) -> SchedulerConfig:
-    """The engine's config under this drafter: the EAGLE-3 head reads hidden states that only eager
-    forward passes record, so CUDA graphs are off with it (the hook to remove once graphs record
-    them too)."""
-    if config.speculative == "eagle3" and config.cuda_graph_max_bs != 0:
-        if config.device != "cpu":
-                logger.info("--speculative eagle3: CUDA graphs off (the draft head reads hidden states of eager passes)")
-        return replace(config, cuda_graph_max_bs=0)
-    return config
+    """The engine's config under this drafter: with eagle3, the head's directory (downloaded when
+    an HF id) and the target layers whose hidden states it reads, which every forward pass then
+    records, CUDA graphs included (the engine knows them before it captures any)."""
+    if config.speculative != "eagle3" or not config.draft_model:
+        return config
+    path = _local_draft_model(config.draft_model)
+    layers = head_aux_layers(path, load_model_config(config.model_path).num_layers)
+    return replace(config, draft_model=path, record_hidden_layers=layers)
 
 
 @dataclass
@@ -162,12 +164,16 @@ class Speculator:
             self.drafter.forget(uid)
 
 
-def _eagle3(config: SchedulerConfig, engine: Engine) -> Eagle3Drafter:
-    path = config.draft_model or ""
-    if not os.path.isdir(path):
-        from huggingface_hub import snapshot_download
+def _local_draft_model(name: str) -> str:
+    if os.path.isdir(name):
+        return name
+    from huggingface_hub import snapshot_download
 
-        path = snapshot_download(path, allow_patterns=["*.json", "*.safetensors", "*.bin"])
+    return snapshot_download(name, allow_patterns=["*.json", "*.safetensors", "*.bin"])
+
+
+def _eagle3(config: SchedulerConfig, engine: Engine) -> Eagle3Drafter:
+    path = engine.config.draft_model or ""  # (engine_config made it a local directory)
     head = load_eagle3_head(path, engine.model_config, engine.max_seq_len, engine.device, engine.dtype)
     drafter = Eagle3Drafter(head, engine.model, engine.page_table, engine.token_pool,
                             engine.kv_cache.k_buffer.shape[1], config.speculative_num_tokens)

@@ -17,10 +17,10 @@ verdicts; docs/serving.md says when to turn it on.
 from __future__ import annotations
 
 from .acceptance import accepted_prefix, rejection_sample
-from .eagle3 import Eagle3Drafter
+from .eagle3 import Eagle3Drafter, head_aux_layers
 from .eagle3_head import load_eagle3_head
 from .ngram import Drafter, NgramDrafter
 from .policy import SpeculationPolicy
 
-__all__ = ["Drafter", "Eagle3Drafter", "NgramDrafter", "SpeculationPolicy", "accepted_prefix", "load_eagle3_head",
-           "rejection_sample"]
+__all__ = ["Drafter", "Eagle3Drafter", "NgramDrafter", "SpeculationPolicy", "accepted_prefix", "head_aux_layers",
+           "load_eagle3_head", "rejection_sample"]

@@ -19,10 +19,10 @@ keeping drafts while they equal the tokens sampled at each position, is the reje
 rule exactly (minisgl.speculative.acceptance): sampled and seeded requests draw the very tokens
 they draw without speculation.
 
-The head reads the target's hidden states, which only an eager forward pass records
-(DecoderModel.aux_hidden): with eagle3 the engine runs without CUDA graphs
-(minisgl.scheduler.speculation.engine_config, the one place to change when graphs learn to record
-them). Attention over the head's KV is plain PyTorch (one padded SDPA per group of requests).
+The head reads the target's hidden states (DecoderModel.aux_hidden), which every forward pass
+records, CUDA graphs included, once the engine is told which (EngineConfig.record_hidden_layers,
+from the head's config: minisgl.scheduler.speculation.engine_config). Attention over the head's
+KV is plain PyTorch (one padded SDPA per group of requests).
 A prefix-cache hit reuses the head's KV of the cached positions; its last one was computed with
 the token that followed it in the earlier request, which only changes drafts, never outputs.
 """
@@ -36,9 +36,9 @@ from torch import nn
 
 from minisgl.core import Batch, Req
 from minisgl.core.host import ragged_arange, to_device
-from minisgl.models.decoder import DecoderModel
+from minisgl.models.decoder import hidden_recorder
 
-from .eagle3_head import Eagle3Head
+from .eagle3_head import Eagle3Config, Eagle3Head
 
 KEY_BUDGET = 1 << 15  # keys gathered per attention group (requests x padded context length)
 
@@ -55,17 +55,22 @@ def aux_layer_ids(head_ids: tuple[int, ...] | None, num_layers: int) -> tuple[in
     return ids
 
 
+def head_aux_layers(path: str, num_layers: int) -> tuple[int, ...]:
+    """The target layers whose hidden states the head at `path` (a local directory) reads."""
+    return aux_layer_ids(Eagle3Config.read(path).aux_layer_ids, num_layers)
+
+
 class Eagle3Drafter:
     def __init__(self, head: Eagle3Head, target_model: nn.Module, page_table: torch.Tensor, token_pool: torch.Tensor,
                  num_slots: int, max_k: int):
         """`target_model`: the target (its DecoderModel records the hidden states and lends its
         embed_tokens); `num_slots`: the target's KV slots (pages x page size)."""
-        target = getattr(target_model, "model", None)
-        if not isinstance(target, DecoderModel):
-            raise ValueError(f"--speculative eagle3: {type(target_model).__name__} does not record the hidden states "
-                             "a draft head reads (only the shared decoder's architectures do)")
+        target = hidden_recorder(target_model)
+        want = aux_layer_ids(head.cfg.aux_layer_ids, len(target.layers)) if target is not None else ()
+        if target is None or target.aux_layers != want:
+            raise ValueError(f"--speculative eagle3: the head reads the hidden states of target layers {want}, the "
+                             f"engine records {target.aux_layers if target else 'none'} (its record_hidden_layers)")
         self.head, self.target = head, target
-        target.aux_layers = aux_layer_ids(head.cfg.aux_layer_ids, len(target.layers))
         self.embed: nn.Module = head.embed_tokens or target.embed_tokens
         self.page_table, self.token_pool, self.max_k = page_table, token_pool, max_k
         self.scratch = num_slots  # first scratch slot: max_k per table row after the target's slots

@@ -18,8 +18,9 @@ from minisgl.server.args import ServerArgs
 from minisgl.server.runtime.workers import scheduler_config
 
 # Config fields no flag sets: given by the launcher (model_path, tp_info from --tp and the rank,
-# distributed_addr) or only by offline callers and tests (cuda_graph_bs, overlap).
-FLAGLESS_CONFIG_FIELDS = {"model_path", "tp_info", "distributed_addr", "cuda_graph_bs", "overlap"}
+# distributed_addr), only by offline callers and tests (cuda_graph_bs, overlap), or computed at start
+# (record_hidden_layers, from the --draft-model head).
+FLAGLESS_CONFIG_FIELDS = {"model_path", "tp_info", "distributed_addr", "cuda_graph_bs", "overlap", "record_hidden_layers"}
 # Same-named fields whose config value is converted from the flag's (checked below on their own).
 CONVERTED = {"dtype"}
 

@@ -82,7 +82,8 @@ def reference_drafts(target, w, cfg, ids, k):
 
 
 def serve_recording(target_dir, head_dir, prompts, params=GREEDY, **settings):
-    """Outputs of a run with the head, and each proposal (the request's tokens, its drafts)."""
+    """Outputs of a run with the head, each proposal (the request's tokens, its drafts), the
+    scheduler's stats and how many verify steps ran in graphs and eagerly."""
     llm = LLM(target_dir, **{**SETTINGS, **settings}, speculative="eagle3", draft_model=head_dir)
     drafter, proposals = llm.scheduler.speculator.drafter, []
     propose = drafter.propose_batch
@@ -95,13 +96,13 @@ def serve_recording(target_dir, head_dir, prompts, params=GREEDY, **settings):
     drafter.propose_batch = recording
     try:
         outputs = llm.generate(prompts, params, use_tqdm=False)
-        return [o["token_ids"] for o in outputs], proposals, llm.scheduler.stats
+        return [o["token_ids"] for o in outputs], proposals, llm.scheduler.stats, dict(llm.scheduler.engine.verify_steps)
     finally:
         llm.shutdown()
 
 
-def plain(target_dir, prompts, params=GREEDY):
-    llm = LLM(target_dir, **{k: v for k, v in SETTINGS.items() if not k.startswith("speculative")})
+def plain(target_dir, prompts, params=GREEDY, **settings):
+    llm = LLM(target_dir, **{k: v for k, v in {**SETTINGS, **settings}.items() if not k.startswith("speculative")})
     try:
         return [o["token_ids"] for o in llm.generate(prompts, params, use_tqdm=False)]
     finally:
@@ -112,7 +113,7 @@ def plain(target_dir, prompts, params=GREEDY):
 def test_drafts_are_the_heads_own_over_the_whole_sequence(tiny_model_dir, tmp_path, prompts, arch):
     target_dir = tiny_model_dir(arch, **TINY_TARGET)
     head_dir = build_eagle3_head(str(tmp_path / "head"), target_dir, rope_scaling=None)
-    _, proposals, stats = serve_recording(target_dir, head_dir, prompts)
+    _, proposals, stats, _ = serve_recording(target_dir, head_dir, prompts)
     assert stats.draft_tokens > 0 and len(proposals) > 20
     target = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
     w, cfg = load_file(f"{head_dir}/model.safetensors"), head_config(target_dir)
@@ -158,7 +159,7 @@ def oracle_head(path, target_dir):
 def test_a_head_that_predicts_the_target_has_its_drafts_accepted(tiny_model_dir, tmp_path, prompts):
     target_dir = bigram(tiny_model_dir("LlamaForCausalLM", **TINY_TARGET), str(tmp_path / "target"))
     head_dir = oracle_head(str(tmp_path / "head"), target_dir)
-    got, _, stats = serve_recording(target_dir, head_dir, prompts)
+    got, _, stats, _ = serve_recording(target_dir, head_dir, prompts)
     assert got == plain(target_dir, prompts)
     assert stats.accepted_tokens > 0.9 * stats.draft_tokens > 0
 
@@ -178,7 +179,7 @@ def test_sampled_tokens_keep_the_targets_distribution(tiny_model_dir, tmp_path):
     head_dir = oracle_head(str(tmp_path / "head"), target_dir)
     prompt, n = [11, 42, 7, 99, 150, 3], 1200
     params = SamplingParams(temperature=1.0, top_k=2, max_tokens=3, ignore_eos=True)
-    got, _, stats = serve_recording(target_dir, head_dir, [prompt] * n, params, max_running_requests=32)
+    got, _, stats, _ = serve_recording(target_dir, head_dir, [prompt] * n, params, max_running_requests=32)
     assert stats.accepted_tokens > 0.3 * n
     model = AutoModelForCausalLM.from_pretrained(target_dir, dtype=torch.float32)
     expected = {}
