@@ -93,7 +93,7 @@ def _measure(llm: LLM, args, prompts, rate: float | None, sequences) -> dict:
     drafted, accepted = s.stats.draft_tokens, s.stats.accepted_tokens
     result = {"rate": rate, "tpot_s": sum(tpots) / len(tpots), "drafted": drafted, "accepted": accepted,
               "acceptance": accepted / drafted if drafted else None,
-              "verify_graphs": s.engine.verify_graphs is not None, "verify_steps": dict(s.engine.verify_steps),
+              "verify_graphs": s.engine.verify_in_graphs, "verify_steps": dict(s.engine.verify_steps),
               "outputs": tokens}
     if args.profile and len(prompts) == 1:
         fresh_drafter()

@@ -170,12 +170,19 @@ class Engine:
         if cuda:
             self._report_memory()
 
+    @property
+    def verify_in_graphs(self) -> bool:
+        """Whether verify batches (up to a cap) replay CUDA graphs: the decode graphs or their own."""
+        return self.verify_graphs is not None or (self.graph_runner is not None and self.graph_runner.rides_decode_graphs)
+
     def _verify_graphs(self, config: EngineConfig, decode_cap: int) -> VerifyGraphRunner | None:
         """Graphs for speculative decoding's verify batches (minisgl.engine.verify_graph), with
         --speculative only, up to its --speculative-max-batch (a config without those fields: an
         engine with no speculation)."""
         if not getattr(config, "speculative", None):
             return None
+        if self.graph_runner is not None and self.graph_runner.rides_decode_graphs:
+            return None  # verify batches replay the decode graphs, a row per token
         if self.lora is not None or not self.attn_backend.supports_verify_graph:
             logger.info("verify batches run eagerly: %s", "LoRA" if self.lora is not None
                         else f"the {self.attn_backend.label} attention backend cannot capture them")
@@ -339,7 +346,10 @@ class Engine:
             _, cached, device_lens = batch.host_arrays
             self._check(batch, device_lens, device_lens - cached)
             logits = self.graph_runner.replay(batch)
-            store_at = self.graph_runner.next_token_index[: batch.size]
+            if batch.is_decode:
+                store_at = self.graph_runner.next_token_index[: batch.size]
+            else:  # a verify batch riding the decode graphs (minisgl.engine.graph)
+                self.verify_steps["graph"] += 1
         elif self.verify_graphs is not None and self.verify_graphs.can_run(batch):
             _, cached, device_lens = batch.host_arrays
             self._check(batch, device_lens, device_lens - cached)

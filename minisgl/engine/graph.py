@@ -5,6 +5,13 @@ graph per size in `batch_sizes` (largest first, all in one memory pool) and repl
 is padded to the next captured size with dummy requests that use the page table's last row
 (a reserved page, length 1), and batches above the largest size run eagerly. Inputs, attention
 metadata and logits live in static buffers that each replay refills / overwrites.
+
+Where the decode attention reads each row's page-table row and length inside the graph (the
+Triton decode kernels: `rides_decode_graphs`), a speculative verify batch replays these graphs
+too: each of its tokens is a row of its own (its request's table row, its position, the length up
+to it), so a token sees the KV stored before it in the same pass, as a causal extend would, and
+no attention plan runs on the host between steps (minisgl.engine.verify_graph's graphs, planned
+before each replay, serve the other backends).
 """
 
 from __future__ import annotations
@@ -19,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from minisgl.core import Batch
-from minisgl.core.host import pinned
+from minisgl.core.host import pinned, ragged_arange
 from minisgl.models.decoder import hidden_recorder
 from minisgl.utils.logger import get_logger
 
@@ -194,33 +201,44 @@ class GraphRunner:
         graph_logits(e, batch, self.logits[:bs])
         self.hidden.keep(bs)
 
+    @property
+    def rides_decode_graphs(self) -> bool:
+        """Whether verify batches replay these graphs, a row per token (the module's docstring)."""
+        return self.engine.attn_backend.graph_rows_lens(self.max_bs) is not None
+
     def can_run(self, batch: Batch) -> bool:
-        return batch.is_decode and batch.size <= self.max_bs
+        if batch.is_decode:
+            return batch.size <= self.max_bs
+        return batch.phase == "verify" and self.rides_decode_graphs and batch.num_tokens <= self.max_bs
 
     def replay(self, batch: Batch) -> torch.Tensor:
-        """Run decode `batch` through the graph of the next captured size; returns its logits (a
-        view of the static buffer in the model dtype, valid until the next replay)."""
+        """Run decode (or verify) `batch` through the graph of the next captured size; returns the
+        logits of its requests (of its tokens, in order), a view of the static buffer in the model
+        dtype, valid until the next replay."""
         e = self.engine
-        bs = batch.size
-        padded = padded_batch_size(bs, self.batch_sizes)
-        rows, _, device_lens = batch.host_arrays
-        pad = padded - bs
-        positions = np.concatenate([device_lens - 1, np.zeros(pad, dtype=np.int64)])
-        flat = np.concatenate([rows * self.table_width + device_lens - 1,
-                               np.full(pad, self.dummy_row * self.table_width, dtype=np.int64)])
-        self.step_inputs[: 2 * padded].copy_(pinned(np.concatenate([positions, flat])), non_blocking=True)
-        batch.positions = self.positions[:bs]
-        batch.input_ids = self.input_ids[:bs]
-        batch.out_loc = self.out_loc[:bs]
-        batch.logit_indices = self.logit_indices[:bs]
+        rows, cached, device_lens = batch.host_arrays
+        extend = np.ones_like(rows) if batch.is_decode else device_lens - cached  # (tokens a request)
+        positions = device_lens - 1 if batch.is_decode else np.repeat(cached, extend) + ragged_arange(extend)
+        n = len(positions)
+        padded = padded_batch_size(n, self.batch_sizes)
+        assert padded is not None, "replay() of a batch can_run() refused"
+        pad = padded - n
+        self.step_inputs[: 2 * padded].copy_(pinned(np.concatenate([
+            positions, np.zeros(pad, dtype=np.int64), np.repeat(rows, extend) * self.table_width + positions,
+            np.full(pad, self.dummy_row * self.table_width, dtype=np.int64)])), non_blocking=True)
+        batch.positions = self.positions[:n]
+        batch.input_ids = self.input_ids[:n]
+        batch.out_loc = self.out_loc[:n]
+        batch.logit_indices = self.logit_indices[:n]
         if e.lora is not None:
             slots = np.zeros(padded, dtype=np.int64)
-            slots[:bs] = [r.lora_slot for r in batch.reqs]
+            slots[:n] = np.repeat([r.lora_slot for r in batch.reqs], extend)
             e.lora.graph_slots[:padded].copy_(pinned(slots), non_blocking=True)
-        e.attn_backend.prepare_for_replay(batch, padded)
+        if batch.is_decode:  # (a verify batch's rows and lengths: the graph's first kernel, from step_inputs)
+            e.attn_backend.prepare_for_replay(batch, padded)
         self.graphs[padded].replay()
-        self.hidden.show(slice(0, bs))
-        return self.logits[:bs]
+        self.hidden.show(slice(0, n))
+        return self.logits[:n]
 
     def shutdown(self) -> None:
         self.graphs.clear()

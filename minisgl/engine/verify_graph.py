@@ -9,7 +9,9 @@ request is padded to t tokens and the batch to the size with padding requests. A
 request as t queries at the end of its length (cached + t), causal, so a real token never sees the
 padding after it; padding tokens read the dummy row's token, write their KV to the dummy page and
 their logits are dropped. Batches above the cap, or a request whose t tokens would pass its
-page-table row, run eagerly.
+page-table row, run eagerly. Each replay plans the attention on the host first (FlashInfer's
+prefill plan), so these graphs serve only backends whose decode graphs cannot take a verify batch
+themselves (minisgl.engine.graph: with the Triton decode kernels they do, with no plan).
 """
 
 from __future__ import annotations

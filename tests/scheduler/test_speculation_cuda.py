@@ -62,9 +62,10 @@ def test_verify_batches_above_the_graph_cap_run_eagerly_with_the_same_tokens(tin
 @needs_flashinfer
 @pytest.mark.parametrize("attn", ["auto", "flashinfer"])  # FA3 prefill kernels on Hopper; FA2's
 def test_bfloat16_flashinfer_starts_with_the_same_tokens(tiny_model_dir, prompts, attn):
-    """bf16, FlashInfer: verify steps replay its prefill kernels from graphs where decoding runs the
-    decode kernels (another summation order), so a tiny random model's near-ties may part the two
-    (on one H200, 1 prompt in 12 within 4 tokens). Where they part, HF's float32 logits must call it
+    """bf16, FlashInfer: verify steps replay graphs (on Hopper the decode graphs, a row per token;
+    elsewhere graphs of FlashInfer's prefill kernels) whose GEMMs see k + 1 rows a request where
+    decoding's see one (another summation order), so a tiny random model's near-ties may part the
+    two (on one H200, 1 prompt in 12 within 4 tokens). Where they part, HF's float32 logits must call it
     a tie: the two tokens closer than bf16's own error there (HF in bf16 against HF in float32)."""
     model = tiny_model_dir("Qwen3ForCausalLM", head_dim=128)
     common = {"device": "cuda", "dtype": torch.bfloat16, "attn": attn}
