@@ -155,7 +155,7 @@ class Engine:
                     cfg.architecture, self.device, _dtype_name(self.dtype), self.attn_backend.label,
                     self.num_pages, self.page_size, self._kv_dtype_note(), self.max_seq_len)
 
-        sizes = graph_batch_sizes(config.cuda_graph_max_bs, config.max_running_requests, config.cuda_graph_bs) if cuda else []
+        sizes = graph_batch_sizes(config.cuda_graph_max_bs, _graph_rows(config), config.cuda_graph_bs) if cuda else []
         if sizes and not self.attn_backend.supports_cuda_graph:
             logger.info("CUDA graphs off: the %s attention backend cannot be captured", self.attn_backend.label)
             sizes = []
@@ -451,6 +451,16 @@ def _available_ram() -> int:
             if line.startswith("MemAvailable:"):
                 return int(line.split()[1]) * 1024
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _graph_rows(config: EngineConfig) -> int:
+    """The most rows a decode graph may be asked for: a decode batch's requests or, with
+    speculation, a verify batch's tokens (they ride the decode graphs where the attention allows:
+    minisgl.engine.graph)."""
+    rows = config.max_running_requests
+    if getattr(config, "speculative", None):  # (fields of the scheduler's config)
+        rows = max(rows, min(rows, config.speculative_max_batch) * (config.speculative_num_tokens + 1))
+    return rows
 
 
 def _local_path(model_path: str) -> str:
