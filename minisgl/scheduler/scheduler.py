@@ -68,7 +68,8 @@ class SchedulerStats:
 class Scheduler:
     def __init__(self, config: SchedulerConfig):
         self.config = config
-        self.engine = Engine(engine_config(config))
+        for_engine = engine_config(config)  # (the speculator reads it too: the draft head's local directory)
+        self.engine = Engine(for_engine)
         e = self.engine
         self.table = RequestTable(config.max_running_requests)
         self.prefix_cache = create_prefix_cache(config.cache, e.page_size)
@@ -82,7 +83,7 @@ class Scheduler:
         self.arrivals = 0
         self.decode = DecodeManager(self.cache)
         try:
-            self.speculator = Speculator(config, e) if config.speculative else None
+            self.speculator = Speculator(for_engine, e) if config.speculative else None
         except BaseException:  # a draft head refused at start: the engine's process group goes too
             e.shutdown()
             raise

@@ -173,7 +173,7 @@ def _local_draft_model(name: str) -> str:
 
 
 def _eagle3(config: SchedulerConfig, engine: Engine) -> Eagle3Drafter:
-    path = engine.config.draft_model or ""  # (engine_config made it a local directory)
+    path = config.draft_model or ""  # (engine_config made it a local directory)
     head = load_eagle3_head(path, engine.model_config, engine.max_seq_len, engine.device, engine.dtype)
     drafter = Eagle3Drafter(head, engine.model, engine.page_table, engine.token_pool,
                             engine.kv_cache.k_buffer.shape[1], config.speculative_num_tokens)
