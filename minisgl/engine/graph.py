@@ -203,8 +203,9 @@ class GraphRunner:
 
     @property
     def rides_decode_graphs(self) -> bool:
-        """Whether verify batches replay these graphs, a row per token (the module's docstring)."""
-        return self.engine.attn_backend.graph_rows_lens(self.max_bs) is not None
+        """Whether verify batches replay these graphs, a row per token (the module's docstring).
+        Not with LoRA: its verify batches run eagerly, as they did before (not measured on a GPU)."""
+        return self.engine.lora is None and self.engine.attn_backend.graph_rows_lens(self.max_bs) is not None
 
     def can_run(self, batch: Batch) -> bool:
         if batch.is_decode:
