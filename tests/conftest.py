@@ -42,6 +42,20 @@ def pytest_collection_modifyitems(items) -> None:
             item.add_marker(pytest.mark.slow)
 
 
+def pytest_collection_finish(session) -> None:
+    """Modules passing tiny_qwen3_server the same arguments share one server (tests/server/serving.py):
+    counted here, once the tests are selected, so the last module to use it stops it."""
+    from tests.server.serving import count_shared_server_users
+
+    count_shared_server_users(session.items)
+
+
+def pytest_sessionfinish(session) -> None:
+    from tests.server.serving import stop_shared_servers
+
+    stop_shared_servers()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory):
     """tiny_model_dir(arch, **overrides) -> path of a saved random model (cached per arguments)."""

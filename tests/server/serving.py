@@ -76,10 +76,37 @@ def wait_for(condition, timeout: float = 30, what: str = "condition", poll_s: fl
         time.sleep(poll_s)
 
 
+# Servers of tiny_qwen3_server shared by the modules that ask for the same arguments: a start costs
+# 10-30 s of a 2-core machine, so one start serves them all. `_users` counts, per argument set, the
+# modules of this session whose selected tests take the server (tests/conftest.py counts them once
+# collected); the last of them to finish stops it and checks its exit status, as a module's own would.
+_fixtures: dict[object, tuple[str, ...]] = {}  # a module's `server` fixture -> its server arguments
+_users: dict[tuple[str, ...], int] = {}
+_running: dict[tuple[str, ...], ServerProcess] = {}  # model_dir is the session's one tiny Qwen3
+
+
+def count_shared_server_users(items) -> None:
+    """Count, per argument set, the modules among the selected test `items` that take its server."""
+    _users.clear()
+    modules = {item.module for item in items if "server" in getattr(item, "fixturenames", ())}
+    for module in modules:
+        args = _fixtures.get(getattr(module, "server", None))
+        if args is not None:
+            _users[args] = _users.get(args, 0) + 1
+
+
+def stop_shared_servers() -> None:
+    """At the session's end: stop what a deselected module's count left running."""
+    while _running:
+        _running.popitem()[1].stop()
+
+
 def tiny_qwen3_server(*server_args: str):
     """Module-scoped fixtures `model_dir`, `server` (the real server on a tiny random Qwen3 with
     `server_args`, stopped cleanly at the end) and `client` (the official openai client on it).
-    A test module takes them as `model_dir, server, client = tiny_qwen3_server(...)`."""
+    A test module takes them as `model_dir, server, client = tiny_qwen3_server(...)`. Modules that
+    pass the same arguments share one server, started by the first and stopped by the last: a test
+    that needs a server state of its own (a killed worker, counters from zero) starts its own."""
     import openai
     import pytest
 
@@ -89,12 +116,18 @@ def tiny_qwen3_server(*server_args: str):
 
     @pytest.fixture(scope="module")
     def server(model_dir):
-        srv = ServerProcess("--model", model_dir, *server_args).wait_ready()
+        srv = _running.get(server_args)
+        if srv is None:
+            srv = _running[server_args] = ServerProcess("--model", model_dir, *server_args).wait_ready()
         yield srv
-        assert srv.stop() == 0
+        _users[server_args] = _users.get(server_args, 1) - 1
+        if _users[server_args] <= 0:
+            del _running[server_args]
+            assert srv.stop() == 0
 
     @pytest.fixture(scope="module")
     def client(server):
         return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
 
+    _fixtures[server] = server_args
     return model_dir, server, client

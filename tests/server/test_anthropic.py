@@ -19,8 +19,10 @@ pytestmark = pytest.mark.slow  # starts the server or worker processes: out of t
 
 MODEL = "tiny-qwen3"
 GREEDY = {"extra_body": {"temperature": 0}}  # the SDK no longer offers sampling parameters; older ones sent them
-model_dir, server, client = tiny_qwen3_server("--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4",
-                                              "--num-pages", "2048", "--max-seq-len", "1024", "--chat-template", TEMPLATE)
+# The arguments of test_litellm.py and test_tool_clients.py: the three modules share one server.
+model_dir, server, client = tiny_qwen3_server(
+    "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len",
+    "1024", "--chat-template", TEMPLATE)
 SYSTEM = "You answer in one short sentence."
 USER = "What is a radix tree?"
 TOOL = {"name": "get_weather", "description": WEATHER["function"]["description"],

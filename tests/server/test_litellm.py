@@ -44,9 +44,11 @@ REQUESTS = {
 }
 
 
+# The arguments of test_anthropic.py and test_tool_clients.py (one server for the three): TEMPLATE
+# writes <tool_call>, so the server picks the hermes parser itself.
 model_dir, server, client = tiny_qwen3_server(
     "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len",
-    "1024", "--chat-template", TEMPLATE, "--tool-call-parser", "hermes")
+    "1024", "--chat-template", TEMPLATE)
 
 
 @pytest.fixture(scope="module")

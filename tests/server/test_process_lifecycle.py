@@ -16,16 +16,16 @@ import pexpect
 import psutil
 import pytest
 
-from tests.server.serving import ServerProcess
+from tests.server.serving import ServerProcess, tiny_qwen3_server
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 FAST = ["--num-pages", "256", "--max-seq-len", "256"]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tiny_model_dir):
-    return tiny_model_dir("Qwen3ForCausalLM")
+# A keyless server in the state any other module's leaves it in: the one of test_request_errors.py and
+# test_request_id.py (same arguments, one server; tests/server/serving.py). The tests that stop or
+# kill theirs start their own.
+model_dir, server, client = tiny_qwen3_server("--served-model-name", "tiny-qwen3", "--dtype", "float32", "--num-pages",
+                                              "256")
 
 
 def test_api_key_guards_v1_but_not_probes(model_dir):
@@ -44,12 +44,8 @@ def test_api_key_guards_v1_but_not_probes(model_dir):
         assert srv.stop() == 0
 
 
-def test_without_api_key_v1_is_open(model_dir):
-    srv = ServerProcess("--model", model_dir, *FAST).wait_ready()
-    try:
-        assert httpx.get(srv.url + "/v1/models").status_code == 200
-    finally:
-        srv.stop()
+def test_without_api_key_v1_is_open(server):
+    assert httpx.get(server.url + "/v1/models").status_code == 200
 
 
 def test_sigterm_exits_zero_with_no_child_left(model_dir):

@@ -27,8 +27,9 @@ QUESTIONS = ["The capital of France is", "A paged KV cache stores", "Hello, worl
              "Numbers: 0 1 2", "def main():", "The quick brown fox"]
 CHOICES = ["Paris", "keys", "you", "3", "print", "jumps over"]
 
+# The arguments of test_structured_output.py and test_usage.py: the three modules share one server.
 model_dir, server, client = tiny_qwen3_server("--served-model-name", MODEL, "--dtype", "float32",
-                                              "--page-size", "4", "--num-pages", "1024", "--max-seq-len", "512")
+                                              "--page-size", "4", "--num-pages", "2048", "--max-seq-len", "512")
 
 
 def _ref(model_dir: str, ids: list[int]) -> torch.Tensor:

@@ -7,11 +7,10 @@ import json
 
 import httpx
 import jsonschema
-import openai
 import pytest
 from pydantic import BaseModel, Field
 
-from tests.server.serving import ServerProcess
+from tests.server.serving import tiny_qwen3_server
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
@@ -26,17 +25,9 @@ class Animal(BaseModel):
     colors: list[str] = Field(max_length=2, json_schema_extra={"items": {"enum": ["red", "brown"]}})
 
 
-@pytest.fixture(scope="module")
-def server(tiny_model_dir):
-    srv = ServerProcess("--model", tiny_model_dir("Qwen3ForCausalLM"), "--served-model-name", MODEL, "--dtype",
-                        "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len", "512").wait_ready()
-    yield srv
-    assert srv.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def client(server):
-    return openai.OpenAI(base_url=server.url + "/v1", api_key="unused")
+# The arguments of test_usage.py and test_prompt_logprobs.py: the three modules share one server.
+model_dir, server, client = tiny_qwen3_server("--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4",
+                                              "--num-pages", "2048", "--max-seq-len", "512")
 
 
 def test_parse_with_a_pydantic_model_always_succeeds(client):

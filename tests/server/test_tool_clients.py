@@ -32,7 +32,8 @@ pytestmark = pytest.mark.slow  # starts the server or worker processes: out of t
 MODEL = "tiny-qwen3"
 SETTINGS = {"temperature": 0.0, "max_tokens": 120}
 
-# No --tool-call-parser, no --reasoning-parser: what a new user starts.
+# No --tool-call-parser, no --reasoning-parser: what a new user starts. The arguments of test_anthropic.py
+# and test_litellm.py: the three modules share one server.
 model_dir, server, client = tiny_qwen3_server(
     "--served-model-name", MODEL, "--dtype", "float32", "--page-size", "4", "--num-pages", "2048", "--max-seq-len",
     "1024", "--chat-template", TEMPLATE)

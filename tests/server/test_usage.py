@@ -17,8 +17,9 @@ pytestmark = pytest.mark.slow  # starts the server or worker processes: out of t
 
 MODEL = "tiny-qwen3"
 PAGE = 4
+# The arguments of test_prompt_logprobs.py and test_structured_output.py: the three modules share one server.
 model_dir, server, client = tiny_qwen3_server("--served-model-name", MODEL, "--dtype", "float32", "--page-size",
-                                              str(PAGE), "--num-pages", "1024", "--max-seq-len", "512")
+                                              str(PAGE), "--num-pages", "2048", "--max-seq-len", "512")
 LONG = "You are a careful assistant who answers in one sentence. " * 4
 
 
