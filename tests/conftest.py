@@ -35,11 +35,15 @@ torch.set_num_threads(2)
 
 def pytest_collection_modifyitems(items) -> None:
     """The GPU tests live in files named *_cuda.py (skipped without a GPU): marked `cuda`, and `slow`
-    as the fast loop is a CPU one, here once rather than in each file."""
+    as the fast loop is a CPU one, here once rather than in each file. The modules that share a
+    server (tests/server/serving.py) are run one after another."""
     for item in items:
         if item.path.stem.endswith("_cuda"):
             item.add_marker(pytest.mark.cuda)
             item.add_marker(pytest.mark.slow)
+    from tests.server.serving import run_sharing_modules_together
+
+    run_sharing_modules_together(items)
 
 
 def pytest_collection_finish(session) -> None:

@@ -85,6 +85,24 @@ _users: dict[tuple[str, ...], int] = {}
 _running: dict[tuple[str, ...], ServerProcess] = {}  # model_dir is the session's one tiny Qwen3
 
 
+def run_sharing_modules_together(items: list) -> None:
+    """Reorder `items` (in place) so the modules sharing a server run one after another, where the
+    first of them ran: one shared server is alive at a time, not one idling per group."""
+    by_module: dict = {}
+    for item in items:
+        by_module.setdefault(getattr(item, "module", None) or item, []).append(item)  # an item of no module: alone
+    ordered, placed = [], set()
+    for module in by_module:
+        if module in placed:
+            continue
+        args = _fixtures.get(getattr(module, "server", None))
+        group = [module] if args is None else [m for m in by_module if _fixtures.get(getattr(m, "server", None)) == args]
+        for member in group:
+            placed.add(member)
+            ordered += by_module[member]
+    items[:] = ordered
+
+
 def count_shared_server_users(items) -> None:
     """Count, per argument set, the modules among the selected test `items` that take its server."""
     _users.clear()
