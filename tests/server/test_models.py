@@ -13,6 +13,7 @@ from tests.server.serving import tiny_qwen3_server
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 NAMES = ("org/tiny-qwen3", "tiny")  # a served name may hold a slash, as a Hub id does
+# The arguments of test_request_errors.py, test_request_id.py and test_process_lifecycle.py: one server.
 model_dir, server, client = tiny_qwen3_server("--served-model-name", *NAMES, "--dtype", "float32", "--num-pages", "256")
 
 

@@ -21,11 +21,11 @@ from tests.server.serving import ServerProcess, tiny_qwen3_server
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 FAST = ["--num-pages", "256", "--max-seq-len", "256"]
-# A keyless server in the state any other module's leaves it in: the one of test_request_errors.py and
-# test_request_id.py (same arguments, one server; tests/server/serving.py). The tests that stop or
-# kill theirs start their own.
-model_dir, server, client = tiny_qwen3_server("--served-model-name", "tiny-qwen3", "--dtype", "float32", "--num-pages",
-                                              "256")
+# A keyless server in the state any other module's leaves it in: the one of test_models.py, test_request_errors.py
+# and test_request_id.py (same arguments, one server; tests/server/serving.py). The
+# tests that stop or kill theirs start their own.
+model_dir, server, client = tiny_qwen3_server("--served-model-name", "org/tiny-qwen3", "tiny", "--dtype", "float32",
+                                              "--num-pages", "256")
 
 
 def test_api_key_guards_v1_but_not_probes(model_dir):

@@ -12,9 +12,11 @@ from tests.server.serving import tiny_qwen3_server
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
-MODEL = "tiny-qwen3"
-# The arguments of test_request_id.py and test_process_lifecycle.py: the modules share one server.
-model_dir, server, client = tiny_qwen3_server("--served-model-name", MODEL, "--dtype", "float32", "--num-pages", "256")
+MODEL = "tiny"
+# The arguments of test_models.py (its two served names), test_request_id.py and test_process_lifecycle.py:
+# the four modules share one server.
+model_dir, server, client = tiny_qwen3_server("--served-model-name", "org/tiny-qwen3", MODEL, "--dtype", "float32",
+                                              "--num-pages", "256")
 HI = [{"role": "user", "content": "hi"}]
 
 
