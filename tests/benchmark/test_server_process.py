@@ -22,8 +22,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # A session whose one test starts the demo server, records the pids of the server and its
 # workers, and then waits to be interrupted.
 INNER_TEST = textwrap.dedent('''
-    import json, os, time
+    import faulthandler, json, os, signal, sys, time
     import psutil
+    faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)  # where a stuck session is
     from minisgl.benchmark.server_process import ServerProcess
     from minisgl.utils.net import free_port
 
@@ -68,6 +69,25 @@ def run_session_until_serving(tmp_path) -> tuple[subprocess.Popen, list[int]]:
     return session, pids
 
 
+def finish(session: subprocess.Popen, seconds: float) -> str:
+    """The session's output once it has exited; if it has not within `seconds`, fail with the
+    stacks of its threads (the inner test registers SIGUSR1 with faulthandler) and its output."""
+    try:
+        return session.communicate(timeout=seconds)[0]
+    except subprocess.TimeoutExpired:
+        running = session.poll() is None
+        if running:
+            os.kill(session.pid, signal.SIGUSR1)
+            time.sleep(5)
+        end_group(session)
+        try:
+            output = session.communicate(timeout=10)[0]  # (what the timed-out call had read, and the rest)
+        except subprocess.TimeoutExpired:
+            output = "(unread: another process holds its output pipe)"
+        pytest.fail(f"the interrupted session {'is still running' if running else 'exited, its output pipe still held'}"
+                    f" after {seconds:.0f} s; its stacks and output:\n{output}")
+
+
 def wait_gone(pids: list[int], seconds: float) -> list[int]:
     deadline = time.monotonic() + seconds
     while alive(pids) and time.monotonic() < deadline:
@@ -80,7 +100,7 @@ def test_ctrl_c_in_a_test_session_takes_its_servers_down(tmp_path):
     session, pids = run_session_until_serving(tmp_path)
     try:
         os.killpg(session.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the foreground group
-        output, _ = session.communicate(timeout=120)
+        output = finish(session, 120)
         assert "KeyboardInterrupt" in output, output
         left = wait_gone(pids, 30)  # the reaper's SIGKILL is immediate; slack for a loaded machine
         assert left == [], f"still running after the interrupted session: {left}"
