@@ -25,6 +25,9 @@ INNER_TEST = textwrap.dedent('''
     import faulthandler, json, os, signal, sys, time
     import psutil
     faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True)  # where a stuck session is
+    # Ctrl-C as at a terminal: a session started from a background job (nohup ... &) inherits SIGINT
+    # ignored, and Python then never raises KeyboardInterrupt (the cause of a 120 s timeout here).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     from minisgl.benchmark.server_process import ServerProcess
     from minisgl.utils.net import free_port
 
@@ -55,7 +58,7 @@ def run_session_until_serving(tmp_path) -> tuple[subprocess.Popen, list[int]]:
     (tmp_path / "test_inner.py").write_text(INNER_TEST)
     pids_file = tmp_path / "pids.json"
     session = start_in_own_group(
-        [sys.executable, "-m", "pytest", "-q", "-p", "tests.reaper", "-p", "no:cacheprovider", "--rootdir",
+        [sys.executable, "-m", "pytest", "-q", "-s", "-p", "tests.reaper", "-p", "no:cacheprovider", "--rootdir",
          str(tmp_path), "-c", os.devnull, str(tmp_path / "test_inner.py")],
         cwd=REPO, env={**os.environ, "PIDS_FILE": str(pids_file), "PYTHONPATH": REPO},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
