@@ -136,7 +136,7 @@ def sweep_configs(rows: int, gated: bool = False) -> list[GemvConfig]:
     """Tile configs around the table's: CUDA-core ones whose accumulators fit 16-128 registers a
     thread, pipelined 2-8 deep, and tl.dot ones (rows padded to 16)."""
     block_m = triton.next_power_of_2(rows) * (2 if gated else 1)
-    out = [GemvConfig(bn, bk, w, st, False) for bn in (4, 8, 16) for bk in (256, 512, 1024) for w in (4, 8)
+    out = [GemvConfig(bn, bk, w, st, False) for bn in (4, 8, 16, 32) for bk in (256, 512, 1024) for w in (2, 4, 8)
            for st in (2, 4, 6, 8) if 16 <= block_m * bn * bk / (32 * w) <= 128 and bn * bk * st <= 2**15]
     out += [GemvConfig(bn, bk, 4, st, True) for bn in (16, 32, 64) for bk in (128, 256) for st in (3, 4)]
     return out

@@ -58,9 +58,19 @@ def fastest_tiles(sweeps: list[dict[str, Any]], rule_us: dict[Key, float]) -> li
             for key, r in sorted(best.items())]
 
 
+def _key(tile: dict[str, Any]) -> Key:
+    return tile["rows"], tile["n"], tile["k"], tile["gated"], tile["weight_bytes"]
+
+
 def write_table(path: str, device_name: str, tiles: list[dict[str, Any]]) -> None:
-    """`tiles`: {rows, n, k, gated, weight_bytes, config (CONFIG_FIELDS), us, rule_us} each."""
+    """`tiles`: {rows, n, k, gated, weight_bytes, config (CONFIG_FIELDS), us, rule_us} each. They
+    replace the same shapes' tiles in a table already at `path` and keep its others, so sweeps at
+    different row counts (each within one device call's time) build up one table."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    if os.path.exists(path):
+        with open(path) as f:
+            new = {_key(t) for t in tiles}
+            tiles = sorted([t for t in json.load(f)["tiles"] if _key(t) not in new] + tiles, key=_key)
     with open(path, "w") as f:
         json.dump({"device": device_name, "written_by": "benchmark/offline/fp8_gemv.py --write-table",
                    "tiles": tiles}, f, indent=1)

@@ -38,6 +38,17 @@ def test_the_fastest_swept_config_of_each_shape_is_kept_with_the_rules_time_besi
     assert tiles[1]["rule_us"] is None
 
 
+def test_a_sweep_at_other_rows_adds_to_the_table_and_replaces_only_the_shapes_it_swept(tmp_path):
+    path = gemv_tuned.table_path("Test GPU 9000", str(tmp_path))
+    gemv_tuned.write_table(path, "Test GPU 9000", gemv_tuned.fastest_tiles(
+        [sweep(1, 96, 200, 5.0, block_n=4), sweep(1, 40, 96, 5.0, block_n=4)], {}))
+    gemv_tuned.write_table(path, "Test GPU 9000", gemv_tuned.fastest_tiles(
+        [sweep(2, 96, 200, 6.0, block_n=8), sweep(1, 40, 96, 4.0, block_n=16)], {}))
+    table = gemv_tuned.read_table(path)
+    assert {key: c["block_n"] for key, c in table.items()} == {
+        (1, 96, 200, False, 1): 4, (1, 40, 96, False, 1): 16, (2, 96, 200, False, 1): 8}
+
+
 @pytest.fixture
 def gpu_with_table(tmp_path, monkeypatch):
     """A GPU named "Test GPU 9000" whose table holds ODD for 1-row [96, 200] and 16-row gated [40, 96]."""
