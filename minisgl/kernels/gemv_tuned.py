@@ -44,8 +44,9 @@ def device_table(device_name: str) -> dict[Key, dict[str, Any]]:
 
 
 def fastest_tiles(sweeps: list[dict[str, Any]], rule_us: dict[Key, float]) -> list[dict[str, Any]]:
-    """Per shape, the fastest of its swept configs: `sweeps` holds {rows, n, k, gated, weight_bytes,
-    config, us} each (n: for a gated weight its half); `rule_us`, the rules' config's time by key."""
+    """Per shape, the fastest of its swept configs, where it beat the rules' config: `sweeps` holds
+    {rows, n, k, gated, weight_bytes, config, us} each (n: for a gated weight its half); `rule_us`,
+    the rules' config's time by key."""
     best: dict[Key, dict[str, Any]] = {}
     for r in sweeps:
         if r["rows"] != row_bucket(r["rows"]):  # looked up by rows rounded up to a power of two
@@ -53,9 +54,10 @@ def fastest_tiles(sweeps: list[dict[str, Any]], rule_us: dict[Key, float]) -> li
         key = (r["rows"], r["n"], r["k"], r["gated"], r["weight_bytes"])
         if key not in best or r["us"] < best[key]["us"]:
             best[key] = r
+    # A shape whose rules' config (not always in the sweep's grid) was as fast stays with the rules.
     return [{"rows": r["rows"], "n": r["n"], "k": r["k"], "gated": r["gated"], "weight_bytes": r["weight_bytes"],
              "config": {name: r["config"][name] for name in CONFIG_FIELDS}, "us": r["us"], "rule_us": rule_us.get(key)}
-            for key, r in sorted(best.items())]
+            for key, r in sorted(best.items()) if key not in rule_us or r["us"] < rule_us[key]]
 
 
 def _key(tile: dict[str, Any]) -> Key:

@@ -38,6 +38,12 @@ def test_the_fastest_swept_config_of_each_shape_is_kept_with_the_rules_time_besi
     assert tiles[1]["rule_us"] is None
 
 
+def test_a_shape_where_the_rules_config_was_as_fast_is_left_to_the_rules():
+    tiles = gemv_tuned.fastest_tiles([sweep(8, 4096, 4096, 12.1), sweep(1, 4096, 4096, 7.0)],
+                                     {(8, 4096, 4096, False, 1): 11.5, (1, 4096, 4096, False, 1): 7.4})
+    assert [(t["rows"], t["us"]) for t in tiles] == [(1, 7.0)]
+
+
 def test_a_sweep_at_other_rows_adds_to_the_table_and_replaces_only_the_shapes_it_swept(tmp_path):
     path = gemv_tuned.table_path("Test GPU 9000", str(tmp_path))
     gemv_tuned.write_table(path, "Test GPU 9000", gemv_tuned.fastest_tiles(
