@@ -1,12 +1,15 @@
-"""Tiny random models and a locally trained tokenizer.
+"""Tiny models and locally trained tokenizers.
 
-They back the built-in demo (`python -m minisgl` with no `--model` works offline) and the test
-suite, which compares minisgl with HF transformers on them.
+The built-in demo (`python -m minisgl` with no `--model` works offline) is trained at its first
+start (demo_training); the test suite compares minisgl with HF transformers on tiny random models.
 """
 
 from __future__ import annotations
 
+import fcntl
 import os
+import shutil
+import tempfile
 
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -22,6 +25,12 @@ from transformers import (
 )
 
 from minisgl.utils import env
+from minisgl.utils.logger import get_logger
+
+from .demo_training import Recipe, recipe_key, train_demo
+
+_logger = get_logger(__name__)
+DEMO_RECIPE = Recipe()
 
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
@@ -29,14 +38,13 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 # The demo's own template: CHAT_TEMPLATE's turns (the same prompt for a chat without tools), plus
-# tools in the system turn, earlier calls and tool results as Qwen2.5/Qwen3 render them (Hermes
-# syntax), so a server started with no flags reads tool_choice auto's calls with its hermes parser.
+# tools in the system turn (a short preamble: the demo model is trained on it), earlier calls and
+# tool results as Qwen2.5/Qwen3 render them (Hermes syntax), so a server started with no flags reads
+# tool_choice auto's calls with its hermes parser.
 # HF renders templates with trim_blocks: a newline right after a tag is written {{ '\\n' }}.
 DEMO_CHAT_TEMPLATE = (
-    "{%- if tools %}<|im_start|>system\n# Tools\n\nYou may call one or more functions to assist with the user "
-    "query.\n\nYou are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-    "{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}{{ '\\n' }}</tools>\n\nFor each function call, return a json "
-    "object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    "{%- if tools %}<|im_start|>system\n# Tools\n<tools>{% for t in tools %}{{ '\\n' }}{{ t | tojson }}{% endfor %}"
+    "{{ '\\n' }}</tools>\nTo call one, write <tool_call>\n"
     '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n{% endif %}'
     "{% for m in messages %}{% if m['role'] == 'tool' %}<|im_start|>user\n<tool_response>\n{{ m['content'] }}"
     "\n</tool_response><|im_end|>\n{% else %}<|im_start|>{{ m['role'] }}\n{% if m['content'] %}{{ m['content'] }}"
@@ -128,27 +136,23 @@ def build_tiny_model(path: str, architecture: str = "Qwen3ForCausalLM", seed: in
 
 
 def demo_model_dir() -> str:
-    """The built-in demo model, built once into the user's cache directory."""
+    """The built-in demo model: trained once (demo_training) into the user's cache directory, in a
+    folder named by its recipe's key, so a changed recipe or template trains anew. Concurrent first
+    starts wait on one lock; the model appears whole (trained in a temp folder, then renamed)."""
     root = os.path.expanduser(env.CACHE.get())
-    path = os.path.join(root, "demo-qwen3-tiny")
+    key = recipe_key(DEMO_RECIPE, DEMO_CHAT_TEMPLATE)
+    path = os.path.join(root, f"demo-{key}")
     if not os.path.exists(os.path.join(path, "config.json")):
-        build_tiny_model(path + ".tmp", "Qwen3ForCausalLM", num_hidden_layers=4, hidden_size=128,
-                         intermediate_size=256, max_position_embeddings=4096)
-        _write_template(path + ".tmp")
-        os.replace(path + ".tmp", path)
+        os.makedirs(root, exist_ok=True)
+        with open(os.path.join(root, f"demo-{key}.lock"), "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not os.path.exists(os.path.join(path, "config.json")):
+                _logger.info("training the demo model on its synthetic chats (once, about a minute on a CPU)")
+                tmp = tempfile.mkdtemp(prefix=f"demo-{key}.", dir=root)
+                try:
+                    train_demo(tmp, DEMO_RECIPE, DEMO_CHAT_TEMPLATE, SPECIAL_TOKENS)
+                    os.replace(tmp, path)
+                finally:
+                    shutil.rmtree(tmp, ignore_errors=True)
     AutoConfig.from_pretrained(path)  # fail early if the cache is corrupt
-    _write_template(path)  # a demo cached by an earlier version gets the tool-calling template too
     return path
-
-
-def _write_template(path: str) -> None:
-    """DEMO_CHAT_TEMPLATE as the model's chat_template.jinja, unless it is already (replaced whole:
-    the server's processes may read it at the same time)."""
-    file = os.path.join(path, "chat_template.jinja")
-    if os.path.exists(file):
-        with open(file, encoding="utf-8") as f:
-            if f.read() == DEMO_CHAT_TEMPLATE:
-                return
-    with open(f"{file}.{os.getpid()}.tmp", "w", encoding="utf-8") as f:
-        f.write(DEMO_CHAT_TEMPLATE)
-    os.replace(f.name, file)

@@ -1,6 +1,7 @@
-"""The built-in demo model (`python -m minisgl` with no --model): a chat template that renders tools
-in Qwen's Hermes syntax, so tool_choice auto works on a server started with no flags; a demo cached
-by an earlier version gets that template too."""
+"""The built-in demo model (`python -m minisgl` with no --model): trained at the first start, so with
+real clients and small max_tokens it answers briefly and stops, fills a response_format schema and
+calls a tool; its chat template renders tools in Qwen's Hermes syntax, so tool_choice auto works on
+a server started with no flags."""
 
 from __future__ import annotations
 
@@ -9,23 +10,20 @@ import os
 
 import openai
 import pytest
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+from pydantic import BaseModel
 from transformers import AutoTokenizer
 
-from minisgl.models.demo import CHAT_TEMPLATE, DEMO_CHAT_TEMPLATE, demo_model_dir
+from minisgl.models.demo import CHAT_TEMPLATE, DEMO_CHAT_TEMPLATE, DEMO_RECIPE, demo_model_dir
+from minisgl.models.demo_training import recipe_key
 from minisgl.server.args import ServerArgs
 from minisgl.server.parsers import tool_parser_for
 from tests.server.serving import ServerProcess
 from tests.server.tool_chat import CHAT, WEATHER
 
 
-@pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    """A demo cache of this module's own (the user's is left alone)."""
-    return str(tmp_path_factory.mktemp("minisgl-cache"))
-
-
-def test_the_demo_renders_tools_and_calls_as_qwen_and_plain_chats_as_before(cache, monkeypatch):
-    monkeypatch.setenv("MINISGL_CACHE", cache)
+def test_the_demo_renders_tools_and_calls_as_qwen_and_plain_chats_as_before():
     tok = AutoTokenizer.from_pretrained(demo_model_dir())
     chat = [{"role": "system", "content": "Be brief."}, *CHAT]
     assert tok.apply_chat_template(chat, tokenize=False) == tok.apply_chat_template(chat, tokenize=False,
@@ -41,33 +39,74 @@ def test_the_demo_renders_tools_and_calls_as_qwen_and_plain_chats_as_before(cach
     assert choice.parser == "hermes" and "<tool_call>" in choice.why
 
 
-def test_a_demo_cached_by_an_earlier_version_gets_the_tool_template(cache, monkeypatch):
-    monkeypatch.setenv("MINISGL_CACHE", cache)
-    template = os.path.join(demo_model_dir(), "chat_template.jinja")
-    with open(template, "w") as f:
-        f.write(CHAT_TEMPLATE)  # what earlier versions wrote
-    with open(os.path.join(demo_model_dir(), "chat_template.jinja")) as f:
-        assert f.read() == DEMO_CHAT_TEMPLATE
+def test_the_demo_is_trained_once_into_a_folder_named_by_its_recipe_key():
+    """The session's demo (tests/conftest.py trains it) is reused, not trained again: the folder
+    holds the trained model and its name carries the key of the recipe and template."""
+    path = demo_model_dir()
+    assert os.path.basename(path) == f"demo-{recipe_key(DEMO_RECIPE, DEMO_CHAT_TEMPLATE)}"
+    mtime = os.path.getmtime(os.path.join(path, "model.safetensors"))
+    assert demo_model_dir() == path and os.path.getmtime(os.path.join(path, "model.safetensors")) == mtime
+    assert AutoTokenizer.from_pretrained(path).chat_template == DEMO_CHAT_TEMPLATE
+
+
+@pytest.fixture(scope="module")
+def demo_server():
+    """A server with no --model: the session's trained demo."""
+    srv = ServerProcess("--num-pages", "256").wait_ready()
+    try:
+        yield srv
+    finally:
+        assert srv.stop() == 0
+
+
+class CalendarEvent(BaseModel):
+    name: str
+    date: str
+    participants: list[str]
+
+
+class Animal(BaseModel):
+    species: str
+    legs: int
+    wild: bool
 
 
 @pytest.mark.slow
-def test_the_demo_server_calls_tools_with_tool_choice_auto(cache):
-    srv = ServerProcess("--num-pages", "256", env={"MINISGL_CACHE": cache}).wait_ready()
-    try:
-        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="unused")
-        assert "tool-call parser: hermes" in srv.output()
-        plain = client.chat.completions.create(model="minisgl-demo", messages=CHAT, tools=[WEATHER], max_tokens=8)
-        assert plain.choices[0].message.tool_calls is None  # a random model answers in words; no 400
-        # The demo's own call syntax, generated, comes back as a call.
-        regex = r'<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "(Paris|Oslo)", "days": [1-7]\}\}' \
-                r'\n</tool_call>'
-        called = client.chat.completions.create(model="minisgl-demo", messages=CHAT, tools=[WEATHER], max_tokens=200,
-                                                extra_body={"guided_regex": regex})
-        (call,) = called.choices[0].message.tool_calls
-        assert call.function.name == "get_weather" and json.loads(call.function.arguments)["city"] in ("Paris", "Oslo")
-        assert called.choices[0].finish_reason == "tool_calls" and not called.choices[0].message.content
-    finally:
-        assert srv.stop() == 0
+def test_the_demo_answers_a_plain_chat_briefly_and_stops(demo_server):
+    client = openai.OpenAI(base_url=demo_server.url + "/v1", api_key="unused")
+    reply = client.chat.completions.create(model="minisgl-demo", messages=[{"role": "user", "content": "Hi"}],
+                                           max_tokens=32, temperature=0)
+    assert reply.choices[0].finish_reason == "stop" and reply.choices[0].message.content.strip()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schema, question", [
+    (CalendarEvent, "Alice and Bob are going to a science fair on Friday."), (Animal, "Describe a fox.")])
+def test_openai_parse_gets_an_object_of_the_schema_within_64_tokens(demo_server, schema, question):
+    client = openai.OpenAI(base_url=demo_server.url + "/v1", api_key="unused")
+    reply = client.chat.completions.parse(model="minisgl-demo", messages=[{"role": "user", "content": question}],
+                                          response_format=schema, max_tokens=64, temperature=0)
+    assert reply.choices[0].finish_reason == "stop" and isinstance(reply.choices[0].message.parsed, schema)
+
+
+@pytest.mark.slow
+def test_langchain_gets_a_call_of_its_strict_tool_with_tool_choice_auto(demo_server):
+    """A strict tool (OpenAI's strict: arguments in its schema) with tool_choice auto: the demo
+    begins a call on its own, in its Hermes syntax; the server holds the call it begins to the
+    offered names and schema (the demo does not learn to copy a name in its minute of training:
+    without strict its call may name a tool that was not offered)."""
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Get the weather for a city."""
+        return "sunny"
+
+    model = ChatOpenAI(base_url=demo_server.url + "/v1", api_key="unused", model="minisgl-demo", max_tokens=64,
+                       temperature=0, max_retries=0)
+    reply = model.bind_tools([get_weather], strict=True, tool_choice="auto").invoke("What is the weather in Paris?")
+    (call,) = reply.tool_calls
+    assert call["name"] == "get_weather" and reply.response_metadata["finish_reason"] == "tool_calls"
+    get_weather.args_schema.model_validate(call["args"])
 
 
 def test_the_test_session_builds_the_demo_outside_the_users_home():
