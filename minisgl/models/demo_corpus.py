@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import random
+from typing import Any
 
 VERSION = 1  # bump when a change here changes the chats a seed gives
 
@@ -77,7 +78,7 @@ def _tool(rng: random.Random) -> tuple[dict, str]:
         topic = _made_up(rng)
         name = f"{rng.choice(VERBS)}_{topic}" if rng.random() < 0.5 else topic
     param = rng.choice(PARAMS) if rng.random() < 0.7 else _made_up(rng)
-    prop = {"type": "string"}
+    prop: dict[str, Any] = {"type": "string"}
     if rng.random() < 0.3:
         prop = {"title": param.title(), **prop}
     if rng.random() < 0.3:
@@ -91,12 +92,12 @@ def _tool(rng: random.Random) -> tuple[dict, str]:
             properties[number] = {"type": "integer"}
             if rng.random() < 0.6:
                 required.append(number)
-    parameters = {"type": "object", "properties": properties, "required": required}
+    parameters: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
     if rng.random() < 0.5:  # LangChain's and openai's order
         parameters = {"properties": properties, "required": required, "type": "object"}
     if rng.random() < 0.3:
         parameters["additionalProperties"] = False
-    function = {"name": name}
+    function: dict[str, Any] = {"name": name}
     if rng.random() < 0.7:
         function["description"] = rng.choice([f"Get the {topic} of a {param}.", f"The {topic}.", f"{topic.title()}."])
     function["parameters"] = parameters
@@ -130,7 +131,8 @@ def _tool_chat(rng: random.Random) -> tuple[list[dict], list[dict]]:
     question = _question(rng, topic, value, number, required[-1])
     call = {"id": "call_0", "type": "function",
             "function": {"name": function["name"], "arguments": json.dumps(arguments, ensure_ascii=False)}}
-    chat = [{"role": "user", "content": question}, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    chat: list[dict] = [{"role": "user", "content": question},
+                        {"role": "assistant", "content": None, "tool_calls": [call]}]
     if rng.random() < 0.25:  # the result comes back: a sentence from it
         result = rng.choice(RESULTS)
         chat += [{"role": "tool", "tool_call_id": "call_0", "content": result},

@@ -133,7 +133,8 @@ def _train(model, samples: list, recipe: Recipe, pad: int) -> None:
 def train_demo(path: str, recipe: Recipe, template: str, special_tokens: list[str]) -> None:
     """Write a Qwen3 model trained as `recipe` says, its tokenizer and `template` to `path`."""
     chats = demo_corpus.demo_chats(recipe.chats, recipe.seed)
-    texts = [render_jinja_template([messages], tools=tools, chat_template=template)[0][0] for messages, tools in chats]
+    texts = [render_jinja_template([messages], tools=list(tools or ()), chat_template=template)[0][0]
+             for messages, tools in chats]
     tokenizer = build_tokenizer(texts, recipe.vocab, special_tokens, template)
     samples = render(tokenizer, texts)
     config = Qwen3Config(

@@ -55,8 +55,8 @@ def _flag(help: str, default: Any = None, **argparse_kwargs: Any) -> Any:
 @dataclass(frozen=True)
 class ServerArgs:
     model: str | None = _flag(
-        "HF model id or local directory. Without it a small built-in demo model with random "
-        "weights is served on the CPU (its output is random text)."
+        "HF model id or local directory. Without it a small built-in demo model is served on the CPU, "
+        "trained at its first start (about a minute) to answer briefly, write JSON and call tools."
     )
     tp: int = _flag("Tensor-parallel size: one engine process per rank.", 1, aliases=["--tensor-parallel-size"])
     nnodes: int = _flag("Nodes the tensor-parallel ranks span (multi-node serving): each runs --tp / --nnodes ranks.", 1)

@@ -1,6 +1,6 @@
 """The built-in demo model (`python -m minisgl` with no --model): trained at the first start, so with
 real clients and small max_tokens it answers briefly and stops, fills a response_format schema and
-calls a tool; its chat template renders tools in Qwen's Hermes syntax, so tool_choice auto works on
+calls a tool (all fail on a random model); its chat template renders tools in Qwen's Hermes syntax, so tool_choice auto works on
 a server started with no flags."""
 
 from __future__ import annotations
@@ -107,6 +107,7 @@ def test_langchain_gets_a_call_of_its_strict_tool_with_tool_choice_auto(demo_ser
     (call,) = reply.tool_calls
     assert call["name"] == "get_weather" and reply.response_metadata["finish_reason"] == "tool_calls"
     get_weather.args_schema.model_validate(call["args"])
+    assert call["args"] == {"city": "Paris"}  # the value copied from the question
 
 
 def test_the_test_session_builds_the_demo_outside_the_users_home():

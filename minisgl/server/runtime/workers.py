@@ -87,8 +87,9 @@ def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
         return args, path
     from minisgl.models.demo import demo_model_dir
 
-    logger.warning("no --model given: serving the built-in DEMO model (tiny, random weights, on the CPU); "
-                   "its output is random text. Pass --model to serve a real model.")
+    logger.warning("no --model given: serving the built-in DEMO model (tiny, trained at its first start on "
+                   "synthetic chats, on the CPU): it answers briefly, writes JSON and calls tools, but its words "
+                   "mean little. Pass --model to serve a real model.")
     if args.device == "auto":
         args = type(args)(**{**args.__dict__, "device": "cpu"})
     return args, demo_model_dir()
