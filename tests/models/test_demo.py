@@ -5,8 +5,13 @@ a server started with no flags."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import shutil
+import subprocess
+import sys
+import time
 
 import openai
 import pytest
@@ -19,6 +24,7 @@ from minisgl.models.demo import CHAT_TEMPLATE, DEMO_CHAT_TEMPLATE, DEMO_RECIPE, 
 from minisgl.models.demo_training import recipe_key
 from minisgl.server.args import ServerArgs
 from minisgl.server.parsers import tool_parser_for
+from tests.reaper import end_group, start_in_own_group
 from tests.server.serving import ServerProcess
 from tests.server.tool_chat import CHAT, WEATHER
 
@@ -47,6 +53,29 @@ def test_the_demo_is_trained_once_into_a_folder_named_by_its_recipe_key():
     mtime = os.path.getmtime(os.path.join(path, "model.safetensors"))
     assert demo_model_dir() == path and os.path.getmtime(os.path.join(path, "model.safetensors")) == mtime
     assert AutoTokenizer.from_pretrained(path).chat_template == DEMO_CHAT_TEMPLATE
+
+
+@pytest.mark.slow  # a process of its own
+def test_a_first_start_waits_for_one_already_training_and_does_not_train_again(tmp_path):
+    """Two first starts on one cache: the second waits on the lock the first holds while it
+    trains, then finds the finished model and returns it, untrained by itself."""
+    key = recipe_key(DEMO_RECIPE, DEMO_CHAT_TEMPLATE)
+    with open(tmp_path / f"demo-{key}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # "the first start", training
+        second = start_in_own_group(
+            [sys.executable, "-c", "from minisgl.models.demo import demo_model_dir; print(demo_model_dir())"],
+            env={**os.environ, "MINISGL_CACHE": str(tmp_path), "MINISGL_LOG_LEVEL": "info"},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        try:
+            time.sleep(10)  # the import and the key: a few seconds
+            assert second.poll() is None, second.communicate()[0]
+            shutil.copytree(demo_model_dir(), tmp_path / f"demo-{key}")  # what "the first" leaves
+            fcntl.flock(lock, fcntl.LOCK_UN)
+            output = second.communicate(timeout=120)[0]
+        finally:
+            end_group(second)
+    assert second.returncode == 0 and output.strip().endswith(str(tmp_path / f"demo-{key}")), output
+    assert "training" not in output
 
 
 @pytest.fixture(scope="module")
