@@ -135,7 +135,7 @@ def _down_kernel(h_ptr, w_ptr, ids_ptr, out_ptr, part_ptr, arrivals_ptr, hidden,
         tl.extra.cuda.gdc_launch_dependents()
 
 
-NARROW_EXPERT = 512  # expert widths up to which down takes wide tiles (decode_tiles)
+NARROW_EXPERT = 768  # expert widths up to which down takes wide tiles (decode_tiles)
 MAX_ARRIVALS = 16384  # (token, hidden tile) counts of a split down launch: the arrivals' buffer
 SPLIT_BELOW_PER_SM = 4  # expert_down's default: split while fewer programs an SM than this
 
@@ -164,11 +164,11 @@ def decode_tiles(inter: int, hidden: int, top_k: int, weight_bytes: int,
     loads stay unmasked. A tensor-parallel share's narrow experts (Qwen3-30B-A3B's 768 is 384 wide
     at TP=2, 192 at TP=4) leave down's one-row tiles a few hundred bytes a step: there down takes
     16 or 32 hidden features a program in 64-element steps, faster at TP=2 and TP=4 at one and four
-    tokens in the sweep on H200s (benchmark/NOTES.md)."""
+    tokens in the sweep on H200s, and at TP=1's 768 too (benchmark/NOTES.md)."""
     gate_up = gemv_config(1, inter, hidden, gated=True, weight_bytes=weight_bytes, device=device)
     down = gemv_config(1, hidden, inter, gated=False, weight_bytes=weight_bytes, device=device)
     if inter <= NARROW_EXPERT:
-        wide = 32 if inter <= NARROW_EXPERT // 2 else 16
+        wide = 32 if inter <= 256 else 16
         down = GemvConfig(wide, _pow2_divisor(inter, 64), num_warps=4, num_stages=2 if wide == 32 else 3, dot=False)
     else:
         down = replace(down, block_k=_pow2_divisor(inter, down.block_k))

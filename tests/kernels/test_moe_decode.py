@@ -75,11 +75,11 @@ def test_split_down_leaves_its_arrival_counts_at_zero_for_the_next_launch():
 
 
 def test_down_splits_over_slots_only_while_a_program_per_token_leaves_sms_idle():
-    """Qwen3-30B-A3B's shapes on an H100 (the CPU's stand-in SM count): 512 tiles a token."""
+    """Qwen3-30B-A3B's shapes on an H100 (the CPU's stand-in SM count): 128 tiles a token."""
     _, down = moe_decode.decode_tiles(768, 2048, 8, 2)
     tiles = 2048 // down.block_n
     assert moe_decode.split_down(tiles, torch.device("cpu"))
-    assert not moe_decode.split_down(2 * tiles, torch.device("cpu"))
+    assert not moe_decode.split_down(8 * tiles, torch.device("cpu"))
 
 
 def test_no_tokens_give_an_empty_result():
@@ -94,12 +94,13 @@ def test_down_steps_divide_the_expert_width_where_they_can():
     assert moe_decode.decode_tiles(40, 64, 8, 4)[1].block_k == 16  # none divides 40: masked last step
 
 
-def test_a_tensor_parallel_share_s_narrow_experts_take_wide_down_tiles():
-    # Qwen3-30B-A3B's 768-wide experts at TP=2 and TP=4: 16 and 32 hidden features a program in
-    # 64-element steps (a one-row tile's steps there were a few hundred bytes); whole, as before.
-    assert [(d.block_n, d.block_k) for _, d in (moe_decode.decode_tiles(i, 2048, 8, 2) for i in (384, 192))] == [
-        (16, 64), (32, 64)]
-    assert moe_decode.decode_tiles(768, 2048, 8, 2)[1].block_n == 4
+def test_narrow_experts_take_wide_down_tiles():
+    # Qwen3-30B-A3B's 768-wide experts whole and at TP=2 and TP=4: 16, 16 and 32 hidden features
+    # a program in 64-element steps (a one-row tile's steps there were a few hundred bytes); wider
+    # experts keep the dense GEMV's one-row tiles.
+    assert [(d.block_n, d.block_k) for _, d in (moe_decode.decode_tiles(i, 2048, 8, 2) for i in (768, 384, 192))] == [
+        (16, 64), (16, 64), (32, 64)]
+    assert moe_decode.decode_tiles(1536, 2048, 8, 2)[1].block_n == 4
 
 
 HOPPER_BUILD = r"""
