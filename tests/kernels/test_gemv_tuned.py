@@ -6,13 +6,18 @@ CUDA device reports, set for the test."""
 
 from __future__ import annotations
 
+import glob
+import json
+import os
+
 import pytest
+import torch
 
 pytest.importorskip("triton")
 
 import minisgl.kernels.gemv as gemv_module  # noqa: E402
 from minisgl.kernels import gemv_tuned  # noqa: E402
-from minisgl.kernels.gemv import GemvConfig, gemv_config  # noqa: E402
+from minisgl.kernels.gemv import GemvConfig, gemv, gemv_config  # noqa: E402
 from tests.kernels.test_gemv import check  # noqa: E402
 
 ODD = {"block_n": 16, "block_k": 32, "num_warps": 2, "num_stages": 2, "dot": False}  # no rule picks it
@@ -84,3 +89,23 @@ def test_off_a_gpu_or_without_a_table_the_rules_decide(gpu_with_table, monkeypat
 @pytest.mark.parametrize(("rows", "n", "k", "gated"), [(1, 96, 200, False), (12, 40, 96, True)])
 def test_the_gemv_computes_right_with_a_tables_tiles(gpu_with_table, rows, n, k, gated):
     check(rows, n, k, gated)
+
+
+SHIPPED = [(os.path.basename(path), tile) for path in sorted(glob.glob(os.path.join(gemv_tuned.TABLE_DIR, "*.json")))
+           for tile in json.load(open(path))["tiles"]]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize(("table", "tile"), SHIPPED, ids=[
+    f"{table}-{t['rows']}x{t['n']}x{t['k']}-{'gated' if t['gated'] else 'plain'}-{t['weight_bytes']}B" for table, t in SHIPPED])
+def test_every_shipped_tile_computes_right_at_its_shape(table, tile):
+    """The tiles a table ships were picked for speed alone: each must also compute right."""
+    rows, n, k, config = tile["rows"], tile["n"], tile["k"], GemvConfig(**tile["config"])
+    if tile["weight_bytes"] == 1:
+        check(rows, n, k, tile["gated"], config)
+        return
+    torch.manual_seed(rows + n + k)
+    x = torch.randn(rows, k, dtype=torch.bfloat16, device="cuda")
+    w = torch.randn(n, k, dtype=torch.bfloat16, device="cuda") * 0.05
+    want = x.float() @ w.float().T
+    assert torch.allclose(gemv(x, w, config=config).float(), want, rtol=1e-2, atol=1e-2 * want.abs().max().item())
