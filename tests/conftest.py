@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
-import tempfile
 
 import pytest
 import torch
 
-# Tests write only under temp folders: the demo model that servers started without --model build
-# (minisgl.models.demo, default ~/.cache/minisgl) goes to this session's own folder, which every
-# server the tests start inherits.
-os.environ["MINISGL_CACHE"] = tempfile.mkdtemp(prefix="minisgl-test-cache-")
+# Tests write only under temp or project folders: the demo model that servers started without
+# --model use (minisgl.models.demo, default ~/.cache/minisgl) goes to .test-cache/ in the checkout
+# (git ignores it), which every server the tests start inherits. It outlives the session: the demo
+# trains (about a minute of CPU) once a checkout and recipe, not in every session, and its lock
+# makes sessions that start together train it once.
+os.environ["MINISGL_CACHE"] = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), ".test-cache")
 
 if not torch.cuda.is_available():
     # Without a GPU, Triton kernels run under Triton's interpreter on CPU tensors, so the CPU suite
@@ -23,8 +22,7 @@ if not torch.cuda.is_available():
 
 from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model, demo_model_dir
 
-atexit.register(shutil.rmtree, os.environ["MINISGL_CACHE"], True)
-demo_model_dir()  # built here once, so no server's first start prints the build's progress
+demo_model_dir()  # trained here if the cache lacks it, so no server's first start waits on the training
 
 pytest_plugins = ["tests.reaper", "tests.lora.fixtures"]  # no process a test starts outlives the session; the LoRA fixtures
 

@@ -139,10 +139,11 @@ def test_langchain_gets_a_call_of_its_strict_tool_with_tool_choice_auto(demo_ser
     assert call["args"] == {"city": "Paris"}  # the value copied from the question
 
 
-def test_the_test_session_builds_the_demo_outside_the_users_home():
-    """Servers the tests start without --model write their demo under the session's temp folder
-    (tests/conftest.py), never into ~/.cache."""
-    home = os.path.realpath(os.path.expanduser("~"))
+def test_the_test_session_builds_the_demo_in_the_checkout_not_the_users_cache():
+    """Servers the tests start without --model use the demo in the checkout's .test-cache/
+    (tests/conftest.py, git-ignored), never the user's ~/.cache."""
+    checkout = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
     built = os.path.realpath(demo_model_dir())
-    assert not built.startswith(home + os.sep), built
+    assert built.startswith(os.path.join(checkout, ".test-cache") + os.sep), built
     assert built.startswith(os.path.realpath(os.environ["MINISGL_CACHE"]) + os.sep)
+    assert not built.startswith(os.path.realpath(os.path.expanduser("~/.cache")) + os.sep)
