@@ -15,12 +15,16 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 
 import torch
 import torch.nn.functional as F
-from fp8_gemv import L2_BYTES, graph_us, sweep_configs  # (this folder: the script's own, first on sys.path)
+from fp8_gemv import (  # (this folder: the script's own, first on sys.path)
+    graph_us,
+    linear_shapes,
+    sweep_configs,
+    weight_copies,
+)
 
 from minisgl.benchmark.floor import copy_bandwidth
 from minisgl.benchmark.report import device_name, write_json
@@ -30,15 +34,10 @@ from minisgl.kernels.gemv_tuned import fastest_tiles, table_path, write_table
 
 def model_shapes(cfg: dict) -> dict[str, tuple[tuple[int, int], list[int]]]:
     """name -> ((N, K), the row counts the GEMV serves it at)."""
-    hidden, heads = cfg["hidden_size"], cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or hidden // heads
-    kv = cfg.get("num_key_value_heads", heads)
-    shapes = {"qkv": (((heads + 2 * kv) * head_dim, hidden), [1, 2]), "o": ((hidden, heads * head_dim), [1, 2])}
-    if not cfg.get("num_experts"):
-        shapes["gate_up"] = ((2 * cfg["intermediate_size"], hidden), [1, 2])
-        shapes["down"] = ((hidden, cfg["intermediate_size"]), [1, 2])
-    shapes["lm_head"] = ((cfg["vocab_size"], hidden), [1, 2, 4, 8, 16])
-    return shapes
+    moe = bool(cfg.get("num_experts"))  # an MoE's experts have kernels of their own (moe_decode)
+    shapes = {name: (shape, [1, 2]) for name, shape in linear_shapes(cfg).items()
+              if not (moe and name in ("gate_up", "down"))}
+    return shapes | {"lm_head": ((cfg["vocab_size"], cfg["hidden_size"]), [1, 2, 4, 8, 16])}
 
 
 def main() -> None:
@@ -52,8 +51,7 @@ def main() -> None:
     print(f"{device_name()}: device-to-device copy {copy_bw / 1e9:.0f} GB/s", flush=True)
     results, rule_us = [], {}
     for name, ((n, k), rows_list) in model_shapes(cfg).items():
-        copies = max(2, math.ceil(2 * L2_BYTES / (n * k * 2)) + 1)
-        calls = copies * math.ceil(20 / copies)
+        copies, calls = weight_copies(n * k * 2)
         ws = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02 for _ in range(copies)]
         floor_us = n * k * 2 / copy_bw * 1e6
         for rows in rows_list:
@@ -85,7 +83,7 @@ def main() -> None:
     if args.write_table:
         path = table_path(device_name(), args.write_table)
         tiles = fastest_tiles([r for r in results if r["method"] == "sweep"], rule_us)
-        write_table(path, device_name(), tiles)
+        write_table(path, device_name(), tiles, swept=set(rule_us))
         print(f"wrote {path}: {len(tiles)} bf16 shapes where a swept tile beat the rules")
 
 

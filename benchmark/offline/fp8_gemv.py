@@ -132,6 +132,22 @@ def graph_us(calls: list, replays: int = 7) -> float:
     return sorted(times)[len(times) // 2] / len(calls)
 
 
+def linear_shapes(cfg: dict) -> dict[str, tuple[int, int]]:
+    """A dense decoder layer's linears [N, K] from an HF config: qkv, o, gate_up, down."""
+    hidden, inter, heads = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or hidden // heads
+    kv = cfg.get("num_key_value_heads", heads)
+    return {"qkv": ((heads + 2 * kv) * head_dim, hidden), "o": (hidden, heads * head_dim),
+            "gate_up": (2 * inter, hidden), "down": (hidden, inter)}
+
+
+def weight_copies(nbytes: int) -> tuple[int, int]:
+    """(copies, calls): enough copies of a weight of `nbytes` (> 2x the L2) that every call in a
+    graph reads its weight from HBM, as decode does, and >= 20 calls rotating over them."""
+    copies = max(2, math.ceil(2 * L2_BYTES / nbytes) + 1)
+    return copies, copies * math.ceil(20 / copies)
+
+
 def sweep_configs(rows: int, gated: bool = False) -> list[GemvConfig]:
     """Tile configs around the table's: CUDA-core ones whose accumulators fit 16-128 registers a
     thread, pipelined 2-8 deep, and tl.dot ones (rows padded to 16)."""
@@ -201,12 +217,9 @@ def main() -> None:
                         "(minisgl/kernels/gemv_tuned to ship it; sweep every row count: --sweep-rows 1,2,4,8,16)")
     args = p.parse_args()
     cfg = json.load(open(os.path.join(args.config, "config.json")))
-    hidden, inter, heads = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_attention_heads"]
-    head_dim = cfg.get("head_dim") or hidden // heads
-    kv = cfg.get("num_key_value_heads", heads)
+    hidden = cfg["hidden_size"]
     layers = args.layers or cfg["num_hidden_layers"]
-    shapes = {"qkv": ((heads + 2 * kv) * head_dim, hidden), "o": (hidden, heads * head_dim),
-              "gate_up": (2 * inter, hidden), "down": (hidden, inter)}
+    shapes = linear_shapes(cfg)
     rows_list = [int(r) for r in args.rows.split(",")]
     sweep_rows = {int(r) for r in args.sweep_rows.split(",") if r}
     torch.manual_seed(0)
@@ -227,8 +240,7 @@ def main() -> None:
 
     for name, (n, k) in [*shapes.items(), ("lm_head", (cfg["vocab_size"], hidden))]:
         fp8 = name != "lm_head"
-        copies = max(2, math.ceil(2 * L2_BYTES / (n * k * (1 if fp8 else 2))) + 1)
-        calls = copies * math.ceil(20 / copies)
+        copies, calls = weight_copies(n * k * (1 if fp8 else 2))
         bf16 = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * 0.02]
         bf16 += [bf16[0].clone() for _ in range(copies - 1)]  # distinct memory is what matters, not values
         quant = [quantize_rows(w) for w in bf16] if fp8 else []
@@ -294,7 +306,7 @@ def main() -> None:
     if args.write_table:
         sweeps = [r for r in results if r["method"].startswith("sweep")]
         path = table_path(device_name(), args.write_table)
-        write_table(path, device_name(), fastest_tiles(sweeps, rule_us))
+        write_table(path, device_name(), fastest_tiles(sweeps, rule_us), swept=set(rule_us))
         print(f"wrote {path}: the fastest tiles of {len(sweeps)} swept configs")
 
 

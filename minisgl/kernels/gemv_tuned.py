@@ -29,11 +29,15 @@ def row_bucket(rows: int) -> int:
     return 1 << max(0, rows - 1).bit_length()
 
 
+def tile_key(tile: dict[str, Any]) -> Key:
+    """The key of a table's tile, or of a sweep's result ({rows, n, k, gated, weight_bytes, ...})."""
+    return tile["rows"], tile["n"], tile["k"], tile["gated"], tile["weight_bytes"]
+
+
 def read_table(path: str) -> dict[Key, dict[str, Any]]:
     with open(path) as f:
         tiles = json.load(f)["tiles"]
-    return {(t["rows"], t["n"], t["k"], t["gated"], t["weight_bytes"]): {name: t["config"][name] for name in CONFIG_FIELDS}
-            for t in tiles}
+    return {tile_key(t): {name: t["config"][name] for name in CONFIG_FIELDS} for t in tiles}
 
 
 @functools.cache
@@ -51,7 +55,7 @@ def fastest_tiles(sweeps: list[dict[str, Any]], rule_us: dict[Key, float]) -> li
     for r in sweeps:
         if r["rows"] != row_bucket(r["rows"]):  # looked up by rows rounded up to a power of two
             continue
-        key = (r["rows"], r["n"], r["k"], r["gated"], r["weight_bytes"])
+        key = tile_key(r)
         if key not in best or r["us"] < best[key]["us"]:
             best[key] = r
     # A shape whose rules' config (not always in the sweep's grid) was as fast stays with the rules.
@@ -60,20 +64,18 @@ def fastest_tiles(sweeps: list[dict[str, Any]], rule_us: dict[Key, float]) -> li
             for key, r in sorted(best.items()) if key not in rule_us or r["us"] < rule_us[key]]
 
 
-def _key(tile: dict[str, Any]) -> Key:
-    return tile["rows"], tile["n"], tile["k"], tile["gated"], tile["weight_bytes"]
-
-
-def write_table(path: str, device_name: str, tiles: list[dict[str, Any]]) -> None:
-    """`tiles`: {rows, n, k, gated, weight_bytes, config (CONFIG_FIELDS), us, rule_us} each. They
-    replace the same shapes' tiles in a table already at `path` and keep its others, so sweeps at
+def write_table(path: str, device_name: str, tiles: list[dict[str, Any]], swept: set[Key] | None = None) -> None:
+    """`tiles`: {rows, n, k, gated, weight_bytes, config (CONFIG_FIELDS), us, rule_us} each. In a
+    table already at `path` they replace the tiles of every shape swept (`swept`, default the
+    tiles' own: a swept shape the rules won drops its old tile) and keep the others, so sweeps at
     different row counts (each within one device call's time) build up one table."""
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     if os.path.exists(path):
+        replaced = (swept or set()) | {tile_key(t) for t in tiles}
         with open(path) as f:
-            new = {_key(t) for t in tiles}
-            tiles = sorted([t for t in json.load(f)["tiles"] if _key(t) not in new] + tiles, key=_key)
+            kept = [t for t in json.load(f)["tiles"] if tile_key(t) not in replaced]
+        tiles = sorted(kept + tiles, key=tile_key)
     with open(path, "w") as f:
-        json.dump({"device": device_name, "written_by": "benchmark/offline/fp8_gemv.py --write-table",
+        json.dump({"device": device_name, "written_by": "benchmark/offline/fp8_gemv.py or bf16_gemv.py --write-table",
                    "tiles": tiles}, f, indent=1)
         f.write("\n")

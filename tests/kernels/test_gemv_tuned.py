@@ -58,6 +58,9 @@ def test_a_sweep_at_other_rows_adds_to_the_table_and_replaces_only_the_shapes_it
     table = gemv_tuned.read_table(path)
     assert {key: c["block_n"] for key, c in table.items()} == {
         (1, 96, 200, False, 1): 4, (1, 40, 96, False, 1): 16, (2, 96, 200, False, 1): 8}
+    # Swept again, the rules won this shape: its old tile goes, and the rules decide it.
+    gemv_tuned.write_table(path, "Test GPU 9000", [], swept={(1, 40, 96, False, 1)})
+    assert set(gemv_tuned.read_table(path)) == {(1, 96, 200, False, 1), (2, 96, 200, False, 1)}
 
 
 @pytest.fixture
