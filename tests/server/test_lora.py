@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 
 import httpx
 import openai
@@ -124,10 +124,24 @@ def test_adapters_load_and_unload_under_load_without_touching_running_requests(r
     def post(path: str, **body) -> httpx.Response:
         return httpx.post(url + path, json=body, timeout=60)
 
-    stream = client.completions.create(stream=True, **long)
-    text = next(iter(stream)).choices[0].text
+    def done(future) -> bool:
+        wait([future], timeout=0.1)
+        return future.done()
+
+    # The scheduler runs in short slices (stopped between them) until the stream's first token has
+    # come and the unload is answered, so the stream is certainly still running when the unload
+    # reaches it, however long this machine keeps the test from reading the stream.
+    def open_stream():
+        stream = client.completions.create(stream=True, **long)
+        return stream, next(iter(stream)).choices[0].text
+
+    with ThreadPoolExecutor(1) as background, runtime_server.stopped("scheduler"):
+        opening = background.submit(open_stream)
+        runtime_server.run_until("scheduler", lambda: done(opening))
+        unloading = background.submit(post, "/v1/unload_lora_adapter", lora_name="r4")
+        runtime_server.run_until("scheduler", lambda: done(unloading))
+    (stream, text), r = opening.result(), unloading.result()
     # r4 is in use by the stream: refused, and the stream goes on untouched.
-    r = post("/v1/unload_lora_adapter", lora_name="r4")
     assert r.status_code == 400 and "LoRA adapter 'r4' is in use by 1 request(s)" in r.json()["error"]["message"]
     r = post("/v1/load_lora_adapter", lora_name="r8", lora_path=lora_adapters["r8"])
     assert r.status_code == 200 and r.text == "Success: LoRA adapter 'r8' added successfully."
