@@ -9,7 +9,8 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from minisgl.core import Batch, Req, SamplingParams
+from minisgl.core.batch import Batch, Req
+from minisgl.core.params import SamplingParams
 from minisgl.engine import BatchSamplingArgs, Engine, EngineConfig
 
 

@@ -25,7 +25,7 @@ from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.repeats import repeat_summary
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.workload import add_workload_flags, fresh_ids, workload_requests, workload_settings
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
 from minisgl.server.args import add_flags

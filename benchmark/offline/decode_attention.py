@@ -30,7 +30,9 @@ import torch
 from minisgl.attention.base import AttnShape
 from minisgl.attention.flashinfer import FlashInferBackend
 from minisgl.benchmark.report import bar_plot, device_name, write_json
-from minisgl.core import Batch, Context, Req, SamplingParams
+from minisgl.core.batch import Batch, Req
+from minisgl.core.context import Context
+from minisgl.core.params import SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.engine.graph import ffi_stream
 from minisgl.kernels import decode_attention as triton_decode

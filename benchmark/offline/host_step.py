@@ -18,7 +18,8 @@ import time
 import torch
 
 from minisgl.benchmark.report import bar_plot, device_name, write_json
-from minisgl.core import Req, SamplingParams
+from minisgl.core.batch import Req
+from minisgl.core.params import SamplingParams
 from minisgl.kvcache import create_prefix_cache
 from minisgl.scheduler.cache import CacheManager
 from minisgl.scheduler.decode import DecodeManager

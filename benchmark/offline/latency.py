@@ -26,7 +26,7 @@ import torch
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.floor import active_weight_bytes, copy_bandwidth, kv_bytes_per_token
 from minisgl.benchmark.report import bar_plot, device_name, write_json
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import TokenizedRequestMsg
 from minisgl.server.args import add_flags

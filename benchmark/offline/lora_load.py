@@ -22,7 +22,7 @@ import time
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models.demo import demo_model_dir
 from minisgl.scheduler import Scheduler

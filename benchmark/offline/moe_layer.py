@@ -18,7 +18,7 @@ import os
 import torch
 
 from minisgl.benchmark.report import device_name, write_json
-from minisgl.core import Context, set_global_ctx
+from minisgl.core.context import Context, set_global_ctx
 from minisgl.distributed import DistributedInfo
 from minisgl.layers import MoELayer
 

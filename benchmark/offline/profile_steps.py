@@ -26,7 +26,7 @@ from minisgl.benchmark.flags import llm_kwargs
 from minisgl.benchmark.kernel_profile import kernel_table, show
 from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import AbortMsg, TokenizedRequestMsg
 from minisgl.server.args import add_flags

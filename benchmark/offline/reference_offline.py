@@ -29,7 +29,7 @@ def main() -> None:
     p.add_argument("--attn", default="fi", help="the reference's attention backend (serving.sh runs it with fi)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    from minisgl.core import SamplingParams  # the reference's package (PYTHONPATH)
+    from minisgl.core.params import SamplingParams  # the reference's package (PYTHONPATH)
     from minisgl.llm import LLM
 
     with open(args.workload) as f:

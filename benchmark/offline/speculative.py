@@ -33,7 +33,7 @@ from minisgl.benchmark.kernel_profile import kernel_table, show
 from minisgl.benchmark.peaked_weights import make_greedy_peaked
 from minisgl.benchmark.replay_drafter import ReplayDrafter
 from minisgl.benchmark.report import bar_plot, device_name, write_json
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import TokenizedRequestMsg
 from minisgl.server.args import add_flags

@@ -13,7 +13,9 @@ from collections.abc import Callable
 
 import torch
 
-from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
+from minisgl.core.attn_backend import BaseAttnBackend
+from minisgl.core.batch import BaseAttnMetadata, Batch
+from minisgl.core.context import Context
 from minisgl.utils.logger import get_logger
 
 from .base import AttnShape

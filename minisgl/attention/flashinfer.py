@@ -18,7 +18,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
+from minisgl.core.attn_backend import BaseAttnBackend
+from minisgl.core.batch import BaseAttnMetadata, Batch
+from minisgl.core.context import Context
 from minisgl.core.host import indptr, pinned
 from minisgl.prebuild import ATTENTION_DTYPES, ATTENTION_FP8_KV_DTYPES, ATTENTION_HEAD_DIMS
 from minisgl.utils import env

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
+from minisgl.core.attn_backend import BaseAttnBackend
+from minisgl.core.batch import BaseAttnMetadata, Batch
+from minisgl.core.context import Context
 from minisgl.core.host import indptr, to_device
 
 from .base import AttnShape

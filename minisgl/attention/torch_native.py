@@ -9,7 +9,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from minisgl.core import BaseAttnBackend, BaseAttnMetadata, Batch, Context
+from minisgl.core.attn_backend import BaseAttnBackend
+from minisgl.core.batch import BaseAttnMetadata, Batch
+from minisgl.core.context import Context
 from minisgl.core.host import to_device
 
 # Decode graphs gather every request's whole page-table row: only for short tables (tests).

@@ -76,7 +76,7 @@ def workload_settings(args: argparse.Namespace) -> dict:
 def workload_requests(args: argparse.Namespace, vocab_size: int) -> tuple[list[list[int]], list]:
     """The flags' workload as prompts and their SamplingParams (each request's max_tokens, the
     temperature, ignore_eos: every request runs to its length)."""
-    from minisgl.core import SamplingParams  # (here: the online benchmark's client processes import this module)
+    from minisgl.core.params import SamplingParams  # (here: the online benchmark's client processes import this module)
 
     size = workload_size(args)
     workload = offline_workload(size.num_requests, size.max_input_len, size.max_output_len, vocab_size=vocab_size)

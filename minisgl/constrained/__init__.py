@@ -5,10 +5,7 @@ bounds at admission, then compiled in a worker process with a time budget (compi
 scheduler, and cached by its text; each request then gets its own matcher, which fills its row of
 the step's token bitmask (BatchMasks: the constrained rows only, applied to their logits before
 sampling) and follows the tokens it accepts.
+
+The package imports nothing itself: the API process reads constraints.py and tools.py (no torch,
+which would cost each server start seconds of CPU), the scheduler compiler.py and grammar.py.
 """
-
-from .compiler import CompileLimits, CompilerUnavailable, GrammarCompilerPool
-from .grammar import CONSTRAINT_KINDS, BatchMasks, GrammarState, bound_problem, constraint_problem
-
-__all__ = ["CONSTRAINT_KINDS", "BatchMasks", "CompileLimits", "CompilerUnavailable", "GrammarCompilerPool",
-           "GrammarState", "bound_problem", "constraint_problem"]

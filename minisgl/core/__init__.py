@@ -3,12 +3,7 @@ field declared once, `request_fields`), the context, the attention backend's int
 context holds (`attn_backend`; the backends are minisgl.attention's), and the host-side arrays and
 host-to-device copies that build a batch's inputs (`host`). It imports only the folders
 below it: the grammar checks (constrained), the KV pool's type (kvcache), the TP identity
-(distributed)."""
+(distributed).
 
-from .attn_backend import AttnLayer, BaseAttnBackend
-from .batch import BaseAttnMetadata, Batch, Phase, Req
-from .context import Context, get_global_ctx, set_global_ctx
-from .params import SamplingParams
-
-__all__ = ["AttnLayer", "BaseAttnBackend", "BaseAttnMetadata", "Batch", "Context", "Phase", "Req", "SamplingParams",
-           "get_global_ctx", "set_global_ctx"]
+The package imports nothing itself, so the API process takes SamplingParams (params.py) without
+torch, which batch.py and attn_backend.py import: a server start would pay seconds of CPU for it."""

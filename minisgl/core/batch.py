@@ -11,7 +11,7 @@ from .host import req_arrays
 from .params import SamplingParams
 
 if TYPE_CHECKING:
-    from minisgl.constrained import GrammarState
+    from minisgl.constrained.grammar import GrammarState
 
 
 @dataclass(eq=False)

@@ -72,7 +72,7 @@ class SamplingParams:
         if self.max_tokens is not None and self.min_tokens > self.max_tokens:
             return f"min_tokens must be in [0, max_tokens={self.max_tokens}], got {self.min_tokens}"
         if self.constraint is not None:
-            from minisgl.constrained import constraint_problem
+            from minisgl.constrained.constraints import constraint_problem
 
             problem = constraint_problem(self.constraint)
             if problem:

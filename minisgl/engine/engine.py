@@ -13,7 +13,8 @@ import numpy as np
 import torch
 
 from minisgl.attention import AttnShape, create_attention_backend
-from minisgl.core import Batch, Context, set_global_ctx
+from minisgl.core.batch import Batch
+from minisgl.core.context import Context, set_global_ctx
 from minisgl.core.host import ragged_arange, to_device
 from minisgl.distributed import all_reduce_min, destroy, enable_fused_norm, init_process_group
 from minisgl.kernels.jit_builds import report_builds

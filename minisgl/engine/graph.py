@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minisgl.core import Batch
+from minisgl.core.batch import Batch
 from minisgl.core.host import pinned, ragged_arange
 from minisgl.models.decoder import hidden_recorder
 from minisgl.utils.logger import get_logger

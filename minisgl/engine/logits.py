@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from minisgl.core import Req
+from minisgl.core.batch import Req
 from minisgl.core.host import to_device
 
 if TYPE_CHECKING:

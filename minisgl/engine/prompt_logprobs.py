@@ -14,7 +14,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
-from minisgl.core import Batch
+from minisgl.core.batch import Batch
 from minisgl.core.host import to_device
 
 from .sample import TokenLogprobs, token_logprobs

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 import torch
 
-from minisgl.core import Req
+from minisgl.core.batch import Req
 from minisgl.core.host import to_device
 from minisgl.kernels.dispatch import triton_ops
 from minisgl.utils import env

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minisgl.core import Batch
+from minisgl.core.batch import Batch
 from minisgl.core.host import pinned, to_device
 from minisgl.utils.logger import get_logger
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from minisgl.core import get_global_ctx
+from minisgl.core.context import get_global_ctx
 from minisgl.kernels.dispatch import triton_for
 
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minisgl.core import get_global_ctx
+from minisgl.core.context import get_global_ctx
 from minisgl.distributed import DistributedInfo, all_reduce
 from minisgl.kernels.dispatch import dense_gemv
 

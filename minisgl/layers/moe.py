@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minisgl.core import get_global_ctx
+from minisgl.core.context import get_global_ctx
 from minisgl.distributed import all_reduce
 from minisgl.utils.choices import MOE_BACKENDS
 

@@ -1,5 +1,7 @@
-"""The offline Python interface."""
+"""The offline Python interface: `from minisgl.llm import LLM, SamplingParams` (vLLM's pair)."""
+
+from minisgl.core.params import SamplingParams
 
 from .llm import LLM
 
-__all__ = ["LLM"]
+__all__ = ["LLM", "SamplingParams"]

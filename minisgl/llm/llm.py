@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from tqdm import tqdm
 from transformers import AutoTokenizer
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.distributed import DistributedInfo, destroy
 from minisgl.message import AbortMsg, ExitMsg, TokenizedRequestMsg
 from minisgl.scheduler import Scheduler, SchedulerConfig, StepOutput

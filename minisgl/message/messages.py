@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import field
 from typing import Any
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 
 from .base import message
 

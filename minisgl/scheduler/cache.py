@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from minisgl.core import Req
+from minisgl.core.batch import Req
 from minisgl.core.host import to_device
 from minisgl.kvcache import BasePrefixCache
 

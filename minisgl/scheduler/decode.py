@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from minisgl.core import Req
+from minisgl.core.batch import Req
 
 from .cache import CacheManager
 

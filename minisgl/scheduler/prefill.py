@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from minisgl.core import Req
+from minisgl.core.batch import Req
 
 from .cache import CacheManager
 from .table import RequestTable

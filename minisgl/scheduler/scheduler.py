@@ -22,9 +22,11 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, field, replace
 
-from minisgl.constrained import CompileLimits, CompilerUnavailable, GrammarCompilerPool, GrammarState, bound_problem
-from minisgl.constrained.grammar import BatchMasks
-from minisgl.core import Batch, Req, SamplingParams
+from minisgl.constrained.compiler import CompileLimits, CompilerUnavailable, GrammarCompilerPool
+from minisgl.constrained.constraints import bound_problem
+from minisgl.constrained.grammar import BatchMasks, GrammarState
+from minisgl.core.batch import Batch, Req
+from minisgl.core.params import SamplingParams
 from minisgl.distributed import broadcast_objects
 from minisgl.engine import BatchSamplingArgs, Engine, ForwardOutput
 from minisgl.kvcache import create_prefix_cache

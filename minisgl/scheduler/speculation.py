@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from minisgl.core import Batch, Req
+from minisgl.core.batch import Batch, Req
 from minisgl.core.host import to_device
 from minisgl.distributed import broadcast_objects
 from minisgl.models import load_model_config

@@ -20,7 +20,7 @@ from minisgl.utils.logger import get_logger
 
 from .args import ServerArgs
 from .runtime.nodes import NodePlacement
-from .runtime.workers import context_length, launch_workers
+from .runtime.workers import launch_workers
 
 logger = get_logger(__name__)
 
@@ -34,16 +34,9 @@ def serve(args: ServerArgs) -> int:
 
     open_files = raise_open_file_limit()  # before the workers start: they inherit it
     args = dataclasses.replace(args, max_connections=connection_limit(args.max_connections, open_files))
-    found: dict[str, int] = {}
-
-    def meanwhile(model_path: str) -> None:  # while the schedulers import and check the model
-        _import_http()
-        with contextlib.suppress(Exception):  # a model the check refuses: its verdict says why
-            found["max_seq_len"] = context_length(args, model_path)
-
-    args, model_path, workers = launch_workers(args, meanwhile=meanwhile)
-    max_seq_len = found.get("max_seq_len") or context_length(args, model_path)
-    args = dataclasses.replace(args, max_seq_len=max_seq_len)  # resolved, for /v1/models
+    # The HTTP side imported while the schedulers import and check the model; max_seq_len comes
+    # back resolved, for /v1/models.
+    args, model_path, workers = launch_workers(args, meanwhile=_import_http)
     import uvicorn
 
     from .http.app import create_app
@@ -120,7 +113,8 @@ def serve(args: ServerArgs) -> int:
 
 
 def _import_http() -> None:
-    """The HTTP side's modules (torch among them), imported while the workers import theirs."""
+    """The HTTP side's modules, imported while the workers import theirs. No torch among them: it
+    costs seconds of CPU, and the API process has no use for it."""
     import uvicorn  # noqa: F401
 
     from .http import app  # noqa: F401

@@ -11,7 +11,7 @@ from prompt_toolkit import PromptSession
 from prompt_toolkit.history import InMemoryHistory
 from prompt_toolkit.patch_stdout import patch_stdout
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 
 from .runtime.frontend import UNAVAILABLE
 

@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from minisgl.core import Batch, Req
+from minisgl.core.batch import Batch, Req
 from minisgl.core.host import ragged_arange, to_device
 from minisgl.models.decoder import hidden_recorder
 

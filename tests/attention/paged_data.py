@@ -7,7 +7,9 @@ import torch
 
 from minisgl.attention.base import AttnShape
 from minisgl.attention.torch_native import TorchNativeBackend
-from minisgl.core import Batch, Context, Req, SamplingParams
+from minisgl.core.batch import Batch, Req
+from minisgl.core.context import Context
+from minisgl.core.params import SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.kvcache import MHAKVCache
 from minisgl.kvcache.mha_pool import quantize

@@ -10,8 +10,10 @@ import torch
 from minisgl.attention import HybridBackend, create_attention_backend
 from minisgl.attention.paging import gather_pages, paged_layout, warm_up_gather_pages
 from minisgl.attention.torch_native import TorchGraphMetadata, TorchNativeBackend
-from minisgl.core import Batch, Context, Req, SamplingParams
+from minisgl.core.batch import Batch, Req
+from minisgl.core.context import Context
 from minisgl.core.host import indptr, ragged_arange
+from minisgl.core.params import SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.kvcache import MHAKVCache
 from minisgl.layers import AttentionLayer

@@ -13,7 +13,9 @@ from minisgl.attention import create_attention_backend
 from minisgl.attention.base import AttnShape
 from minisgl.attention.sgl_fa3 import SglFA3Backend
 from minisgl.attention.torch_native import TorchNativeBackend
-from minisgl.core import Batch, Context, Req, SamplingParams
+from minisgl.core.batch import Batch, Req
+from minisgl.core.context import Context
+from minisgl.core.params import SamplingParams
 from minisgl.distributed import DistributedInfo
 from minisgl.kvcache import MHAKVCache
 from minisgl.layers import AttentionLayer

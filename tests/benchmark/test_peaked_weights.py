@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from minisgl.benchmark.peaked_weights import make_greedy_peaked
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 
 SETTINGS = {"device": "cpu", "max_running_requests": 4, "num_pages": 256, "page_size": 4, "dummy_weight": True}

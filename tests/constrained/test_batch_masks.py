@@ -11,7 +11,8 @@ import pytest
 import torch
 import xgrammar as xgr
 
-from minisgl.constrained import BatchMasks, CompileLimits, GrammarCompilerPool, GrammarState
+from minisgl.constrained.compiler import CompileLimits, GrammarCompilerPool
+from minisgl.constrained.grammar import BatchMasks, GrammarState
 
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 SCHEMA = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]})

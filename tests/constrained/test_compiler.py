@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from minisgl.constrained import CompileLimits, GrammarCompilerPool, GrammarState
+from minisgl.constrained.compiler import CompileLimits, GrammarCompilerPool
+from minisgl.constrained.grammar import GrammarState
 from tests.constrained.helpers import SIMPLE_SCHEMA, SLOW_SCHEMA, compile_workers, wait_until
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)

@@ -9,8 +9,9 @@ import os
 
 import pytest
 
-from minisgl.constrained import CompileLimits, GrammarCompilerPool, GrammarState
+from minisgl.constrained.compiler import CompileLimits, GrammarCompilerPool
 from minisgl.constrained.fair_queue import FairQueue
+from minisgl.constrained.grammar import GrammarState
 from tests.constrained.helpers import SIMPLE_SCHEMA, compile_workers, nested_schema, wait_until
 
 

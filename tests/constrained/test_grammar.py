@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import json
 
-from minisgl.constrained import bound_problem, constraint_problem
-from minisgl.constrained.grammar import json_depth
+from minisgl.constrained.constraints import bound_problem, constraint_problem, json_depth
 from tests.constrained.helpers import nested_schema
 
 

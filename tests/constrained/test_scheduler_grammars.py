@@ -15,7 +15,7 @@ import psutil
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from tests.constrained.helpers import SLOW_SCHEMA, compile_workers, nested_schema, wait_until

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import minisgl.attention
-from minisgl.core import AttnLayer, BaseAttnBackend
+from minisgl.core.attn_backend import AttnLayer, BaseAttnBackend
 from minisgl.layers import AttentionLayer
 
 

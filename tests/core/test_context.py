@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.core import Context
+from minisgl.core.context import Context
 from minisgl.distributed import DistributedInfo
 
 

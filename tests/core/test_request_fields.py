@@ -9,7 +9,7 @@ import typing
 
 import pytest
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.core.request_fields import REQUEST_FIELDS, TOKEN_ID_FIELDS, Range
 
 

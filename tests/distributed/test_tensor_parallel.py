@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.engine.config import validate_tp
 from minisgl.llm import LLM
 from minisgl.models import load_model_config

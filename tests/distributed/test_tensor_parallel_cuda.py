@@ -16,7 +16,7 @@ import os
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from tests.conftest import ARCHITECTURES
 from tests.distributed.isolation import run_isolated
 

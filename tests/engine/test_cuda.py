@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.engine.test_sample import FILTER_CASES
 
@@ -178,7 +178,7 @@ def test_graphs_and_overlap_do_not_change_tokens(tiny_model_dir, monkeypatch):
 @needs_flashinfer
 @pytest.mark.parametrize("params", FILTER_CASES)
 def test_gpu_sampling_kernels_draw_the_filtered_distribution(params):
-    from minisgl.core import Req
+    from minisgl.core.batch import Req
     from minisgl.engine import BatchSamplingArgs, Sampler
     from tests.engine.test_sample import VOCAB, _logits, _reference
 

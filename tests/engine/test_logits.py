@@ -13,7 +13,8 @@ from transformers import (
     SequenceBiasLogitsProcessor,
 )
 
-from minisgl.core import Req, SamplingParams
+from minisgl.core.batch import Req
+from minisgl.core.params import SamplingParams
 from minisgl.engine import BatchSamplingArgs, LogitsAdjustment, Sampler
 
 VOCAB = 50

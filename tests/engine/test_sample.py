@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.core import Req, SamplingParams
+from minisgl.core.batch import Req
+from minisgl.core.params import SamplingParams
 from minisgl.engine import BatchSamplingArgs, Sampler
 
 VOCAB = 12

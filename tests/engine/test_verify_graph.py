@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from minisgl.attention.torch_native import TorchNativeBackend
-from minisgl.core import Batch, Req, SamplingParams
+from minisgl.core.batch import Batch, Req
 from minisgl.core.host import ragged_arange
+from minisgl.core.params import SamplingParams
 from minisgl.engine.verify_graph import verify_layout, verify_shapes
 from minisgl.layers import AttentionLayer
 from tests.attention.test_sgl_fa3 import DIM, HEADS, KV_HEADS, WIDTH, _fa3, _paged_ctx

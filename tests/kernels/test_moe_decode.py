@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.core import Context, set_global_ctx
+from minisgl.core.context import Context, set_global_ctx
 from minisgl.distributed import DistributedInfo
 from minisgl.kernels import moe_decode
 from minisgl.layers import MoELayer

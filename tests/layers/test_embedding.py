@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from minisgl.core import Context, set_global_ctx
+from minisgl.core.context import Context, set_global_ctx
 from minisgl.distributed import DistributedInfo
 from minisgl.layers import ParallelLMHead
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
-from minisgl.core import Context, set_global_ctx
+from minisgl.core.context import Context, set_global_ctx
 from minisgl.distributed import DistributedInfo
 from minisgl.layers.linear import LINEAR_GEMV_MAX_ROWS, QKVParallelLinear, RowParallelLinear
 

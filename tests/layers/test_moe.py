@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from minisgl.core import Context, set_global_ctx
+from minisgl.core.context import Context, set_global_ctx
 from minisgl.distributed import DistributedInfo
 from minisgl.engine import Engine, EngineConfig
 from minisgl.kernels import fused_moe

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.conftest import ARCHITECTURES
 from tests.lora.peft_adapters import ADAPTERS, build_adapters, peft_greedy

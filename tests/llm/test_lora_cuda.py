@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.lora.peft_adapters import build_adapters
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.llm.test_prompt_logprobs import _assert_equal_hf, _hf_log_softmax
 

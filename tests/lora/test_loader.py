@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.message import LoraUpdateMsg, TokenizedRequestMsg
 from minisgl.scheduler.process import LocalInbox, SchedulerServer

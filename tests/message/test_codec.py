@@ -3,7 +3,7 @@ nested ones included; several replies of one request merge into one."""
 
 from __future__ import annotations
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.message import (
     Reply,
     ReplyBatchMsg,

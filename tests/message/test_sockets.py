@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.message import AbortMsg, ExitMsg, TokenizedRequestMsg
 from minisgl.message.sockets import AsyncPullSocket, AsyncPushSocket, PullSocket, PushSocket
 from minisgl.utils.net import ipc_addresses

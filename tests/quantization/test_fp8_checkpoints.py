@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.engine import Engine, EngineConfig
 from minisgl.llm import LLM
 from minisgl.quantization import QUANT_METHODS

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import torch
 
-from minisgl.core import Req, SamplingParams
+from minisgl.core.batch import Req
+from minisgl.core.params import SamplingParams
 from minisgl.kvcache import create_prefix_cache
 from minisgl.scheduler.cache import CacheManager
 

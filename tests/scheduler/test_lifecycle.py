@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
 
 

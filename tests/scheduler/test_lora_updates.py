@@ -6,7 +6,7 @@ peft's tokens. A load refused in the background answers with the reason and give
 
 from __future__ import annotations
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.scheduler import Scheduler
 from tests.lora.peft_adapters import GatedAdapter, build_adapter, peft_greedy
 

@@ -14,7 +14,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from tests.conftest import ARCHITECTURES

@@ -8,7 +8,7 @@ import random
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.helpers import hf_greedy
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from minisgl.benchmark.replay_drafter import ReplayDrafter
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.conftest import ARCHITECTURES
 from tests.speculative.eagle3_heads import TINY_TARGET, build_eagle3_head

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from tests.scheduler.test_speculation import GREEDY, NEW_TOKENS, assert_all_pages_back, generate, ids
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
 from tests.helpers import hf_greedy
 

@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.server.serving import ServerProcess, metric, wait_for
 

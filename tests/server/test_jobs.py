@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.message import TextParams
 from minisgl.server.http.chat_protocol import ChatCompletionRequest
 from minisgl.server.http.completions_protocol import CompletionRequest

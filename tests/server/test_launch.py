@@ -1,7 +1,7 @@
 """One name per setting: a scheduler/engine config field and the server flag that sets it have the
 same name, and `scheduler_config` copies each such flag by that name. Only the fields the launcher
 computes (where the model is, which rank, the rendezvous) have no flag. And the launcher starts its
-workers before it imports torch."""
+workers before it imports torch, and its HTTP side imports none."""
 
 from __future__ import annotations
 
@@ -86,3 +86,13 @@ def test_the_launcher_imports_no_torch_before_it_spawns_the_workers():
     imported = {line.rsplit("|", 1)[1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
     assert run.returncode == 0 and "minisgl.server.runtime.workers" in imported, run.stderr[-2000:]
     assert "torch" not in imported and "transformers" not in imported
+
+
+def test_the_api_process_never_imports_torch_or_transformers():
+    """Its HTTP side and the model's context length (which the schedulers' check reports) take
+    neither: importing torch would cost each server start seconds of CPU for nothing."""
+    run = subprocess.run([sys.executable, "-c", "import sys; from minisgl.server.launch import _import_http; "
+                          "_import_http(); print(sorted({'torch', 'transformers', 'numpy'} & set(sys.modules)))"],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip() == "[]"

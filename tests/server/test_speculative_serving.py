@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.server.serving import metric, tiny_qwen3_server, wait_for
 

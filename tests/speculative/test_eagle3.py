@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from scipy.stats import chisquare
 from transformers import AutoModelForCausalLM
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from tests.speculative.eagle3_heads import TINY_TARGET, build_eagle3_head, head_config
 

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.llm import LLM
 from minisgl.models import load_model_config
 from minisgl.speculative import load_eagle3_head

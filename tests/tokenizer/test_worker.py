@@ -4,7 +4,7 @@ travels apart, in TextParams; tests/server/test_jobs.py.)"""
 
 from __future__ import annotations
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.message import TextParams, TokenizeMsg
 from minisgl.models.demo import build_tokenizer
 from minisgl.tokenizer.worker import RepeatedPrompt

@@ -7,7 +7,7 @@ from typing import Annotated, Any, ClassVar, Literal, cast
 
 from pydantic import BaseModel, Field, model_validator
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.core.request_fields import INT32_MAX, MAX_LOGPROBS
 
 from .generation_protocol import REFUSED_UNLESS, GenerationRequest

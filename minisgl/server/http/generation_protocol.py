@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.core.request_fields import INT32_MAX, REQUEST_FIELDS
 from minisgl.message import TextParams
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.message import TextParams
 
 from ..parsers import TOOL_PARSERS, ChatOutputFormat

@@ -48,7 +48,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.message import Reply, SchedulerStatsMsg
 from minisgl.message.sockets import AsyncPullSocket
 from minisgl.utils.logger import get_logger

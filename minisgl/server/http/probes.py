@@ -14,7 +14,7 @@ import math
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse, Response
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 
 from ..args import LIVENESS_PATH, METRICS_PATH, READINESS_PATH
 from ..runtime.frontend import UNAVAILABLE, FrontendClient

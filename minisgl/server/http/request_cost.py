@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 
-from minisgl.constrained.grammar import json_depth
+from minisgl.constrained.constraints import json_depth
 
 from .chat_protocol import ChatCompletionRequest
 from .completions_protocol import CompletionRequest

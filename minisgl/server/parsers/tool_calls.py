@@ -11,7 +11,7 @@ import re
 import uuid
 from dataclasses import dataclass
 
-from minisgl.constrained.grammar import json_depth
+from minisgl.constrained.constraints import json_depth
 
 # Model output nested deeper than this is never read as a call: json's decoder recurses (a
 # RecursionError near a thousand levels, a request's worth of stack), so depth is checked first by

@@ -7,7 +7,7 @@ import asyncio
 import itertools
 from collections.abc import AsyncIterator
 
-from minisgl.core import SamplingParams
+from minisgl.core.params import SamplingParams
 from minisgl.message import AbortMsg, LoraUpdateMsg, Reply, ReplyBatchMsg, TextParams, TokenizeMsg, merge_replies
 from minisgl.message.sockets import AsyncPullSocket, AsyncPushSocket
 

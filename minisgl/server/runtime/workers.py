@@ -31,7 +31,7 @@ import queue
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from multiprocessing.synchronize import Event
 from typing import TYPE_CHECKING
 
@@ -104,9 +104,9 @@ def check_runtime_flags(args: ServerArgs) -> None:
         raise ValueError("--device cuda: no CUDA GPU is available here (use --device cpu or auto)")
 
 
-def check_model(args: ServerArgs, model_path: str) -> None:
+def check_model(args: ServerArgs, model_path: str) -> int:
     """Problems visible before the model is loaded (the runtime flags, the architecture, the --tp
-    split): raise ValueError."""
+    split): raise ValueError. Else the context length (`context_length`)."""
     from minisgl.engine.config import resolve_device, validate_tp
     from minisgl.models import load_model_config
 
@@ -116,6 +116,7 @@ def check_model(args: ServerArgs, model_path: str) -> None:
     if args.max_seq_len and args.max_seq_len > config.max_position_embeddings:
         raise ValueError(f"--max-seq-len {args.max_seq_len} is above the model's context length of "
                          f"{config.max_position_embeddings} tokens")
+    return min(args.max_seq_len or config.max_position_embeddings, config.max_position_embeddings)
 
 
 def context_length(args: ServerArgs, model_path: str) -> int:
@@ -139,7 +140,7 @@ class Workers:
     addrs: dict[str, str]
     status: mp.Queue
     heartbeats: Heartbeats
-    verdict: mp.Queue  # the first local scheduler's check of the model: its refusal, or "" for none
+    verdict: mp.Queue  # the first local scheduler's check of the model: its refusal, or the context length
     go: Event  # set by `proceed`: the schedulers, loaded, report ready
     forked: list[mp.process.BaseProcess]  # not started yet: `start_forked`
 
@@ -159,20 +160,22 @@ class Workers:
     def proceed(self) -> None:
         self.go.set()
 
-    def wait_checked(self) -> None:
-        """Block until the model is checked (ValueError: refused), or a child died before (that
-        death is reported as any start-up failure is: `wait_ready`, the supervisor)."""
+    def wait_checked(self) -> int | None:
+        """Block until the model is checked: its context length, or ValueError (refused); None if a
+        child died before (that death is reported as any start-up failure is: `wait_ready`, the
+        supervisor)."""
         while True:
             try:
-                refusal = self.verdict.get(timeout=0.25)
+                verdict = self.verdict.get(timeout=0.25)
                 break
             except queue.Empty:
                 if self.dead():
-                    return
-        if refusal:
-            raise ValueError(refusal)
+                    return None
+        if isinstance(verdict, str):
+            raise ValueError(verdict)
         for p in self.procs:
             logger.info("started worker %s (pid %d)", p.name, p.pid)
+        return verdict
 
     def wait_ready(self, should_stop=lambda: False) -> None:
         """Block until every child reported start-up; raise if one failed or died."""
@@ -220,18 +223,20 @@ class Workers:
         shutil.rmtree(os.path.dirname(self.addrs["api"].removeprefix("ipc://")), ignore_errors=True)
 
 
-def launch_workers(args: ServerArgs, meanwhile: Callable[[str], object] = lambda model_path: None
-                   ) -> tuple[ServerArgs, str, Workers]:
-    """The model resolved, the workers started (`meanwhile(model_path)` run as they import) and the model
-    checked by them: a ValueError, with every child stopped, if it cannot be served. The schedulers
-    then load it, and wait for `Workers.proceed` to report ready."""
+def launch_workers(args: ServerArgs, meanwhile: Callable[[], object] = lambda: None) -> tuple[ServerArgs, str, Workers]:
+    """The model resolved, the workers started (`meanwhile()` run as they import) and the model
+    checked by them: a ValueError, with every child stopped, if it cannot be served. The args come
+    back with the model's path and its context length (max_seq_len) resolved. The schedulers then
+    load the model, and wait for `Workers.proceed` to report ready."""
     args, model_path = resolve_model(args)
     workers = start_workers(args, model_path)
     try:
-        meanwhile(model_path)
+        meanwhile()
         # The schedulers' check, then the tokenizer side: the launcher's, the schedulers' and the
         # forkserver's imports run side by side, not in a row; the schedulers load once checked.
-        workers.wait_checked()
+        # The check reads the model's context length, so the launcher need not (that import is torch's).
+        checked = workers.wait_checked()
+        args = replace(args, max_seq_len=checked or context_length(args, model_path))
         workers.start_forked()
     except BaseException:
         workers.stop(grace=1.0)
@@ -308,13 +313,13 @@ def _scheduler_main(args: ServerArgs, model_path: str, rank: int, dist_addr: str
     from minisgl.scheduler.process import run_scheduler
 
     try:
-        check_model(args, model_path)
+        context = check_model(args, model_path)
     except ValueError as e:  # every rank checks, and a refused one exits quietly: the launcher says why
         if verdict is not None:
             verdict.put(str(e))
         raise SystemExit(2) from None
     if verdict is not None:
-        verdict.put("")
+        verdict.put(context)
     parent = os.getppid()
 
     def until_launcher_listens() -> None:
