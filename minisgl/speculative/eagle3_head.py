@@ -30,17 +30,20 @@ import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 import torch.nn.functional as F
 from safetensors import safe_open
 from torch import nn
-from transformers import LlamaConfig
 
 from minisgl.layers import RMSNorm, RotaryEmbedding
 from minisgl.models import ModelConfig
 from minisgl.models.config import rotary_from_hf
 from minisgl.models.weight import checkpoint_files
+
+if TYPE_CHECKING:
+    from transformers import LlamaConfig
 
 OPTIONAL = ("t2d", "embed_tokens.weight")
 IGNORED = ("rotary_emb.inv_freq",)  # recomputed from the config
@@ -77,6 +80,8 @@ class Eagle3Config:
         if raw.get("num_hidden_layers", 1) != 1:
             raise ValueError(f"--draft-model {path}: an EAGLE-3 head has one decoder layer, config.json says "
                              f"{raw['num_hidden_layers']}")
+        from transformers import LlamaConfig  # here: its import is slow, and only a draft head needs it
+
         hf = LlamaConfig(**{k: v for k, v in raw.items() if k not in ("architectures", "model_type")})
         eagle = raw.get("eagle_config") or {}
         ids = eagle.get("eagle_aux_hidden_state_layer_ids")
