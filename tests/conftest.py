@@ -28,7 +28,11 @@ pytest_plugins = ["tests.reaper", "tests.lora.fixtures"]  # no process a test st
 
 ARCHITECTURES = list(ARCH_CONFIGS)
 
-torch.set_num_threads(2)
+# One CPU thread per process: the test process and the servers it starts (schedulers, tokenizers)
+# share a small machine, where a second OpenMP thread in each waits spinning for a core and a tiny
+# model's step takes several times as long (benchmark/NOTES.md). The servers inherit the setting.
+os.environ["OMP_NUM_THREADS"] = "1"
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(items) -> None:
