@@ -116,7 +116,7 @@ def check_model(args: ServerArgs, model_path: str) -> int:
     if args.max_seq_len and args.max_seq_len > config.max_position_embeddings:
         raise ValueError(f"--max-seq-len {args.max_seq_len} is above the model's context length of "
                          f"{config.max_position_embeddings} tokens")
-    return min(args.max_seq_len or config.max_position_embeddings, config.max_position_embeddings)
+    return context_of(args, config)
 
 
 def context_length(args: ServerArgs, model_path: str) -> int:
@@ -124,7 +124,12 @@ def context_length(args: ServerArgs, model_path: str) -> int:
     (what /v1/models reports as max_model_len)."""
     from minisgl.models import load_model_config
 
-    return min(args.max_seq_len or 1 << 62, load_model_config(model_path).max_position_embeddings)
+    return context_of(args, load_model_config(model_path))
+
+
+def context_of(args: ServerArgs, config) -> int:
+    """`context_length` of a model config already read."""
+    return min(args.max_seq_len or config.max_position_embeddings, config.max_position_embeddings)
 
 
 def prompt_token_limit(args: ServerArgs, model_path: str) -> int:
