@@ -9,7 +9,7 @@ every request was aborted is cancelled the same way. The pool's thread starts th
 first constrained request (servers that never see one never pay for them) and keeps them warm
 after. Compiled grammars are cached by their text,
 bounded by count and by their size in memory: counted as their serialized size, which follows what
-a deserialized grammar holds (benchmark/NOTES.md), and a grammar larger than the whole budget is
+a deserialized grammar holds (worker.held_bytes), and a grammar larger than the whole budget is
 refused when it compiles, so no request makes the scheduler hold more.
 
 A worker that dies before it is ready (killed, or failing to start) takes structured output down
@@ -38,6 +38,7 @@ from minisgl.utils.logger import get_logger
 
 from .fair_queue import FairQueue
 from .grammar import CONSTRAINT_FIELDS, Grammar, tokens_without_control_bytes
+from .worker import held_bytes
 
 logger = get_logger(__name__)
 
@@ -294,15 +295,16 @@ class GrammarCompilerPool:
             grammar = self._grammar(job.key, payload) if ok else None  # outside the lock: it may take a while
             with self._lock:
                 if not job.cancelled:
-                    self._finish(job, grammar, None if ok else payload, size=len(payload))
+                    self._finish(job, grammar, None if ok else payload,
+                                 size=held_bytes(grammar.compiled, payload) if grammar else len(payload))
 
     def _finish(self, job: _Job, grammar: Grammar | None = None, error: str | None = None,
                 unavailable: bool = False, size: int = 0) -> None:
         """Under the lock: the job's future gets its result; a compiled grammar or a compile error
         (the same next time) is cached, a time-out is not (the next try may be luckier).
-        `unavailable`: the error is that no worker is up (CompilerUnavailable). `size`: the
-        grammar's serialized bytes, what it is counted as holding (its memory_size_bytes leaves out
-        most: its token masks), which the worker already kept under the cache's budget."""
+        `unavailable`: the error is that no worker is up (CompilerUnavailable). `size`: what the
+        grammar is counted as holding (worker.held_bytes), which the worker already kept under the
+        cache's budget."""
         self._jobs.pop(job.key, None)
         if job.future.cancelled():
             return

@@ -59,14 +59,22 @@ def serve(conn: Connection) -> None:
                 if problem:
                     raise ValueError(f"cannot compile the {kind} constraint ({CONSTRAINT_FIELDS[kind]}): {problem}")
             payload = compiled.serialize_json()
-            if len(payload) > setup["max_bytes"]:  # what the scheduler would hold, for every request that uses it
+            held = held_bytes(compiled, payload)
+            if held > setup["max_bytes"]:  # what the scheduler would hold, for every request that uses it
                 raise ValueError(f"cannot compile the {kind} constraint ({CONSTRAINT_FIELDS[kind]}): compiled, it holds "
-                                 f"{len(payload) / 2**20:.1f} MiB of token masks, more than this server's limit of "
+                                 f"{held / 2**20:.1f} MiB of token masks, more than this server's limit of "
                                  f"{setup['max_bytes'] / 2**20:.1f} MiB (--grammar-cache-bytes); simplify it (fewer or "
                                  "shorter bounded fields)")
             conn.send((job, True, payload))
         except ValueError as e:
             conn.send((job, False, str(e)))
+
+
+def held_bytes(compiled, payload: str) -> int:
+    """What a compiled grammar holds once deserialized: its serialized size, which follows its token
+    masks (memory_size_bytes leaves most of them out: benchmark/NOTES.md), or memory_size_bytes where
+    that says more (small grammars, as xgrammar counts them since 0.2.9)."""
+    return max(len(payload), compiled.memory_size_bytes)
 
 
 def main(argv: list[str]) -> None:
