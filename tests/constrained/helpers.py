@@ -19,7 +19,21 @@ def nested_schema(depth: int) -> str:
     return json.dumps(schema)
 
 
-SLOW_SCHEMA = nested_schema(400)  # compiles for far longer than any budget these tests set
+def slow_schema(depth: int = 550, branches: int = 4) -> str:
+    """An object of `branches` arrays each nested `depth` deep, ending in different types (xgrammar
+    shares the rules of identical branches): far slower to compile than one branch as deep, and
+    never nested deeper than json's recursion limit allows (xgrammar 0.2.9 compiles nested_schema(400)
+    in seconds; benchmark/NOTES.md)."""
+    props = {}
+    for i in range(branches):
+        schema: dict = {"type": ["string", "integer", "boolean", "number"][i % 4]}
+        for _ in range(depth):
+            schema = {"type": "array", "items": schema}
+        props[f"b{i}"] = schema
+    return json.dumps({"type": "object", "properties": props, "required": list(props)})
+
+
+SLOW_SCHEMA = slow_schema()  # compiles for far longer than any budget these tests set
 SIMPLE_SCHEMA = json.dumps({"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
                             "additionalProperties": False})
 

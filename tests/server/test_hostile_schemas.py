@@ -18,8 +18,8 @@ from tests.server.serving import ServerProcess, wait_for
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
-# seconds: SLOW_SCHEMA compiles for about 20 s on an idle 2-core machine (longer when busy), a simple
-# constraint in milliseconds. (30 s let it finish in time on an idle machine: the test then failed.)
+# seconds: SLOW_SCHEMA compiles for several times as long on a 2-core machine (benchmark/NOTES.md), a
+# simple constraint in milliseconds.
 BUDGET = 10
 READY = "grammar compile worker ready"
 KILLED_AT_BUDGET = "compile budget: its worker was killed"

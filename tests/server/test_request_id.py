@@ -10,7 +10,7 @@ import httpx
 import openai
 import pytest
 
-from tests.server.serving import tiny_qwen3_server
+from tests.server.serving import tiny_qwen3_server, wait_for
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
@@ -21,12 +21,18 @@ model_dir, server, client = tiny_qwen3_server("--served-model-name", "org/tiny-q
                                               "--num-pages", "256")
 
 
+def assert_logged(server, pattern: str) -> None:
+    """A line matching `pattern` in the server's log: the line is written once the response has been
+    sent, so it may come a moment after the client has its answer."""
+    wait_for(lambda: re.search(pattern, server.output(), re.M), 10, f"a log line matching {pattern}", poll_s=0.05)
+
+
 def test_the_clients_id_is_echoed_and_logged(client, server):
     raw = client.with_options(default_headers={"X-Request-Id": "gw-7f3a.1"}).chat.completions.with_raw_response.create(
         model=MODEL, messages=[{"role": "user", "content": "hi"}], max_tokens=2)
     assert raw.headers["x-request-id"] == "gw-7f3a.1"
     assert raw.parse().choices[0].message.content is not None
-    assert re.search(r"POST /v1/chat/completions 200 \S+s request_id=gw-7f3a\.1$", server.output(), re.M)
+    assert_logged(server, r"POST /v1/chat/completions 200 \S+s request_id=gw-7f3a\.1$")
 
 
 def test_without_an_id_each_request_gets_a_new_one(server):
@@ -39,14 +45,14 @@ def test_errors_carry_the_id_too(server):
     assert resp.status_code == 400 and resp.headers["x-request-id"] == "err-1"
     resp = httpx.get(server.url + "/v1/models/nope", headers={"X-Request-Id": "err-2"}, timeout=10)
     assert resp.status_code == 404 and resp.headers["x-request-id"] == "err-2"
-    assert re.search(r"GET /v1/models/nope 404 \S+s request_id=err-2$", server.output(), re.M)
+    assert_logged(server, r"GET /v1/models/nope 404 \S+s request_id=err-2$")
 
 
 def test_a_hostile_id_is_cut_and_cleaned(server):
     resp = httpx.get(server.url + "/v1/models", headers={"X-Request-Id": "a b\"c<d>;" + "x" * 5000}, timeout=10)
     echoed = resp.headers["x-request-id"]
     assert echoed == ("abcd" + "x" * 5000)[:128]
-    assert f"request_id={echoed}\n" in server.output()
+    assert_logged(server, rf"request_id={echoed}$")
     # Nothing usable left: a fresh id instead.
     resp = httpx.get(server.url + "/v1/models", headers={"X-Request-Id": "\" ;<>"}, timeout=10)
     assert re.fullmatch(r"[0-9a-f]{32}", resp.headers["x-request-id"])
@@ -55,6 +61,8 @@ def test_a_hostile_id_is_cut_and_cleaned(server):
 def test_the_probes_answer_with_an_id_but_are_not_logged(server):
     resp = httpx.get(server.url + "/health", headers={"X-Request-Id": "probe-1"}, timeout=10)
     assert resp.headers["x-request-id"] == "probe-1"
+    httpx.get(server.url + "/v1/models", headers={"X-Request-Id": "after-probe-1"}, timeout=10)
+    assert_logged(server, r"request_id=after-probe-1$")  # logged after the probe would have been
     assert "request_id=probe-1" not in server.output()
 
 
