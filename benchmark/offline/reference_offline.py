@@ -29,7 +29,10 @@ def main() -> None:
     p.add_argument("--attn", default="fi", help="the reference's attention backend (serving.sh runs it with fi)")
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    from minisgl.core.params import SamplingParams  # the reference's package (PYTHONPATH)
+    try:  # the reference's package (PYTHONPATH): minisgl/core.py upstream since, minisgl/core/params.py before
+        from minisgl.core import SamplingParams
+    except ImportError:
+        from minisgl.core.params import SamplingParams
     from minisgl.llm import LLM
 
     with open(args.workload) as f:
