@@ -167,9 +167,15 @@ COPY --from=builder /wheels /tmp/wheels
 RUN /opt/venv/bin/pip install --no-cache-dir --no-deps --disable-pip-version-check /tmp/wheels/*.whl \
     && rm -rf /tmp/wheels \
     && /opt/venv/bin/python -c "import minisgl.server.args"
+# The built-in demo model, trained here on the CPU (about a minute, on one thread as the tests train
+# it) so that a bare `docker run minisgl` serves in seconds, not after training it in every new
+# container; read-only, found through MINISGL_PREBUILT_CACHE before MINISGL_CACHE.
+RUN MINISGL_CACHE=/opt/minisgl-demo OMP_NUM_THREADS=1 /opt/venv/bin/python -c \
+        "from minisgl.models.demo import demo_model_dir; print(demo_model_dir())" \
+    && rm -f /opt/minisgl-demo/*.lock && chmod -R a+rX /opt/minisgl-demo
 
-# HF_HOME: downloaded models (the hub cache is $HF_HOME/hub); MINISGL_CACHE: the built-in demo
-# model, made at its first start, in the same volume. Triton and torch keep their caches under
+# HF_HOME: downloaded models (the hub cache is $HF_HOME/hub); MINISGL_CACHE: where a demo model
+# of another recipe than the image's would be trained, in the same volume. Triton and torch keep their caches under
 # HOME: with a read-only root filesystem, point HOME at a writable /tmp (the operator's pods do).
 # FLASHINFER_WORKSPACE_BASE: FlashInfer's own cache ($FLASHINFER_WORKSPACE_BASE/.cache/flashinfer).
 # TRITON_CACHE_DIR: minisgl's Triton kernels as the first start on a GPU compiles them (see the
@@ -183,6 +189,7 @@ ENV VIRTUAL_ENV=/opt/venv \
     HOME=/home/minisgl \
     HF_HOME=/cache/hf \
     MINISGL_CACHE=/cache/hf/minisgl \
+    MINISGL_PREBUILT_CACHE=/opt/minisgl-demo \
     FLASHINFER_WORKSPACE_BASE=/cache/flashinfer \
     TRITON_CACHE_DIR=/cache/triton \
     FLASHINFER_DISABLE_JIT=1

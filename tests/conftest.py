@@ -38,7 +38,8 @@ torch.set_num_threads(1)
 def pytest_collection_modifyitems(items) -> None:
     """The GPU tests live in files named *_cuda.py (skipped without a GPU): marked `cuda`, and `slow`
     as the fast loop is a CPU one, here once rather than in each file. The modules that share a
-    server (tests/server/serving.py) are run one after another."""
+    server (tests/server/serving.py) are run one after another. The container tests run last: their
+    images build in the background meanwhile (pytest_collection_finish)."""
     for item in items:
         if item.path.stem.endswith("_cuda"):
             item.add_marker(pytest.mark.cuda)
@@ -46,14 +47,23 @@ def pytest_collection_modifyitems(items) -> None:
     from tests.server.serving import run_sharing_modules_together
 
     run_sharing_modules_together(items)
+    items.sort(key=lambda item: item.get_closest_marker("container") is not None)  # stable: the rest keep their order
 
 
 def pytest_collection_finish(session) -> None:
     """Modules passing tiny_qwen3_server the same arguments share one server (tests/server/serving.py):
-    counted here, once the tests are selected, so the last module to use it stops it."""
+    counted here, once the tests are selected, so the last module to use it stops it. The container
+    tests' images start building in the background (tests/docker/images.py)."""
     from tests.server.serving import count_shared_server_users
 
     count_shared_server_users(session.items)
+    container = [item for item in session.items if item.get_closest_marker("container")]
+    if container and getattr(container[0].module, "PROBLEM", True) is None and not session.config.option.collectonly:
+        from tests.docker import images
+
+        images.build_in_background()
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            "[container test] building the container tests' images in the background (they run last)")
 
 
 def pytest_sessionfinish(session) -> None:

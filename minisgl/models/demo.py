@@ -138,9 +138,13 @@ def build_tiny_model(path: str, architecture: str = "Qwen3ForCausalLM", seed: in
 def demo_model_dir() -> str:
     """The built-in demo model: trained once (demo_training) into the user's cache directory, in a
     folder named by its recipe's key, so a changed recipe or template trains anew. Concurrent first
-    starts wait on one lock; the model appears whole (trained in a temp folder, then renamed)."""
-    root = os.path.expanduser(env.CACHE.get())
+    starts wait on one lock; the model appears whole (trained in a temp folder, then renamed). A
+    model of the same key in MINISGL_PREBUILT_CACHE (the container image's) is used as it is."""
     key = recipe_key(DEMO_RECIPE, DEMO_CHAT_TEMPLATE)
+    prebuilt = env.PREBUILT_CACHE.get()
+    if prebuilt and os.path.exists(os.path.join(prebuilt, f"demo-{key}", "config.json")):
+        return os.path.join(prebuilt, f"demo-{key}")
+    root = os.path.expanduser(env.CACHE.get())
     path = os.path.join(root, f"demo-{key}")
     if not os.path.exists(os.path.join(path, "config.json")):
         os.makedirs(root, exist_ok=True)

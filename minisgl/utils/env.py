@@ -32,6 +32,9 @@ class EnvVar:
 API_KEY = EnvVar("MINISGL_API_KEY", "", "the key /v1 requires (--api-key's value, kept out of the command line)")
 LOG_LEVEL = EnvVar("MINISGL_LOG_LEVEL", "INFO", "the log level of every process")
 CACHE = EnvVar("MINISGL_CACHE", "~/.cache/minisgl", "where the built-in demo model is written")
+PREBUILT_CACHE = EnvVar("MINISGL_PREBUILT_CACHE", "",
+                        "a read-only cache searched before MINISGL_CACHE: the container image's, holding the demo "
+                        "model trained when the image was built")
 DISABLE_OVERLAP = EnvVar("MINISGL_DISABLE_OVERLAP", "0",
                          "1: read each step's tokens before launching the next (to measure what overlap saves)")
 DISABLE_FUSED_KERNELS = EnvVar("MINISGL_DISABLE_FUSED_KERNELS", "0",
@@ -53,5 +56,5 @@ FLASHINFER_DISABLE_JIT = EnvVar("FLASHINFER_DISABLE_JIT", "",
                                 "set: FlashInfer compiles nothing, a module not prebuilt is an error naming it "
                                 "(and minisgl announces no compile, minisgl/kernels/jit_builds.py)")
 
-ALL = (API_KEY, LOG_LEVEL, CACHE, DISABLE_OVERLAP, DISABLE_FUSED_KERNELS, DISABLE_FLASHINFER_SAMPLING,
+ALL = (API_KEY, LOG_LEVEL, CACHE, PREBUILT_CACHE, DISABLE_OVERLAP, DISABLE_FUSED_KERNELS, DISABLE_FLASHINFER_SAMPLING,
        DECODE_TENSOR_CORES, DISABLE_PDL, TRITON_DECODE, MODEL_FREE_STEP_MS, FLASHINFER_DISABLE_JIT)

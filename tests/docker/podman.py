@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -59,17 +60,33 @@ def podman_problem() -> str | None:
 
 
 PYTEST_CONFIG = None  # set by test_container.py, so that log() can write past pytest's capture
+_background_lines: list[str] = []  # logged by a build in a background thread (tests/docker/images.py)
 
 
 def log(message: str) -> None:
-    """Progress of the long steps, shown on the terminal even while pytest captures output."""
+    """Progress of the long steps, shown on the terminal even while pytest captures output. A
+    background thread's lines wait for `show_background_progress` (the terminal is the main thread's)."""
     line = f"[container test] {message}"
+    if threading.current_thread() is not threading.main_thread():
+        _background_lines.append(line)
+        return
     if PYTEST_CONFIG is None:
         print(line, file=sys.stderr, flush=True)
         return
     capture = PYTEST_CONFIG.pluginmanager.get_plugin("capturemanager")
     with capture.global_and_fixture_disabled():
         PYTEST_CONFIG.pluginmanager.get_plugin("terminalreporter").write_line(line)
+
+
+def show_background_progress() -> None:
+    """Log what the background builds logged so far (from the main thread)."""
+    while _background_lines:
+        log(_background_lines.pop(0).removeprefix("[container test] ") + " (in the background)")
+
+
+def _niced(argv: list[str], nice: bool) -> list[str]:
+    """`argv` at the lowest CPU priority when `nice`: a background build takes only what CPU the tests leave."""
+    return ["nice", "-n", "19", *argv] if nice else argv
 
 
 # --- the Debian base ---------------------------------------------------------------------------
@@ -81,8 +98,9 @@ def _base_tag(packages: tuple[str, ...]) -> str:
     return f"{BASE_REPO}:{SUITE}-{VARIANT}-{year}w{week:02d}-{inputs}"
 
 
-def debian_base(packages: tuple[str, ...] = ()) -> str:
-    """`debootstrap --variant=minbase` + `podman import`, with `packages` added; cached by tag."""
+def debian_base(packages: tuple[str, ...] = (), nice: bool = False) -> str:
+    """`debootstrap --variant=minbase` + `podman import`, with `packages` added; cached by tag. `nice`:
+    at the lowest CPU priority."""
     tag = _base_tag(packages)
     if podman("image", "exists", tag, check=False).returncode == 0:
         return tag
@@ -91,8 +109,8 @@ def debian_base(packages: tuple[str, ...] = ()) -> str:
         include = ["--include=" + ",".join(packages)] if packages else []
         log(f"debootstrap --variant={VARIANT} {SUITE} (+{','.join(packages) or 'nothing'}) ...")
         started = time.monotonic()
-        subprocess.run(["debootstrap", f"--variant={VARIANT}", *include, SUITE, str(root), MIRROR], check=True,
-                       capture_output=True, timeout=1200)
+        subprocess.run(_niced(["debootstrap", f"--variant={VARIANT}", *include, SUITE, str(root), MIRROR], nice),
+                       check=True, capture_output=True, timeout=1200)
         # apt's package lists are not kept in an image; the Dockerfiles run apt-get update.
         shutil.rmtree(root / "var/lib/apt/lists", ignore_errors=True)
         (root / "var/lib/apt/lists/partial").mkdir(parents=True)
@@ -179,8 +197,9 @@ def pip_build_mounts(workdir: Path) -> list[str]:
     return mounts
 
 
-def build(tag: str, dockerfile: Path, build_args: dict[str, str], timeout: float = 1800) -> float:
-    """`podman build` from the repository root; returns the seconds it took."""
+def build(tag: str, dockerfile: Path, build_args: dict[str, str], timeout: float = 1800, nice: bool = False) -> float:
+    """`podman build` from the repository root; returns the seconds it took. `nice`: at the lowest
+    CPU priority (its RUN steps inherit it)."""
     previous = image_id(tag)
     with tempfile.TemporaryDirectory(prefix="minisgl-build-") as tmp:
         # Docker's image format: OCI images have no HEALTHCHECK and podman ignores SHELL for them.
@@ -191,8 +210,8 @@ def build(tag: str, dockerfile: Path, build_args: dict[str, str], timeout: float
         log(f"podman build {tag} ({dockerfile.relative_to(REPO)}) ...")
         started = time.monotonic()
         output: list[str] = []
-        with subprocess.Popen(["podman", *args, str(REPO)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) as proc:
+        with subprocess.Popen(_niced(["podman", *args, str(REPO)], nice), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as proc:
             for line in proc.stdout:
                 output.append(line)
                 if "STEP " in line and (": RUN " in line or ": FROM " in line):  # the long steps

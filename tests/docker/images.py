@@ -1,0 +1,77 @@
+"""The two images the container tests run (the CPU image and the operator image), each built once a
+session: from the session's start in a background thread at the lowest CPU priority when the
+container tests are selected (tests/conftest.py), or when a test first asks for it.
+
+A cold build waits on dpkg, pip and image layers for several minutes; in the background it takes what
+CPU the rest of the suite leaves, and the container tests, run last, find the images ready.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+
+from tests.docker import podman as pm
+from tests.docker.dockerfiles import GPU_DOCKERFILE, OPERATOR_DOCKERFILE, REPO
+from tests.docker.test_container_docs import cpu_build_args
+
+# One tag per checkout: test runs of two checkouts on one machine do not swap each other's images.
+CHECKOUT = hashlib.sha256(str(REPO).encode()).hexdigest()[:8]
+CPU_TAG = f"localhost/minisgl-cpu:test-{CHECKOUT}"
+OPERATOR_TAG = f"localhost/minisgl-operator:test-{CHECKOUT}"
+
+
+def cpu_image_args(base: str) -> dict[str, str]:
+    """docs/container.md's CPU build, from this machine's sources: the Debian base made here and the CPU
+    torch this test suite runs on (from the local wheel folder pip is configured with)."""
+    args = cpu_build_args()
+    args.update(BASE_IMAGE=base, RUNTIME_IMAGE=base, TORCH_INDEX_URL="",
+                TORCH_VERSION=importlib.metadata.version("torch"))
+    return args
+
+
+def _build_cpu(nice: bool) -> str:
+    pm.build(CPU_TAG, GPU_DOCKERFILE, cpu_image_args(pm.debian_base(nice=nice)), nice=nice)
+    return CPU_TAG
+
+
+def _build_operator(nice: bool) -> str:
+    pm.build(OPERATOR_TAG, OPERATOR_DOCKERFILE, {"BASE_IMAGE": pm.debian_base(pm.PYTHON_PACKAGES, nice=nice)},
+             nice=nice)
+    return OPERATOR_TAG
+
+
+BUILDS: dict[str, Callable[[bool], str]] = {"cpu": _build_cpu, "operator": _build_operator}
+_started: dict[str, Future] = {}
+
+
+def build_in_background() -> None:
+    """Start building every image, one after another, in a daemon thread (it never holds the
+    session's exit), each at the lowest CPU priority."""
+    futures = {name: Future() for name in BUILDS}
+    _started.update(futures)
+
+    def run() -> None:
+        for name, future in futures.items():
+            future.set_running_or_notify_cancel()
+            try:
+                future.set_result(BUILDS[name](True))
+            except BaseException as e:  # the test that asks for the image reports it
+                future.set_exception(e)
+
+    threading.Thread(target=run, name="container-image-builds", daemon=True).start()
+
+
+def image(name: str) -> str:
+    """The image's tag once it is built: the background build's (its progress shown now), else built here."""
+    future = _started.get(name)
+    if future is None:
+        return BUILDS[name](False)
+    while not future.done():
+        pm.show_background_progress()
+        wait([future], timeout=1)
+    pm.show_background_progress()
+    return future.result()
