@@ -52,11 +52,16 @@ def pytest_collection_modifyitems(items) -> None:
 
 def pytest_collection_finish(session) -> None:
     """Modules passing tiny_qwen3_server the same arguments share one server (tests/server/serving.py):
-    counted here, once the tests are selected, so the last module to use it stops it. The container
-    tests' images start building in the background (tests/docker/images.py)."""
+    counted here, once the tests are selected, so the last module to use it stops it. The type check
+    (tests/background.py) and the container tests' images (tests/docker/images.py) start in the background."""
     from tests.server.serving import count_shared_server_users
 
     count_shared_server_users(session.items)
+    if any(item.path.name == "test_types.py" for item in session.items) and not session.config.option.collectonly:
+        from tests import background
+        from tests.test_types import MYPY
+
+        background.start(MYPY)
     container = [item for item in session.items if item.get_closest_marker("container")]
     if container and getattr(container[0].module, "PROBLEM", True) is None and not session.config.option.collectonly:
         from tests.docker import images
