@@ -62,15 +62,19 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, cut_after: in
 def load_with_cancels(url: str, streams: int, cancel_every: int = 2, max_tokens: int = 64,
                       concurrency: int = 256) -> dict:
     """`streams` streamed completions, `concurrency` at a time; every `cancel_every`-th client
-    disconnects after a few events. Returns the outcome counts."""
+    disconnects after a few events. Returns the outcome counts. A client that will leave asks for ten
+    times `max_tokens`: a slow client gets several tokens in one event, and it must not reach the end
+    before its cut."""
     async def main():
         limits = httpx.Limits(max_connections=concurrency)
         gate = asyncio.Semaphore(concurrency)
         async with httpx.AsyncClient(timeout=300, limits=limits) as client:
             async def one(i: int) -> str:
-                body = {"prompt": [5 + i % 200, 6, 7, 8 + i % 50], "max_tokens": max_tokens, "ignore_eos": True}
+                cut_after = 3 + i % 5 if i % cancel_every == 0 else None
+                body = {"prompt": [5 + i % 200, 6, 7, 8 + i % 50], "ignore_eos": True,
+                        "max_tokens": max_tokens if cut_after is None else 10 * max_tokens}
                 async with gate:
-                    return await _stream(client, url, body, 3 + i % 5 if i % cancel_every == 0 else None)
+                    return await _stream(client, url, body, cut_after)
             return await asyncio.gather(*(one(i) for i in range(streams)))
 
     outcomes = asyncio.run(main())
