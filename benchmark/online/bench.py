@@ -186,14 +186,21 @@ def launch(args: argparse.Namespace, server_flags: list[str]) -> ServerProcess:
     return srv
 
 
+def local_root(root: str | None) -> str | None:
+    """The served model's folder: the demo's name (the server's built-in model, no --model) read as the
+    demo's cache folder here, so that nothing asks the Hub for it (six retries, ~50 s offline)."""
+    if root == "minisgl-demo":
+        from minisgl.models.demo import demo_model_dir
+
+        return demo_model_dir()
+    return root
+
+
 def vocab_size(args: argparse.Namespace, root: str | None) -> int:
     """Prompt ids must be valid tokens: read vocab_size from the served model's config."""
     if args.vocab_size:
         return args.vocab_size
-    if not root or root == "minisgl-demo":  # the server's built-in demo model
-        from minisgl.models.demo import demo_model_dir
-
-        root = demo_model_dir()
+    root = local_root(root or "minisgl-demo")
     config = os.path.join(root, "config.json")
     if os.path.isfile(config):
         with open(config) as f:
@@ -246,7 +253,7 @@ def _workloads(args: argparse.Namespace, vocab: int) -> list[tuple[str, float | 
 
 def warmup_burst(runs: list, vocab: int) -> list[BenchRequest]:
     """The first run's lengths, sent at once with ids of their own (they seed no run's prefix)."""
-    rng = random.Random(-2)
+    rng = random.Random("warm-up burst")  # not an int: Random(-n) is Random(n), a run's own seed
     return [replace(r, prompt_ids=random_ids(rng, len(r.prompt_ids), vocab), arrival_s=0.0) for r in runs[0][2]]
 
 
@@ -265,12 +272,13 @@ def served_model(base_url: str, api_key: str | None, wanted: str | None) -> tupl
 def drive(args: argparse.Namespace, base_url: str, model: str | None, runs: list | None = None) -> dict:
     """Warm up, then every run of `workloads` (or the given `runs`, to repeat another server's)."""
     model, root = served_model(base_url, args.api_key or os.environ.get("MINISGL_API_KEY"), model)
+    root = local_root(root)
     vocab = vocab_size(args, root)
     target = Target(base_url, model, args.api, args.api_key or os.environ.get("MINISGL_API_KEY"), args.temperature,
                     args.request_timeout, chat_words(root) if args.api == "chat" else CHAT_WORDS)
     common = dict(processes=args.client_processes, progress=not args.no_progress)
     if args.warmup:
-        rng = random.Random(-1)
+        rng = random.Random("warm-up requests")
         warm = [BenchRequest(random_ids(rng, min(16, args.max_input_len), vocab), min(8, args.max_output_len))
                 for _ in range(args.warmup)]
         deadline = time.monotonic() + args.ready_timeout
