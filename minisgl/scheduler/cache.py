@@ -40,6 +40,9 @@ class CacheManager:
         self.page_table = page_table
         self.max_pages_per_req = max_pages_per_req
         self.free_pages = list(range(num_pages - 1, -1, -1))
+        # The least pages an eviction frees: a radix eviction walks the whole tree, and once the
+        # cache is full a leaf at a time would pay that walk in almost every allocation.
+        self.evict_batch = max(1, num_pages // 64)
         self.reserved = 0
         self.owned: dict[int, ReqPages] = {}
         # Page-table rows to write, (row, first page, pages), until write_table(): a batch's writes
@@ -109,7 +112,7 @@ class CacheManager:
         if need - from_reservation > self.available:
             raise RuntimeError(f"request {req.uid} needs {need - from_reservation} KV pages the pool does not have")
         if len(self.free_pages) < need:
-            self.free_pages += self.prefix_cache.evict(need - len(self.free_pages))
+            self.free_pages += self.prefix_cache.evict(max(need - len(self.free_pages), self.evict_batch))
         new = [self.free_pages.pop() for _ in range(need)]
         self.unwritten.append((req.table_idx, len(state.pages), new))
         state.pages += new
