@@ -1,28 +1,94 @@
-"""Commands a test checks the result of that can start with the session: run at the lowest CPU
-priority from the session's start (tests/conftest.py), so they take what CPU the other tests leave,
-and waited for by their test. A test whose command was not started (run alone) runs it itself."""
+"""Work a test checks the result of that can start with the session (the type check, the container
+images): started once, by the session's main process (pytest-xdist's controller when the tests run
+in workers; tests/conftest.py), at the lowest CPU priority, so it takes what CPU the tests leave. The
+test that checks it waits for it in whichever process that test runs: the two meet in a folder of the
+session (`SESSION_DIR`, which the workers inherit), where a job leaves `<name>.started`, then its
+result. A test whose job was not started (the test run alone) runs the work itself."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import subprocess
 import tempfile
+import threading
+import time
+import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-_running: dict[tuple[str, ...], tuple[subprocess.Popen, object, object]] = {}
+SESSION_DIR = "MINISGL_TEST_SESSION_DIR"
 
 
-def start(argv: list[str]) -> None:
-    out, err = tempfile.TemporaryFile("w+"), tempfile.TemporaryFile("w+")  # not pipes: no output stalls it
-    proc = subprocess.Popen(["nice", "-n", "19", *argv], cwd=REPO, stdout=out, stderr=err, text=True)
-    _running[tuple(argv)] = (proc, out, err)
+def open_session() -> None:
+    """The session's folder, made by its main process before any worker starts."""
+    os.environ[SESSION_DIR] = tempfile.mkdtemp(prefix="minisgl-test-session-")
 
 
-def run(argv: list[str]) -> subprocess.CompletedProcess:
-    """`argv`'s result, from the run started with the session, else from a run started now."""
-    if tuple(argv) not in _running:
-        start(argv)
-    proc, out, err = _running.pop(tuple(argv))
-    proc.wait()
-    out.seek(0), err.seek(0)
-    return subprocess.CompletedProcess(argv, proc.returncode, out.read(), err.read())
+def close_session() -> None:
+    """The session's folder removed, by its main process at the end."""
+    shutil.rmtree(os.environ.pop(SESSION_DIR, ""), ignore_errors=True)
+
+
+def _folder() -> Path:
+    return Path(os.environ[SESSION_DIR])
+
+
+def _started(name: str) -> bool:
+    return SESSION_DIR in os.environ and (_folder() / f"{name}.started").exists()
+
+
+def start_command(name: str, argv: list[str]) -> None:
+    """Run `argv` from the repository root; its output and exit status land in the session's folder.
+    The shell writes the status, so it is there even if the process that started it is gone."""
+    folder = _folder()
+    (folder / f"{name}.started").touch()
+    out, err, rc = (folder / f"{name}.{part}" for part in ("out", "err", "rc"))
+    script = f'"$@" > "{out}" 2> "{err}"; echo $? > "{rc}.tmp" && mv "{rc}.tmp" "{rc}"'
+    subprocess.Popen(["sh", "-c", script, "sh", "nice", "-n", "19", *argv], cwd=REPO, stdin=subprocess.DEVNULL)
+
+
+def run_command(name: str, argv: list[str]) -> subprocess.CompletedProcess:
+    """`argv`'s result, from the run the session started, else from a run started now."""
+    if not _started(name):
+        return subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
+    folder = _folder()
+    while not (folder / f"{name}.rc").exists():
+        time.sleep(1)
+    return subprocess.CompletedProcess(argv, int((folder / f"{name}.rc").read_text()),
+                                       (folder / f"{name}.out").read_text(), (folder / f"{name}.err").read_text())
+
+
+def start_calls(calls: dict[str, Callable[[], str]]) -> None:
+    """Run `calls` one after another in a thread of this process (which lives to the session's end);
+    each one's returned text, or its error, lands in the session's folder."""
+    folder = _folder()
+    for name in calls:
+        (folder / f"{name}.started").touch()
+
+    def run() -> None:
+        for name, call in calls.items():
+            try:
+                (folder / f"{name}.result.tmp").write_text(call())
+                os.replace(folder / f"{name}.result.tmp", folder / f"{name}.result")
+            except BaseException:  # the test that waits for it reports it
+                (folder / f"{name}.error.tmp").write_text(traceback.format_exc())
+                os.replace(folder / f"{name}.error.tmp", folder / f"{name}.error")
+
+    threading.Thread(target=run, name="background-calls", daemon=True).start()
+
+
+def wait_call(name: str, meanwhile: Callable[[], None] = lambda: None) -> str | None:
+    """The text the session's call `name` returned (None if the session did not start it); raises
+    RuntimeError with its traceback if it failed. `meanwhile` runs every second while it waits."""
+    if not _started(name):
+        return None
+    result, error = _folder() / f"{name}.result", _folder() / f"{name}.error"
+    while not result.exists() and not error.exists():
+        meanwhile()
+        time.sleep(1)
+    meanwhile()
+    if error.exists():
+        raise RuntimeError(f"the session's background {name} failed:\n{error.read_text()}")
+    return result.read_text()

@@ -35,40 +35,94 @@ os.environ["OMP_NUM_THREADS"] = "1"
 torch.set_num_threads(1)
 
 
+def pytest_configure(config) -> None:
+    if not hasattr(config, "workerinput"):  # the session's main process (xdist's controller, or the only one)
+        from tests import background
+
+        background.open_session()
+
+
+def pytest_unconfigure(config) -> None:
+    if not hasattr(config, "workerinput"):
+        from tests import background
+
+        background.close_session()
+
+
 def pytest_collection_modifyitems(items) -> None:
     """The GPU tests live in files named *_cuda.py (skipped without a GPU): marked `cuda`, and `slow`
     as the fast loop is a CPU one, here once rather than in each file. The modules that share a
-    server (tests/server/serving.py) are run one after another. The container tests run last: their
-    images build in the background meanwhile (pytest_collection_finish)."""
+    server (tests/server/serving.py) are run one after another, and by one pytest-xdist worker (its
+    `--dist loadgroup` sends a group to one worker: each module is a group, the modules sharing a server
+    one, and the container tests one). The container tests run last: their images build in the
+    background meanwhile (pytest_collection_finish)."""
     for item in items:
         if item.path.stem.endswith("_cuda"):
             item.add_marker(pytest.mark.cuda)
             item.add_marker(pytest.mark.slow)
-    from tests.server.serving import run_sharing_modules_together
+    from tests.server.serving import run_sharing_modules_together, shared_server_group
 
     run_sharing_modules_together(items)
     items.sort(key=lambda item: item.get_closest_marker("container") is not None)  # stable: the rest keep their order
+    for item in items:
+        group = "container" if item.get_closest_marker("container") else shared_server_group(item)
+        item.add_marker(pytest.mark.xdist_group(group or item.nodeid.split("::")[0]))
+
+
+TYPE_CHECK_TEST = "tests/test_types.py::test_the_package_type_checks"
+CONTAINER_TESTS = "tests/docker/test_container.py::"
+
+
+def start_background(test_ids: list[str], collect_only: bool) -> None:
+    """The type check (tests/test_types.py) and the container tests' images (tests/docker/images.py),
+    started by the session's main process when their tests are selected (tests/background.py)."""
+    if collect_only:
+        return
+    from tests import background
+
+    if TYPE_CHECK_TEST in test_ids:
+        from tests.test_types import MYPY
+
+        background.start_command("mypy", MYPY)
+    if any(test_id.startswith(CONTAINER_TESTS) for test_id in test_ids):
+        from tests.docker import images
+        from tests.docker.test_container import PROBLEM
+
+        if PROBLEM is None:
+            images.build_in_background()
+            print("\n[container test] building the container tests' images in the background (they run last)",
+                  flush=True)
 
 
 def pytest_collection_finish(session) -> None:
     """Modules passing tiny_qwen3_server the same arguments share one server (tests/server/serving.py):
-    counted here, once the tests are selected, so the last module to use it stops it. The type check
-    (tests/background.py) and the container tests' images (tests/docker/images.py) start in the background."""
+    counted here, once the tests are selected, so the last module to use it stops it. Without workers,
+    the background work starts here; with them, when the first worker has collected (below)."""
     from tests.server.serving import count_shared_server_users
 
     count_shared_server_users(session.items)
-    if any(item.path.name == "test_types.py" for item in session.items) and not session.config.option.collectonly:
-        from tests import background
-        from tests.test_types import MYPY
+    if not hasattr(session.config, "workerinput"):
+        start_background([item.nodeid for item in session.items], session.config.option.collectonly)
 
-        background.start(MYPY)
-    container = [item for item in session.items if item.get_closest_marker("container")]
-    if container and getattr(container[0].module, "PROBLEM", True) is None and not session.config.option.collectonly:
-        from tests.docker import images
 
-        images.build_in_background()
-        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
-            "[container test] building the container tests' images in the background (they run last)")
+_background_started = False
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids) -> None:
+    """In xdist's controller: every worker collects the same tests; the first to finish says which."""
+    global _background_started
+    if not _background_started:
+        _background_started = True
+        start_background(list(ids), node.config.option.collectonly)
+
+
+def pytest_runtest_logreport(report) -> None:
+    """In xdist's controller, where the background builds run: their progress, as the tests report."""
+    import sys
+
+    if "tests.docker.podman" in sys.modules:
+        sys.modules["tests.docker.podman"].show_background_progress()
 
 
 def pytest_sessionfinish(session) -> None:

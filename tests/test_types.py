@@ -21,6 +21,6 @@ MYPY = [sys.executable, "-m", "mypy"]  # started with the session, in the backgr
 
 @pytest.mark.slow
 def test_the_package_type_checks():
-    result = background.run(MYPY)
+    result = background.run_command("mypy", MYPY)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-2000:]
     assert "Success: no issues found" in result.stdout

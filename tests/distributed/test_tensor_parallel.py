@@ -1,6 +1,7 @@
-"""Tensor parallelism on the CPU (gloo): the real server with --tp 2 (and --tp 4, replicating KV
-heads) produces TP=1's greedy tokens for every architecture; bad splits fail at start; a failed
-multi-rank start or case leaves no ranks or process group behind to break the next one."""
+"""Tensor parallelism on the CPU (gloo): --tp 2 (and --tp 4, replicating KV heads) produces TP=1's
+greedy tokens for every architecture, offline (the same rank processes the server starts) and once
+through the real server; bad splits fail at start; a failed multi-rank start or case leaves no ranks
+or process group behind to break the next one."""
 
 from __future__ import annotations
 
@@ -22,38 +23,57 @@ from tests.server.serving import ServerProcess
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)
 
 PROMPTS = [[5, 17, 42, 99, 3], list(range(10, 47)), [300], [7] * 20]
+GREEDY = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
 
 
 def single_rank_texts(model_dir: str, device: str = "cpu") -> list[str]:
-    llm = LLM(model_dir, device=device, dtype=torch.float32, num_pages=512, page_size=4)
+    return offline_texts(model_dir, tp=1, device=device)
+
+
+def offline_texts(model_dir: str, tp: int, device: str = "cpu") -> list[str]:
+    llm = LLM(model_dir, tp=tp, device=device, dtype=torch.float32, num_pages=512, page_size=4)
     try:
-        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
-        return [o["text"] for o in outs]
+        return [o["text"] for o in llm.generate(PROMPTS, GREEDY, use_tqdm=False)]
     finally:
         llm.shutdown()
 
 
-def served_texts(model_dir: str, tp: int) -> list[str]:
-    srv = ServerProcess("--model", model_dir, "--tp", str(tp), "--dtype", "float32", "--page-size", "4",
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+def test_tp2_matches_tp1(tiny_model_dir, architecture):
+    """Rank 0 alone computes logprobs (the followers skip them): greedy picks the most likely token."""
+    model_dir = tiny_model_dir(architecture)
+    llm = LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_pages=512, page_size=4)
+    try:
+        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=1),
+                            use_tqdm=False)
+    finally:
+        llm.shutdown()
+    assert [o["text"] for o in outs] == single_rank_texts(model_dir)
+    for o in outs:
+        assert [e["token_id"] for e in o["logprobs"]] == o["token_ids"]
+        assert all(e["top_logprobs"][0][0] == e["token_id"] for e in o["logprobs"])
+    assert not any(p.is_alive() for p in llm.followers)
+
+
+def test_the_tp2_server_matches_tp1(tiny_model_dir):
+    """The launcher's side of TP (its ranks, their rendezvous, rank 0 answering) end to end, once: the
+    architectures differ only in the rank processes, checked offline above."""
+    model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
+    srv = ServerProcess("--model", model_dir, "--tp", "2", "--dtype", "float32", "--page-size", "4",
                         "--num-pages", "512", "--served-model-name", "m").wait_ready(180)
     try:
         client = openai.OpenAI(base_url=srv.url + "/v1", api_key="x")
         resp = client.completions.create(model="m", prompt=PROMPTS, max_tokens=16, temperature=0,
                                          extra_body={"ignore_eos": True})
-        return [c.text for c in sorted(resp.choices, key=lambda c: c.index)]
+        texts = [c.text for c in sorted(resp.choices, key=lambda c: c.index)]
     finally:
         assert srv.stop() == 0
-
-
-@pytest.mark.parametrize("architecture", ARCHITECTURES)
-def test_tp2_server_matches_tp1(tiny_model_dir, architecture):
-    model_dir = tiny_model_dir(architecture)
-    assert served_texts(model_dir, tp=2) == single_rank_texts(model_dir)
+    assert texts == single_rank_texts(model_dir)
 
 
 def test_tp4_replicates_kv_heads(tiny_model_dir):
     model_dir = tiny_model_dir("LlamaForCausalLM")  # 4 attention heads, 2 KV heads
-    assert served_texts(model_dir, tp=4) == single_rank_texts(model_dir)
+    assert offline_texts(model_dir, tp=4) == single_rank_texts(model_dir)
 
 
 def test_impossible_splits_are_refused_with_the_reason(tiny_model_dir):
@@ -64,22 +84,6 @@ def test_impossible_splits_are_refused_with_the_reason(tiny_model_dir):
         validate_tp(cfg, 3, cpu)
     with pytest.raises(ValueError, match="must divide the model's 4 attention heads"):
         validate_tp(cfg, 8, cpu)
-
-
-def test_offline_llm_with_tp2_matches_tp1(tiny_model_dir):
-    model_dir = tiny_model_dir("Qwen3MoeForCausalLM")
-    llm = LLM(model_dir, tp=2, device="cpu", dtype=torch.float32, num_pages=512, page_size=4)
-    try:
-        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True, logprobs=1),
-                            use_tqdm=False)
-    finally:
-        llm.shutdown()
-    assert [o["text"] for o in outs] == single_rank_texts(model_dir)
-    # Rank 0 alone computes logprobs (the followers skip them): greedy picks the most likely token.
-    for o in outs:
-        assert [e["token_id"] for e in o["logprobs"]] == o["token_ids"]
-        assert all(e["top_logprobs"][0][0] == e["token_id"] for e in o["logprobs"])
-    assert not any(p.is_alive() for p in llm.followers)
 
 
 def test_constrained_requests_at_tp2_decode_like_tp1(tiny_model_dir):
@@ -97,15 +101,6 @@ def test_constrained_requests_at_tp2_decode_like_tp1(tiny_model_dir):
         finally:
             llm.shutdown()
     assert tokens[2] == tokens[1] and all(tokens[1])
-
-
-def offline_texts(model_dir: str, tp: int) -> list[str]:
-    llm = LLM(model_dir, tp=tp, device="cpu", dtype=torch.float32, num_pages=512, page_size=4)
-    try:
-        outs = llm.generate(PROMPTS, SamplingParams(temperature=0, max_tokens=16, ignore_eos=True), use_tqdm=False)
-        return [o["text"] for o in outs]
-    finally:
-        llm.shutdown()
 
 
 def test_a_failed_tp_start_leaves_no_ranks_or_process_group(tiny_model_dir):

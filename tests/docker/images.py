@@ -1,6 +1,6 @@
 """The two images the container tests run (the CPU image and the operator image), each built once a
-session: from the session's start in a background thread at the lowest CPU priority when the
-container tests are selected (tests/conftest.py), or when a test first asks for it.
+session: from the session's start, by its main process at the lowest CPU priority, when the container
+tests are selected (tests/conftest.py and tests/background.py), or when a test first asks for it.
 
 A cold build waits on dpkg, pip and image layers for several minutes; in the background it takes what
 CPU the rest of the suite leaves, and the container tests, run last, find the images ready.
@@ -8,12 +8,12 @@ CPU the rest of the suite leaves, and the container tests, run last, find the im
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
-import threading
 from collections.abc import Callable
-from concurrent.futures import Future, wait
 
+from tests import background
 from tests.docker import podman as pm
 from tests.docker.dockerfiles import GPU_DOCKERFILE, OPERATOR_DOCKERFILE, REPO
 from tests.docker.test_container_docs import cpu_build_args
@@ -45,33 +45,16 @@ def _build_operator(nice: bool) -> str:
 
 
 BUILDS: dict[str, Callable[[bool], str]] = {"cpu": _build_cpu, "operator": _build_operator}
-_started: dict[str, Future] = {}
 
 
 def build_in_background() -> None:
-    """Start building every image, one after another, in a daemon thread (it never holds the
-    session's exit), each at the lowest CPU priority."""
-    futures = {name: Future() for name in BUILDS}
-    _started.update(futures)
-
-    def run() -> None:
-        for name, future in futures.items():
-            future.set_running_or_notify_cancel()
-            try:
-                future.set_result(BUILDS[name](True))
-            except BaseException as e:  # the test that asks for the image reports it
-                future.set_exception(e)
-
-    threading.Thread(target=run, name="container-image-builds", daemon=True).start()
+    """Start building every image, one after another, in a thread of the session's main process
+    (tests/background.py), each at the lowest CPU priority."""
+    background.start_calls({f"image-{name}": functools.partial(build, True) for name, build in BUILDS.items()})
 
 
 def image(name: str) -> str:
-    """The image's tag once it is built: the background build's (its progress shown now), else built here."""
-    future = _started.get(name)
-    if future is None:
-        return BUILDS[name](False)
-    while not future.done():
-        pm.show_background_progress()
-        wait([future], timeout=1)
-    pm.show_background_progress()
-    return future.result()
+    """The image's tag once it is built: the session's background build's (its progress shown
+    meanwhile), else built here."""
+    tag = background.wait_call(f"image-{name}", pm.show_background_progress)
+    return tag if tag is not None else BUILDS[name](False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import re
 import signal
@@ -101,6 +102,12 @@ def run_sharing_modules_together(items: list) -> None:
             placed.add(member)
             ordered += by_module[member]
     items[:] = ordered
+
+
+def shared_server_group(item) -> str | None:
+    """The name of the server `item`'s module shares with others (one pytest-xdist group), or None."""
+    args = _fixtures.get(getattr(getattr(item, "module", None), "server", None))
+    return None if args is None else "shared-server-" + hashlib.sha1(repr(args).encode()).hexdigest()[:8]
 
 
 def count_shared_server_users(items) -> None:
