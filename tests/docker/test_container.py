@@ -1,11 +1,11 @@
 """The images, built with podman and run as a user runs them.
 
 The CPU image is ./Dockerfile with docs/container.md's CPU build arguments; only the base image (made by
-debootstrap: no registry serves one here) and torch's source (the local CPU wheel) differ. The
-server in it serves the built-in demo model. The operator image is operator/Dockerfile on the
-same Debian base with Python. tests/docker/podman.py has the how, tests/docker/images.py the
+debootstrap: no registry serves one here; Debian with Python) and torch's source (the local CPU wheel)
+differ. The server in it serves the built-in demo model. The operator image is operator/Dockerfile on
+the same base. tests/docker/podman.py has the how, tests/docker/images.py the
 builds (in the background from the session's start); tests/tools/podman.sh sets podman up. A cold
-run (no cached base or layers) makes two debootstraps and two builds; a rerun
+run (no cached base or layers) makes one debootstrap and two builds; a rerun
 reuses both (docs/container.md says how long each takes).
 """
 
