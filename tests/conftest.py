@@ -49,6 +49,7 @@ def pytest_unconfigure(config) -> None:
         background.close_session()
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups (it names each test by its group then)
 def pytest_collection_modifyitems(items) -> None:
     """The GPU tests live in files named *_cuda.py (skipped without a GPU): marked `cuda`, and `slow`
     as the fast loop is a CPU one, here once rather than in each file. The modules that share a
@@ -80,6 +81,7 @@ def start_background(test_ids: list[str], collect_only: bool) -> None:
         return
     from tests import background
 
+    test_ids = [test_id.partition("@")[0] for test_id in test_ids]  # xdist names a test "<id>@<its group>"
     if TYPE_CHECK_TEST in test_ids:
         from tests.test_types import MYPY
 
