@@ -3,10 +3,11 @@ images): started once, by the session's main process (pytest-xdist's controller 
 in workers; tests/conftest.py), at the lowest CPU priority, so it takes what CPU the tests leave. The
 test that checks it waits for it in whichever process that test runs: the two meet in a folder of the
 session (`SESSION_DIR`, which the workers inherit), where a job leaves `<name>.started`, then its
-result. A test whose job was not started (the test run alone) runs the work itself."""
+result or its error. A test whose job was not started (the test run alone) runs the work itself."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -40,24 +41,20 @@ def _started(name: str) -> bool:
 
 
 def start_command(name: str, argv: list[str]) -> None:
-    """Run `argv` from the repository root; its output and exit status land in the session's folder.
-    The shell writes the status, so it is there even if the process that started it is gone."""
-    folder = _folder()
-    (folder / f"{name}.started").touch()
-    out, err, rc = (folder / f"{name}.{part}" for part in ("out", "err", "rc"))
-    script = f'"$@" > "{out}" 2> "{err}"; echo $? > "{rc}.tmp" && mv "{rc}.tmp" "{rc}"'
-    subprocess.Popen(["sh", "-c", script, "sh", "nice", "-n", "19", *argv], cwd=REPO, stdin=subprocess.DEVNULL)
+    """Run `argv` from the repository root at the lowest CPU priority; `run_command` gets its result."""
+    def run() -> str:
+        done = subprocess.run(["nice", "-n", "19", *argv], cwd=REPO, capture_output=True, text=True)
+        return json.dumps([done.returncode, done.stdout, done.stderr])
+
+    start_calls({name: run})
 
 
 def run_command(name: str, argv: list[str]) -> subprocess.CompletedProcess:
     """`argv`'s result, from the run the session started, else from a run started now."""
-    if not _started(name):
+    result = wait_call(name)
+    if result is None:
         return subprocess.run(argv, cwd=REPO, capture_output=True, text=True)
-    folder = _folder()
-    while not (folder / f"{name}.rc").exists():
-        time.sleep(1)
-    return subprocess.CompletedProcess(argv, int((folder / f"{name}.rc").read_text()),
-                                       (folder / f"{name}.out").read_text(), (folder / f"{name}.err").read_text())
+    return subprocess.CompletedProcess(argv, *json.loads(result))
 
 
 def start_calls(calls: dict[str, Callable[[], str]]) -> None:

@@ -120,7 +120,8 @@ def pytest_xdist_node_collection_finished(node, ids) -> None:
 
 
 def pytest_runtest_logreport(report) -> None:
-    """In xdist's controller, where the background builds run: their progress, as the tests report."""
+    """The background builds' progress, as the tests report (in the process that runs them: xdist's
+    controller, or the only one)."""
     import sys
 
     if "tests.docker.podman" in sys.modules:
