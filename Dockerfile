@@ -171,7 +171,7 @@ RUN /opt/venv/bin/pip install --no-cache-dir --no-deps --disable-pip-version-che
 # it) so that a bare `docker run minisgl` serves in seconds, not after training it in every new
 # container; read-only, found through MINISGL_PREBUILT_CACHE before MINISGL_CACHE.
 RUN MINISGL_CACHE=/opt/minisgl-demo OMP_NUM_THREADS=1 /opt/venv/bin/python -c \
-        "from minisgl.models.demo import demo_model_dir; print(demo_model_dir())" \
+        "from minisgl.demo.model import demo_model_dir; print(demo_model_dir())" \
     && rm -f /opt/minisgl-demo/*.lock && chmod -R a+rX /opt/minisgl-demo
 
 # HF_HOME: downloaded models (the hub cache is $HF_HOME/hub); MINISGL_CACHE: where a demo model

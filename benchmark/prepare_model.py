@@ -12,7 +12,7 @@ import json
 import os
 import shutil
 
-from minisgl.models.demo import synthetic_tokenizer
+from minisgl.models.tiny import synthetic_tokenizer
 
 
 def main() -> None:

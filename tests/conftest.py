@@ -8,7 +8,7 @@ import pytest
 import torch
 
 # Tests write only under temp or project folders: the demo model that servers started without
-# --model use (minisgl.models.demo, default ~/.cache/minisgl) goes to .test-cache/ in the checkout
+# --model use (minisgl.demo.model, default ~/.cache/minisgl) goes to .test-cache/ in the checkout
 # (git ignores it), which every server the tests start inherits. It outlives the session: the demo
 # trains (about a minute of CPU) once a checkout and recipe, not in every session, and its lock
 # makes sessions that start together train it once.
@@ -20,7 +20,8 @@ if not torch.cuda.is_available():
     # i.e. at import, and the imports below already load triton: it must be set first.
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from minisgl.models.demo import ARCH_CONFIGS, build_tiny_model, demo_model_dir
+from minisgl.demo.model import demo_model_dir
+from minisgl.models.tiny import ARCH_CONFIGS, build_tiny_model
 
 demo_model_dir()  # trained here if the cache lacks it, so no server's first start waits on the training
 

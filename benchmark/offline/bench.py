@@ -26,8 +26,8 @@ from minisgl.benchmark.repeats import repeat_summary
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.workload import add_workload_flags, fresh_ids, workload_requests, workload_settings
 from minisgl.core.params import SamplingParams
+from minisgl.demo.model import demo_model_dir
 from minisgl.llm import LLM
-from minisgl.models.demo import demo_model_dir
 from minisgl.server.args import add_flags
 
 

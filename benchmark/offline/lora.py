@@ -22,9 +22,9 @@ from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.benchmark.workload import add_workload_flags, workload_requests, workload_settings
+from minisgl.demo.model import demo_model_dir
 from minisgl.llm import LLM
 from minisgl.models import load_model_config
-from minisgl.models.demo import demo_model_dir
 from minisgl.server.args import add_flags
 
 

@@ -23,8 +23,8 @@ from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.core.params import SamplingParams
+from minisgl.demo.model import demo_model_dir
 from minisgl.llm import LLM
-from minisgl.models.demo import demo_model_dir
 from minisgl.scheduler import Scheduler
 from minisgl.server.args import add_flags
 

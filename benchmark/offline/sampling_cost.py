@@ -23,8 +23,8 @@ from minisgl.benchmark.flags import llm_kwargs
 from minisgl.benchmark.report import bar_plot, device_name, write_json
 from minisgl.benchmark.workload import add_workload_flags, workload_requests, workload_settings
 from minisgl.core.params import SamplingParams
+from minisgl.demo.model import demo_model_dir
 from minisgl.llm import LLM
-from minisgl.models.demo import demo_model_dir
 from minisgl.server.args import add_flags
 
 # name -> (fields set on the requests it applies to, share of requests that get them)

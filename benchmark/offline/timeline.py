@@ -19,8 +19,8 @@ import time
 from minisgl.benchmark.flags import ENGINE_FLAGS, llm_kwargs
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.benchmark.workload import add_workload_flags, workload_requests
+from minisgl.demo.model import demo_model_dir
 from minisgl.llm import LLM
-from minisgl.models.demo import demo_model_dir
 from minisgl.server.args import add_flags
 
 BUCKETS = [(1, 16), (17, 64), (65, 128), (129, 192), (193, 256), (257, 1 << 20)]

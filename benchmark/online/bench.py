@@ -190,7 +190,7 @@ def local_root(root: str | None) -> str | None:
     """The served model's folder: the demo's name (the server's built-in model, no --model) read as the
     demo's cache folder here, so that nothing asks the Hub for it (six retries, ~50 s offline)."""
     if root == "minisgl-demo":
-        from minisgl.models.demo import demo_model_dir
+        from minisgl.demo.model import demo_model_dir
 
         return demo_model_dir()
     return root

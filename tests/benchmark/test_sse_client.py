@@ -7,7 +7,7 @@ from __future__ import annotations
 from transformers import AutoTokenizer
 
 from minisgl.benchmark.sse_client import CHAT_WORDS, chat_text, chat_words
-from minisgl.models.demo import synthetic_tokenizer
+from minisgl.models.tiny import synthetic_tokenizer
 
 
 def test_under_the_synthetic_tokenizer_chat_prompts_are_made_of_its_own_tokens(tmp_path):

@@ -8,7 +8,7 @@ import pytest
 from transformers import AutoModelForCausalLM
 
 from minisgl.models import ARCHITECTURES, ModelConfig, get_architecture, load_model_config
-from minisgl.models.demo import build_tiny_model, tiny_config
+from minisgl.models.tiny import build_tiny_model, tiny_config
 
 
 def hf_attention_traits(config) -> dict[str, bool]:

@@ -10,7 +10,7 @@ import os
 import httpx
 import pytest
 
-from minisgl.models.demo import DEMO_CHAT_TEMPLATE
+from minisgl.demo.model import DEMO_CHAT_TEMPLATE
 from tests.server.serving import ServerProcess, metric, wait_for
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)

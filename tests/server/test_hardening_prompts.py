@@ -13,7 +13,7 @@ import time
 import httpx
 import pytest
 
-from minisgl.models.demo import DEMO_CHAT_TEMPLATE
+from minisgl.demo.model import DEMO_CHAT_TEMPLATE
 from tests.server.serving import ServerProcess
 
 pytestmark = pytest.mark.slow  # starts the server or worker processes: out of the fast loop (tests/test_tiers.py)

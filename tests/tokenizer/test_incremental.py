@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from minisgl.models.demo import build_tokenizer
+from minisgl.models.tiny import build_tokenizer
 from minisgl.tokenizer.incremental import IncrementalDetokenizer
 
 

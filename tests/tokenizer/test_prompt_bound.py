@@ -8,7 +8,7 @@ import random
 import pytest
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers
 
-from minisgl.models.demo import build_tokenizer
+from minisgl.models.tiny import build_tokenizer
 from minisgl.tokenizer.prompt_bound import SHRINK, PromptLimit, bytes_per_token_bound
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from minisgl.core.params import SamplingParams
 from minisgl.message import TextParams, TokenizeMsg
-from minisgl.models.demo import build_tokenizer
+from minisgl.models.tiny import build_tokenizer
 from minisgl.tokenizer.worker import RepeatedPrompt
 
 
@@ -42,7 +42,7 @@ def test_a_chat_is_measured_as_its_template_renders_it_before_any_tokenizing():
     import pytest
     from transformers import AutoTokenizer
 
-    from minisgl.models.demo import demo_model_dir
+    from minisgl.demo.model import demo_model_dir
     from minisgl.tokenizer.prompt_bound import PromptLimit, PromptTooLong
 
     class Counting:  # the demo model's tokenizer: its chat template writes tool calls, as Qwen's does

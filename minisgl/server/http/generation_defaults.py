@@ -19,7 +19,7 @@ def _config_file(setting: str, model: str | None) -> str | None:
     if setting != "auto":
         return os.path.join(setting, "generation_config.json")
     if model is None:
-        from minisgl.models.demo import demo_model_dir
+        from minisgl.demo.model import demo_model_dir
 
         model = demo_model_dir()
     if os.path.isdir(model):

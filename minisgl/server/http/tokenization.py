@@ -76,7 +76,7 @@ def router(deps: ApiDeps) -> APIRouter:
     def tokenizer():
         from transformers import AutoTokenizer
 
-        from minisgl.models.demo import demo_model_dir
+        from minisgl.demo.model import demo_model_dir
 
         tok = AutoTokenizer.from_pretrained(args.model or demo_model_dir())
         template = load_chat_template(args.chat_template)

@@ -92,7 +92,7 @@ def tool_parser_for(args) -> ToolParserChoice:
 
     model = args.model
     if model is None:
-        from minisgl.models.demo import demo_model_dir
+        from minisgl.demo.model import demo_model_dir
 
         model = demo_model_dir()
     choice = choose_tool_parser(*model_template_and_architecture(model, load_chat_template(args.chat_template)))

@@ -85,7 +85,7 @@ def resolve_model(args: ServerArgs) -> tuple[ServerArgs, str]:
 
             check_hub_model(path)
         return args, path
-    from minisgl.models.demo import demo_model_dir
+    from minisgl.demo.model import demo_model_dir
 
     logger.warning("no --model given: serving the built-in DEMO model (tiny, trained at its first start on "
                    "synthetic chats, on the CPU): it answers briefly, writes JSON and calls tools, but its words "

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from minisgl.models.demo import CHAT_TEMPLATE
+from minisgl.demo.model import CHAT_TEMPLATE
 from minisgl.server.args import ServerArgs
 from minisgl.server.parsers import TOOL_PARSERS, choose_tool_parser, tool_parser_for
 from minisgl.server.parsers.detect import model_template_and_architecture

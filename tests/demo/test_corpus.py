@@ -7,7 +7,7 @@ import json
 
 import jsonschema
 
-from minisgl.models.demo_corpus import demo_chats
+from minisgl.demo.corpus import demo_chats
 
 
 def test_the_same_seed_gives_the_same_chats_and_another_seed_others():

@@ -1,63 +1,32 @@
-"""Train the demo model on its synthetic chats (demo_corpus), on the CPU, at the first start.
+"""Train the demo model on its synthetic chats (corpus.py), on the CPU, at the first start.
 
 A BPE tokenizer is trained on the rendered chats; its pre-tokenizer makes words, digits, newlines
 and runs of other characters separate pieces, so a word is the same token in a question and in a
 JSON value. Only the assistant's turns (and the EOS closing them) are learned. Deterministic: fixed
 seeds, torch's deterministic algorithms and one thread (a thread count changes float sums; one
-thread is also fastest on a busy machine). `recipe_key` hashes what the weights depend on.
+thread is also fastest on a busy machine). demo.py's `recipe_key` names what the weights depend on.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import os
 import random
 import time
-from dataclasses import asdict, dataclass
 
-import tokenizers
 import torch
-import transformers
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast, Qwen3Config
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from minisgl.utils.logger import get_logger
 
-from . import demo_corpus
+from . import corpus
+from .model import Recipe
 
 logger = get_logger(__name__)
 
 _PIECES = r"\p{L}+|\p{N}|\n|[^\p{L}\p{N}\n]+"
 _TAGS = ["<tool_call>", "</tool_call>"]  # one token each, as in Qwen's tokenizers
-_LOOP_VERSION = 1  # bump when the code below changes what a recipe trains
-
-
-@dataclass(frozen=True)
-class Recipe:
-    chats: int = 4000
-    seed: int = 0
-    steps: int = 800
-    batch: int = 16
-    lr: float = 1e-2
-    warmup: int = 20
-    vocab: int = 1024
-    hidden_size: int = 64
-    intermediate_size: int = 192
-    num_hidden_layers: int = 2
-    num_attention_heads: int = 4
-    num_key_value_heads: int = 4
-    head_dim: int = 16
-    log_every: int = 100
-
-
-def recipe_key(recipe: Recipe, template: str) -> str:
-    """A short hash of what the trained weights depend on: the recipe, the chat template, the
-    corpus's and the loop's versions and the libraries that compute them."""
-    blob = json.dumps([asdict(recipe), template, demo_corpus.VERSION, _LOOP_VERSION, torch.__version__,
-                       tokenizers.__version__, transformers.__version__], sort_keys=True)
-    return hashlib.sha256(blob.encode()).hexdigest()[:12]
 
 
 def build_tokenizer(texts: list[str], vocab: int, special_tokens: list[str], template: str) -> PreTrainedTokenizerFast:
@@ -132,7 +101,7 @@ def _train(model, samples: list, recipe: Recipe, pad: int) -> None:
 
 def train_demo(path: str, recipe: Recipe, template: str, special_tokens: list[str]) -> None:
     """Write a Qwen3 model trained as `recipe` says, its tokenizer and `template` to `path`."""
-    chats = demo_corpus.demo_chats(recipe.chats, recipe.seed)
+    chats = corpus.demo_chats(recipe.chats, recipe.seed)
     texts = [render_jinja_template([messages], tools=list(tools or ()), chat_template=template)[0][0]
              for messages, tools in chats]
     tokenizer = build_tokenizer(texts, recipe.vocab, special_tokens, template)

@@ -10,8 +10,8 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoTokenizer
 
-from minisgl.models.demo import DEMO_CHAT_TEMPLATE, SPECIAL_TOKENS
-from minisgl.models.demo_training import Recipe, build_tokenizer, recipe_key, render, train_demo
+from minisgl.demo.model import DEMO_CHAT_TEMPLATE, SPECIAL_TOKENS, Recipe, recipe_key
+from minisgl.demo.training import build_tokenizer, render, train_demo
 
 SHORT = Recipe(chats=40, steps=3, vocab=320, log_every=1)
 
@@ -27,7 +27,7 @@ def test_two_trainings_give_the_same_weights_log_each_step_and_leave_torchs_sett
     lines = []
     handler = logging.Handler()
     handler.emit = lambda record: lines.append(record.getMessage())
-    logger = logging.getLogger("minisgl.models.demo_training")
+    logger = logging.getLogger("minisgl.demo.training")
     logger.addHandler(handler)
     level = logger.level
     logger.setLevel(logging.INFO)

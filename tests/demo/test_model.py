@@ -20,8 +20,7 @@ from langchain_openai import ChatOpenAI
 from pydantic import BaseModel
 from transformers import AutoTokenizer
 
-from minisgl.models.demo import CHAT_TEMPLATE, DEMO_CHAT_TEMPLATE, DEMO_RECIPE, demo_model_dir
-from minisgl.models.demo_training import recipe_key
+from minisgl.demo.model import CHAT_TEMPLATE, DEMO_CHAT_TEMPLATE, DEMO_RECIPE, demo_model_dir, recipe_key
 from minisgl.server.args import ServerArgs
 from minisgl.server.parsers import tool_parser_for
 from tests.reaper import end_group, start_in_own_group
@@ -55,6 +54,16 @@ def test_the_demo_is_trained_once_into_a_folder_named_by_its_recipe_key():
     assert AutoTokenizer.from_pretrained(path).chat_template == DEMO_CHAT_TEMPLATE
 
 
+def test_finding_the_trained_demo_imports_neither_torch_nor_transformers():
+    """A demo server's launcher asks where the demo is: with the model trained, that costs no import
+    of torch or transformers (seconds of CPU at every start)."""
+    demo_model_dir()  # trained (the session's)
+    code = ("import sys; from minisgl.demo.model import demo_model_dir; print(demo_model_dir()); "
+            "print(sorted(m for m in ('torch', 'transformers', 'tokenizers') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[0] == demo_model_dir() and out[1] == "[]", out
+
+
 @pytest.mark.slow  # a process of its own
 def test_a_first_start_waits_for_one_already_training_and_does_not_train_again(tmp_path):
     """Two first starts on one cache: the second waits on the lock the first holds while it
@@ -63,7 +72,7 @@ def test_a_first_start_waits_for_one_already_training_and_does_not_train_again(t
     with open(tmp_path / f"demo-{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # "the first start", training
         second = start_in_own_group(
-            [sys.executable, "-c", "from minisgl.models.demo import demo_model_dir; print(demo_model_dir())"],
+            [sys.executable, "-c", "from minisgl.demo.model import demo_model_dir; print(demo_model_dir())"],
             env={**os.environ, "MINISGL_CACHE": str(tmp_path), "MINISGL_LOG_LEVEL": "info"},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         try:
