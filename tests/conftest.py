@@ -23,8 +23,6 @@ if not torch.cuda.is_available():
 from minisgl.demo.model import demo_model_dir
 from minisgl.models.tiny import ARCH_CONFIGS, build_tiny_model
 
-demo_model_dir()  # trained here if the cache lacks it, so no server's first start waits on the training
-
 pytest_plugins = ["tests.reaper", "tests.lora.fixtures"]  # no process a test starts outlives the session; the LoRA fixtures
 
 ARCHITECTURES = list(ARCH_CONFIGS)
@@ -133,6 +131,15 @@ def pytest_sessionfinish(session) -> None:
     from tests.server.serving import stop_shared_servers
 
     stop_shared_servers()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def demo_model() -> str:
+    """The demo model, before a process's first test: trained if the cache lacks it (a minute of one
+    core), so no server's first start waits on the training. Not at import: xdist's workers collect
+    meanwhile, and the background builds they start take the core the training leaves; the second
+    worker waits on the training's lock."""
+    return demo_model_dir()
 
 
 @pytest.fixture(scope="session")

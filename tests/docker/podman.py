@@ -32,6 +32,7 @@ BASE_REPO = "localhost/minisgl-test-base"
 # The operator image's Dockerfile expects an official python image: `python` on the PATH.
 PYTHON_PACKAGES = ("python3", "python3-venv", "python-is-python3")
 SETUP_HINT = "set podman up with `bash tests/tools/podman.sh`"
+_made_here: set[str] = set()  # the Debian bases this process made: no build has cached layers over them yet
 
 
 def podman(*args: str, check: bool = True, timeout: float = 600, **kwargs) -> subprocess.CompletedProcess:
@@ -119,6 +120,7 @@ def debian_base(packages: tuple[str, ...] = (), nice: bool = False) -> str:
         tar = subprocess.Popen(["tar", "-C", str(root), "--numeric-owner", "-c", "."], stdout=subprocess.PIPE)
         podman("import", "--message", f"debootstrap --variant={VARIANT} {SUITE}", "-", tag, stdin=tar.stdout)
         assert tar.wait() == 0
+        _made_here.add(tag)
         log(f"base image {tag} made in {time.monotonic() - started:.0f} s")
     # Older weeks' bases of the same kind are no longer used.
     stale = podman("images", "--format", "{{.Repository}}:{{.Tag}}", BASE_REPO).stdout.split()
@@ -199,11 +201,18 @@ def pip_build_mounts(workdir: Path) -> list[str]:
 
 def build(tag: str, dockerfile: Path, build_args: dict[str, str], timeout: float = 1800, nice: bool = False) -> float:
     """`podman build` from the repository root; returns the seconds it took. `nice`: at the lowest
-    CPU priority (its RUN steps inherit it)."""
+    CPU priority (its RUN steps inherit it).
+
+    Over a base made in this session (a cold machine: CI) no step's layer can be in the cache, and
+    caching them only costs: each step's layer is committed (the ~2 GB venv twice, in the builder and
+    where the runtime stage copies it). Such a build commits only the image (`--layers=false`: the CPU
+    image's build takes about a quarter less CPU, benchmark/NOTES.md); a later session's rebuild, over
+    the cached base, caches its layers for the sessions after it."""
     previous = image_id(tag)
     with tempfile.TemporaryDirectory(prefix="minisgl-build-") as tmp:
         # Docker's image format: OCI images have no HEALTHCHECK and podman ignores SHELL for them.
         args = ["build", "--format", "docker", "--network", "host", "--file", str(dockerfile), "--tag", tag,
+                f"--layers={str(build_args.get('BASE_IMAGE') not in _made_here).lower()}",
                 *pip_build_mounts(Path(tmp))]
         for name, value in build_args.items():
             args += ["--build-arg", f"{name}={value}"]

@@ -5,8 +5,8 @@ debootstrap: no registry serves one here; Debian with Python) and torch's source
 differ. The server in it serves the built-in demo model. The operator image is operator/Dockerfile on
 the same base. tests/docker/podman.py has the how, tests/docker/images.py the
 builds (in the background from the session's start); tests/tools/podman.sh sets podman up. A cold
-run (no cached base or layers) makes one debootstrap and two builds; a rerun
-reuses both (docs/container.md says how long each takes).
+run (no cached base) makes one debootstrap and two builds that cache no layers; later runs cache the
+builds' layers and reuse them (docs/container.md says how long each takes).
 """
 
 from __future__ import annotations
