@@ -11,8 +11,11 @@ each hop.
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import sys
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import msgpack
@@ -25,8 +28,10 @@ else:
 T = TypeVar("T")
 _CLASSES: list[type] = []
 _INDEX: dict[type, int] = {}
-_FIELDS: dict[type, tuple[str, ...]] = {}
 _NESTED: dict[type, dict[int, tuple[type, bool]]] = {}  # per class: field position -> (M, whether list[M])
+# Per class, its field values as a tuple, read in C (operator.attrgetter): the scheduler encodes a
+# StepOutput for every running request at every step, on the thread that launches the GPU's work.
+_GETTERS: dict[type, Callable[[Any], tuple]] = {}
 
 
 @dataclass_transform()  # type checkers then see a message's fields as a dataclass's
@@ -43,22 +48,37 @@ def message(cls: type[T]) -> type[T]:
             nested[i] = (hint, False)
         elif typing.get_origin(hint) is list and args and args[0] in _INDEX:
             nested[i] = (args[0], True)
-    _INDEX[cls], _FIELDS[cls], _NESTED[cls] = len(_CLASSES), names, nested
+    _INDEX[cls], _NESTED[cls] = len(_CLASSES), nested
+    # (attrgetter of one name returns the value itself, of none it cannot be made)
+    _GETTERS[cls] = operator.attrgetter(*names) if len(names) > 1 else lambda obj: tuple(getattr(obj, n) for n in names)
     _CLASSES.append(cls)
     return cls
 
 
-def _values(obj: Any) -> list:
+def _values(obj: Any) -> list | tuple:
     cls = type(obj)
-    values = [getattr(obj, name) for name in _FIELDS[cls]]
-    for i, (_, many) in _NESTED[cls].items():
-        values[i] = [_values(item) for item in values[i]] if many else _values(values[i])
+    nested = _NESTED[cls]
+    if not nested:
+        return _GETTERS[cls](obj)  # msgpack packs a tuple as an array
+    values = list(_GETTERS[cls](obj))
+    for i, (item_cls, many) in nested.items():
+        if not many:
+            values[i] = _values(values[i])
+        elif _NESTED[item_cls]:
+            values[i] = [_values(item) for item in values[i]]
+        else:
+            values[i] = list(map(_GETTERS[item_cls], values[i]))
     return values
 
 
 def _build(cls: type, values: list) -> Any:
     for i, (item_cls, many) in _NESTED[cls].items():
-        values[i] = [_build(item_cls, v) for v in values[i]] if many else _build(item_cls, values[i])
+        if not many:
+            values[i] = _build(item_cls, values[i])
+        elif _NESTED[item_cls]:
+            values[i] = [_build(item_cls, v) for v in values[i]]
+        else:
+            values[i] = list(itertools.starmap(item_cls, values[i]))
     return cls(*values)
 
 

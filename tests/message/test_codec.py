@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from minisgl.core.params import SamplingParams
 from minisgl.message import (
+    AbortMsg,
+    ExitMsg,
     Reply,
     ReplyBatchMsg,
     StepOutput,
@@ -25,6 +27,11 @@ def test_a_batch_message_carries_typed_objects_both_ways():
     back = decode(encode(TokenBatchMsg(outs)))
     assert isinstance(back, TokenBatchMsg) and back.outputs == outs
     assert all(type(o) is StepOutput for o in back.outputs)
+
+
+def test_messages_of_one_field_and_of_none_travel_too():
+    assert decode(encode(AbortMsg(7))) == AbortMsg(7)
+    assert decode(encode(ExitMsg())) == ExitMsg()
 
 
 def test_a_request_carries_its_sampling_params_object_both_ways():
