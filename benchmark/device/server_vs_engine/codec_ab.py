@@ -19,7 +19,6 @@ import csv
 import glob
 import json
 import os
-import random
 import shutil
 import statistics
 import sys
@@ -28,6 +27,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import quads  # noqa: E402  (its /proc helpers)
+from harness import chat_target, clock, fresh_requests, load_online_bench, serving_args, warm_requests  # noqa: E402
 
 ORDER = ["B", "H", "H", "B"]
 PORTS = {"B": 1931, "H": 1932}
@@ -48,20 +48,12 @@ def main():
     site = [p for p in os.environ.get("PYTHONPATH", "").split(":") if p and "step_probe" not in p
             and "codec_probe" not in p]
 
-    def el():
-        return time.time() - T0
+    el, log = clock(T0)
 
-    def log(msg):
-        print(f"[{el():6.1f}s] {msg}", flush=True)
-
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("online_bench", os.path.join("benchmark", "online", "bench.py"))
-    ob = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ob)
+    ob = load_online_bench()
     from minisgl.benchmark import sse_client as sc
-    from minisgl.benchmark.online import random_ids, summarize
+    from minisgl.benchmark.online import summarize
     from minisgl.benchmark.server_process import ServerProcess
-    from minisgl.benchmark.workload import offline_workload
 
     records = open(os.path.join(R, "records.jsonl"), "w")
     srv, pdir = {}, {}
@@ -224,26 +216,13 @@ def main():
             sched_pid[arm] = find_sched(arm)
             log(f"{arm}: scheduler pid {sched_pid[arm]}; imported codecs {json.dumps(trees(arm), indent=0)}")
 
-        args, _ = ob.parse_args(["--api", "chat", "--rates", "inf", "--workload", "serving", "--repeats", "1",
-                                 "--client-processes", "4", "--no-progress", "--base-url", srv["H"].url,
-                                 "--out", os.path.join(R, "unused.json")])
+        args = serving_args(ob, srv["H"].url, R)
         targets = {}
         for arm in ("B", "H"):
-            model, root = ob.served_model(srv[arm].url, None, None)
-            root = ob.local_root(root)
-            vocab = ob.vocab_size(args, root)
-            targets[arm] = sc.Target(srv[arm].url, model, "chat", None, args.temperature, args.request_timeout,
-                                     sc.chat_words(root))
+            targets[arm], vocab = chat_target(ob, args, srv[arm].url)
         runs = ob.workloads(args, vocab)
-        lengths = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab, args.seed)
-        assert len(lengths) == len(runs[0][2])
-
-        def reqs_of(i):  # bench.py's run i at rate inf (fresh ids), as _workloads draws it
-            rng = random.Random(args.seed * 1000 + i + 1)
-            return [ob.BenchRequest(random_ids(rng, len(w.prompt_ids), vocab), w.max_tokens, r.arrival_s)
-                    for w, r in zip(lengths, runs[0][2])]
-
-        warm = [ob.BenchRequest(random_ids(random.Random("warm-up requests"), 16, vocab), 8) for _ in range(2)]
+        reqs_of = fresh_requests(ob, args, runs, vocab)
+        warm = warm_requests(ob, vocab)
         for arm in ("B", "H"):
             sc.run_requests(targets[arm], warm, processes=4, progress=False)
             w = burst(arm, targets[arm], ob.warmup_burst(runs, vocab), "warm", -1)

@@ -8,13 +8,22 @@ offline first, even pairs online first), until the deadline. Env: T0 (epoch of t
 DEADLINE (s after T0 by which everything is stopped), R (results dir), MODEL, PAGES, NMAX.
 """
 
-import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import time
+
+from harness import (
+    chat_target,
+    clock,
+    load_online_bench,
+    recorder,
+    serving_args,
+    start_engine_and_server,
+    stop_engine_and_server,
+    warm_requests,
+)
 
 
 def main():
@@ -26,48 +35,15 @@ def main():
     NMAX = int(os.environ.get("NMAX", "14"))
     TAIL = 20.0  # stopping both and packing
 
-    def el():
-        return time.time() - T0
+    el, log = clock(T0)
 
-    def log(msg):
-        print(f"[{el():6.1f}s] {msg}", flush=True)
-
-    spec = importlib.util.spec_from_file_location("online_bench", os.path.join("benchmark", "online", "bench.py"))
-    ob = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ob)
+    ob = load_online_bench()
     from minisgl.benchmark.online import summarize
-    from minisgl.benchmark.server_process import ServerProcess
-    from minisgl.benchmark.sse_client import Target, chat_words, run_requests
+    from minisgl.benchmark.sse_client import run_requests
 
-    records = open(os.path.join(R, "records.jsonl"), "w")
+    record = recorder(R)
 
-    def record(obj):
-        records.write(json.dumps(obj) + "\n")
-        records.flush()
-
-    port = 1919
-    url = f"http://127.0.0.1:{port}"
-    # the offline engine first, the server right after: both start together
-    wlog = open(os.path.join(R, "offline-worker.log"), "w")
-    worker = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "offline_worker.py"), MODEL,
-                               str(PAGES)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=wlog, text=True,
-                              bufsize=1)
-    open(os.path.join(R, "worker.pid"), "w").write(str(worker.pid))
-    srv_cmd = [sys.executable, "-m", "minisgl", "--model", MODEL, "--dummy-weight", "--num-pages", str(PAGES),
-               "--host", "127.0.0.1", "--port", str(port)]
-    srv = ServerProcess(srv_cmd, url, os.path.join(R, "server.log"), command=True)
-    open(os.path.join(R, "server.pid"), "w").write(str(srv.proc.pid))
-    log(f"started offline worker pid {worker.pid} and server pid {srv.proc.pid}: {' '.join(srv_cmd)}")
-
-    def wreply():
-        while True:
-            line = worker.stdout.readline()
-            if not line:
-                raise RuntimeError(f"offline worker ended (rc {worker.poll()})")
-            if line.startswith("@@ "):
-                return json.loads(line[3:])
-            wlog.write("[stdout] " + line)
-            wlog.flush()
+    worker, wreply, srv, url = start_engine_and_server(R, MODEL, PAGES, log)
 
     def offline(k):
         worker.stdin.write(f"run {k}\n")
@@ -89,13 +65,8 @@ def main():
         srv.wait_ready(max(30.0, DEADLINE - TAIL - el()))
         log("server ready")
 
-        args, _ = ob.parse_args(["--api", "chat", "--rates", "inf", "--workload", "serving", "--repeats", str(NMAX),
-                                 "--client-processes", "4", "--no-progress", "--base-url", url,
-                                 "--out", os.path.join(R, "unused.json")])
-        model, root = ob.served_model(url, None, None)
-        root = ob.local_root(root)
-        vocab = ob.vocab_size(args, root)
-        target = Target(url, model, "chat", None, args.temperature, args.request_timeout, chat_words(root))
+        args = serving_args(ob, url, R, NMAX)
+        target, vocab = chat_target(ob, args, url)
         runs = ob.workloads(args, vocab)
         common = dict(processes=args.client_processes, progress=False)
 
@@ -112,8 +83,7 @@ def main():
             return row
 
         # bench.py's short warm-up requests, then its warm-up burst (unmeasured)
-        warm = [ob.BenchRequest(ob.random_ids(__import__("random").Random("warm-up requests"), 16, vocab), 8)
-                for _ in range(2)]
+        warm = warm_requests(ob, vocab)
         run_requests(target, warm, **common)
         online(-1, "warm-up burst")
 
@@ -141,15 +111,7 @@ def main():
                           "online_prompt_tokens": on["input_tokens"], "ratio": ratio})
             log(f"pair {k}: ratio {ratio:.4f} (pair took {durations[-1]:.1f} s)")
     finally:
-        try:
-            worker.stdin.write("quit\n")
-            worker.stdin.flush()
-            worker.wait(15)
-        except Exception as e:  # noqa: BLE001
-            log(f"worker quit: {e!r}; killing pid {worker.pid}")
-            worker.kill()
-        code = srv.stop(timeout=15)
-        log(f"server stopped (exit {code}), worker exit {worker.poll()}")
+        stop_engine_and_server(worker, srv, log)
         stopped = True
 
     if pairs:

@@ -16,16 +16,26 @@ utime/stime, schedstat (run ns, run-queue wait ns, slices), context switches, mi
 Env: T0, DEADLINE, R, MODEL, PAGES, ROUNDS (max rounds).
 """
 
-import importlib.util
 import json
 import multiprocessing as mp
 import os
-import random
 import re
 import statistics
 import subprocess
 import sys
 import time
+
+from harness import (
+    chat_target,
+    clock,
+    fresh_requests,
+    load_online_bench,
+    recorder,
+    serving_args,
+    start_engine_and_server,
+    stop_engine_and_server,
+    warm_requests,
+)
 
 ARMS = ["E", "S", "P", "EP"]
 WILLIAMS = [[0, 1, 3, 2], [1, 2, 0, 3], [2, 3, 1, 0], [3, 0, 2, 1]]
@@ -219,11 +229,7 @@ def main():
     ROUNDS = int(os.environ.get("ROUNDS", "16"))
     TAIL = 22.0
 
-    def el():
-        return time.time() - T0
-
-    def log(msg):
-        print(f"[{el():6.1f}s] {msg}", flush=True)
+    el, log = clock(T0)
 
     FULL = os.sched_getaffinity(0)
     X = max(FULL)
@@ -235,42 +241,13 @@ def main():
     OTHERS = FULL - RESERVED
     log(f"cpus {sorted(FULL)}; X={X}, siblings {sorted(sib)}, others {sorted(OTHERS)}")
 
-    spec = importlib.util.spec_from_file_location("online_bench", os.path.join("benchmark", "online", "bench.py"))
-    ob = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(ob)
+    ob = load_online_bench()
     from minisgl.benchmark import sse_client as sc
-    from minisgl.benchmark.online import random_ids, summarize
-    from minisgl.benchmark.server_process import ServerProcess
-    from minisgl.benchmark.workload import offline_workload
+    from minisgl.benchmark.online import summarize
 
-    records = open(os.path.join(R, "records.jsonl"), "w")
+    record = recorder(R)
 
-    def record(obj):
-        records.write(json.dumps(obj) + "\n")
-        records.flush()
-
-    port = 1919
-    url = f"http://127.0.0.1:{port}"
-    wlog = open(os.path.join(R, "offline-worker.log"), "w")
-    worker = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "offline_worker.py"), MODEL,
-                               str(PAGES)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=wlog, text=True,
-                              bufsize=1)
-    open(os.path.join(R, "worker.pid"), "w").write(str(worker.pid))
-    srv_cmd = [sys.executable, "-m", "minisgl", "--model", MODEL, "--dummy-weight", "--num-pages", str(PAGES),
-               "--host", "127.0.0.1", "--port", str(port)]
-    srv = ServerProcess(srv_cmd, url, os.path.join(R, "server.log"), command=True)
-    open(os.path.join(R, "server.pid"), "w").write(str(srv.proc.pid))
-    log(f"started offline worker pid {worker.pid} and server pid {srv.proc.pid}: {' '.join(srv_cmd)}")
-
-    def wreply():
-        while True:
-            line = worker.stdout.readline()
-            if not line:
-                raise RuntimeError(f"offline worker ended (rc {worker.poll()})")
-            if line.startswith("@@ "):
-                return json.loads(line[3:])
-            wlog.write("[stdout] " + line)
-            wlog.flush()
+    worker, wreply, srv, url = start_engine_and_server(R, MODEL, PAGES, log)
 
     roles, detail, main_tids = {}, [], {}
 
@@ -402,23 +379,11 @@ def main():
         subprocess.run("ps -eLo pid,tid,pgid,psr,pcpu,comm,args --sort=pid > " + os.path.join(R, "ps-threads.txt"),
                        shell=True)
 
-        args, _ = ob.parse_args(["--api", "chat", "--rates", "inf", "--workload", "serving", "--repeats", "1",
-                                 "--client-processes", "4", "--no-progress", "--base-url", url,
-                                 "--out", os.path.join(R, "unused.json")])
-        model, root = ob.served_model(url, None, None)
-        root = ob.local_root(root)
-        vocab = ob.vocab_size(args, root)
-        target = sc.Target(url, model, "chat", None, args.temperature, args.request_timeout, sc.chat_words(root))
+        args = serving_args(ob, url, R)
+        target, vocab = chat_target(ob, args, url)
         runs = ob.workloads(args, vocab)
-        lengths = offline_workload(args.num_requests, args.max_input_len, args.max_output_len, vocab, args.seed)
-        assert len(lengths) == len(runs[0][2])
-
-        def reqs_of(i):  # bench.py's run i at rate inf (fresh ids), as _workloads draws it
-            rng = random.Random(args.seed * 1000 + i + 1)
-            return [ob.BenchRequest(random_ids(rng, len(w.prompt_ids), vocab), w.max_tokens, r.arrival_s)
-                    for w, r in zip(lengths, runs[0][2])]
-
-        warm = [ob.BenchRequest(random_ids(random.Random("warm-up requests"), 16, vocab), 8) for _ in range(2)]
+        reqs_of = fresh_requests(ob, args, runs, vocab)
+        warm = warm_requests(ob, vocab)
         sc.run_requests(target, warm, processes=4, progress=False)
         burst(target, ob.warmup_burst(runs, vocab), "S-warm", -1)
         discover()  # the tokenizers' helper processes, if any, now exist
@@ -460,15 +425,7 @@ def main():
             pin(None)
         except Exception:  # noqa: BLE001
             pass
-        try:
-            worker.stdin.write("quit\n")
-            worker.stdin.flush()
-            worker.wait(15)
-        except Exception as e:  # noqa: BLE001
-            log(f"worker quit: {e!r}; killing pid {worker.pid}")
-            worker.kill()
-        code = srv.stop(timeout=15)
-        log(f"server stopped (exit {code}), worker exit {worker.poll()}")
+        stop_engine_and_server(worker, srv, log)
         stopped = True
 
     json.dump({"X": X, "siblings": sorted(sib), "others": sorted(OTHERS), "rows": rows},

@@ -1,4 +1,4 @@
-"""Reads quads.sh's unpacked results (argv[1], the r/ folder): per arm window, the step probe's rows
+"""Reads `accounted.sh quads`'s unpacked results (argv[1], the r/ folder): per arm window, the step probe's rows
 of the scheduler (server arms) or the engine (offline arms), and the CPU accounting from records."""
 
 import csv

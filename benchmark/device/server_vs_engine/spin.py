@@ -16,6 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import clock, start_offline_worker  # noqa: E402
 from quads import snapshot, summary  # noqa: E402
 
 SPIN = ("import json\nd={}\nwhile True:\n    for i in range(2000):\n        d[str(i)]=[i,i*2,'abc'*3,{'k':i}]\n"
@@ -30,27 +31,10 @@ def main():
     R, MODEL, PAGES = os.environ["R"], os.environ["MODEL"], int(os.environ.get("PAGES", "32768"))
     TAIL = 12.0
 
-    def el():
-        return time.time() - T0
-
-    def log(msg):
-        print(f"[{el():6.1f}s] {msg}", flush=True)
+    el, log = clock(T0)
 
     records = open(os.path.join(R, "records.jsonl"), "w")
-    wlog = open(os.path.join(R, "offline-worker.log"), "w")
-    worker = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(__file__), "offline_worker.py"), MODEL,
-                               str(PAGES)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=wlog, text=True,
-                              bufsize=1)
-    open(os.path.join(R, "worker.pid"), "w").write(str(worker.pid))
-
-    def wreply():
-        while True:
-            line = worker.stdout.readline()
-            if not line:
-                raise RuntimeError(f"offline worker ended (rc {worker.poll()})")
-            if line.startswith("@@ "):
-                return json.loads(line[3:])
-            wlog.write("[stdout] " + line)
+    worker, wreply = start_offline_worker(R, MODEL, PAGES)
 
     roles = {worker.pid: "engine", os.getpid(): "driver"}
     log(f"roles {roles}")

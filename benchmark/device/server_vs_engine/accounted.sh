@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The offline engine with 0, 3 or 12 busy Python processes beside it (spin.py), the step probe on.
-# After the kit preamble, T0 exported.
+# A driver with the machine's CPU accounted and the step probe on: `bash accounted.sh quads` (quads.py:
+# engine, server, server with its scheduler thread alone on a core, engine likewise) or
+# `bash accounted.sh spin` (spin.py: the engine beside 0, 3 or 12 busy processes). After the kit
+# preamble, T0 exported.
 set -uo pipefail
+DRIVER=${1:?quads or spin}
 R=/tmp/r; rm -rf "$R"; mkdir -p "$R/probe"
 DMON=""; VMS=""
 cleanup() {
@@ -25,7 +28,8 @@ git log --oneline -1 > "$R/tree.txt"; git status --short >> "$R/tree.txt"
 nvidia-smi dmon -s pucm -d 1 -o T > "$R/dmon.txt" 2>&1 & DMON=$!
 vmstat -w 1 > "$R/vmstat.txt" 2>&1 & VMS=$!
 export PYTHONPATH=$PWD/benchmark/device/step_probe:$PYTHONPATH PROBE_DIR=$R/probe
-MODEL=$PWD/.bench-models/qwen3-0.6b R=$R PAGES=${PAGES:-32768} DEADLINE=${DEADLINE:-400} \
-    python benchmark/device/server_vs_engine/spin.py 2>&1 | tee -a "$R/driver.log"
+MODEL=$PWD/.bench-models/qwen3-0.6b R=$R PAGES=${PAGES:-32768} ROUNDS=${ROUNDS:-16} DEADLINE=${DEADLINE:-540} \
+    python "benchmark/device/server_vs_engine/$DRIVER.py" 2>&1 | tee -a "$R/driver.log"
 echo "driver exit ${PIPESTATUS[0]}"
-grep -hE "memory:|pages" "$R/offline-worker.log" | cut -c1-300 | head -6
+grep -hE "memory:|pages" "$R"/server.log "$R/offline-worker.log" 2>/dev/null | cut -c1-300 | head -6
+[ -f "$R/server.log" ] && tail -3 "$R/server.log"
