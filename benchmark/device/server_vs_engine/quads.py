@@ -1,5 +1,5 @@
 """The server at rate inf against its offline engine, four arms interleaved in one call, with CPU
-accounting and CPU affinity changed live (issue 59 item 4: where the server's 10-12% goes).
+accounting and CPU affinity changed live (where the server's 10-12% against its engine goes).
 
 Like pairs.py: one server (python -m minisgl, --num-pages PAGES) and one offline engine process
 (offline_worker.py) stay up side by side. Each round runs four arms, in a Williams-square order

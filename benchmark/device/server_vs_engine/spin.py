@@ -1,4 +1,4 @@
-"""The offline engine alone, with 0, 3 or 12 busy Python processes beside it (issue 59 item 4: does
+"""The offline engine alone, with 0, 3 or 12 busy Python processes beside it (does
 work on the VM's other vCPUs slow the host-bound scheduler thread, as the server's API, tokenizers,
 detokenizer and benchmark clients, ~2 cores during a burst, might?). Arms rotate in all six orders:
   E0   the engine alone
