@@ -120,14 +120,19 @@ def recorder(R):
     return record
 
 
-def stop_engine_and_server(worker, srv, log):
-    """Ask the offline engine to quit (killed after 15 s), stop the server; both exit codes logged."""
+def stop_offline_worker(worker, log, timeout=15):
+    """Ask the offline engine to quit; killed if it has not after `timeout` s or the pipe is gone."""
     try:
         worker.stdin.write("quit\n")
         worker.stdin.flush()
-        worker.wait(15)
+        worker.wait(timeout)
     except Exception as e:  # noqa: BLE001 - whatever went wrong, the engine must not outlive the call
         log(f"worker quit: {e!r}; killing pid {worker.pid}")
         worker.kill()
+
+
+def stop_engine_and_server(worker, srv, log):
+    """Stop the offline engine (stop_offline_worker) and the server; both exit codes logged."""
+    stop_offline_worker(worker, log)
     code = srv.stop(timeout=15)
     log(f"server stopped (exit {code}), worker exit {worker.poll()}")

@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import clock, start_offline_worker  # noqa: E402
+from harness import clock, start_offline_worker, stop_offline_worker  # noqa: E402
 from quads import snapshot, summary  # noqa: E402
 
 SPIN = ("import json\nd={}\nwhile True:\n    for i in range(2000):\n        d[str(i)]=[i,i*2,'abc'*3,{'k':i}]\n"
@@ -100,13 +100,7 @@ def main():
         log(f"stopping {e}")
     finally:
         unspin()
-        try:
-            worker.stdin.write("quit\n")
-            worker.stdin.flush()
-            worker.wait(10)
-        except Exception as e:  # noqa: BLE001
-            log(f"worker quit: {e!r}")
-            worker.kill()
+        stop_offline_worker(worker, log, timeout=10)
     json.dump(rows, open(os.path.join(R, "spin.json"), "w"), indent=1)
     print("\n| round | E0 | E3 | E12 | E3/E0 | E12/E0 |")
     for rd in sorted({r["round"] for r in rows}):
