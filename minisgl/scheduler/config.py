@@ -14,6 +14,9 @@ class SchedulerConfig(EngineConfig):
                                             "cache_type": "cache"}
 
     max_prefill_length: int = 8192  # prompt tokens computed per step; longer prompts are chunked
+    # While nearly every row decodes, freed rows gather for one prefill, waiting at most this many
+    # decode steps (PrefillManager.gathered); 0 prefills each freed row at once.
+    prefill_delay_steps: int = 8
     cache: str = "radix"  # radix | naive
     max_prompt_tokens: int | None = None  # None: the context length
     # The max_tokens of a request that names none: the rest of the context, at most this.

@@ -19,8 +19,14 @@ if TYPE_CHECKING:
 
 class PrefillManager:
     def __init__(self, cache: CacheManager, table: RequestTable, token_pool: torch.Tensor, max_prefill_length: int,
-                 stats: SchedulerStats, by_priority: bool = False, max_scored_positions: int = 256):
+                 stats: SchedulerStats, by_priority: bool = False, max_scored_positions: int = 256,
+                 delay_steps: int = 0):
         self.stats = stats
+        # Gathering (gathered()): while nearly every row decodes, freed rows wait for one prefill of
+        # `gather` of them (a sixteenth of the table), for at most `delay_steps` decode steps.
+        self.delay_steps = delay_steps
+        self.gather = max(1, table.rows // 16)
+        self.deferred = 0
         # Prompt positions a prefill batch scores (Req.wants_prompt_logprobs) at most: each is a row
         # of float32 logits over the vocabulary, and the engine reserves room for as many rows as
         # it runs requests (Engine._runtime_reserve), not for a whole chunk's.
@@ -43,6 +49,25 @@ class PrefillManager:
     @property
     def has_work(self) -> bool:
         return bool(self.waiting or self.chunked)
+
+    def gathered(self) -> bool:
+        """Whether a prefill batch is worth a step while requests decode. A prefill step costs the host
+        about the same whatever its size (its forward's launches are eager), so when the decode batch
+        holds nearly every row, requests queue beyond the free rows, and each decode step frees one or
+        two, prefilling every freed row at once spends a prefill step per decode step or two. Then the
+        queue waits until a batch's worth of rows is free, for at most `delay_steps` decode steps; it
+        waits anyway, for rows. A short queue (under a batch's worth) is prefilled at once: its
+        requests' time to first token would only grow."""
+        if self.chunked or self.delay_steps == 0:
+            return True
+        free = self.table.num_free
+        if free == 0:
+            return False  # no row to prefill into: nothing to wait for yet
+        if free >= self.gather or len(self.waiting) < self.gather or self.deferred >= self.delay_steps:
+            self.deferred = 0
+            return True
+        self.deferred += 1
+        return False
 
     def order(self, req: Req) -> tuple[int, int]:
         """The sort key of admission (smallest first) and, reversed, of the choice of a victim."""

@@ -81,7 +81,8 @@ class Scheduler:
         self.stats = SchedulerStats()
         self.by_priority = config.scheduling_policy == "priority"
         self.prefill = PrefillManager(self.cache, self.table, e.token_pool, config.max_prefill_length, self.stats,
-                                      self.by_priority, max(1, e.config.max_running_requests))
+                                      self.by_priority, max(1, e.config.max_running_requests),
+                                      config.prefill_delay_steps)
         self.arrivals = 0
         self.decode = DecodeManager(self.cache)
         try:
@@ -316,6 +317,8 @@ class Scheduler:
 
     def _schedule(self) -> Batch | None:
         want_prefill = self.prefill.has_work and (self._last_phase == "decode" or not self.decode.has_work)
+        if want_prefill and self.decode.has_work and not self._head_outranks_running():
+            want_prefill = self.prefill.gathered()
         if want_prefill:
             if self.by_priority:
                 self._make_room_for_priority()
@@ -338,6 +341,14 @@ class Scheduler:
     def _victim(self, candidates: list[Req]) -> Req:
         """Whom to preempt: the lowest priority (under --scheduling-policy priority), then the latest arrival."""
         return max(candidates, key=self.prefill.order)
+
+    def _head_outranks_running(self) -> bool:
+        """Under --scheduling-policy priority: whether the head of the queue outranks a running request
+        (it then preempts at once, never waiting for rows to gather)."""
+        if not self.by_priority or not self.prefill.waiting:
+            return False
+        head = self.prefill.waiting[0].sampling_params.priority
+        return any(r.sampling_params.priority > head for r in self.decode.running.values())
 
     def _make_room_for_priority(self) -> None:
         """Preempt running requests of a lower priority than the head of the queue until it fits."""

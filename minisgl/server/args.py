@@ -84,6 +84,10 @@ class ServerArgs:
     max_prefill_length: int = _flag(
         "Most prompt tokens computed in one step; longer prompts are split (chunked prefill).", 8192
     )
+    prefill_delay_steps: int = _flag(
+        "While nearly every one of --max-running-requests decodes, requests waiting for a freed slot gather for one "
+        "prefill of a sixteenth of the slots, waiting at most this many decode steps (a prefill step's host cost "
+        "hardly depends on its size); 0 prefills each freed slot at once.", 8)
     max_seq_len: int | None = _flag("Cap on prompt + output tokens (default: the model's; not above it).",
                                     aliases=["--max-model-len"])
     cache: str = _flag("Prefix cache: radix (share prompt prefixes) or naive.", "radix", choices=list(PREFIX_CACHES))
@@ -353,6 +357,8 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-running-requests must be >= 1"
     if args.max_prefill_length < 1:
         return "--max-prefill-length must be >= 1"
+    if args.prefill_delay_steps < 0:
+        return "--prefill-delay-steps must be >= 0"
     if not 0 < args.memory_ratio <= 1:
         return "--memory-ratio must be in (0, 1]"
     if args.header_timeout <= 0 or args.body_timeout <= 0:
