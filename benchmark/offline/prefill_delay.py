@@ -39,6 +39,8 @@ def parse_args() -> argparse.Namespace:
     args.delays = [int(d) for d in args.delays.split(",")]
     if args.rounds < 1 or min(args.delays) < 0:
         p.error("--rounds must be >= 1 and every delay >= 0")
+    if args.tp > 1:  # the setting is changed on rank 0's scheduler only: the ranks would schedule apart
+        p.error("--tp must be 1")
     return args
 
 

@@ -64,8 +64,7 @@ class PrefillManager:
         if free == 0:
             return False  # no row to prefill into: nothing to wait for yet
         if free >= self.gather or len(self.waiting) < self.gather or self.deferred >= self.delay_steps:
-            self.deferred = 0
-            return True
+            return True  # (the count restarts once a prefill is launched, not if none is admitted)
         self.deferred += 1
         return False
 
@@ -132,3 +131,4 @@ class PrefillManager:
     def launched(self) -> None:
         """Called once a prefill batch is launched: finished prefills leave the chunked list."""
         self.chunked = [r for r in self.chunked if r.cached_len < r.prefill_len]
+        self.deferred = 0

@@ -85,9 +85,10 @@ class ServerArgs:
         "Most prompt tokens computed in one step; longer prompts are split (chunked prefill).", 8192
     )
     prefill_delay_steps: int = _flag(
-        "While nearly every one of --max-running-requests decodes, requests waiting for a freed slot gather for one "
-        "prefill of a sixteenth of the slots, waiting at most this many decode steps (a prefill step's host cost "
-        "hardly depends on its size); 0 prefills each freed slot at once.", 8)
+        "While fewer than a sixteenth of --max-running-requests' slots are free and at least that many requests "
+        "wait, they gather for one prefill until that many slots are free, waiting at most this many decode steps "
+        "(a prefill step's host cost hardly depends on its size; no effect below 32 slots); 0 prefills each freed "
+        "slot at once.", 8)
     max_seq_len: int | None = _flag("Cap on prompt + output tokens (default: the model's; not above it).",
                                     aliases=["--max-model-len"])
     cache: str = _flag("Prefix cache: radix (share prompt prefixes) or naive.", "radix", choices=list(PREFIX_CACHES))

@@ -1,6 +1,7 @@
 """benchmark/offline/prefill_delay.py on the demo model (CPU): every setting runs every round with all of
 its requests' tokens, its steps and queue waits counted, the first setting is the others' reference,
-and the JSON and PNG are written."""
+and the JSON and PNG are written. (At 4 rows a prefill gathers a single row, so the settings run alike:
+this checks the benchmark, tests/scheduler/test_prefill_gather.py the gathering.)"""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from minisgl.core.params import SamplingParams
 from minisgl.scheduler import Scheduler, SchedulerConfig
 
 ROWS = 64  # a prefill waits for ROWS // 16 = 4 free rows
-DELAY = 5
+DELAY = 2  # short enough that some prefills come by it, before 4 rows are free
 
 
 def make_scheduler(model_dir: str, delay: int, **options) -> Scheduler:
@@ -71,14 +71,53 @@ def test_freed_rows_gather_into_fewer_prefills_with_the_same_tokens(tiny_model_d
     assert len(prefills) < len([step for step in at_once_steps if step[0] == "prefill"]) * 2 // 3
     # A prefill while requests decode took a batch's worth of free rows, or a queue shorter than that, or
     # came after DELAY decode steps that held one back; and no more decode steps held one back than that.
-    gather, held_back = ROWS // 16, 0
+    gather, held_back, why = ROWS // 16, 0, set()
     for i, (phase, size, free, waiting) in enumerate(steps):
         if phase == "decode":
-            held_back = held_back + 1 if 0 < free < gather <= waiting else 0
+            after_decode = i > 0 and steps[i - 1][0] == "decode"  # (after a prefill a decode step comes anyway)
+            held_back = held_back + 1 if after_decode and 0 < free < gather <= waiting else 0
             assert held_back <= DELAY, steps[max(0, i - DELAY - 2): i + 1]
         elif i and steps[i - 1][0] == "decode":
             assert free >= gather or waiting < gather or held_back == DELAY, steps[max(0, i - DELAY - 2): i + 1]
+            why.add("rows" if free >= gather else "short queue" if waiting < gather else "delay")
             held_back = 0
+    assert {"rows", "delay"} <= why  # both ways out of a backlog were taken
+
+
+def test_a_short_queue_is_prefilled_as_soon_as_a_row_is_free(tiny_model_dir):
+    """Fewer requests waiting than a batch's worth: gathering would only delay their first token."""
+    model_dir = tiny_model_dir("Qwen3ForCausalLM")
+    prompts, _ = workload(ROWS + 1)
+    s = make_scheduler(model_dir, delay=1000)
+    steps: list[tuple[str, int, int]] = []
+    schedule = s._schedule
+
+    def watched():
+        free, waiting = s.table.num_free, len(s.prefill.waiting)
+        batch = schedule()
+        steps.append((batch.phase if batch else "idle", free, waiting))
+        return batch
+
+    try:  # every row runs long but one, which frees its row after a few tokens
+        for uid, prompt in enumerate(prompts[:ROWS]):
+            s.add_request(uid, prompt, SamplingParams(temperature=0, max_tokens=3 if uid == 0 else 200, ignore_eos=True))
+        while s.prefill.waiting or s.prefill.chunked:
+            s.step()
+        s.add_request(ROWS, prompts[ROWS], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
+        s._schedule = watched
+        while s.reqs[ROWS].table_idx < 0:
+            s.step()
+            assert len(steps) < 20, steps
+        first_free = next(i for i, (_, free, _) in enumerate(steps) if free)
+        # prefilled in the first step that could (the one after a row is free, or the next one: after a
+        # prefill a decode step comes anyway)
+        assert steps[-1][0] == "prefill" and len(steps) - 1 <= first_free + 1, steps
+        for uid in range(ROWS + 1):
+            s.abort(uid)
+        while s.has_work:
+            s.step()
+    finally:
+        s.shutdown()
 
 
 def test_a_more_urgent_request_preempts_at_once_instead_of_gathering(tiny_model_dir):
