@@ -31,19 +31,24 @@ def workload(n: int = 160) -> tuple[list[list[int]], list[SamplingParams]]:
     return prompts, params
 
 
-def serve(s: Scheduler, prompts, params) -> tuple[dict[int, list[int]], list[tuple[str, int, int, int]]]:
-    """Every request's tokens, and each step as (phase, batch size, rows free before it, waiting before it)."""
+def watch_steps(s: Scheduler) -> list[tuple[str, int, int, int]]:
+    """From now on, each step as (phase, batch size, rows free before it, requests waiting before it)."""
     steps: list[tuple[str, int, int, int]] = []
     schedule = s._schedule
 
     def watched():
         free, waiting = s.table.num_free, len(s.prefill.waiting)
         batch = schedule()
-        if batch is not None:
-            steps.append((batch.phase, batch.size, free, waiting))
+        steps.append((batch.phase, batch.size, free, waiting) if batch else ("idle", 0, free, waiting))
         return batch
 
     s._schedule = watched  # watch, do not change
+    return steps
+
+
+def serve(s: Scheduler, prompts, params) -> tuple[dict[int, list[int]], list[tuple[str, int, int, int]]]:
+    """Every request's tokens, and its steps (watch_steps)."""
+    steps = watch_steps(s)
     for uid, (prompt, p) in enumerate(zip(prompts, params)):
         s.add_request(uid, prompt, p)
     got: dict[int, list[int]] = {uid: [] for uid in range(len(prompts))}
@@ -53,6 +58,20 @@ def serve(s: Scheduler, prompts, params) -> tuple[dict[int, list[int]], list[tup
                 got[out.uid].append(out.token_id)
     assert s.cache.used_pages == 0 and s.table.num_free == s.table.rows
     return got, steps
+
+
+def fill_every_row(s: Scheduler, prompts: list[list[int]], params: list[SamplingParams]) -> None:
+    for uid, (prompt, p) in enumerate(zip(prompts, params)):
+        s.add_request(uid, prompt, p)
+    while s.prefill.waiting or s.prefill.chunked:
+        s.step()
+
+
+def abort_all(s: Scheduler) -> None:
+    for uid in list(s.reqs):
+        s.abort(uid)
+    while s.has_work:
+        s.step()
 
 
 def test_freed_rows_gather_into_fewer_prefills_with_the_same_tokens(tiny_model_dir):
@@ -77,7 +96,7 @@ def test_freed_rows_gather_into_fewer_prefills_with_the_same_tokens(tiny_model_d
             after_decode = i > 0 and steps[i - 1][0] == "decode"  # (after a prefill a decode step comes anyway)
             held_back = held_back + 1 if after_decode and 0 < free < gather <= waiting else 0
             assert held_back <= DELAY, steps[max(0, i - DELAY - 2): i + 1]
-        elif i and steps[i - 1][0] == "decode":
+        elif phase == "prefill" and i and steps[i - 1][0] == "decode":
             assert free >= gather or waiting < gather or held_back == DELAY, steps[max(0, i - DELAY - 2): i + 1]
             why.add("rows" if free >= gather else "short queue" if waiting < gather else "delay")
             held_back = 0
@@ -86,36 +105,21 @@ def test_freed_rows_gather_into_fewer_prefills_with_the_same_tokens(tiny_model_d
 
 def test_a_short_queue_is_prefilled_as_soon_as_a_row_is_free(tiny_model_dir):
     """Fewer requests waiting than a batch's worth: gathering would only delay their first token."""
-    model_dir = tiny_model_dir("Qwen3ForCausalLM")
     prompts, _ = workload(ROWS + 1)
-    s = make_scheduler(model_dir, delay=1000)
-    steps: list[tuple[str, int, int]] = []
-    schedule = s._schedule
-
-    def watched():
-        free, waiting = s.table.num_free, len(s.prefill.waiting)
-        batch = schedule()
-        steps.append((batch.phase if batch else "idle", free, waiting))
-        return batch
-
+    s = make_scheduler(tiny_model_dir("Qwen3ForCausalLM"), delay=1000)
     try:  # every row runs long but one, which frees its row after a few tokens
-        for uid, prompt in enumerate(prompts[:ROWS]):
-            s.add_request(uid, prompt, SamplingParams(temperature=0, max_tokens=3 if uid == 0 else 200, ignore_eos=True))
-        while s.prefill.waiting or s.prefill.chunked:
-            s.step()
+        fill_every_row(s, prompts[:ROWS], [SamplingParams(temperature=0, max_tokens=3 if uid == 0 else 200,
+                                                          ignore_eos=True) for uid in range(ROWS)])
         s.add_request(ROWS, prompts[ROWS], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True))
-        s._schedule = watched
+        steps = watch_steps(s)
         while s.reqs[ROWS].table_idx < 0:
             s.step()
             assert len(steps) < 20, steps
-        first_free = next(i for i, (_, free, _) in enumerate(steps) if free)
+        first_free = next(i for i, (_, _, free, _) in enumerate(steps) if free)
         # prefilled in the first step that could (the one after a row is free, or the next one: after a
         # prefill a decode step comes anyway)
         assert steps[-1][0] == "prefill" and len(steps) - 1 <= first_free + 1, steps
-        for uid in range(ROWS + 1):
-            s.abort(uid)
-        while s.has_work:
-            s.step()
+        abort_all(s)
     finally:
         s.shutdown()
 
@@ -123,14 +127,10 @@ def test_a_short_queue_is_prefilled_as_soon_as_a_row_is_free(tiny_model_dir):
 def test_a_more_urgent_request_preempts_at_once_instead_of_gathering(tiny_model_dir):
     """Under the priority policy, a request of a higher class than a running one does not wait for rows to
     gather: it takes a row from the lower class in the next step."""
-    model_dir = tiny_model_dir("Qwen3ForCausalLM")
-    prompts, params = workload(ROWS)
-    s = make_scheduler(model_dir, delay=1000, scheduling_policy="priority")
-    try:
-        for uid, prompt in enumerate(prompts):  # the low class fills every row
-            s.add_request(uid, prompt, SamplingParams(temperature=0, max_tokens=200, ignore_eos=True, priority=1))
-        while s.prefill.waiting or s.prefill.chunked:
-            s.step()
+    prompts, _ = workload(ROWS)
+    s = make_scheduler(tiny_model_dir("Qwen3ForCausalLM"), delay=1000, scheduling_policy="priority")
+    try:  # the low class fills every row
+        fill_every_row(s, prompts, [SamplingParams(temperature=0, max_tokens=200, ignore_eos=True, priority=1)] * ROWS)
         s.step()
         assert s.table.num_free == 0
         s.add_request(ROWS, prompts[0], SamplingParams(temperature=0, max_tokens=4, ignore_eos=True, priority=0))
@@ -138,9 +138,6 @@ def test_a_more_urgent_request_preempts_at_once_instead_of_gathering(tiny_model_
         s.step()  # scheduled, launched
         assert s.reqs[ROWS].table_idx >= 0
         assert [r.sampling_params.priority for r in s.prefill.waiting] == [1]  # its victim waits instead
-        for uid in range(ROWS + 1):
-            s.abort(uid)
-        while s.has_work:
-            s.step()
+        abort_all(s)
     finally:
         s.shutdown()
