@@ -10,8 +10,8 @@ script, never through the server's flags:
 
     python benchmark/online/model_free.py [server flags]      # e.g. --port 1919
 
-The server takes no hook for it: this script swaps the scheduler processes' entry point in the
-launcher (spawned children unpickle it from here) and, in each scheduler process, the Engine.
+The server takes no hook for it: this script swaps the scheduler process's entry point in the
+launcher (a spawned child unpickles it from here) and, in that process, the Engine.
 """
 
 from __future__ import annotations
@@ -53,13 +53,15 @@ class ModelFreeEngine(Engine):
         return ForwardOutput(tokens, tokens.clone(), _DoneEvent())
 
 
-def run_model_free_scheduler(config, addrs: dict[str, str], link) -> None:
-    """The scheduler process, its Engine a ModelFreeEngine."""
+def model_free_scheduler_main(*args) -> None:
+    """The scheduler process's entry point (workers._scheduler_main), its Engine a ModelFreeEngine.
+    The launcher starts the scheduler by spawning this function, which a spawned child unpickles
+    from this script; the child imports the scheduler itself, so the swap happens here, in it."""
     import minisgl.scheduler.scheduler
-    from minisgl.scheduler.process import run_scheduler
+    from minisgl.server.runtime.workers import _scheduler_main
 
     minisgl.scheduler.scheduler.Engine = ModelFreeEngine
-    run_scheduler(config, addrs, link)
+    _scheduler_main(*args)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -72,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print("model_free.py: error: runs on the CPU with --tp 1 only", file=sys.stderr)
         return 2
     args = type(args)(**{**args.__dict__, "device": "cpu"})
-    minisgl.server.runtime.workers.run_scheduler = run_model_free_scheduler
+    minisgl.server.runtime.workers._scheduler_main = model_free_scheduler_main
     return serve(args)
 
 

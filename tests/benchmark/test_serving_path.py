@@ -39,6 +39,8 @@ def test_model_free_server_streams_every_token_through_two_tokenizers(tmp_path):
     assert row["output_tokens"] == row["expected_output_tokens"] == N * OUT_LEN
     assert row["short_outputs"] == 0 and row["tokens_from"] == "usage"
     assert row["output_throughput"] > 0
+    # the engine ran no model (the scheduler process swapped it in)
+    assert "BENCHMARK ENGINE: no model runs" in (tmp_path / "serving-server.log").read_text()
 
 
 @pytest.mark.timeout(120)
