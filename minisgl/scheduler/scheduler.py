@@ -342,13 +342,14 @@ class Scheduler:
         """Whom to preempt: the lowest priority (under --scheduling-policy priority), then the latest arrival."""
         return max(candidates, key=self.prefill.order)
 
+    def _outranked_by(self, head: Req) -> list[Req]:
+        """The running requests of a lower priority (a higher number) than `head`."""
+        return [r for r in self.decode.running.values() if r.sampling_params.priority > head.sampling_params.priority]
+
     def _head_outranks_running(self) -> bool:
         """Under --scheduling-policy priority: whether the head of the queue outranks a running request
         (it then preempts at once, never waiting for rows to gather)."""
-        if not self.by_priority or not self.prefill.waiting:
-            return False
-        head = self.prefill.waiting[0].sampling_params.priority
-        return any(r.sampling_params.priority > head for r in self.decode.running.values())
+        return self.by_priority and bool(self.prefill.waiting) and bool(self._outranked_by(self.prefill.waiting[0]))
 
     def _make_room_for_priority(self) -> None:
         """Preempt running requests of a lower priority than the head of the queue until it fits."""
@@ -356,7 +357,7 @@ class Scheduler:
         if head is None or len(head.all_ids) < head.prefill_len:
             return
         while True:
-            lower = [r for r in self.decode.running.values() if r.sampling_params.priority > head.sampling_params.priority]
+            lower = self._outranked_by(head)
             if not lower or (self.table.num_free > 0 and self.cache.fits(head)):
                 return
             self._preempt(self._victim(lower))
