@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 from collections import deque
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from minisgl.core.batch import Req
+from minisgl.core.host import ragged_arange, to_device
 
 from .cache import CacheManager
 from .table import RequestTable
@@ -79,6 +82,7 @@ class PrefillManager:
         budget = self.max_prefill_length
         self.scoring_left = self.max_scored_positions
         picked: list[Req] = []
+        admitted: list[Req] = []
         for req in list(self.chunked):
             if budget == 0:
                 break
@@ -103,15 +107,27 @@ class PrefillManager:
                 self.stats.prefix_hit_tokens += req.cached_len
                 req.prefix_hit = req.cached_len
                 self.admitted.append(req.uid)
-            ids = torch.tensor(req.all_ids[: req.prefill_len], dtype=torch.int32)
-            if self.token_pool.is_cuda:  # asynchronous only from pinned memory
-                ids = ids.pin_memory()
-            self.token_pool[req.table_idx, : req.prefill_len] = ids.to(self.token_pool.device, non_blocking=True)
+            admitted.append(req)
             self.chunked.append(req)
             budget -= self._advance(req, self._chunk(req, budget))
             picked.append(req)
+        self._write_token_ids(admitted)
         self.cache.write_table()
         return picked
+
+    def _write_token_ids(self, reqs: list[Req]) -> None:
+        """The admitted requests' tokens into their token-pool rows, all in one host-to-device copy:
+        a pinned tensor and a copy a request cost the host more than the batch's one (benchmark/NOTES.md)."""
+        if not reqs:
+            return
+        lens = np.fromiter((r.prefill_len for r in reqs), dtype=np.int64, count=len(reqs))
+        rows = np.fromiter((r.table_idx for r in reqs), dtype=np.int64, count=len(reqs))
+        n = int(lens.sum())
+        flat = np.repeat(rows * self.token_pool.shape[1], lens) + ragged_arange(lens)
+        ids = np.fromiter(itertools.chain.from_iterable(r.all_ids[: r.prefill_len] for r in reqs), dtype=np.int64,
+                          count=n)
+        dev = to_device(np.concatenate([flat, ids]), self.token_pool.device)
+        self.token_pool.view(-1)[dev[:n]] = dev[n:].to(torch.int32)
 
     def _chunk(self, req: Req, budget: int) -> int:
         """How many of `req`'s tokens this batch computes: the rest, within the batch's token budget

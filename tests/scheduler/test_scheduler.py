@@ -118,3 +118,23 @@ def test_an_id_outside_the_vocabulary_fails_its_request_not_the_scheduler(model_
         assert len(ok["token_ids"]) == 3 and scheduler.cache.used_pages == 0
     finally:
         llm.shutdown()
+
+
+def test_a_prefill_writes_each_admitted_prompt_into_its_token_pool_row(model_dir):
+    """One prefill of several prompts (the admitted requests' ids go to the device in one copy): each
+    request's row of the token pool holds its prompt, and its first sampled token after it."""
+    from minisgl.scheduler import Scheduler, SchedulerConfig
+
+    s = Scheduler(SchedulerConfig(model_path=model_dir, device="cpu", dtype=torch.float32, page_size=4,
+                                  num_pages=512, max_running_requests=8))
+    rng = random.Random(11)
+    prompts = [[rng.randint(3, 380) for _ in range(n)] for n in (1, 17, 40, 5)]
+    for uid, prompt in enumerate(prompts):
+        s.add_request(uid, prompt, SamplingParams(temperature=0, max_tokens=3, ignore_eos=True))
+    first = {out.uid: out.token_id for out in s.step() + s.step()}  # (overlap: the prefill's tokens come a step late)
+    assert sorted(first) == [0, 1, 2, 3]
+    for uid, prompt in enumerate(prompts):
+        row = s.reqs[uid].table_idx
+        assert s.engine.token_pool[row, : len(prompt) + 1].tolist() == prompt + [first[uid]]
+    while s.has_work:
+        s.step()
