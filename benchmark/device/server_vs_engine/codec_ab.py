@@ -27,18 +27,14 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import quads  # noqa: E402  (its /proc helpers)
-from harness import chat_target, clock, fresh_requests, load_online_bench, serving_args, warm_requests  # noqa: E402
+from harness import chat_target, clock, driver_env, fresh_requests, load_online_bench, serving_args, warm_requests  # noqa: E402
 
 ORDER = ["B", "H", "H", "B"]
 PORTS = {"B": 1931, "H": 1932}
 
 
 def main():
-    T0 = float(os.environ["T0"])
-    DEADLINE = float(os.environ.get("DEADLINE", "500"))
-    R = os.environ["R"]
-    MODEL = os.environ["MODEL"]
-    PAGES = int(os.environ.get("PAGES", "16384"))
+    T0, DEADLINE, R, MODEL, PAGES = driver_env(deadline=500, pages=16384)
     BASE_PATH = os.environ["BASE_PATH"]
     OUT = os.environ.get("OUT")
     TAIL = 20.0

@@ -82,6 +82,14 @@ def warm_requests(ob, vocab):
     return [ob.BenchRequest(random_ids(random.Random("warm-up requests"), 16, vocab), 8) for _ in range(2)]
 
 
+def driver_env(deadline, pages=32768):
+    """(T0, DEADLINE, R, MODEL, PAGES) from the environment every driver reads: T0 (epoch of the call's
+    start), DEADLINE (s after T0 by which everything is stopped; `deadline` unless set), R (results dir),
+    MODEL and PAGES (the KV pages of each engine; `pages` unless set)."""
+    return (float(os.environ["T0"]), float(os.environ.get("DEADLINE", deadline)), os.environ["R"],
+            os.environ["MODEL"], int(os.environ.get("PAGES", pages)))
+
+
 def clock(T0):
     """(el, log): seconds since T0 (the call's start), and a print of a line stamped with them."""
 

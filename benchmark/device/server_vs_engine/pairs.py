@@ -17,6 +17,7 @@ import time
 from harness import (
     chat_target,
     clock,
+    driver_env,
     load_online_bench,
     recorder,
     serving_args,
@@ -27,11 +28,7 @@ from harness import (
 
 
 def main():
-    T0 = float(os.environ["T0"])
-    DEADLINE = float(os.environ.get("DEADLINE", "360"))
-    R = os.environ["R"]
-    MODEL = os.environ["MODEL"]
-    PAGES = int(os.environ.get("PAGES", "32768"))
+    T0, DEADLINE, R, MODEL, PAGES = driver_env(deadline=360)
     NMAX = int(os.environ.get("NMAX", "14"))
     TAIL = 20.0  # stopping both and packing
 

@@ -28,6 +28,7 @@ import time
 from harness import (
     chat_target,
     clock,
+    driver_env,
     fresh_requests,
     load_online_bench,
     recorder,
@@ -221,11 +222,7 @@ def set_aff_threads(pid, cpus, only=None, skip=None):
 
 
 def main():
-    T0 = float(os.environ["T0"])
-    DEADLINE = float(os.environ.get("DEADLINE", "540"))
-    R = os.environ["R"]
-    MODEL = os.environ["MODEL"]
-    PAGES = int(os.environ.get("PAGES", "32768"))
+    T0, DEADLINE, R, MODEL, PAGES = driver_env(deadline=540)
     ROUNDS = int(os.environ.get("ROUNDS", "16"))
     TAIL = 22.0
 

@@ -16,7 +16,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import clock, start_offline_worker, stop_offline_worker  # noqa: E402
+from harness import clock, driver_env, start_offline_worker, stop_offline_worker  # noqa: E402
 from quads import snapshot, summary  # noqa: E402
 
 SPIN = ("import json\nd={}\nwhile True:\n    for i in range(2000):\n        d[str(i)]=[i,i*2,'abc'*3,{'k':i}]\n"
@@ -26,9 +26,7 @@ ARMS = [("E0", 0), ("E3", 3), ("E12", 12)]
 
 
 def main():
-    T0 = float(os.environ["T0"])
-    DEADLINE = float(os.environ.get("DEADLINE", "400"))
-    R, MODEL, PAGES = os.environ["R"], os.environ["MODEL"], int(os.environ.get("PAGES", "32768"))
+    T0, DEADLINE, R, MODEL, PAGES = driver_env(deadline=400)
     TAIL = 12.0
 
     el, log = clock(T0)
