@@ -14,6 +14,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OFFLINE_BENCH = os.path.join(REPO, "benchmark", "offline", "bench.py")
 
 
+def run_benchmark(script: str, *args: str) -> None:
+    """benchmark/`script` with `args`, from the repository root; fails the test on a non-zero exit."""
+    subprocess.run([sys.executable, os.path.join(REPO, "benchmark", script), *args], cwd=REPO, check=True,
+                   capture_output=True, text=True)
+
+
 @pytest.fixture(scope="session")
 def offline_result(tmp_path_factory) -> SimpleNamespace:
     """benchmark/offline/bench.py on the demo model (CPU), 8 requests of 24 prompt and 6 output

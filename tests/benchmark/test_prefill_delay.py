@@ -7,23 +7,19 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-pytestmark = pytest.mark.slow  # starts an engine on the demo model: out of the fast loop (tests/test_tiers.py)
+from tests.benchmark.conftest import run_benchmark
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SCRIPT = os.path.join(REPO, "benchmark", "offline", "prefill_delay.py")
+pytestmark = pytest.mark.slow  # starts an engine on the demo model: out of the fast loop (tests/test_tiers.py)
 
 
 @pytest.mark.timeout(300)
 def test_each_setting_runs_each_round_with_every_token(tmp_path):
     out = tmp_path / "pd.json"
-    subprocess.run([sys.executable, SCRIPT, "--num-requests", "12", "--max-input-len", "40", "--max-output-len", "8",
-                    "--max-running-requests", "4", "--delays", "0,8", "--rounds", "2", "--out", str(out)],
-                   cwd=REPO, check=True, capture_output=True, text=True)
+    run_benchmark("offline/prefill_delay.py", "--num-requests", "12", "--max-input-len", "40", "--max-output-len", "8",
+                  "--max-running-requests", "4", "--delays", "0,8", "--rounds", "2", "--out", str(out))
     result = json.loads(out.read_text())
     assert result["delays"] == [0, 8]
     for delay in ("0", "8"):
