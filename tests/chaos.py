@@ -245,8 +245,12 @@ def hostile_mixed_load(url: str, api_key: str | None, seconds: float, idle_socke
             out[key] = {"status": type(e).__name__, "seconds": time.monotonic() - t}
 
     async def main():
-        # Separate clients: the probe's and the paying client's connections are their own.
-        async with httpx.AsyncClient() as probes, httpx.AsyncClient() as payer, \
+        # Separate clients: the probe's and the paying client's connections are their own. The probe
+        # opens a connection a probe, as the kubelet does: a kept-alive one idle past the server's grace
+        # may be closed to make room for another just as the next probe goes out on it (a client retries
+        # that; the kubelet never meets it).
+        async with httpx.AsyncClient(limits=httpx.Limits(max_keepalive_connections=0)) as probes, \
+                httpx.AsyncClient() as payer, \
                 httpx.AsyncClient(limits=httpx.Limits(max_connections=flood + 4)) as hostile:
             tasks = [asyncio.create_task(c) for c in (
                 hold_sockets(), probe(probes), paying_client(payer),

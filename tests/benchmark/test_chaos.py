@@ -79,7 +79,7 @@ def test_hostile_mixed_load_fails_no_probe_and_starves_no_paying_client(model_di
     try:
         result = chaos.hostile_mixed_load(srv.url, "k", seconds=20, idle_sockets=70, tokenize_bytes=2 * MB,
                                           schema_depth=450, flood=10, probe_timeout=10)
-        assert result["health_probes"] > 0 and result["health_not_200"] == 0, result
+        assert result["health_probes"] > 0 and result["health_not_200"] == 0, (result["health_statuses"], result)
         assert result["chats"] and set(result["chats"]) == {"200"}, result
         assert result["tokenize"]["status"] == 400, result
         assert result["flood_answers"] > 0, result
