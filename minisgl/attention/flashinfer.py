@@ -184,6 +184,13 @@ class FlashInferBackend(BaseAttnBackend):
                                **self.kv_scales[i])
         return wrapper.run(q, self.kv_views[i], **self.kv_scales[i])
 
+    def attend_into(self, q, layer, batch, out):
+        wrapper = batch.attn_metadata.wrapper
+        if not isinstance(wrapper, self.fi.BatchPrefillWithPagedKVCacheWrapper):
+            return super().attend_into(q, layer, batch, out)
+        i = layer.layer_id
+        wrapper.run(q, self.kv_views[i], out=out, **self.kv_scales[i])
+
     # -- CUDA graphs (decode) --------------------------------------------------------------------
 
     def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:

@@ -11,7 +11,7 @@ from minisgl.engine.config import resolve_dtype
 
 ENGINE_FLAGS = ("tp", "dtype", "device", "page_size", "kv_cache_dtype", "quantization", "max_running_requests",
                 "max_prefill_length", "prefill_delay_steps", "attn", "moe_backend", "cuda_graph_max_bs",
-                "disable_custom_all_reduce", "memory_ratio", "dummy_weight")
+                "piecewise_cuda_graph_max_tokens", "disable_custom_all_reduce", "memory_ratio", "dummy_weight")
 
 
 def llm_kwargs(args: argparse.Namespace, names: Iterable[str] = ENGINE_FLAGS) -> dict[str, Any]:

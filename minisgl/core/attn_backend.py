@@ -50,6 +50,12 @@ class BaseAttnBackend(ABC):
         """Store this layer's new k/v at batch.out_loc (unless they are None: already stored) and
         return attention output [tokens, heads, dim]."""
 
+    def attend_into(self, q: torch.Tensor, layer: AttnLayer, batch: Batch, out: torch.Tensor) -> None:
+        """Attention of q over what the cache holds (this layer's k/v already stored), written into
+        `out` [tokens, heads, dim]: a prefill replaying piecewise graphs (minisgl.engine.prefill_graph)
+        reads it from there. A backend whose kernel takes an output buffer saves the copy."""
+        out.copy_(self.forward(q, None, None, layer, batch))
+
     # -- CUDA graph hooks (decode only) --------------------------------------------------------
 
     def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:

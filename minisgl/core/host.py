@@ -33,6 +33,15 @@ def ragged_arange(counts: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
 
 
+def logit_rows(extend: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The rows among a batch's tokens (`extend` of them a request) of each request's last `counts`
+    tokens (its extend's tail): the rows whose logits the LM head computes."""
+    ends = np.cumsum(extend)
+    if (counts == 1).all():
+        return ends - 1
+    return np.repeat(ends - counts, counts) + ragged_arange(counts)
+
+
 def indptr(counts: np.ndarray) -> np.ndarray:
     out = np.zeros(len(counts) + 1, dtype=np.int32)
     np.cumsum(counts, out=out[1:])

@@ -15,18 +15,19 @@ import torch
 from minisgl.attention import AttnShape, create_attention_backend
 from minisgl.core.batch import Batch
 from minisgl.core.context import Context, set_global_ctx
-from minisgl.core.host import ragged_arange, to_device
+from minisgl.core.host import logit_rows, ragged_arange, to_device
 from minisgl.distributed import all_reduce_min, destroy, enable_fused_norm, init_process_group
 from minisgl.kernels.jit_builds import report_builds
 from minisgl.kvcache import MHAKVCache, kv_storage_dtype
 from minisgl.lora import LoraPool, parse_lora_modules
 from minisgl.models import create_model, init_dummy_weights, load_model_config, load_weights
-from minisgl.models.decoder import record_hidden
+from minisgl.models.decoder import hidden_recorder, record_hidden
 from minisgl.quantization import check_online_quantization, quantize_model
 from minisgl.utils.logger import get_logger
 
 from .config import EngineConfig, check_moe_backend_dtype, resolve_device, resolve_moe_backend
-from .graph import GraphRunner, graph_batch_sizes
+from .graph import GraphRunner, graph_batch_sizes, split_model
+from .prefill_graph import PrefillGraphRunner, token_counts
 from .prompt_logprobs import PromptScores, last_rows, score_prompts
 from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, TokenOutputs, token_logprobs
 from .verify_graph import VerifyGraphRunner
@@ -64,6 +65,7 @@ class Engine:
         t_start = time.perf_counter()
         self.config = config
         self.graph_runner: GraphRunner | None = None
+        self.prefill_graphs: PrefillGraphRunner | None = None
         self.verify_graphs: VerifyGraphRunner | None = None
         self.verify_steps = {"graph": 0, "eager": 0}  # verify batches run in a CUDA graph / eagerly
         self.device = resolve_device(config.device)
@@ -167,6 +169,8 @@ class Engine:
             self.graph_runner = GraphRunner(self, sizes)
             self.timings["graph_capture_s"] = self.graph_runner.capture_seconds
             self.verify_graphs = self._verify_graphs(config, max(sizes))
+        if cuda:
+            self.prefill_graphs = self._prefill_graphs(config)
         self.timings["init_s"] = time.perf_counter() - t_start
         if cuda:
             self._report_memory()
@@ -202,6 +206,39 @@ class Engine:
             return None
         self.timings["verify_graph_capture_s"] = runner.capture_seconds
         return runner
+
+    def _prefill_graphs(self, config: EngineConfig) -> PrefillGraphRunner | None:
+        """Piecewise graphs for prefill batches (minisgl.engine.prefill_graph), up to
+        --piecewise-cuda-graph-max-tokens (default --max-prefill-length) tokens."""
+        most = config.piecewise_cuda_graph_max_tokens
+        if most is None:
+            most = getattr(config, "max_prefill_length", 8192)  # (a field of the scheduler's config)
+        why = self._why_no_prefill_graphs()
+        if why and most > 0:
+            logger.info("prefill batches run eagerly: no piecewise CUDA graphs with %s", why)
+        if why or not token_counts(most):
+            return None
+        try:
+            runner = PrefillGraphRunner(self, token_counts(most))
+        except (RuntimeError, ValueError) as err:
+            logger.warning("prefill batches run eagerly: their piecewise CUDA graphs failed to capture (%s)", err)
+            torch.cuda.synchronize(self.device)
+            return None
+        self.timings["prefill_graph_capture_s"] = runner.capture_seconds
+        return runner
+
+    def _why_no_prefill_graphs(self) -> str | None:
+        if self.tp.size > 1:  # (their all-reduces inside pieces are untested on more than one GPU)
+            return "tensor parallelism"
+        if self.lora is not None:
+            return "LoRA (its per-token adapter slots are not in static buffers)"
+        if hidden_recorder(self.model) is not None:
+            return "an EAGLE-3 drafter (the hidden states it reads are not kept from the pieces yet)"
+        if not split_model(self.model):
+            return f"{type(self.model).__name__} (no .model / .lm_head split)"
+        if not self.attn_backend.accepts_stored_kv:  # (the pieces store K/V; the attention between them reads it)
+            return f"the {self.attn_backend.label} attention backend"
+        return None
 
     def _lora_pool(self, config: EngineConfig) -> LoraPool | None:
         """The adapter pool, with the adapters named at start loaded; None when LoRA is off."""
@@ -294,7 +331,8 @@ class Engine:
     def _report_memory(self) -> None:
         free, total = torch.cuda.mem_get_info(self.device)
         kv = 2 * self.kv_cache.k_buffer.numel() * self.kv_cache.k_buffer.element_size()
-        graphs = sum(r.memory_bytes for r in (self.graph_runner, self.verify_graphs) if r is not None)
+        graphs = sum(r.memory_bytes for r in (self.graph_runner, self.verify_graphs, self.prefill_graphs)
+                     if r is not None)
         self.memory = {"total": total, "weights": self.weight_bytes, "kv_cache": kv, "graphs": graphs, "free": free,
                        "kv_tokens": self.num_pages * self.page_size, "kv_dtype": _dtype_name(self.kv_dtype)}
         gib = 2**30
@@ -328,7 +366,7 @@ class Engine:
         if self.lora is not None:
             self.lora.prepare([r.lora_slot for r in batch.reqs], extend)
         n_tok = len(positions)
-        dev = to_device(np.concatenate([positions, flat, _logit_rows(extend, batch.logit_counts)]), self.device)
+        dev = to_device(np.concatenate([positions, flat, logit_rows(extend, batch.logit_counts)]), self.device)
         batch.positions = dev[:n_tok]
         flat_d = dev[n_tok : 2 * n_tok]
         batch.input_ids = self.token_pool.view(-1)[flat_d]
@@ -356,6 +394,10 @@ class Engine:
             self._check(batch, device_lens, device_lens - cached)
             logits = self.verify_graphs.replay(batch)
             self.verify_steps["graph"] += 1
+        elif self.prefill_graphs is not None and self.prefill_graphs.can_run(batch):
+            _, cached, device_lens = batch.host_arrays
+            self._check(batch, device_lens, device_lens - cached)
+            logits = self.prefill_graphs.replay(batch)
         else:
             self.verify_steps["eager"] += batch.phase == "verify"
             self.prepare(batch)
@@ -419,22 +461,14 @@ class Engine:
         self.token_pool.view(-1)[dev[len(idx):]] = next_tokens[dev[: len(idx)]]
 
     def shutdown(self) -> None:
-        for runner in (self.graph_runner, self.verify_graphs):
+        for runner in (self.graph_runner, self.verify_graphs, self.prefill_graphs):
             if runner is not None:
                 runner.shutdown()
-        self.graph_runner = self.verify_graphs = None
+        self.graph_runner = self.verify_graphs = self.prefill_graphs = None
         destroy()
         set_global_ctx(None)
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-
-
-def _logit_rows(extend: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The rows among the batch's tokens of each request's last `counts` tokens (its extend's tail)."""
-    ends = np.cumsum(extend)
-    if (counts == 1).all():
-        return ends - 1
-    return np.repeat(ends - counts, counts) + ragged_arange(counts)
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -186,7 +186,7 @@ class GraphRunner:
         self.capture_seconds = time.perf_counter() - start
         self.memory_bytes = max(0, free_before - torch.cuda.mem_get_info(e.device)[0])
         logger.info("captured %d CUDA graphs for decode batch sizes %s in %.1f s, using %.2f GiB",
-                    len(sizes), _ranges(self.batch_sizes), self.capture_seconds, self.memory_bytes / 2**30)
+                    len(sizes), sizes_text(self.batch_sizes), self.capture_seconds, self.memory_bytes / 2**30)
 
     def _forward(self, batch: Batch, bs: int) -> None:
         e = self.engine
@@ -245,7 +245,7 @@ class GraphRunner:
         self.graphs.clear()
 
 
-def _ranges(sizes: list[int]) -> str:
+def sizes_text(sizes: list[int]) -> str:
     if len(sizes) <= 6:
         return str(sizes)
     return f"[{', '.join(map(str, sizes[:4]))}, ..., {sizes[-1]}]"

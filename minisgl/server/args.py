@@ -135,6 +135,10 @@ class ServerArgs:
         "for large ones; the per-expert loop on the CPU), fused, grouped (bfloat16 on GPUs) or loop.", "auto",
         choices=list(MOE_BACKENDS))
     cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
+    piecewise_cuda_graph_max_tokens: int | None = _flag(
+        "Largest prefill batch (tokens) that replays piecewise CUDA graphs: the model between its attention "
+        "calls, captured per token count, with eager attention in between (default: --max-prefill-length; "
+        "0 runs every prefill eagerly).")
     disable_custom_all_reduce: bool = _flag(
         "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
         "(PyTorch symmetric memory) for small messages and its fusion with the add + RMSNorm after it.", False)
@@ -360,6 +364,8 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-prefill-length must be >= 1"
     if args.prefill_delay_steps < 0:
         return "--prefill-delay-steps must be >= 0"
+    if (args.piecewise_cuda_graph_max_tokens or 0) < 0:
+        return "--piecewise-cuda-graph-max-tokens must be >= 0"
     if not 0 < args.memory_ratio <= 1:
         return "--memory-ratio must be in (0, 1]"
     if args.header_timeout <= 0 or args.body_timeout <= 0:

@@ -41,6 +41,7 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
     (["--allowed-origins", "[oops"], "--allowed-origins"),
     (["--port", "70000"], "--port"),
     (["--prefill-delay-steps", "-1"], "--prefill-delay-steps"),
+    (["--piecewise-cuda-graph-max-tokens", "-1"], "--piecewise-cuda-graph-max-tokens"),
 ])
 def test_bad_flags_exit_2_with_one_line_as_they_are_parsed(argv, says, capsys):
     """Checked in this process: `python -m minisgl` parses its flags first, with this same function

@@ -1,0 +1,220 @@
+"""Piecewise CUDA graphs for prefill batches.
+
+An eager prefill launches each of the model's few hundred kernels from Python, and up to a few
+thousand tokens the host takes longer to launch them than the GPU takes to run them
+(benchmark/NOTES.md). Prefill attention cannot sit in a graph (its plan follows every request's
+length), but everything between two attention calls can. So for each token count in
+`token_counts` this runner captures the model's forward pass as pieces that end where a layer
+attends, and replays them around eager attention calls: one piece before the first layer's
+attention, one between each two, one after the last.
+
+A batch is padded to the next captured count. The padding tokens sit at position 0 of the page
+table's dummy row, so their K/V go to the dummy page; their rows are computed and never read.
+While the pieces are captured, `_Breaks` stands in for the attention backend: a layer's call puts
+its queries in a static buffer, ends the piece and starts the next, which reads the attention
+output from another static buffer. At replay the real backend's attention fills that buffer
+from the queries between two pieces.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import time
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from minisgl.core.attn_backend import BaseAttnBackend
+from minisgl.core.batch import Batch
+from minisgl.core.host import logit_rows, pinned, ragged_arange
+from minisgl.utils.logger import get_logger
+
+from .graph import ffi_stream, sizes_text
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+logger = get_logger(__name__)
+
+# Captured counts: 64 and 128, then every 256 up to 2,048, then every 512: up to a few thousand
+# tokens a step's GPU time is below its launch time, and padding costs little; above, it costs more.
+SMALL_COUNTS = (64, 128)
+SMALL_STEP, SMALL_STEP_UNTIL, LARGE_STEP = 256, 2048, 512
+
+
+def token_counts(max_tokens: int) -> list[int]:
+    """Prefill sizes (tokens) to capture, up to `max_tokens`, which is always captured (0: none)."""
+    if max_tokens <= 0:
+        return []
+    counts = {*SMALL_COUNTS, *range(SMALL_STEP, SMALL_STEP_UNTIL + 1, SMALL_STEP),
+              *range(SMALL_STEP_UNTIL + LARGE_STEP, max_tokens + 1, LARGE_STEP), max_tokens}
+    return sorted(c for c in counts if c <= max_tokens)
+
+
+def padded_count(tokens: int, counts: list[int]) -> int | None:
+    """The smallest captured count >= tokens, or None above them all (the batch runs eagerly)."""
+    i = bisect.bisect_left(counts, tokens)
+    return counts[i] if i < len(counts) else None
+
+
+class _Breaks(BaseAttnBackend):
+    """The attention backend while pieces are captured (the module's docstring): each call stores
+    the layer's k/v if the layer has not, copies q into the static query buffer, ends the piece
+    being captured and begins the next (with `pool` None: a warm-up pass, nothing captured), and
+    returns the static output buffer."""
+
+    accepts_stored_kv = True
+
+    def __init__(self, runner: PrefillGraphRunner, pool=None):
+        self.runner, self.pool = runner, pool
+        self.pieces: list[torch.cuda.CUDAGraph] = []
+        self.layers: list = []
+        self.graph: torch.cuda.CUDAGraph | None = None
+
+    def prepare_metadata(self, batch: Batch) -> None:
+        pass
+
+    def begin(self) -> None:
+        if self.pool is not None:
+            self.graph = torch.cuda.CUDAGraph()
+            self.graph.capture_begin(pool=self.pool)
+
+    def end(self) -> None:
+        if self.graph is not None:
+            self.graph.capture_end()
+            self.pieces.append(self.graph)
+            self.graph = None
+
+    def forward(self, q, k, v, layer, batch):
+        if k is not None:
+            self.runner.engine.kv_cache.store_kv(k, v, batch.out_loc, layer.layer_id)
+        n = q.shape[0]
+        self.runner.query[:n].copy_(q)
+        self.layers.append(layer)
+        self.end()
+        self.begin()
+        return self.runner.attn_out[:n]
+
+
+@contextlib.contextmanager
+def _backend(engine: Engine, backend: BaseAttnBackend):
+    ctx, real = engine.ctx, engine.ctx.attn_backend
+    ctx.attn_backend = backend
+    try:
+        yield
+    finally:
+        ctx.attn_backend = real
+
+
+class PrefillGraphRunner:
+    def __init__(self, engine: Engine, counts: list[int]):
+        self.engine = e = engine
+        self.counts = sorted(counts)
+        self.max_tokens = self.counts[-1]
+        device = e.device
+        self.dummy_row = e.page_table.shape[0] - 1
+        self.table_width = e.page_table.shape[1]
+        # What replay() copies in: piece 0 of count c gathers its tokens' ids and KV slots from
+        # their positions at [:c] and token-table indices at [c:2 c]; the logit rows follow.
+        self.step_inputs = torch.zeros(3 * self.max_tokens, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(self.max_tokens, dtype=torch.int64, device=device)
+        self.input_ids = torch.zeros(self.max_tokens, dtype=torch.int32, device=device)
+        self.out_loc = torch.zeros(self.max_tokens, dtype=torch.int64, device=device)
+        self.next_index = torch.zeros(self.max_tokens, dtype=torch.int64, device=device)  # (unused by prefill)
+        attn = e.model.model.layers[0].self_attn
+        shape = (self.max_tokens, attn.heads, attn.head_dim)
+        self.query = torch.zeros(shape, dtype=e.dtype, device=device)
+        self.attn_out = torch.zeros(shape, dtype=e.dtype, device=device)
+        self.hidden_out = torch.zeros(self.max_tokens, e.model_config.hidden_size, dtype=e.dtype, device=device)
+        self.pieces: dict[int, list[torch.cuda.CUDAGraph]] = {}
+        self.layers: list = []
+        self.capture_seconds = 0.0
+        self.memory_bytes = 0
+        self.replays = 0  # prefill batches run through the pieces
+        self._capture()
+
+    def _static_batch(self, tokens: int) -> Batch:
+        self.step_inputs[:tokens] = 0
+        self.step_inputs[tokens : 2 * tokens] = self.dummy_row * self.table_width
+        batch = Batch(reqs=[], phase="prefill")
+        batch.input_ids = self.input_ids[:tokens]
+        batch.positions = self.positions[:tokens]
+        batch.out_loc = self.out_loc[:tokens]
+        return batch
+
+    def _forward(self, tokens: int) -> None:
+        from minisgl.kernels.decode_inputs import gather_decode_inputs  # (CUDA graphs imply triton)
+
+        e = self.engine
+        gather_decode_inputs(self.step_inputs[: 2 * tokens], e.token_pool, e.page_table, self.positions[:tokens],
+                             self.input_ids[:tokens], self.out_loc[:tokens], self.next_index[:tokens])
+        hidden = e.model.model(self.input_ids[:tokens], self.positions[:tokens])
+        self.hidden_out[:tokens].copy_(hidden)
+
+    @torch.inference_mode()
+    def _capture(self) -> None:
+        e = self.engine
+        start = time.perf_counter()
+        torch.cuda.synchronize(e.device)
+        free_before = torch.cuda.mem_get_info(e.device)[0]
+        pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(e.device)
+        counts = sorted(self.counts, reverse=True)  # largest first: later pieces reuse its pool
+        for tokens in tqdm(counts, desc="Capturing prefill CUDA graphs", unit="size", disable=len(counts) < 2):
+            batch = self._static_batch(tokens)
+            stream.wait_stream(torch.cuda.current_stream(e.device))
+            with e.ctx.forward_batch(batch), torch.cuda.stream(stream), ffi_stream():
+                with _backend(e, _Breaks(self)):  # warm up: library handles, lazy kernels, JIT builds
+                    self._forward(tokens)
+                breaks = _Breaks(self, pool)
+                with _backend(e, breaks):
+                    breaks.begin()
+                    try:
+                        self._forward(tokens)
+                    finally:  # (a failed capture must not leave the stream capturing)
+                        breaks.end()
+            torch.cuda.current_stream(e.device).wait_stream(stream)
+            self.pieces[tokens], self.layers = breaks.pieces, breaks.layers
+        torch.cuda.synchronize(e.device)
+        self.capture_seconds = time.perf_counter() - start
+        self.memory_bytes = max(0, free_before - torch.cuda.mem_get_info(e.device)[0])
+        logger.info("captured piecewise CUDA graphs for prefill batches of %s tokens (%d pieces each) in %.1f s, "
+                    "using %.2f GiB", sizes_text(self.counts), len(self.layers) + 1, self.capture_seconds,
+                    self.memory_bytes / 2**30)
+
+    def can_run(self, batch: Batch) -> bool:
+        return batch.phase == "prefill" and batch.num_tokens <= self.max_tokens
+
+    def replay(self, batch: Batch) -> torch.Tensor:
+        """Run prefill `batch` through the pieces of the next captured count and its attention
+        between them; returns float32 logits of its logit rows, as the model's forward() does."""
+        e = self.engine
+        rows, cached, device_lens = batch.host_arrays
+        extend = device_lens - cached
+        positions = np.repeat(cached, extend) + ragged_arange(extend)
+        n = len(positions)
+        padded = padded_count(n, self.counts)
+        assert padded is not None, "replay() of a batch can_run() refused"
+        pad = padded - n
+        logits_at = logit_rows(extend, batch.logit_counts)
+        self.step_inputs[: 2 * padded + len(logits_at)].copy_(pinned(np.concatenate([
+            positions, np.zeros(pad, dtype=np.int64), np.repeat(rows * self.table_width, extend) + positions,
+            np.full(pad, self.dummy_row * self.table_width, dtype=np.int64), logits_at])), non_blocking=True)
+        batch.positions, batch.input_ids, batch.out_loc = self.positions[:n], self.input_ids[:n], self.out_loc[:n]
+        batch.logit_indices = self.step_inputs[2 * padded : 2 * padded + len(logits_at)]
+        backend = e.attn_backend
+        backend.prepare_metadata(batch)
+        pieces = self.pieces[padded]
+        query, attn_out = self.query[:n], self.attn_out[:n]
+        for piece, layer in zip(pieces, self.layers):
+            piece.replay()
+            backend.attend_into(query, layer, batch, attn_out)
+        pieces[-1].replay()
+        self.replays += 1
+        return e.model.lm_head(self.hidden_out[:n][batch.logit_indices]).float()
+
+    def shutdown(self) -> None:
+        self.pieces.clear()

@@ -1,0 +1,30 @@
+"""Which prefills the piecewise CUDA graphs serve (minisgl.engine.prefill_graph): the token counts
+captured and the padding to them. The capture and replay need a GPU: test_prefill_graph_cuda.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from minisgl.engine.prefill_graph import padded_count, token_counts
+
+
+def test_counts_step_by_256_to_2048_then_by_512_up_to_the_cap():
+    counts = token_counts(8192)
+    assert counts[:10] == [64, 128, 256, 512, 768, 1024, 1280, 1536, 1792, 2048]
+    assert counts[10:] == list(range(2560, 8193, 512))
+
+
+@pytest.mark.parametrize("cap", [1, 64, 100, 2048, 3000, 8191])
+def test_the_cap_itself_is_always_captured_and_nothing_above_it(cap):
+    counts = token_counts(cap)
+    assert counts[-1] == cap and all(c <= cap for c in counts) and counts == sorted(set(counts))
+
+
+def test_zero_captures_nothing():
+    assert token_counts(0) == [] and token_counts(-5) == []
+
+
+@pytest.mark.parametrize("tokens, padded", [(1, 64), (64, 64), (65, 128), (300, 512), (2049, 2560), (8192, 8192),
+                                            (8193, None)])
+def test_a_prefill_pads_to_the_next_captured_count_or_runs_eagerly_above_them(tokens, padded):
+    assert padded_count(tokens, token_counts(8192)) == padded
