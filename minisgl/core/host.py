@@ -56,6 +56,13 @@ def pinned(arr: np.ndarray) -> torch.Tensor:
     return out.copy_(src)
 
 
+def copy_into(dst: torch.Tensor, arr: np.ndarray) -> None:
+    """dst[:len(arr)] = arr: on CUDA an asynchronous copy from pinned memory (a static buffer that a
+    CUDA graph reads), on the CPU a plain one."""
+    src = pinned(arr) if dst.is_cuda else torch.from_numpy(np.ascontiguousarray(arr))
+    dst[: len(arr)].copy_(src, non_blocking=True)
+
+
 def to_device(arr: np.ndarray, device: torch.device) -> torch.Tensor:
     """`arr` on `device`: an asynchronous copy from pinned memory on CUDA, no copy on the CPU."""
     if device.type != "cuda":

@@ -386,7 +386,7 @@ class Engine:
             self._check(batch, device_lens, device_lens - cached)
             logits = self.graph_runner.replay(batch)
             if batch.is_decode:
-                store_at = self.graph_runner.next_token_index[: batch.size]
+                store_at = self.graph_runner.inputs.next_token_index[: batch.size]
             else:  # a verify batch riding the decode graphs (minisgl.engine.graph)
                 self.verify_steps["graph"] += 1
         elif self.verify_graphs is not None and self.verify_graphs.can_run(batch):

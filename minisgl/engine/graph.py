@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from minisgl.core.batch import Batch
-from minisgl.core.host import pinned, ragged_arange
+from minisgl.core.batch import Batch, Phase
+from minisgl.core.host import copy_into, ragged_arange
 from minisgl.models.decoder import hidden_recorder
 from minisgl.utils.logger import get_logger
 
@@ -115,6 +115,55 @@ class StaticHidden:
             self.recorder.aux_hidden = self.buffer[rows]
 
 
+class StaticInputs:
+    """A graph's token inputs in static buffers, for up to `rows` tokens; padding tokens sit at
+    position 0 of the page table's dummy row (its dummy page takes their KV). What a replay copies
+    in is `step`: a graph of n rows reads their positions at [:n] and their token-table indices
+    (row * width + position) at [n:2 n], and `extra` more values may follow for the caller; the
+    graph's first kernel (`gather`) writes the rest from them."""
+
+    def __init__(self, engine: Engine, rows: int, extra: int = 0):
+        self.engine = engine
+        device = engine.device
+        self.dummy_row = engine.page_table.shape[0] - 1
+        self.table_width = engine.page_table.shape[1]
+        self.step = torch.zeros(2 * rows + extra, dtype=torch.int64, device=device)
+        self.positions = torch.zeros(rows, dtype=torch.int64, device=device)
+        self.input_ids = torch.zeros(rows, dtype=torch.int32, device=device)
+        self.out_loc = torch.zeros(rows, dtype=torch.int64, device=device)
+        # Where each token's sampled successor goes in the flattened token pool: the engine stores
+        # a decode step's tokens there with no host copy of indices.
+        self.next_token_index = torch.zeros(rows, dtype=torch.int64, device=device)
+
+    def padding_batch(self, n: int, phase: Phase) -> Batch:
+        """The batch a graph of n rows is captured with: n padding tokens."""
+        self.step[:n] = 0
+        self.step[n : 2 * n] = self.dummy_row * self.table_width
+        batch = Batch(reqs=[], phase=phase)
+        batch.input_ids, batch.positions, batch.out_loc = self.input_ids[:n], self.positions[:n], self.out_loc[:n]
+        return batch
+
+    def gather(self, n: int, rows_lens: torch.Tensor | None = None) -> None:
+        """Inside a graph of n rows, its first kernel: ids, positions, KV slots and next-token indices
+        from `step` (and the attention's rows and lengths into `rows_lens`, where it reads them)."""
+        from minisgl.kernels.decode_inputs import gather_decode_inputs  # (CUDA graphs imply triton)
+
+        e = self.engine
+        gather_decode_inputs(self.step[: 2 * n], e.token_pool, e.page_table, self.positions[:n], self.input_ids[:n],
+                             self.out_loc[:n], self.next_token_index[:n], rows_lens)
+
+    def copy_in(self, batch: Batch, rows: np.ndarray, extend: np.ndarray, positions: np.ndarray, padded: int,
+                tail: np.ndarray | None = None) -> None:
+        """Before a replay of the graph of `padded` rows: `step` for the batch's tokens (`extend` a
+        request, of table rows `rows`, at `positions`), padding, then `tail`; the batch's inputs are
+        the static buffers' first rows."""
+        n, pad = len(positions), padded - len(positions)
+        parts = [positions, np.zeros(pad, dtype=np.int64), np.repeat(rows, extend) * self.table_width + positions,
+                 np.full(pad, self.dummy_row * self.table_width, dtype=np.int64)]
+        copy_into(self.step, np.concatenate(parts if tail is None else [*parts, tail]))
+        batch.input_ids, batch.positions, batch.out_loc = self.input_ids[:n], self.positions[:n], self.out_loc[:n]
+
+
 class GraphRunner:
     def __init__(self, engine: Engine, batch_sizes: list[int]):
         self.engine = engine
@@ -122,20 +171,7 @@ class GraphRunner:
         self.max_bs = self.batch_sizes[-1]
         e = engine
         device = e.device
-        self.dummy_row = e.page_table.shape[0] - 1
-        self.table_width = e.page_table.shape[1]
-        self.input_ids = torch.zeros(self.max_bs, dtype=torch.int32, device=device)
-        # What replay() copies in: graph bs reads its requests' positions at [:bs] and their
-        # token-table indices at [bs:2 bs]; the graph's first kernel gathers the rest from them.
-        self.step_inputs = torch.zeros(2 * self.max_bs, dtype=torch.int64, device=device)
-        from minisgl.kernels.decode_inputs import gather_decode_inputs  # (CUDA graphs imply triton)
-
-        self.gather_inputs = gather_decode_inputs
-        self.positions = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
-        self.out_loc = torch.zeros(self.max_bs, dtype=torch.int64, device=device)  # (written by the gather)
-        # Where each request's sampled token goes in the flattened token pool (written by the
-        # gather too): the engine stores the tokens there with no host copy of indices.
-        self.next_token_index = torch.zeros(self.max_bs, dtype=torch.int64, device=device)
+        self.inputs = StaticInputs(e, self.max_bs)
         self.logit_indices = torch.arange(self.max_bs, dtype=torch.int64, device=device)
         self.logits = torch.zeros(self.max_bs, e.model_config.vocab_size, device=device,
                                   dtype=e.dtype if split_model(e.model) else torch.float32)
@@ -149,12 +185,7 @@ class GraphRunner:
 
     def _static_batch(self, bs: int) -> Batch:
         """The batch a graph is captured with: bs padding requests (the dummy row, position 0)."""
-        self.step_inputs[:bs] = 0
-        self.step_inputs[bs : 2 * bs] = self.dummy_row * self.table_width
-        batch = Batch(reqs=[], phase="decode")
-        batch.input_ids = self.input_ids[:bs]
-        batch.positions = self.positions[:bs]
-        batch.out_loc = self.out_loc[:bs]
+        batch = self.inputs.padding_batch(bs, "decode")
         batch.logit_indices = self.logit_indices[:bs]
         return batch
 
@@ -193,9 +224,7 @@ class GraphRunner:
         # Inside the graph, so one launch of it replaces four small ops and two host copies between
         # steps (a copy, two gathers, a cast; the store's indices, the attention's rows and
         # lengths), each a launch or copy a batch-1 step waited for (benchmark/NOTES.md).
-        self.gather_inputs(self.step_inputs[: 2 * bs], e.token_pool, e.page_table, self.positions[:bs],
-                           self.input_ids[:bs], self.out_loc[:bs], self.next_token_index[:bs],
-                           e.attn_backend.graph_rows_lens(bs))
+        self.inputs.gather(bs, e.attn_backend.graph_rows_lens(bs))
         if e.lora is not None:  # the adapters' slot mask, from the slots replay() copied in
             e.lora.graph_mask(bs)
         graph_logits(e, batch, self.logits[:bs])
@@ -223,19 +252,13 @@ class GraphRunner:
         n = len(positions)
         padded = padded_batch_size(n, self.batch_sizes)
         assert padded is not None, "replay() of a batch can_run() refused"
-        pad = padded - n
-        self.step_inputs[: 2 * padded].copy_(pinned(np.concatenate([
-            positions, np.zeros(pad, dtype=np.int64), np.repeat(rows, extend) * self.table_width + positions,
-            np.full(pad, self.dummy_row * self.table_width, dtype=np.int64)])), non_blocking=True)
-        batch.positions = self.positions[:n]
-        batch.input_ids = self.input_ids[:n]
-        batch.out_loc = self.out_loc[:n]
+        self.inputs.copy_in(batch, rows, extend, positions, padded)
         batch.logit_indices = self.logit_indices[:n]
         if e.lora is not None:
             slots = np.zeros(padded, dtype=np.int64)
             slots[:n] = np.repeat([r.lora_slot for r in batch.reqs], extend)
-            e.lora.graph_slots[:padded].copy_(pinned(slots), non_blocking=True)
-        if batch.is_decode:  # (a verify batch's rows and lengths: the graph's first kernel, from step_inputs)
+            copy_into(e.lora.graph_slots, slots)
+        if batch.is_decode:  # (a verify batch's rows and lengths: the graph's first kernel, from inputs.step)
             e.attn_backend.prepare_for_replay(batch, padded)
         self.graphs[padded].replay()
         self.hidden.show(slice(0, n))

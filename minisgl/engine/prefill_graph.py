@@ -29,10 +29,10 @@ from tqdm import tqdm
 
 from minisgl.core.attn_backend import BaseAttnBackend
 from minisgl.core.batch import Batch
-from minisgl.core.host import logit_rows, pinned, ragged_arange
+from minisgl.core.host import logit_rows, ragged_arange
 from minisgl.utils.logger import get_logger
 
-from .graph import ffi_stream, sizes_text
+from .graph import StaticInputs, ffi_stream, sizes_text
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -115,15 +115,8 @@ class PrefillGraphRunner:
         self.counts = sorted(counts)
         self.max_tokens = self.counts[-1]
         device = e.device
-        self.dummy_row = e.page_table.shape[0] - 1
-        self.table_width = e.page_table.shape[1]
-        # What replay() copies in: piece 0 of count c gathers its tokens' ids and KV slots from
-        # their positions at [:c] and token-table indices at [c:2 c]; the logit rows follow.
-        self.step_inputs = torch.zeros(3 * self.max_tokens, dtype=torch.int64, device=device)
-        self.positions = torch.zeros(self.max_tokens, dtype=torch.int64, device=device)
-        self.input_ids = torch.zeros(self.max_tokens, dtype=torch.int32, device=device)
-        self.out_loc = torch.zeros(self.max_tokens, dtype=torch.int64, device=device)
-        self.next_index = torch.zeros(self.max_tokens, dtype=torch.int64, device=device)  # (unused by prefill)
+        # The logit rows follow the tokens' positions and table indices in what replay() copies in.
+        self.inputs = StaticInputs(e, self.max_tokens, extra=self.max_tokens)
         attn = e.model.model.layers[0].self_attn
         shape = (self.max_tokens, attn.heads, attn.head_dim)
         self.query = torch.zeros(shape, dtype=e.dtype, device=device)
@@ -136,22 +129,10 @@ class PrefillGraphRunner:
         self.replays = 0  # prefill batches run through the pieces
         self._capture()
 
-    def _static_batch(self, tokens: int) -> Batch:
-        self.step_inputs[:tokens] = 0
-        self.step_inputs[tokens : 2 * tokens] = self.dummy_row * self.table_width
-        batch = Batch(reqs=[], phase="prefill")
-        batch.input_ids = self.input_ids[:tokens]
-        batch.positions = self.positions[:tokens]
-        batch.out_loc = self.out_loc[:tokens]
-        return batch
-
     def _forward(self, tokens: int) -> None:
-        from minisgl.kernels.decode_inputs import gather_decode_inputs  # (CUDA graphs imply triton)
-
-        e = self.engine
-        gather_decode_inputs(self.step_inputs[: 2 * tokens], e.token_pool, e.page_table, self.positions[:tokens],
-                             self.input_ids[:tokens], self.out_loc[:tokens], self.next_index[:tokens])
-        hidden = e.model.model(self.input_ids[:tokens], self.positions[:tokens])
+        e, inputs = self.engine, self.inputs
+        inputs.gather(tokens)
+        hidden = e.model.model(inputs.input_ids[:tokens], inputs.positions[:tokens])
         self.hidden_out[:tokens].copy_(hidden)
 
     @torch.inference_mode()
@@ -164,7 +145,7 @@ class PrefillGraphRunner:
         stream = torch.cuda.Stream(e.device)
         counts = sorted(self.counts, reverse=True)  # largest first: later pieces reuse its pool
         for tokens in tqdm(counts, desc="Capturing prefill CUDA graphs", unit="size", disable=len(counts) < 2):
-            batch = self._static_batch(tokens)
+            batch = self.inputs.padding_batch(tokens, "prefill")
             stream.wait_stream(torch.cuda.current_stream(e.device))
             with e.ctx.forward_batch(batch), torch.cuda.stream(stream), ffi_stream():
                 with _backend(e, _Breaks(self)):  # warm up: library handles, lazy kernels, JIT builds
@@ -198,13 +179,9 @@ class PrefillGraphRunner:
         n = len(positions)
         padded = padded_count(n, self.counts)
         assert padded is not None, "replay() of a batch can_run() refused"
-        pad = padded - n
         logits_at = logit_rows(extend, batch.logit_counts)
-        self.step_inputs[: 2 * padded + len(logits_at)].copy_(pinned(np.concatenate([
-            positions, np.zeros(pad, dtype=np.int64), np.repeat(rows * self.table_width, extend) + positions,
-            np.full(pad, self.dummy_row * self.table_width, dtype=np.int64), logits_at])), non_blocking=True)
-        batch.positions, batch.input_ids, batch.out_loc = self.positions[:n], self.input_ids[:n], self.out_loc[:n]
-        batch.logit_indices = self.step_inputs[2 * padded : 2 * padded + len(logits_at)]
+        self.inputs.copy_in(batch, rows, extend, positions, padded, tail=logits_at)
+        batch.logit_indices = self.inputs.step[2 * padded : 2 * padded + len(logits_at)]
         backend = e.attn_backend
         backend.prepare_metadata(batch)
         pieces = self.pieces[padded]

@@ -25,7 +25,7 @@ import torch
 from tqdm import tqdm
 
 from minisgl.core.batch import Batch
-from minisgl.core.host import pinned, to_device
+from minisgl.core.host import copy_into, to_device
 from minisgl.utils.logger import get_logger
 
 from .graph import StaticHidden, ffi_stream, graph_logits, padded_batch_size, split_model
@@ -130,8 +130,7 @@ class VerifyGraphRunner:
                     len(shapes), self.batch_sizes, f"2..{self.max_t}", self.capture_seconds, self.memory_bytes / 2**30)
 
     def _fill(self, layout: VerifyLayout, n: int) -> None:
-        self.step_inputs[: 2 * n].copy_(pinned(np.concatenate([layout.positions, layout.table_index])),
-                                        non_blocking=True)
+        copy_into(self.step_inputs, np.concatenate([layout.positions, layout.table_index]))
 
     def _forward(self, batch: Batch, n: int) -> None:
         e = self.engine
