@@ -1,12 +1,13 @@
-"""Eager prefill steps: how long the host takes to launch one, against when the device is done.
+"""Prefill steps: how long the host takes to launch one, against when the device is done.
 
     python benchmark/offline/prefill_host.py --model .bench-models/qwen3-0.6b --dummy-weight --steps 40 --sample
 
 Each step admits 4-14 prompts of 100-1,024 random tokens (the serving workload's prefills) into an
 idle engine and runs one scheduler step, which launches the prefill's forward pass and returns.
 "host" is the time until it returns, "wall" the time until the device is done; where the two are
-close, the step is host-bound and its kernels wait on their launches. With `--sample`, a thread
-samples the main thread's Python stack every `--sample-ms` during the steps and prints the
+close, the step is host-bound and its kernels wait on their launches. On a GPU the steps replay
+piecewise CUDA graphs; `--piecewise-cuda-graph-max-tokens 0` measures them eager. With `--sample`,
+a thread samples the main thread's Python stack every `--sample-ms` during the steps and prints the
 functions the host's time went to, inclusive and by line (a C call shows as the line that made it).
 Medians over the steps after `--skip`; writes JSON and a PNG.
 """
@@ -131,7 +132,7 @@ def main() -> None:
             for name, share in rows:
                 print(f"  {100 * share:5.1f}%  {name}")
     write_json(args.out, result)
-    bar_plot(os.path.splitext(args.out)[0] + ".png", f"Eager prefill step ({device_name()})",
+    bar_plot(os.path.splitext(args.out)[0] + ".png", f"Prefill step ({device_name()})",
              ["host (launched)", "wall (device done)"], [host_ms, wall_ms], "ms (median)", fmt="%.2f")
 
 
