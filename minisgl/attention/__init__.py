@@ -72,6 +72,9 @@ class HybridBackend(BaseAttnBackend):
     def forward(self, q, k, v, layer, batch):
         return self._pick(batch).forward(q, k, v, layer, batch)
 
+    def attend_into(self, q, layer, batch, out) -> None:
+        self._pick(batch).attend_into(q, layer, batch, out)
+
     def init_capture_graph(self, max_bs: int, batch_sizes: list[int]) -> None:
         self.decode.init_capture_graph(max_bs, batch_sizes)
 

@@ -56,9 +56,9 @@ class EngineConfig:
     attn: str = "auto"  # a name, or "prefill,decode"
     moe_backend: str = "auto"  # auto (per batch size on CUDA, loop on the CPU), loop, grouped or fused
     cuda_graph_bs: tuple[int, ...] | None = None
-    cuda_graph_max_bs: int | None = None  # 0 turns CUDA graphs off
+    cuda_graph_max_bs: int | None = None  # 0 turns CUDA graphs off (decode and prefill)
     # Prefill batches up to this many tokens replay piecewise CUDA graphs (minisgl.engine.prefill_graph);
-    # None: the scheduler's max_prefill_length, 0: every prefill runs eagerly.
+    # None: the scheduler's max_prefill_length (also the most), 0: every prefill runs eagerly.
     piecewise_cuda_graph_max_tokens: int | None = None
     memory_ratio: float = 0.9
     dummy_weight: bool = False

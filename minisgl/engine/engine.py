@@ -210,24 +210,31 @@ class Engine:
     def _prefill_graphs(self, config: EngineConfig) -> PrefillGraphRunner | None:
         """Piecewise graphs for prefill batches (minisgl.engine.prefill_graph), up to
         --piecewise-cuda-graph-max-tokens (default --max-prefill-length) tokens."""
-        most = config.piecewise_cuda_graph_max_tokens
-        if most is None:
-            most = getattr(config, "max_prefill_length", 8192)  # (a field of the scheduler's config)
-        why = self._why_no_prefill_graphs()
+        # No prefill batch is longer than max_prefill_length, and the KV budget kept activations
+        # of that many tokens out (_runtime_reserve): the pieces' pool is no larger.
+        longest = getattr(config, "max_prefill_length", 8192)  # (a field of the scheduler's config)
+        most = min(longest, longest if config.piecewise_cuda_graph_max_tokens is None
+                   else config.piecewise_cuda_graph_max_tokens)
+        why = self._why_no_prefill_graphs(config)
         if why and most > 0:
             logger.info("prefill batches run eagerly: no piecewise CUDA graphs with %s", why)
         if why or not token_counts(most):
             return None
         try:
             runner = PrefillGraphRunner(self, token_counts(most))
-        except (RuntimeError, ValueError) as err:
-            logger.warning("prefill batches run eagerly: their piecewise CUDA graphs failed to capture (%s)", err)
+        except Exception as err:  # noqa: BLE001 - a failed capture costs the prefills their graphs, not the server its start
+            logger.warning("prefill batches run eagerly: their piecewise CUDA graphs failed to capture (%s: %s)",
+                           type(err).__name__, err)
             torch.cuda.synchronize(self.device)
             return None
         self.timings["prefill_graph_capture_s"] = runner.capture_seconds
         return runner
 
-    def _why_no_prefill_graphs(self) -> str | None:
+    def _why_no_prefill_graphs(self, config: EngineConfig) -> str | None:
+        if config.cuda_graph_max_bs == 0:
+            return "--cuda-graph-max-bs 0 (CUDA graphs off)"
+        if self.ctx.moe_backend == "loop" and self.model_config.num_experts:
+            return "the loop MoE backend (it reads the routing back to the host)"
         if self.tp.size > 1:  # (their all-reduces inside pieces are untested on more than one GPU)
             return "tensor parallelism"
         if self.lora is not None:

@@ -134,11 +134,12 @@ class ServerArgs:
         "How MoE models run their experts: auto (on GPUs fused Triton kernels for small batches, a grouped GEMM "
         "for large ones; the per-expert loop on the CPU), fused, grouped (bfloat16 on GPUs) or loop.", "auto",
         choices=list(MOE_BACKENDS))
-    cuda_graph_max_bs: int | None = _flag("Largest decode batch captured in a CUDA graph (0 turns graphs off).")
+    cuda_graph_max_bs: int | None = _flag(
+        "Largest decode batch captured in a CUDA graph (0 turns CUDA graphs off, the prefill's piecewise ones too).")
     piecewise_cuda_graph_max_tokens: int | None = _flag(
         "Largest prefill batch (tokens) that replays piecewise CUDA graphs: the model between its attention "
-        "calls, captured per token count, with eager attention in between (default: --max-prefill-length; "
-        "0 runs every prefill eagerly).")
+        "calls, captured per token count, with eager attention in between (default and at most: "
+        "--max-prefill-length; 0 runs every prefill eagerly).")
     disable_custom_all_reduce: bool = _flag(
         "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
         "(PyTorch symmetric memory) for small messages and its fusion with the add + RMSNorm after it.", False)

@@ -43,7 +43,7 @@ def _score(model_dir: str, prompts: list[list[int]], **kwargs):
 @pytest.mark.parametrize("max_prefill_length", [4096, 100], ids=["whole-batch", "chunked"])
 def test_graph_prefills_score_prompts_like_hf_and_like_eager(tiny_model_dir, max_prefill_length):
     """Prompts of 20-150 tokens prefill together (a few hundred tokens, padded to 512) or chunked
-    to 100 tokens a step (padded to 128, resuming mid-prompt); their prompt logprobs are HF's in
+    to 100 tokens a step (the captured counts are 64 and 100; chunks resume mid-prompt); their prompt logprobs are HF's in
     float32 within bf16's rounding, no further off than the eager prefill's; the greedy tokens
     after them, decoded from the KV the graphs stored, start the same."""
     model = tiny_model_dir("Qwen3ForCausalLM", head_dim=128)
