@@ -58,7 +58,7 @@ class EngineConfig:
     cuda_graph_bs: tuple[int, ...] | None = None
     cuda_graph_max_bs: int | None = None  # 0 turns CUDA graphs off (decode and prefill)
     # Prefill batches up to this many tokens replay piecewise CUDA graphs (minisgl.engine.prefill_graph);
-    # None: the scheduler's max_prefill_length (also the most), 0: every prefill runs eagerly.
+    # None: 8,192 (prefill_graph.DEFAULT_MAX_TOKENS); at most the scheduler's max_prefill_length; 0: none.
     piecewise_cuda_graph_max_tokens: int | None = None
     memory_ratio: float = 0.9
     dummy_weight: bool = False

@@ -27,7 +27,7 @@ from minisgl.utils.logger import get_logger
 
 from .config import EngineConfig, check_moe_backend_dtype, resolve_device, resolve_moe_backend
 from .graph import GraphRunner, graph_batch_sizes, split_model
-from .prefill_graph import PrefillGraphRunner, token_counts
+from .prefill_graph import DEFAULT_MAX_TOKENS, PrefillGraphRunner, token_counts
 from .prompt_logprobs import PromptScores, last_rows, score_prompts
 from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, TokenOutputs, token_logprobs
 from .verify_graph import VerifyGraphRunner
@@ -212,8 +212,8 @@ class Engine:
         --piecewise-cuda-graph-max-tokens (default --max-prefill-length) tokens."""
         # No prefill batch is longer than max_prefill_length, and the KV budget kept activations
         # of that many tokens out (_runtime_reserve): the pieces' pool is no larger.
-        longest = getattr(config, "max_prefill_length", 8192)  # (a field of the scheduler's config)
-        most = min(longest, longest if config.piecewise_cuda_graph_max_tokens is None
+        longest = getattr(config, "max_prefill_length", DEFAULT_MAX_TOKENS)  # (a field of the scheduler's config)
+        most = min(longest, DEFAULT_MAX_TOKENS if config.piecewise_cuda_graph_max_tokens is None
                    else config.piecewise_cuda_graph_max_tokens)
         why = self._why_no_prefill_graphs(config)
         if why and most > 0:

@@ -138,7 +138,7 @@ class ServerArgs:
         "Largest decode batch captured in a CUDA graph (0 turns CUDA graphs off, the prefill's piecewise ones too).")
     piecewise_cuda_graph_max_tokens: int | None = _flag(
         "Largest prefill batch (tokens) that replays piecewise CUDA graphs: the model between its attention "
-        "calls, captured per token count, with eager attention in between (default and at most: "
+        "calls, captured per token count, with eager attention in between (default 8192; at most "
         "--max-prefill-length; 0 runs every prefill eagerly).")
     disable_custom_all_reduce: bool = _flag(
         "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
