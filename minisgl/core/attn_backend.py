@@ -45,7 +45,7 @@ class BaseAttnBackend(ABC):
         """Build `batch.attn_metadata` (page indices, lengths) for the coming forward pass."""
 
     @abstractmethod
-    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, layer: AttnLayer,
+    def forward(self, q: torch.Tensor, k: torch.Tensor | None, v: torch.Tensor | None, layer: AttnLayer,
                 batch: Batch) -> torch.Tensor:
         """Store this layer's new k/v at batch.out_loc (unless they are None: already stored) and
         return attention output [tokens, heads, dim]."""

@@ -21,12 +21,12 @@ from minisgl.kernels.jit_builds import report_builds
 from minisgl.kvcache import MHAKVCache, kv_storage_dtype
 from minisgl.lora import LoraPool, parse_lora_modules
 from minisgl.models import create_model, init_dummy_weights, load_model_config, load_weights
-from minisgl.models.decoder import hidden_recorder, record_hidden
+from minisgl.models.decoder import DecoderForCausalLM, hidden_recorder, record_hidden
 from minisgl.quantization import check_online_quantization, quantize_model
 from minisgl.utils.logger import get_logger
 
 from .config import EngineConfig, check_moe_backend_dtype, resolve_device, resolve_moe_backend
-from .graph import GraphRunner, graph_batch_sizes, split_model
+from .graph import GraphRunner, graph_batch_sizes
 from .prefill_graph import DEFAULT_MAX_TOKENS, PrefillGraphRunner, token_counts
 from .prompt_logprobs import PromptScores, last_rows, score_prompts
 from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, TokenOutputs, token_logprobs
@@ -241,8 +241,8 @@ class Engine:
             return "LoRA (its per-token adapter slots are not in static buffers)"
         if hidden_recorder(self.model) is not None:
             return "an EAGLE-3 drafter (the hidden states it reads are not kept from the pieces yet)"
-        if not split_model(self.model):
-            return f"{type(self.model).__name__} (no .model / .lm_head split)"
+        if not isinstance(self.model, DecoderForCausalLM):
+            return f"{type(self.model).__name__} (not the shared decoder)"
         if not self.attn_backend.accepts_stored_kv:  # (the pieces store K/V; the attention between them reads it)
             return f"the {self.attn_backend.label} attention backend"
         return None

@@ -30,6 +30,7 @@ from tqdm import tqdm
 from minisgl.core.attn_backend import BaseAttnBackend
 from minisgl.core.batch import Batch
 from minisgl.core.host import logit_rows, ragged_arange
+from minisgl.models.decoder import DecoderForCausalLM, DecoderLayer
 from minisgl.utils.logger import get_logger
 
 from .graph import StaticInputs, ffi_stream, sizes_text
@@ -120,7 +121,11 @@ class PrefillGraphRunner:
         device = e.device
         # The logit rows follow the tokens' positions and table indices in what replay() copies in.
         self.inputs = StaticInputs(e, self.max_tokens, extra=self.max_tokens)
-        attn = e.model.model.layers[0].self_attn
+        model = e.model
+        assert isinstance(model, DecoderForCausalLM)  # (the engine checked)
+        layer = model.model.layers[0]
+        assert isinstance(layer, DecoderLayer)
+        self.model, attn = model, layer.self_attn
         shape = (self.max_tokens, attn.heads, attn.head_dim)
         self.query = torch.zeros(shape, dtype=e.dtype, device=device)
         self.attn_out = torch.zeros(shape, dtype=e.dtype, device=device)
@@ -133,9 +138,9 @@ class PrefillGraphRunner:
         self._capture()
 
     def _forward(self, tokens: int) -> None:
-        e, inputs = self.engine, self.inputs
+        inputs = self.inputs
         inputs.gather(tokens)
-        hidden = e.model.model(inputs.input_ids[:tokens], inputs.positions[:tokens])
+        hidden = self.model.model(inputs.input_ids[:tokens], inputs.positions[:tokens])
         self.hidden_out[:tokens].copy_(hidden)
 
     @torch.inference_mode()
@@ -197,7 +202,7 @@ class PrefillGraphRunner:
             backend.attend_into(query, layer, batch, attn_out)
         pieces[-1].replay()
         self.replays += 1
-        return e.model.lm_head(self.hidden_out[:n][batch.logit_indices]).float()
+        return self.model.lm_head(self.hidden_out[:n][batch.logit_indices]).float()
 
     def shutdown(self) -> None:
         self.pieces.clear()
