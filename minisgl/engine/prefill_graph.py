@@ -43,10 +43,10 @@ logger = get_logger(__name__)
 # Captured counts: 64 and 128, then every 256 up to 2,048, then every 512: up to a few thousand
 # tokens a step's GPU time is below its launch time, and padding costs little; above, it costs more.
 SMALL_COUNTS = (64, 128)
+SMALL_STEP, SMALL_STEP_UNTIL, LARGE_STEP = 256, 2048, 512
 # The default cap: by this size even a small model's prefill keeps the GPU busier than its launches
 # keep the host (benchmark/NOTES.md), so larger ones gain little and would cost start-up and memory.
 DEFAULT_MAX_TOKENS = 8192
-SMALL_STEP, SMALL_STEP_UNTIL, LARGE_STEP = 256, 2048, 512
 
 
 def token_counts(max_tokens: int) -> list[int]:
