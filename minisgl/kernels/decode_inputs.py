@@ -1,6 +1,6 @@
-"""`gather_decode_inputs`: a decode graph's positions, token ids, KV slots (and where its next
-tokens go, and the attention's rows and lengths) from its one copied buffer of positions and
-token-table indices, inside the graph (one kernel, not four ops and two copies outside)."""
+"""`gather_decode_inputs`: a decode graph's (or a prefill piece's) positions, token ids, KV slots
+(and where its next tokens go, and the attention's rows and lengths) from its one copied buffer of
+positions and token-table indices, inside the graph (one kernel, not four ops and two copies outside)."""
 
 from __future__ import annotations
 
@@ -11,15 +11,16 @@ import triton.language as tl
 from .launch import launch
 
 # One compile serves many graph sizes: bs and width are not specialized on (==1, %16), and BLOCK
-# is at least MIN_BLOCK, so capture compiles this kernel once per power of two above it instead of
-# once per power of two and integer class (a compile is a kernel a new pod waits for).
-MIN_BLOCK = 32
+# is at least MIN_BLOCK and at most MAX_BLOCK (more tokens take more programs: the prefill pieces'
+# thousands), so capture compiles this kernel once per power of two between them instead of once
+# per power of two and integer class (a compile is a kernel a new pod waits for).
+MIN_BLOCK, MAX_BLOCK = 32, 1024
 
 
 @triton.jit(do_not_specialize=["bs", "width"])
 def _decode_inputs_kernel(step_ptr, tokens_ptr, table_ptr, pos_ptr, ids_ptr, loc_ptr, next_ptr, rows_lens_ptr, bs,
                           width, BLOCK: tl.constexpr, ROWS_LENS: tl.constexpr):
-    i = tl.arange(0, BLOCK)
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = i < bs
     pos = tl.load(step_ptr + i, mask=ok)
     flat = tl.load(step_ptr + bs + i, mask=ok)
@@ -45,6 +46,6 @@ def gather_decode_inputs(step: torch.Tensor, token_pool: torch.Tensor, page_tabl
     if bs:
         args = (step, token_pool, page_table, positions, input_ids, out_loc, next_index,
                 positions if rows_lens is None else rows_lens, bs, page_table.shape[1])
-        launch(_decode_inputs_kernel, (1, 1, 1), args,
-               {"BLOCK": max(MIN_BLOCK, triton.next_power_of_2(bs)), "ROWS_LENS": rows_lens is not None},
-               num_warps=1 if bs <= 32 else 4)
+        block = min(MAX_BLOCK, max(MIN_BLOCK, triton.next_power_of_2(bs)))
+        launch(_decode_inputs_kernel, (triton.cdiv(bs, block), 1, 1), args,
+               {"BLOCK": block, "ROWS_LENS": rows_lens is not None}, num_warps=1 if bs <= 32 else 4)

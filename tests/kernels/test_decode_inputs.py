@@ -17,13 +17,14 @@ from minisgl.kernels.decode_inputs import gather_decode_inputs  # noqa: E402
 DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-@pytest.mark.parametrize("bs", [1, 5, 40])
+@pytest.mark.parametrize("bs", [1, 5, 40, 2500])
 def test_decode_inputs_are_the_token_pool_and_page_table_at_each_request_position(bs):
+    """Up to 40 tokens one program, 2,500 (a prefill piece's) three of 1,024."""
     torch.manual_seed(bs)
     rows, width = 50, 64
     token_pool = torch.randint(0, 32000, (rows, width), dtype=torch.int32, device=DEVICE)
     page_table = torch.randint(0, 10_000, (rows, width), dtype=torch.int32, device=DEVICE)
-    req_rows = torch.randperm(rows)[:bs]
+    req_rows = torch.randint(0, rows, (bs,)) if bs > rows else torch.randperm(rows)[:bs]
     positions = torch.randint(0, width, (bs,))
     flat = req_rows * width + positions
     step = torch.cat([positions, flat]).to(DEVICE)
