@@ -209,19 +209,19 @@ class Engine:
 
     def _prefill_graphs(self, config: EngineConfig) -> PrefillGraphRunner | None:
         """Piecewise graphs for prefill batches (minisgl.engine.prefill_graph), up to
-        --piecewise-cuda-graph-max-tokens (default --max-prefill-length) tokens."""
+        --piecewise-cuda-graph-max-tokens tokens (default DEFAULT_MAX_TOKENS), at most --max-prefill-length."""
         # No prefill batch is longer than max_prefill_length, and the KV budget kept activations
         # of that many tokens out (_runtime_reserve): the pieces' pool is no larger.
         longest = getattr(config, "max_prefill_length", DEFAULT_MAX_TOKENS)  # (a field of the scheduler's config)
         most = min(longest, DEFAULT_MAX_TOKENS if config.piecewise_cuda_graph_max_tokens is None
                    else config.piecewise_cuda_graph_max_tokens)
-        why = self._why_no_prefill_graphs(config)
-        if why and most > 0:
+        counts, why = token_counts(most), self._why_no_prefill_graphs(config)
+        if why and counts:
             logger.info("prefill batches run eagerly: no piecewise CUDA graphs with %s", why)
-        if why or not token_counts(most):
+        if why or not counts:
             return None
         try:
-            runner = PrefillGraphRunner(self, token_counts(most))
+            runner = PrefillGraphRunner(self, counts)
         except Exception as err:  # noqa: BLE001 - a failed capture costs the prefills their graphs, not the server its start
             logger.warning("prefill batches run eagerly: their piecewise CUDA graphs failed to capture (%s: %s)",
                            type(err).__name__, err)
@@ -388,23 +388,15 @@ class Engine:
         forward pass is launched: host work the sampling waits for (the scheduler's grammar
         masks) then runs beside the GPU's."""
         store_at = None
-        if self.graph_runner is not None and self.graph_runner.can_run(batch):
+        runner = next((r for r in (self.graph_runner, self.verify_graphs, self.prefill_graphs)
+                       if r is not None and r.can_run(batch)), None)
+        if runner is not None:  # decode (or verify riding them), verify or prefill graphs
             _, cached, device_lens = batch.host_arrays
             self._check(batch, device_lens, device_lens - cached)
-            logits = self.graph_runner.replay(batch)
-            if batch.is_decode:
+            logits = runner.replay(batch)
+            self.verify_steps["graph"] += batch.phase == "verify"
+            if runner is self.graph_runner and batch.is_decode:
                 store_at = self.graph_runner.inputs.next_token_index[: batch.size]
-            else:  # a verify batch riding the decode graphs (minisgl.engine.graph)
-                self.verify_steps["graph"] += 1
-        elif self.verify_graphs is not None and self.verify_graphs.can_run(batch):
-            _, cached, device_lens = batch.host_arrays
-            self._check(batch, device_lens, device_lens - cached)
-            logits = self.verify_graphs.replay(batch)
-            self.verify_steps["graph"] += 1
-        elif self.prefill_graphs is not None and self.prefill_graphs.can_run(batch):
-            _, cached, device_lens = batch.host_arrays
-            self._check(batch, device_lens, device_lens - cached)
-            logits = self.prefill_graphs.replay(batch)
         else:
             self.verify_steps["eager"] += batch.phase == "verify"
             self.prepare(batch)

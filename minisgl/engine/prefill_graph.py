@@ -18,7 +18,6 @@ from the queries between two pieces.
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import time
 from typing import TYPE_CHECKING
@@ -33,7 +32,7 @@ from minisgl.core.host import logit_rows, ragged_arange
 from minisgl.models.decoder import DecoderForCausalLM, DecoderLayer
 from minisgl.utils.logger import get_logger
 
-from .graph import StaticInputs, ffi_stream, sizes_text
+from .graph import StaticInputs, ffi_stream, padded_batch_size, sizes_text
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -56,12 +55,6 @@ def token_counts(max_tokens: int) -> list[int]:
     counts = {*SMALL_COUNTS, *range(SMALL_STEP, SMALL_STEP_UNTIL + 1, SMALL_STEP),
               *range(SMALL_STEP_UNTIL + LARGE_STEP, max_tokens + 1, LARGE_STEP), max_tokens}
     return sorted(c for c in counts if c <= max_tokens)
-
-
-def padded_count(tokens: int, counts: list[int]) -> int | None:
-    """The smallest captured count >= tokens, or None above them all (the batch runs eagerly)."""
-    i = bisect.bisect_left(counts, tokens)
-    return counts[i] if i < len(counts) else None
 
 
 class _Breaks(BaseAttnBackend):
@@ -188,7 +181,7 @@ class PrefillGraphRunner:
         extend = device_lens - cached
         positions = np.repeat(cached, extend) + ragged_arange(extend)
         n = len(positions)
-        padded = padded_count(n, self.counts)
+        padded = padded_batch_size(n, self.counts)  # (the next captured count: the decode graphs' rule)
         assert padded is not None, "replay() of a batch can_run() refused"
         logits_at = logit_rows(extend, batch.logit_counts)
         self.inputs.copy_in(batch, rows, extend, positions, padded, tail=logits_at)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from minisgl.engine.prefill_graph import padded_count, token_counts
+from minisgl.engine.graph import padded_batch_size
+from minisgl.engine.prefill_graph import token_counts
 
 
 def test_counts_step_by_256_to_2048_then_by_512_up_to_the_cap():
@@ -27,4 +28,4 @@ def test_zero_captures_nothing():
 @pytest.mark.parametrize("tokens, padded", [(1, 64), (64, 64), (65, 128), (300, 512), (2049, 2560), (8192, 8192),
                                             (8193, None)])
 def test_a_prefill_pads_to_the_next_captured_count_or_runs_eagerly_above_them(tokens, padded):
-    assert padded_count(tokens, token_counts(8192)) == padded
+    assert padded_batch_size(tokens, token_counts(8192)) == padded
