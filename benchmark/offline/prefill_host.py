@@ -6,7 +6,7 @@ Each step admits 4-14 prompts of 100-1,024 random tokens (the serving workload's
 idle engine and runs one scheduler step, which launches the prefill's forward pass and returns.
 "host" is the time until it returns, "wall" the time until the device is done; where the two are
 close, the step is host-bound and its kernels wait on their launches. On a GPU the steps replay
-piecewise CUDA graphs; `--piecewise-cuda-graph-max-tokens 0` measures them eager. With `--sample`,
+piecewise CUDA graphs with `--piecewise-cuda-graph-max-tokens 8192`, else eagerly. With `--sample`,
 a thread samples the main thread's Python stack every `--sample-ms` during the steps and prints the
 functions the host's time went to, inclusive and by line (a C call shows as the line that made it).
 Medians over the steps after `--skip`; writes JSON and a PNG.

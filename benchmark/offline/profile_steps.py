@@ -32,7 +32,8 @@ from minisgl.message import AbortMsg, TokenizedRequestMsg
 from minisgl.server.args import add_flags
 
 # The server's flags, same names (minisgl.benchmark.flags).
-SERVER_FLAGS = ("dummy_weight", "attn", "quantization", "kv_cache_dtype", "tp", "disable_custom_all_reduce")
+SERVER_FLAGS = ("dummy_weight", "attn", "quantization", "kv_cache_dtype", "tp", "disable_custom_all_reduce",
+                "piecewise_cuda_graph_max_tokens")
 
 
 def main() -> None:

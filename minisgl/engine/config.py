@@ -57,9 +57,9 @@ class EngineConfig:
     moe_backend: str = "auto"  # auto (per batch size on CUDA, loop on the CPU), loop, grouped or fused
     cuda_graph_bs: tuple[int, ...] | None = None
     cuda_graph_max_bs: int | None = None  # 0 turns CUDA graphs off (decode and prefill)
-    # Prefill batches up to this many tokens replay piecewise CUDA graphs (minisgl.engine.prefill_graph);
-    # None: 8,192 (prefill_graph.DEFAULT_MAX_TOKENS); at most the scheduler's max_prefill_length; 0: none.
-    piecewise_cuda_graph_max_tokens: int | None = None
+    # Prefill batches up to this many tokens replay piecewise CUDA graphs (minisgl.engine.prefill_graph),
+    # at most the scheduler's max_prefill_length; 0: none (the default: benchmark/NOTES.md says why).
+    piecewise_cuda_graph_max_tokens: int = 0
     memory_ratio: float = 0.9
     dummy_weight: bool = False
     max_seq_len: int | None = None

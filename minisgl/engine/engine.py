@@ -27,7 +27,7 @@ from minisgl.utils.logger import get_logger
 
 from .config import EngineConfig, check_moe_backend_dtype, resolve_device, resolve_moe_backend
 from .graph import GraphRunner, graph_batch_sizes
-from .prefill_graph import DEFAULT_MAX_TOKENS, PrefillGraphRunner, token_counts
+from .prefill_graph import PrefillGraphRunner, token_counts
 from .prompt_logprobs import PromptScores, last_rows, score_prompts
 from .sample import BatchSamplingArgs, Sampler, TokenLogprobs, TokenOutputs, token_logprobs
 from .verify_graph import VerifyGraphRunner
@@ -209,13 +209,13 @@ class Engine:
 
     def _prefill_graphs(self, config: EngineConfig) -> PrefillGraphRunner | None:
         """Piecewise graphs for prefill batches (minisgl.engine.prefill_graph), up to
-        --piecewise-cuda-graph-max-tokens tokens (default DEFAULT_MAX_TOKENS), at most --max-prefill-length."""
+        --piecewise-cuda-graph-max-tokens tokens (0, the default: none), at most --max-prefill-length.
+        Off by default: capturing them slowed every later decode step (benchmark/NOTES.md)."""
         # No prefill batch is longer than max_prefill_length, and the KV budget kept activations
         # of that many tokens out (_runtime_reserve): the pieces' pool is no larger.
-        longest = getattr(config, "max_prefill_length", DEFAULT_MAX_TOKENS)  # (a field of the scheduler's config)
-        most = min(longest, DEFAULT_MAX_TOKENS if config.piecewise_cuda_graph_max_tokens is None
-                   else config.piecewise_cuda_graph_max_tokens)
-        counts, why = token_counts(most), self._why_no_prefill_graphs(config)
+        most = config.piecewise_cuda_graph_max_tokens
+        longest = getattr(config, "max_prefill_length", most)  # (a field of the scheduler's config)
+        counts, why = token_counts(min(longest, most)), self._why_no_prefill_graphs(config)
         if why and counts:
             logger.info("prefill batches run eagerly: no piecewise CUDA graphs with %s", why)
         if why or not counts:

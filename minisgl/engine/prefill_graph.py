@@ -43,9 +43,6 @@ logger = get_logger(__name__)
 # tokens a step's GPU time is below its launch time, and padding costs little; above, it costs more.
 SMALL_COUNTS = (64, 128)
 SMALL_STEP, SMALL_STEP_UNTIL, LARGE_STEP = 256, 2048, 512
-# The default cap: by this size even a small model's prefill keeps the GPU busier than its launches
-# keep the host (benchmark/NOTES.md), so larger ones gain little and would cost start-up and memory.
-DEFAULT_MAX_TOKENS = 8192
 
 
 def token_counts(max_tokens: int) -> list[int]:

@@ -136,10 +136,11 @@ class ServerArgs:
         choices=list(MOE_BACKENDS))
     cuda_graph_max_bs: int | None = _flag(
         "Largest decode batch captured in a CUDA graph (0 turns CUDA graphs off, the prefill's piecewise ones too).")
-    piecewise_cuda_graph_max_tokens: int | None = _flag(
-        "Largest prefill batch (tokens) that replays piecewise CUDA graphs: the model between its attention "
-        "calls, captured per token count, with eager attention in between (default 8192; at most "
-        "--max-prefill-length; 0 runs every prefill eagerly).")
+    piecewise_cuda_graph_max_tokens: int = _flag(
+        "Prefill batches up to this many tokens (at most --max-prefill-length; e.g. 8192) replay piecewise CUDA "
+        "graphs: the model between its attention calls, captured per token count, with eager attention in "
+        "between. Faster short prefills (time to first token), but decode steps about 1-4% slower at small "
+        "batch; 0 (the default): every prefill eager.", 0)
     disable_custom_all_reduce: bool = _flag(
         "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
         "(PyTorch symmetric memory) for small messages and its fusion with the add + RMSNorm after it.", False)
@@ -365,7 +366,7 @@ def validate(args: ServerArgs) -> str | None:
         return "--max-prefill-length must be >= 1"
     if args.prefill_delay_steps < 0:
         return "--prefill-delay-steps must be >= 0"
-    if (args.piecewise_cuda_graph_max_tokens or 0) < 0:
+    if args.piecewise_cuda_graph_max_tokens < 0:
         return "--piecewise-cuda-graph-max-tokens must be >= 0"
     if not 0 < args.memory_ratio <= 1:
         return "--memory-ratio must be in (0, 1]"

@@ -29,3 +29,13 @@ def test_zero_captures_nothing():
                                             (8193, None)])
 def test_a_prefill_pads_to_the_next_captured_count_or_runs_eagerly_above_them(tokens, padded):
     assert padded_batch_size(tokens, token_counts(8192)) == padded
+
+
+def test_the_pieces_are_off_unless_a_token_cap_asks_for_them():
+    """Capturing them slowed every later decode step on an H200 (benchmark/NOTES.md): opt-in, as SGLang's are."""
+    from minisgl.engine.config import EngineConfig
+    from minisgl.server.args import parse_args
+
+    assert parse_args([]).piecewise_cuda_graph_max_tokens == 0
+    assert EngineConfig.__dataclass_fields__["piecewise_cuda_graph_max_tokens"].default == 0
+    assert parse_args(["--piecewise-cuda-graph-max-tokens", "8192"]).piecewise_cuda_graph_max_tokens == 8192

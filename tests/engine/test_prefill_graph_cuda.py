@@ -48,9 +48,9 @@ def test_graph_prefills_score_prompts_like_hf_and_like_eager(tiny_model_dir, max
     after them, decoded from the KV the graphs stored, start the same."""
     model = tiny_model_dir("Qwen3ForCausalLM", head_dim=128)
     prompts = _prompts(6, seed=max_prefill_length)
-    graph, graph_tokens, replays = _score(model, prompts, max_prefill_length=max_prefill_length)
-    eager, eager_tokens, none = _score(model, prompts, max_prefill_length=max_prefill_length,
-                                       piecewise_cuda_graph_max_tokens=0)
+    graph, graph_tokens, replays = _score(model, prompts, max_prefill_length=max_prefill_length,
+                                          piecewise_cuda_graph_max_tokens=8192)
+    eager, eager_tokens, none = _score(model, prompts, max_prefill_length=max_prefill_length)  # (the default: off)
     assert replays > 0 and none == 0
     for prompt, g, e in zip(prompts, graph, eager):
         ref = _hf_log_softmax(model, prompt)
