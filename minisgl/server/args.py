@@ -139,8 +139,8 @@ class ServerArgs:
     piecewise_cuda_graph_max_tokens: int = _flag(
         "Prefill batches up to this many tokens (at most --max-prefill-length; e.g. 8192) replay piecewise CUDA "
         "graphs: the model between its attention calls, captured per token count, with eager attention in "
-        "between. Faster short prefills (time to first token), but decode steps about 1-4% slower at small "
-        "batch; 0 (the default): every prefill eager.", 0)
+        "between. Faster short prefills (time to first token), but every decode step after their capture ran "
+        "slower at small batch (benchmark/NOTES.md); 0 (the default): every prefill eager.", 0)
     disable_custom_all_reduce: bool = _flag(
         "With --tp on GPUs: NCCL for every all-reduce, instead of the NVLink one-/two-shot all-reduce "
         "(PyTorch symmetric memory) for small messages and its fusion with the add + RMSNorm after it.", False)

@@ -87,6 +87,16 @@ def test_version_and_help_answer_without_importing_torch(flag, says):
     assert "minisgl.server.args" in imported and "torch" not in imported and "minisgl.server.launch" not in imported
 
 
+def test_every_flag_help_renders_as_written():
+    """argparse %-formats each help (a bare % there prints the flag's whole definition instead): each
+    flag's text shows in --help as the declaration words it."""
+    from minisgl.server.args import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    assert "option_strings" not in text
+    assert "every prefill eager. (default: 0)" in text
+
+
 @pytest.fixture(scope="module")
 def greedy_model_dir(tiny_model_dir, tmp_path_factory):
     """The tiny model, its generation_config.json asking for greedy decoding (top_k 1)."""
