@@ -33,6 +33,11 @@ def ragged_arange(counts: np.ndarray) -> np.ndarray:
     return np.arange(total, dtype=np.int64) - np.repeat(starts, counts)
 
 
+def token_positions(cached: np.ndarray, extend: np.ndarray) -> np.ndarray:
+    """The positions a batch computes: request i's cached[i] .. cached[i] + extend[i] - 1, concatenated."""
+    return np.repeat(cached, extend) + ragged_arange(extend)
+
+
 def logit_rows(extend: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The rows among a batch's tokens (`extend` of them a request) of each request's last `counts`
     tokens (its extend's tail): the rows whose logits the LM head computes."""

@@ -15,7 +15,7 @@ import torch
 from minisgl.attention import AttnShape, create_attention_backend
 from minisgl.core.batch import Batch
 from minisgl.core.context import Context, set_global_ctx
-from minisgl.core.host import logit_rows, ragged_arange, to_device
+from minisgl.core.host import logit_rows, to_device, token_positions
 from minisgl.distributed import all_reduce_min, destroy, enable_fused_norm, init_process_group
 from minisgl.kernels.jit_builds import report_builds
 from minisgl.kvcache import MHAKVCache, kv_storage_dtype
@@ -368,7 +368,7 @@ class Engine:
             positions = cached
             flat = rows * self.page_table.shape[1] + positions
         else:
-            positions = np.repeat(cached, extend) + ragged_arange(extend)
+            positions = token_positions(cached, extend)
             flat = np.repeat(rows * self.page_table.shape[1], extend) + positions
         if self.lora is not None:
             self.lora.prepare([r.lora_slot for r in batch.reqs], extend)
@@ -439,7 +439,7 @@ class Engine:
         width = self.token_pool.shape[1]
         if batch.phase == "verify":  # every row: the token after each computed position
             extend = device_lens - cached
-            after = np.repeat(cached, extend) + ragged_arange(extend) + 1
+            after = token_positions(cached, extend) + 1
             idx = np.flatnonzero(after < width)
             return idx, (np.repeat(rows, extend) * width + after)[idx]
         seq_lens = np.fromiter((r.seq_len for r in batch.reqs), dtype=np.int64, count=len(batch.reqs))

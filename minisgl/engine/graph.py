@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from minisgl.core.batch import Batch, Phase
-from minisgl.core.host import copy_into, ragged_arange
+from minisgl.core.host import copy_into, token_positions
 from minisgl.models.decoder import hidden_recorder
 from minisgl.utils.logger import get_logger
 
@@ -248,7 +248,7 @@ class GraphRunner:
         e = self.engine
         rows, cached, device_lens = batch.host_arrays
         extend = np.ones_like(rows) if batch.is_decode else device_lens - cached  # (tokens a request)
-        positions = device_lens - 1 if batch.is_decode else np.repeat(cached, extend) + ragged_arange(extend)
+        positions = device_lens - 1 if batch.is_decode else token_positions(cached, extend)
         n = len(positions)
         padded = padded_batch_size(n, self.batch_sizes)
         assert padded is not None, "replay() of a batch can_run() refused"

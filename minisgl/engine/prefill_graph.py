@@ -22,13 +22,12 @@ import contextlib
 import time
 from typing import TYPE_CHECKING
 
-import numpy as np
 import torch
 from tqdm import tqdm
 
 from minisgl.core.attn_backend import BaseAttnBackend
 from minisgl.core.batch import Batch
-from minisgl.core.host import logit_rows, ragged_arange
+from minisgl.core.host import logit_rows, token_positions
 from minisgl.models.decoder import DecoderForCausalLM, DecoderLayer
 from minisgl.utils.logger import get_logger
 
@@ -176,7 +175,7 @@ class PrefillGraphRunner:
         e = self.engine
         rows, cached, device_lens = batch.host_arrays
         extend = device_lens - cached
-        positions = np.repeat(cached, extend) + ragged_arange(extend)
+        positions = token_positions(cached, extend)
         n = len(positions)
         padded = padded_batch_size(n, self.counts)  # (the next captured count: the decode graphs' rule)
         assert padded is not None, "replay() of a batch can_run() refused"

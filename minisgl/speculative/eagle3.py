@@ -35,7 +35,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from minisgl.core.batch import Batch, Req
-from minisgl.core.host import ragged_arange, to_device
+from minisgl.core.host import logit_rows, ragged_arange, to_device, token_positions
 from minisgl.models.decoder import hidden_recorder
 
 from .eagle3_head import Eagle3Config, Eagle3Head
@@ -91,13 +91,12 @@ class Eagle3Drafter:
         rows, cached, lens = batch.host_arrays
         extend = lens - cached
         n = int(extend.sum())
-        positions = np.repeat(cached, extend) + ragged_arange(extend)
+        positions = token_positions(cached, extend)
         width = self.token_pool.shape[1]
         after = np.repeat(rows * width, extend) + np.minimum(positions + 1, width - 1)
         verify = batch.phase == "verify"
         counts = extend if verify else np.ones_like(extend)  # rows a request may draft from next
-        ends = np.cumsum(extend)
-        kept_rows = np.repeat(ends - counts, counts) + ragged_arange(counts)
+        kept_rows = logit_rows(extend, counts)
         dev = to_device(np.concatenate([after, kept_rows]), self.device)
         out_loc = batch.out_loc
         assert batch.positions is not None and out_loc is not None and self.target.aux_hidden is not None
