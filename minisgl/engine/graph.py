@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import time
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -46,6 +48,48 @@ def ffi_stream():
     except ImportError:
         return contextlib.nullcontext()
     return tvm_ffi.use_torch_stream()
+
+
+
+class Capture:
+    """What the decode, verify and prefill runners' captures share: one side stream and one memory
+    pool for all of a runner's graphs (largest first: the later ones reuse its memory), the time
+    the capture took and the GPU memory it kept."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.start = time.perf_counter()
+        torch.cuda.synchronize(device)
+        self.free_before = torch.cuda.mem_get_info(device)[0]
+        self.pool = torch.cuda.graph_pool_handle()
+        self.stream = torch.cuda.Stream(device)
+        self.seconds = 0.0
+        self.memory_bytes = 0
+
+    @contextlib.contextmanager
+    def on_stream(self) -> Iterator[None]:
+        """The block on the capture stream, after the current stream's work; the current stream
+        waits for it after."""
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream), ffi_stream():
+            yield
+        current.wait_stream(self.stream)
+
+    def graph(self, forward: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """forward() warmed up (library handles, lazy kernels, JIT builds), then captured."""
+        with self.on_stream():
+            for _ in range(2):
+                forward()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool, stream=self.stream), ffi_stream():
+            forward()
+        return graph
+
+    def finish(self) -> None:
+        torch.cuda.synchronize(self.device)
+        self.seconds = time.perf_counter() - self.start
+        self.memory_bytes = max(0, self.free_before - torch.cuda.mem_get_info(self.device)[0])
 
 
 def graph_batch_sizes(max_bs: int | None, max_running_requests: int,
@@ -194,28 +238,15 @@ class GraphRunner:
         e = self.engine
         backend = e.attn_backend
         backend.init_capture_graph(self.max_bs, self.batch_sizes)
-        start = time.perf_counter()
-        torch.cuda.synchronize(e.device)
-        free_before = torch.cuda.mem_get_info(e.device)[0]
-        pool = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream(e.device)
-        sizes = sorted(self.batch_sizes, reverse=True)  # largest first: later graphs reuse its pool
+        capture = Capture(e.device)
+        sizes = sorted(self.batch_sizes, reverse=True)
         for bs in tqdm(sizes, desc="Capturing CUDA graphs", unit="graph", disable=len(sizes) < 2):
             batch = self._static_batch(bs)
             backend.prepare_for_capture(batch, bs)
             with e.ctx.forward_batch(batch):
-                stream.wait_stream(torch.cuda.current_stream(e.device))
-                with torch.cuda.stream(stream), ffi_stream():
-                    for _ in range(2):  # warm up: library handles, lazy kernels, JIT builds
-                        self._forward(batch, bs)
-                torch.cuda.current_stream(e.device).wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, stream=stream), ffi_stream():
-                    self._forward(batch, bs)
-            self.graphs[bs] = graph
-        torch.cuda.synchronize(e.device)
-        self.capture_seconds = time.perf_counter() - start
-        self.memory_bytes = max(0, free_before - torch.cuda.mem_get_info(e.device)[0])
+                self.graphs[bs] = capture.graph(functools.partial(self._forward, batch, bs))
+        capture.finish()
+        self.capture_seconds, self.memory_bytes = capture.seconds, capture.memory_bytes
         logger.info("captured %d CUDA graphs for decode batch sizes %s in %.1f s, using %.2f GiB",
                     len(sizes), sizes_text(self.batch_sizes), self.capture_seconds, self.memory_bytes / 2**30)
 

@@ -19,7 +19,6 @@ from the queries between two pieces.
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import TYPE_CHECKING
 
 import torch
@@ -31,7 +30,7 @@ from minisgl.core.host import logit_rows, token_positions
 from minisgl.models.decoder import DecoderForCausalLM, DecoderLayer
 from minisgl.utils.logger import get_logger
 
-from .graph import StaticInputs, ffi_stream, padded_batch_size, sizes_text
+from .graph import Capture, StaticInputs, padded_batch_size, sizes_text
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -135,33 +134,27 @@ class PrefillGraphRunner:
     @torch.inference_mode()
     def _capture(self) -> None:
         e = self.engine
-        start = time.perf_counter()
-        torch.cuda.synchronize(e.device)
-        free_before = torch.cuda.mem_get_info(e.device)[0]
-        pool = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream(e.device)
-        counts = sorted(self.counts, reverse=True)  # largest first: later pieces reuse its pool
+        capture = Capture(e.device)
+        counts = sorted(self.counts, reverse=True)
         for tokens in tqdm(counts, desc="Capturing prefill CUDA graphs", unit="size", disable=len(counts) < 2):
             batch = self.inputs.padding_batch(tokens, "prefill")
-            stream.wait_stream(torch.cuda.current_stream(e.device))
-            with e.ctx.forward_batch(batch), torch.cuda.stream(stream), ffi_stream():
+            with e.ctx.forward_batch(batch), capture.on_stream():
                 with _backend(e, _Breaks(self)):  # warm up: library handles, lazy kernels, JIT builds
                     self._forward(tokens)
-                breaks = _Breaks(self, pool)
+                breaks = _Breaks(self, capture.pool)
                 with _backend(e, breaks):
                     breaks.begin()
                     try:
                         self._forward(tokens)
                     finally:  # (a failed capture must not leave the stream capturing)
                         breaks.end()
-            torch.cuda.current_stream(e.device).wait_stream(stream)
             self.pieces[tokens], self.layers = breaks.pieces, breaks.layers
         torch.cuda.synchronize(e.device)
         # The warm-up passes' activations stay cached on the capture stream, where nothing else
         # allocates: hand them back (torch.cuda.graph would, at each capture) before measuring.
         torch.cuda.empty_cache()
-        self.capture_seconds = time.perf_counter() - start
-        self.memory_bytes = max(0, free_before - torch.cuda.mem_get_info(e.device)[0])
+        capture.finish()
+        self.capture_seconds, self.memory_bytes = capture.seconds, capture.memory_bytes
         logger.info("captured piecewise CUDA graphs for prefill batches of %s tokens (%d pieces each) in %.1f s, "
                     "using %.2f GiB", sizes_text(self.counts), len(self.layers) + 1, self.capture_seconds,
                     self.memory_bytes / 2**30)

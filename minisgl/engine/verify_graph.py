@@ -16,7 +16,7 @@ themselves (minisgl.engine.graph: with the Triton decode kernels they do, with n
 
 from __future__ import annotations
 
-import time
+import functools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ from minisgl.core.batch import Batch
 from minisgl.core.host import copy_into, to_device
 from minisgl.utils.logger import get_logger
 
-from .graph import StaticHidden, ffi_stream, graph_logits, padded_batch_size, split_model
+from .graph import Capture, StaticHidden, graph_logits, padded_batch_size, split_model
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -102,11 +102,7 @@ class VerifyGraphRunner:
         backend = e.attn_backend
         shapes = sorted(verify_shapes(self.batch_sizes, self.max_t), key=lambda s: -s[0] * s[1])  # largest first
         backend.init_verify_graph(self.max_bs, shapes)
-        start = time.perf_counter()
-        torch.cuda.synchronize(e.device)
-        free_before = torch.cuda.mem_get_info(e.device)[0]
-        pool = torch.cuda.graph_pool_handle()
-        stream = torch.cuda.Stream(e.device)
+        capture = Capture(e.device)
         empty = np.zeros(0, dtype=np.int64)
         for bs, t in tqdm(shapes, desc="Capturing verify CUDA graphs", unit="graph", disable=len(shapes) < 2):
             batch = Batch(reqs=[], phase="verify")
@@ -114,18 +110,9 @@ class VerifyGraphRunner:
             self._fill(layout, bs * t)
             backend.prepare_verify_graph(batch, bs, t, layout.rows, layout.seq_lens)
             with e.ctx.forward_batch(batch):
-                stream.wait_stream(torch.cuda.current_stream(e.device))
-                with torch.cuda.stream(stream), ffi_stream():
-                    for _ in range(2):  # warm up: library handles, lazy kernels, JIT builds
-                        self._forward(batch, bs * t)
-                torch.cuda.current_stream(e.device).wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool, stream=stream), ffi_stream():
-                    self._forward(batch, bs * t)
-            self.graphs[bs, t] = graph
-        torch.cuda.synchronize(e.device)
-        self.capture_seconds = time.perf_counter() - start
-        self.memory_bytes = max(0, free_before - torch.cuda.mem_get_info(e.device)[0])
+                self.graphs[bs, t] = capture.graph(functools.partial(self._forward, batch, bs * t))
+        capture.finish()
+        self.capture_seconds, self.memory_bytes = capture.seconds, capture.memory_bytes
         logger.info("captured %d verify CUDA graphs (batch sizes %s x %s tokens a request) in %.1f s, using %.2f GiB",
                     len(shapes), self.batch_sizes, f"2..{self.max_t}", self.capture_seconds, self.memory_bytes / 2**30)
 
