@@ -77,7 +77,9 @@ class Capture:
         current.wait_stream(self.stream)
 
     def graph(self, forward: Callable[[], None]) -> torch.cuda.CUDAGraph:
-        """forward() warmed up (library handles, lazy kernels, JIT builds), then captured."""
+        """forward() warmed up (library handles, lazy kernels, JIT builds), then captured, both on
+        the capture stream: with the warm-ups on the current stream, every later decode step ran
+        slower (benchmark/NOTES.md)."""
         with self.on_stream():
             for _ in range(2):
                 forward()
