@@ -5,7 +5,8 @@
 Admits `--requests` prompts of `--prompt-len` tokens, runs until every request decodes, then
 records `--steps` decode steps with torch.profiler (CUDA kernels, graph replays included) and,
 separately, one prefill step of `--prefill-tokens` tokens. Prints, per step, the GPU time of
-each kernel category, the GPU-busy share of the wall time, and the top kernels; writes JSON.
+each kernel category, the GPU-busy share of the wall time, the top kernels and, for decode, where
+the GPU ran no kernel (the idle time before each kernel: waits for the host or a launch); writes JSON.
 With `--num-adapters N` the requests are spread over N random LoRA adapters of `--lora-rank`.
 With `--tp N` the requests and steps go through the scheduler server, as in serving (rank 0
 broadcasts each turn's messages to the other ranks, whose steps run beside its own); the kernels
@@ -18,12 +19,13 @@ import argparse
 import random
 import tempfile
 import time
+from dataclasses import asdict
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from minisgl.benchmark.flags import llm_kwargs
-from minisgl.benchmark.kernel_profile import kernel_table, show
+from minisgl.benchmark.kernel_profile import idle_time, kernel_spans, kernel_table, show, show_idle
 from minisgl.benchmark.lora_adapters import random_adapters
 from minisgl.benchmark.report import device_name, write_json
 from minisgl.core.params import SamplingParams
@@ -98,6 +100,8 @@ def main() -> None:
         torch.cuda.synchronize()
     decode = kernel_table(prof, args.steps)
     show(f"decode, batch {args.requests}, context ~{args.prompt_len + 10}", decode_wall, *decode)
+    decode_idle = idle_time(kernel_spans(prof), args.steps)
+    show_idle(decode_idle)
     if args.cprofile:
         import cProfile
         import pstats
@@ -156,7 +160,7 @@ def main() -> None:
     llm.shutdown()
     write_json(args.out, {"benchmark": "profile", "device": device_name(), "model": args.model,
                           "decode": {"batch": args.requests, "wall_us_per_step": decode_wall, "categories_us": decode[0],
-                                     "top": decode[1]},
+                                     "top": decode[1], "idle": asdict(decode_idle)},
                           "prefill": {"tokens": n * args.prompt_len, "wall_us": prefill_wall, "categories_us": prefill[0],
                                       "top": prefill[1]}})
 
