@@ -76,7 +76,7 @@ def idle_time(kernels: Iterable[tuple[float, float, str]], steps: int, top: int 
         return IdleTime(0.0, 0.0, 0.0, [])
     busy, kernel_us = 0.0, 0.0
     idle: dict[str, float] = defaultdict(float)
-    first, (run_start, run_end, _) = spans[0][0], spans[0]
+    first = run_start = run_end = spans[0][0]
     for start, end, name in spans:
         kernel_us += end - start
         if start > run_end:  # nothing ran in between

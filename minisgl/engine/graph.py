@@ -53,8 +53,8 @@ def ffi_stream():
 
 class Capture:
     """What the decode, verify and prefill runners' captures share: one side stream and one memory
-    pool for all of a runner's graphs (largest first: the later ones reuse its memory), the time
-    the capture took and the GPU memory it kept."""
+    pool for all of a runner's graphs (each runner captures its largest first, so the later ones
+    reuse its memory), the time the capture took and the GPU memory it kept."""
 
     def __init__(self, device: torch.device):
         self.device = device
@@ -63,8 +63,6 @@ class Capture:
         self.free_before = torch.cuda.mem_get_info(device)[0]
         self.pool = torch.cuda.graph_pool_handle()
         self.stream = torch.cuda.Stream(device)
-        self.seconds = 0.0
-        self.memory_bytes = 0
 
     @contextlib.contextmanager
     def on_stream(self) -> Iterator[None]:
@@ -88,10 +86,10 @@ class Capture:
             forward()
         return graph
 
-    def finish(self) -> None:
+    def finish(self) -> tuple[float, int]:
+        """(seconds the capture took, GPU memory bytes it kept), once its work is done."""
         torch.cuda.synchronize(self.device)
-        self.seconds = time.perf_counter() - self.start
-        self.memory_bytes = max(0, self.free_before - torch.cuda.mem_get_info(self.device)[0])
+        return time.perf_counter() - self.start, max(0, self.free_before - torch.cuda.mem_get_info(self.device)[0])
 
 
 def graph_batch_sizes(max_bs: int | None, max_running_requests: int,
@@ -247,8 +245,7 @@ class GraphRunner:
             backend.prepare_for_capture(batch, bs)
             with e.ctx.forward_batch(batch):
                 self.graphs[bs] = capture.graph(functools.partial(self._forward, batch, bs))
-        capture.finish()
-        self.capture_seconds, self.memory_bytes = capture.seconds, capture.memory_bytes
+        self.capture_seconds, self.memory_bytes = capture.finish()
         logger.info("captured %d CUDA graphs for decode batch sizes %s in %.1f s, using %.2f GiB",
                     len(sizes), sizes_text(self.batch_sizes), self.capture_seconds, self.memory_bytes / 2**30)
 

@@ -153,8 +153,7 @@ class PrefillGraphRunner:
         # The warm-up passes' activations stay cached on the capture stream, where nothing else
         # allocates: hand them back (torch.cuda.graph would, at each capture) before measuring.
         torch.cuda.empty_cache()
-        capture.finish()
-        self.capture_seconds, self.memory_bytes = capture.seconds, capture.memory_bytes
+        self.capture_seconds, self.memory_bytes = capture.finish()
         logger.info("captured piecewise CUDA graphs for prefill batches of %s tokens (%d pieces each) in %.1f s, "
                     "using %.2f GiB", sizes_text(self.counts), len(self.layers) + 1, self.capture_seconds,
                     self.memory_bytes / 2**30)

@@ -111,8 +111,7 @@ class VerifyGraphRunner:
             backend.prepare_verify_graph(batch, bs, t, layout.rows, layout.seq_lens)
             with e.ctx.forward_batch(batch):
                 self.graphs[bs, t] = capture.graph(functools.partial(self._forward, batch, bs * t))
-        capture.finish()
-        self.capture_seconds, self.memory_bytes = capture.seconds, capture.memory_bytes
+        self.capture_seconds, self.memory_bytes = capture.finish()
         logger.info("captured %d verify CUDA graphs (batch sizes %s x %s tokens a request) in %.1f s, using %.2f GiB",
                     len(shapes), self.batch_sizes, f"2..{self.max_t}", self.capture_seconds, self.memory_bytes / 2**30)
 
